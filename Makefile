@@ -1,0 +1,23 @@
+# Two commands set up a fresh machine: `make test` and `make evolve`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test test-slow
+
+setup: $(STAMP)
+
+# Re-install whenever requirements.txt changes.
+$(STAMP): requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+test: setup
+	MUJOCO_GL=egl $(PY) -m pytest -q -m "not slow" tests
+
+# Slower end-to-end and statistical tests, kept out of `make test`.
+test-slow: setup
+	MUJOCO_GL=egl $(PY) -m pytest -q -m slow tests

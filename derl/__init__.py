@@ -1,0 +1,1 @@
+"""derl: co-evolution of UNIMAL morphologies and their PPO controllers."""

@@ -1,0 +1,458 @@
+"""Configuration: one tree of typed defaults with DERL's key names.
+
+A config is loaded from an optional YAML file, then overridden by ``KEY VALUE``
+pairs from the command line, then frozen. Keys are either full dotted names
+(``EVO.NUM_PROCESSES``) or unambiguous leaf names (``NUM_PROCESSES``). The type
+of each key is the type of its default; ``1e6`` is accepted for an integer key
+when it is a whole number. Derived keys (``PPO.MAX_ITERS``) are computed, never
+set by hand.
+
+Usage::
+
+    cfg = load_config("configs/evo/ft.yml", ["NUM_PROCESSES", "8"])
+    cfg.EVO.NUM_PROCESSES  # -> 8
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad config file, key or value. The message is one line for the user."""
+
+
+def _defaults() -> dict[str, Any]:
+    """The default tree. Comments give the meaning; values follow DERL."""
+    return {
+        # MJCF template options.
+        "XML": {
+            "NJMAX": 1000,
+            "NCONMAX": 200,
+            "GEOM_CONDIM": 3,
+            "GEOM_FRICTION": [0.7, 0.1, 0.1],
+            "FILTER_PARENT": "enable",
+            "SHADOWCLIP": 0.5,
+        },
+        "BODY": {
+            # Vertical gap between the lowest point of the unimal and the floor.
+            "FLOOR_OFFSET": 0.2,
+            # Plane of bilateral symmetry: (1, 0, 1) is the xz plane.
+            "SYMMETRY_PLANE": [1, 0, 1],
+            # Hinge ranges in degrees, one pair drawn per joint.
+            "JOINT_ANGLE_LIST": [
+                [-30, 0], [0, 30], [-30, 30], [-45, 45], [-45, 0], [0, 45],
+                [-60, 0], [0, 60], [-60, 60], [-90, 0], [0, 90], [-60, 30], [-30, 60],
+            ],
+            # [start, stop, step], stop included.
+            "MOTOR_GEAR_RANGE": [150, 300, 50],
+            # Joint axes in the limb geom frame: x, y or both.
+            "JOINT_AXIS": ["x", "y", "xy"],
+        },
+        "TORSO": {
+            "HEAD_RADIUS_RANGE": [0.10],
+            "NUM_TORSO_RANGE": [0],
+            "RADIUS_RANGE": [0.2],
+            "HEIGHT_RANGE": [0.15],
+            "CONDIM": 3,
+            "DENSITY_RANGE": [500, 1000, 100],
+        },
+        "LIMB": {
+            "RADIUS_RANGE": [0.05],
+            "HEIGHT_RANGE": [0.2, 0.4, 0.1],
+            "DENSITY_RANGE": [500, 1000, 100],
+            # Limb count drawn for the initial population (inclusive range).
+            "NUM_LIMBS_RANGE": [2, 8, 1],
+            "MAX_LIMBS": 10,
+        },
+        "ENV": {
+            "FORWARD_REWARD_WEIGHT": 1.0,
+            "AVOID_REWARD_WEIGHT": 100.0,
+            "CTRL_COST_WEIGHT": 1e-3,
+            "HEALTHY_REWARD": 0.0,
+            "STAND_REWARD_WEIGHT": 0.0,
+            # ReachReward: [distance-gain weight, unused, bonus per step at the goal].
+            "REACH_REWARD_PARAMS": [100.0, 0.0, 10.0],
+            "STATE_RANGE": [-100.0, 100.0],
+            "Z_RANGE": [-0.1, math.inf],
+            "RESET_NOISE_SCALE": 5e-3,
+            # Falling: head height below this fraction of its starting height.
+            "STAND_HEIGHT_RATIO": 0.5,
+            # Modules that build the world, in order.
+            "MODULES": ["Floor", "Agent"],
+            "WALKER": "",
+            "OBS_TYPES": ["position", "velocity", "imu_vel", "touch", "extremities"],
+            "KEYS_TO_KEEP": ["proprioceptive"],
+            "SKIP_SELF_POS": True,
+            "TASK": "locomotion",
+            "WRAPPERS": [],
+        },
+        # Sizes are half-extents (MuJoCo box convention); x length, y width, z height.
+        "TERRAIN": {
+            "SIZE": [25, 20, 1],
+            "START_FLAT": 2,
+            "CENTER_FLAT": 2,
+            "TYPES": ["curve_slope"],
+            "FLAT_LENGTH_RANGE": [1, 3, 1],
+            "WALL_LENGTH": 0.1,
+            "HFIELD_LENGTH_RANGE": [4, 8, 4],
+            "CURVE_HEIGHT_RANGE": [0.6, 1.2, 0.1],
+            "BOUNDARY_WALLS": True,
+            "STEP_HEIGHT": 0.2,
+            "STEP_LENGTH_RANGE": [12, 16, 4],
+            "NUM_STEPS": 8,
+            "RUGGED_SQUARE_CLIP_RANGE": [0.2, 0.3, 0.1],
+            "BOWL_MAX_Z": 3.0,
+            "PATROL_HALF_LEN": 3.0,
+            "INCLINE_ANGLE": 0,
+        },
+        "OBJECT": {
+            "GOAL_POS": [],
+            "BOX_POS": [],
+            "PLACEMENT_BUFFER_LEN": 3,
+            "PLACEMENT_BUFFER_WIDTH": 5,
+            "CLOSE_PLACEMENT_DIST": 10,
+            "SUCCESS_MARGIN": 0.5,
+            "BOX_SIDE": 0.5,
+            "NUM_OBSTACLES": 20,
+            "OBSTACLE_LEN_RANGE": [0.5, 3, 0.5],
+            "OBSTACLE_WIDTH_RANGE": [0.5, 3, 0.5],
+            "FORWARD_PLACEMENT_DIST": [15, 25],
+            "TYPE": "box",
+            "BALL_RADIUS": 0.15,
+            "BOX_MASS": 1.0,
+        },
+        "HFIELD": {
+            "DIM": 2,
+            # Observed patch in metres: [behind, front, right, left].
+            "OBS_SIZE": [1, 4, 4, 4],
+            "ADAPTIVE_OBS": False,
+            "ADAPTIVE_OBS_SIZE": [0.10, 0.50, 1.5, 5.0],
+            "PADDING": 10,
+            "GAP_DEPTH": -10,
+            # Cells per metre.
+            "NUM_DIVS": 10,
+            "VIZ": False,
+        },
+        "IMAGE": {
+            "SAVE": False,
+            "WIDTH": 1920,
+            "HEIGHT": 1080,
+            "CAMERA": "side",
+        },
+        "PPO": {
+            "GAMMA": 0.99,
+            "GAE_LAMBDA": 0.95,
+            "CLIP_EPS": 0.2,
+            "EPOCHS": 4,
+            "BATCH_SIZE": 512,
+            "VALUE_COEF": 0.5,
+            # Stop an epoch when approx. KL exceeds KL_TARGET_COEF * 0.01.
+            "KL_TARGET_COEF": 20.0,
+            "USE_CLIP_VALUE_FUNC": True,
+            "ENTROPY_COEF": 0.01,
+            "TIMESTEPS": 128,
+            "NUM_ENVS": 32,
+            "BASE_LR": 3e-4,
+            "EPS": 1e-5,
+            "LINEAR_LR_DECAY": True,
+            "MAX_GRAD_NORM": 0.5,
+            # Env steps per morphology (all envs together).
+            "MAX_STATE_ACTION_PAIRS": 5_000_000,
+            # Derived: MAX_STATE_ACTION_PAIRS // (TIMESTEPS * NUM_ENVS).
+            "MAX_ITERS": -1,
+            "VIDEO_LENGTH": 1000,
+            "XML_PATH": "",
+            "CHECKPOINT_PATH": "",
+        },
+        "MODEL": {
+            "PRO_HIDDEN_DIMS": [64, 64],
+            "EX_HIDDEN_DIMS": [64, 64],
+            "OBS_FEAT_HIDDEN_DIMS": [64],
+        },
+        "VECENV": {
+            # DummyVecEnv: envs stepped in the worker's own process.
+            # SubprocVecEnv: envs in IN_SERIES-sized groups in subprocesses.
+            "TYPE": "DummyVecEnv",
+            "IN_SERIES": 4,
+        },
+        "EVO": {
+            # False: random search (no tournament).
+            "IS_EVO": True,
+            # Workers on this node; 0 = as many as the node can hold.
+            "NUM_PROCESSES": 0,
+            "INIT_POPULATION_SIZE": 576,
+            "INIT_METHOD": "limb_count_pop_init",
+            # Morphologies trained in all, initial population included.
+            "SEARCH_SPACE_SIZE": 4000,
+            # aging_num | aging_percent | vanilla_num | vanilla_percent
+            "TOURNAMENT_TYPE": "aging_num",
+            "AGING_WINDOW_SIZE": 576,
+            "NUM_PARTICIPANTS": 4,
+            "PERCENT_PARTICIPANTS": 5,
+            "MUTATION_OPS": [
+                "grow_limb", "joint_angle", "limb_params", "dof", "density", "gear", "delete_limb",
+            ],
+            "SELECTION_CRITERIA": ["__reward__forward", "__reward__stand"],
+            # -1 maximise, +1 minimise, one per criterion.
+            "SELECTION_CRITERIA_OBJ": [-1, -1],
+        },
+        "CUDNN": {
+            "BENCHMARK": False,
+            "DETERMINISTIC": True,
+        },
+        "OUT_DIR": "output/default",
+        "CFG_DEST": "config.yaml",
+        "RNG_SEED": 1,
+        "ENV_NAME": "Unimal-v0",
+        # cpu | cuda | cuda:N | auto. Only the learner moves; envs stay on the CPU.
+        "DEVICE": "cpu",
+        "TORCH_THREADS": 1,
+        "LOG_DEST": "stdout",
+        "LOG_PERIOD": -1,
+        "CHECKPOINT_PERIOD": 100,
+        "EVAL_PERIOD": -1,
+        "NODE_ID": 0,
+        "NUM_NODES": 1,
+    }
+
+
+# Keys computed from others; setting them by hand is an error.
+DERIVED_KEYS = ("PPO.MAX_ITERS",)
+
+
+def _derive(tree: dict[str, Any]) -> None:
+    ppo = tree["PPO"]
+    per_iter = ppo["TIMESTEPS"] * ppo["NUM_ENVS"]
+    ppo["MAX_ITERS"] = max(1, int(ppo["MAX_STATE_ACTION_PAIRS"]) // per_iter)
+
+
+class CfgNode(Mapping):
+    """A frozen config node: attribute and item access, JSON-able via ``to_dict``."""
+
+    def __init__(self, tree: Mapping[str, Any]):
+        items = {k: CfgNode(v) if isinstance(v, Mapping) else _freeze(v) for k, v in tree.items()}
+        object.__setattr__(self, "_items", items)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError(f"config is frozen: cannot set {name}")
+
+    def __getitem__(self, name: str) -> Any:
+        return self._items[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"CfgNode({self.to_dict()!r})"
+
+    def __reduce__(self):  # picklable for multiprocessing (never written to disk)
+        return (CfgNode, (self.to_dict(),))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v.to_dict() if isinstance(v, CfgNode) else _thaw(v) for k, v in self._items.items()}
+
+    def get_path(self, dotted: str) -> Any:
+        node: Any = self
+        for part in dotted.split("."):
+            node = node[part]
+        return node
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(_freeze(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def _thaw(value: Any) -> Any:
+    return [_thaw(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _leaf_paths(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    paths = []
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            paths.extend(_leaf_paths(value, path + "."))
+        else:
+            paths.append(path)
+    return paths
+
+
+def _resolve_key(key: str, leaves: list[str]) -> str:
+    """Maps a full dotted key or an unambiguous leaf name to its full path."""
+    if key in leaves:
+        return key
+    matches = [p for p in leaves if p.rsplit(".", 1)[-1] == key]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise ConfigError(f"ambiguous config key {key!r}: use one of {', '.join(matches)}")
+    names = leaves + sorted({p.rsplit(".", 1)[-1] for p in leaves})
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    """Returns ``value`` converted to the type of ``default``, or raises ConfigError."""
+
+    def bad() -> ConfigError:
+        return ConfigError(
+            f"config key {key} expects {type(default).__name__}, got {value!r}"
+        )
+
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise bad()
+    if isinstance(default, int):
+        if isinstance(value, bool):
+            raise bad()
+        if isinstance(value, str):
+            value = _parse_number(value, bad)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, int):
+            return value
+        raise bad()
+    if isinstance(default, float):
+        if isinstance(value, bool):
+            raise bad()
+        if isinstance(value, str):
+            value = _parse_number(value, bad)
+        if isinstance(value, int | float):
+            return float(value)
+        raise bad()
+    if isinstance(default, str):
+        if isinstance(value, str):
+            return value
+        raise bad()
+    if isinstance(default, list):
+        if isinstance(value, list | tuple):
+            return list(value)
+        raise bad()
+    raise bad()
+
+
+def _parse_number(text: str, bad) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise bad() from None
+
+
+def _parse_override_value(text: str) -> Any:
+    """Parses a command-line value as YAML (lists, bools, numbers), else a string."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _set(tree: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    node = tree
+    for part in parents:
+        node = node[part]
+    node[leaf] = _coerce(path, value, node[leaf])
+
+
+def _flatten_yaml(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    pairs = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            pairs.extend(_flatten_yaml(value, path + "."))
+        else:
+            pairs.append((path, value))
+    return pairs
+
+
+def _read_yaml(cfg_file: str | Path) -> Mapping[str, Any]:
+    path = Path(cfg_file)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        first = str(err).splitlines()[0] if str(err) else "invalid YAML"
+        raise ConfigError(f"config file {path} is not valid YAML: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {path} must hold a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any]) -> list[tuple[str, Any]]:
+    if isinstance(overrides, Mapping):
+        return list(overrides.items())
+    if len(overrides) % 2:
+        raise ConfigError(f"config overrides come in KEY VALUE pairs; {overrides[-1]!r} has no value")
+    return [
+        (overrides[i], _parse_override_value(overrides[i + 1])) for i in range(0, len(overrides), 2)
+    ]
+
+
+def load_config(
+    cfg_file: str | Path | None = None,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+) -> CfgNode:
+    """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen tree.
+
+    Args:
+        cfg_file: optional YAML file with a (partial) tree of keys.
+        overrides: ``["KEY", "VALUE", ...]`` strings from the command line (values parsed
+            as YAML), or a mapping of keys to already-typed values.
+
+    Raises:
+        ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file.
+    """
+    tree = _defaults()
+    leaves = _leaf_paths(tree)
+    file_pairs = _flatten_yaml(_read_yaml(cfg_file)) if cfg_file is not None else []
+    for key, value in file_pairs + _pairs_from_overrides(overrides):
+        path = _resolve_key(str(key), leaves)
+        if path in DERIVED_KEYS:
+            if (key, value) in file_pairs:
+                continue  # a dumped config carries the derived value; it is recomputed
+            raise ConfigError(f"config key {path} is derived and cannot be set")
+        _set(tree, path, value)
+    _derive(tree)
+    return CfgNode(tree)
+
+
+def dump_config(cfg: CfgNode) -> str:
+    """The resolved config as YAML text; ``load_config`` of it gives ``cfg`` back."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)
+
+
+def load_config_or_exit(cfg_file: str | Path | None, overrides: Sequence[str]) -> CfgNode:
+    """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
+    try:
+        return load_config(cfg_file, overrides)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
