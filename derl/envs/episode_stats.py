@@ -1,0 +1,47 @@
+"""Per-episode statistics that the learner and the evolution read.
+
+When an episode ends (terminated or truncated), ``info["episode"]`` holds:
+
+- ``return``: sum of the rewards; ``length``: number of steps;
+- every ``__reward__*`` key the env reports in ``info``: its sum over the episode;
+- ``x_pos`` and ``metric``, when the env reports them: their value at the last step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+REWARD_PREFIX = "__reward__"
+FINAL_KEYS = ("x_pos", "metric")
+
+
+class EpisodeStats(gym.Wrapper):
+    """Adds ``info["episode"]`` (see the module docstring) at the end of each episode."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self._sums: dict[str, float] = {}
+        self._length = 0
+
+    def reset(self, **kwargs) -> tuple[Any, dict]:
+        self._sums = {"return": 0.0}
+        self._length = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        sums = self._sums
+        sums["return"] += float(reward)
+        for key, value in info.items():
+            if key.startswith(REWARD_PREFIX):
+                sums[key] = sums.get(key, 0.0) + float(value)
+        self._length += 1
+        if terminated or truncated:
+            episode = dict(sums, length=self._length)
+            for key in FINAL_KEYS:
+                if key in info:
+                    episode[key] = float(info[key])
+            info["episode"] = episode
+        return obs, reward, terminated, truncated, info

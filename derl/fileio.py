@@ -1,0 +1,55 @@
+"""Atomic file writes and JSON helpers.
+
+Every file another process may read is written to a temporary file in the same
+folder, flushed to disk, then renamed over the target with ``os.replace``: a
+reader sees the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` atomically (temp file + fsync + rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Writes ``obj`` as indented JSON, atomically. NaN and infinities are refused."""
+    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def create_exclusive(path: str | Path, text: str = "") -> bool:
+    """Creates ``path`` only if it does not exist (O_EXCL). Returns False if it did."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
