@@ -1,0 +1,1 @@
+"""Benchmarks behind `tools/bench.py`: each module has `add_arguments(parser)` and `run(args)`."""
