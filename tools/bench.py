@@ -12,28 +12,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from derl.fileio import atomic_write_text  # noqa: E402
+
 BENCHMARKS = ("env", "ppo", "evolve")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="name", required=True)
-    modules = {}
-    for name in BENCHMARKS:
-        module = importlib.import_module(f"derl.bench.{name}")
-        modules[name] = module
-        p = sub.add_parser(name, help=module.__doc__.splitlines()[0])
-        p.add_argument("--out", type=Path, help="also write the JSON result to this file")
-        module.add_arguments(p)
-    args = parser.parse_args()
-    result = modules[args.name].run(args)
-    text = json.dumps(result, indent=2)
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] not in BENCHMARKS:
+        print(f"usage: tools/bench.py {{{','.join(BENCHMARKS)}}} [options] [--out FILE]", file=sys.stderr)
+        raise SystemExit(2)
+    module = importlib.import_module(f"derl.bench.{argv[0]}")
+    parser = argparse.ArgumentParser(prog=f"tools/bench.py {argv[0]}", description=module.__doc__)
+    parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    text = json.dumps(module.run(args), indent=2)
     print(text)
     if args.out:
-        from derl.fileio import atomic_write_text
-
         atomic_write_text(args.out, text + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
