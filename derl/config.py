@@ -190,6 +190,8 @@ def _defaults() -> dict[str, Any]:
             "NUM_PROCESSES": 0,
             "INIT_POPULATION_SIZE": 576,
             "INIT_METHOD": "limb_count_pop_init",
+            # Seconds other nodes wait for node 0 to write the initial population.
+            "INIT_WAIT_TIMEOUT": 86400,
             # Morphologies trained in all, initial population included.
             "SEARCH_SPACE_SIZE": 4000,
             # aging_num | aging_percent | vanilla_num | vanilla_percent
