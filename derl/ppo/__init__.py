@@ -1,0 +1,6 @@
+"""PPO for one morphology per process: DERL's actor-critic, losses and schedule, a fast env pool."""
+
+from derl.ppo.policy import Policy, load_policy
+from derl.ppo.trainer import TrainResult, train
+
+__all__ = ["Policy", "TrainResult", "load_policy", "train"]

@@ -1,0 +1,107 @@
+"""GAE and the PPO loss (DERL_SPEC section 3), as pure functions.
+
+Time-limit truncation is handled as in Pardo et al. (2018), not as in the original DERL (which
+dropped the last reward and did not bootstrap, spec defect 18): an episode cut by the time limit
+bootstraps from the value of its true final observation; a terminated episode bootstraps from 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    bootstrap_value: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    final_values: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimation over a rollout.
+
+    Args:
+        rewards, values: ``[T, B]``; ``values[t]`` is V of the observation acted on at step t.
+        bootstrap_value: ``[B]``, V of the observation after the last step.
+        terminated, truncated: ``[T, B]`` booleans; an episode ended at step t (terminated wins
+            when both are set).
+        final_values: ``[T, B]``, V of the true final observation where ``truncated`` (other
+            entries are ignored).
+        gamma, lam: discount and GAE lambda.
+
+    Returns:
+        ``(advantages, returns)``, both ``[T, B]`` float32, ``returns = advantages + values``.
+    """
+    horizon = rewards.shape[0]
+    done = terminated | truncated
+    advantages = np.zeros(rewards.shape, np.float32)
+    gae = np.zeros(rewards.shape[1], np.float32)
+    next_value = bootstrap_value
+    for t in reversed(range(horizon)):
+        ended_value = np.where(terminated[t], 0.0, final_values[t])
+        next_value = np.where(done[t], ended_value, next_value)
+        delta = rewards[t] + gamma * next_value - values[t]
+        gae = delta + gamma * lam * np.where(done[t], 0.0, gae)
+        advantages[t] = gae
+        next_value = values[t]
+    return advantages, (advantages + values).astype(np.float32)
+
+
+def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """Log-density of a diagonal Gaussian, summed over the action dimensions: ``[n]``."""
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - LOG_SQRT_2PI).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """Entropy of a diagonal Gaussian with state-independent ``log_std``."""
+    return (log_std + 0.5 + LOG_SQRT_2PI).sum(-1)
+
+
+class LossTerms(NamedTuple):
+    total: torch.Tensor
+    policy: torch.Tensor
+    value: torch.Tensor
+    entropy: torch.Tensor
+    approx_kl: torch.Tensor
+    clip_fraction: torch.Tensor
+
+
+def ppo_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    entropy: torch.Tensor,
+    clip_eps: float,
+    value_coef: float,
+    entropy_coef: float,
+    clip_value: bool,
+) -> LossTerms:
+    """DERL's loss: −clipped surrogate + value_coef·½·max((V−R)², (V_clip−R)²) − entropy_coef·H.
+
+    ``approx_kl`` is ``mean(old_log_prob − log_prob)``, the quantity DERL's early stop tests.
+    """
+    ratio = torch.exp(log_prob - old_log_prob)
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    policy_loss = -surrogate.mean()
+    value_error = (values - returns).pow(2)
+    if clip_value:
+        clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
+        value_error = torch.max(value_error, (clipped - returns).pow(2))
+    value_loss = 0.5 * value_error.mean()
+    total = policy_loss + value_coef * value_loss - entropy_coef * entropy
+    with torch.no_grad():
+        approx_kl = (old_log_prob - log_prob).mean()
+        clip_fraction = ((ratio - 1).abs() > clip_eps).float().mean()
+    return LossTerms(total, policy_loss, value_loss, entropy, approx_kl, clip_fraction)

@@ -1,0 +1,74 @@
+"""DERL's actor-critic: separate actor and critic encoders, Gaussian policy (spec section 3).
+
+Encoder: one key → MLP ``[d, *hidden]``; several keys → an MLP per key, concatenated, then
+``[64k, *feat_hidden]``; tanh after every layer. Actor head: linear → mean, state-independent
+``log_std`` initialised to 0, no squashing. Critic head: linear → 1. Orthogonal init, gain 1,
+zero biases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from derl.ppo.obs_layout import ObsLayout
+
+
+def _mlp(in_dim: int, hidden: Sequence[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [nn.Linear(in_dim, width), nn.Tanh()]
+        in_dim = width
+    return nn.Sequential(*layers)
+
+
+class Encoder(nn.Module):
+    """Maps flat observations ``[n, layout.size]`` to features ``[n, out_dim]``."""
+
+    def __init__(self, layout: ObsLayout, hidden: Sequence[int], feat_hidden: Sequence[int]):
+        super().__init__()
+        self.slices = layout.slices
+        self.per_key = nn.ModuleList(_mlp(dim, hidden) for dim in layout.dims)
+        self.out_dim = hidden[-1]
+        self.combine: nn.Module | None = None
+        if len(layout.keys) > 1:
+            self.combine = _mlp(hidden[-1] * len(layout.keys), feat_hidden)
+            self.out_dim = feat_hidden[-1]
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.combine is None:
+            return self.per_key[0](obs)
+        parts = [mlp(obs[:, part]) for mlp, part in zip(self.per_key, self.slices, strict=True)]
+        return self.combine(torch.cat(parts, dim=-1))
+
+
+class ActorCritic(nn.Module):
+    def __init__(
+        self,
+        layout: ObsLayout,
+        action_dim: int,
+        hidden: Sequence[int] = (64, 64),
+        feat_hidden: Sequence[int] = (64,),
+    ):
+        super().__init__()
+        self.actor_encoder = Encoder(layout, hidden, feat_hidden)
+        self.critic_encoder = Encoder(layout, hidden, feat_hidden)
+        self.mean_head = nn.Linear(self.actor_encoder.out_dim, action_dim)
+        self.value_head = nn.Linear(self.critic_encoder.out_dim, 1)
+        self.log_std = nn.Parameter(torch.zeros(action_dim))
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.orthogonal_(module.weight, gain=1.0)
+                nn.init.zeros_(module.bias)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns the action mean ``[n, A]`` and the value ``[n]``."""
+        return self.action_mean(obs), self.value(obs)
+
+    def action_mean(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.mean_head(self.actor_encoder(obs))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_head(self.critic_encoder(obs)).squeeze(-1)

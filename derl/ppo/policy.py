@@ -1,0 +1,57 @@
+"""A trained policy loaded from a checkpoint, for replay and evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from derl.ppo.checkpoint import load_checkpoint
+from derl.ppo.device import resolve_device
+from derl.ppo.networks import ActorCritic
+from derl.ppo.normalize import ObsNormalizer
+from derl.ppo.obs_layout import ObsLayout
+
+
+class Policy:
+    """Normalises observations with the training statistics (frozen) and runs the actor."""
+
+    def __init__(self, model: ActorCritic, layout: ObsLayout, obs_norm: ObsNormalizer, device: torch.device):
+        self.model, self.layout, self.obs_norm, self.device = model.eval(), layout, obs_norm, device
+
+    def _flatten(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """Returns ``[n, D]`` float32 observations and whether the input was a single one."""
+        if self.layout.is_dict:
+            parts = [np.asarray(obs[key], np.float32) for key in self.layout.keys]
+            single = parts[0].ndim == 1
+            flat = [p.reshape(-1, d) for p, d in zip(parts, self.layout.dims, strict=True)]
+            return np.concatenate(flat, axis=1), single
+        array = np.asarray(obs, np.float32)
+        single = array.size == self.layout.size
+        return array.reshape(-1, self.layout.size), single
+
+    @torch.no_grad()
+    def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        """Action(s) for one observation or a batch; the mean action when ``deterministic``."""
+        flat, single = self._flatten(obs)
+        tensor = torch.from_numpy(self.obs_norm.normalize(flat)).to(self.device)
+        action = self.model.action_mean(tensor)
+        if not deterministic:
+            action = action + self.model.log_std.exp() * torch.randn_like(action)
+        action = action.cpu().numpy()
+        return action[0] if single else action
+
+
+def load_policy(checkpoint_path: str | Path, device: str = "cpu") -> Policy:
+    """Loads the actor and observation statistics of a ``derl.ppo.train`` checkpoint."""
+    torch_device = resolve_device(device)
+    state = load_checkpoint(checkpoint_path, torch_device)
+    spec = state["model_spec"]
+    layout = ObsLayout.from_dict(spec["layout"])
+    model = ActorCritic(layout, spec["action_dim"], spec["hidden"], spec["feat_hidden"]).to(torch_device)
+    model.load_state_dict(state["model"])
+    obs_norm = ObsNormalizer(*layout.normalized_columns())
+    obs_norm.load_state_dict(state["obs_norm"])
+    return Policy(model, layout, obs_norm, torch_device)

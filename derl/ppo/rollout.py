@@ -1,0 +1,107 @@
+"""Rollout collection: one batched policy forward per lockstep step of the pool.
+
+Buffers are preallocated NumPy arrays shaped ``[T, N, ...]`` (``T`` = ``PPO.TIMESTEPS``, ``N`` =
+``PPO.NUM_ENVS``); the only per-step tensors are the batch forward's inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from derl.ppo.episodes import EpisodeLog
+from derl.ppo.losses import gaussian_log_prob
+from derl.ppo.networks import ActorCritic
+from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
+from derl.ppo.pool import EnvPool, SubprocEnvPool
+
+
+@dataclass
+class Rollout:
+    obs: np.ndarray  # float32 [T, N, D], normalised
+    actions: np.ndarray  # float32 [T, N, A], as sent to the envs (unclipped, as in DERL)
+    log_probs: np.ndarray  # float32 [T, N]
+    values: np.ndarray  # float32 [T, N]
+    rewards: np.ndarray  # float32 [T, N], normalised
+    terminated: np.ndarray  # bool [T, N]
+    truncated: np.ndarray  # bool [T, N]
+    final_values: np.ndarray  # float32 [T, N], V(true final obs) where truncated
+    bootstrap_value: np.ndarray  # float32 [N], V(obs after the last step)
+
+    @classmethod
+    def allocate(cls, steps: int, num_envs: int, obs_size: int, action_dim: int) -> Rollout:
+        def zeros(*shape: int, dtype=np.float32) -> np.ndarray:
+            return np.zeros(shape, dtype)
+
+        return cls(
+            obs=zeros(steps, num_envs, obs_size),
+            actions=zeros(steps, num_envs, action_dim),
+            log_probs=zeros(steps, num_envs),
+            values=zeros(steps, num_envs),
+            rewards=zeros(steps, num_envs),
+            terminated=zeros(steps, num_envs, dtype=bool),
+            truncated=zeros(steps, num_envs, dtype=bool),
+            final_values=zeros(steps, num_envs),
+            bootstrap_value=zeros(num_envs),
+        )
+
+
+class Collector:
+    """Steps the pool with the current policy and fills a ``Rollout``.
+
+    Normalisation follows VecNormalize: observation statistics are updated with every batch the
+    envs return (reset observations included) before that batch is normalised; final
+    observations of truncated episodes are normalised with the same statistics.
+    """
+
+    def __init__(
+        self,
+        pool: EnvPool | SubprocEnvPool,
+        model: ActorCritic,
+        obs_norm: ObsNormalizer,
+        ret_norm: ReturnNormalizer,
+        episode_log: EpisodeLog,
+        device: torch.device,
+    ):
+        self.pool, self.model, self.device = pool, model, device
+        self.obs_norm, self.ret_norm, self.episode_log = obs_norm, ret_norm, episode_log
+        self._obs = np.zeros((pool.num_envs, pool.layout.size), np.float32)  # normalised, current
+
+    def reset(self, seed: int | None) -> None:
+        obs = self.pool.reset(seed)
+        self.obs_norm.update(obs)
+        self.obs_norm.normalize(obs, out=self._obs)
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device, non_blocking=True)
+
+    @torch.no_grad()
+    def collect(self, rollout: Rollout) -> int:
+        """Fills ``rollout`` with ``T`` steps of every env; returns the env steps taken."""
+        model = self.model
+        log_std = model.log_std
+        std = log_std.exp()
+        for t in range(rollout.obs.shape[0]):
+            rollout.obs[t] = self._obs
+            obs = self._tensor(rollout.obs[t])
+            mean, value = model(obs)
+            action = mean + std * torch.randn_like(mean)
+            rollout.log_probs[t] = gaussian_log_prob(action, mean, log_std).cpu().numpy()
+            rollout.values[t] = value.cpu().numpy()
+            rollout.actions[t] = action.cpu().numpy()
+            batch = self.pool.step(rollout.actions[t])
+            rollout.terminated[t] = batch.terminated
+            rollout.truncated[t] = batch.truncated
+            self.obs_norm.update(batch.obs)
+            self.obs_norm.normalize(batch.obs, out=self._obs)
+            cut = batch.truncated & ~batch.terminated
+            if cut.any():
+                final = self.obs_norm.normalize(batch.final_obs[cut])
+                rollout.final_values[t, cut] = model.value(self._tensor(final)).cpu().numpy()
+            rollout.rewards[t] = self.ret_norm.normalize(batch.rewards, batch.terminated | batch.truncated)
+            if batch.episodes:
+                self.episode_log.extend(batch.episodes)
+        rollout.bootstrap_value[:] = model.value(self._tensor(self._obs)).cpu().numpy()
+        return rollout.obs.shape[0] * rollout.obs.shape[1]
