@@ -1,0 +1,230 @@
+"""The UNIMAL genome: plain, versioned, JSON-serialisable data.
+
+A genome is a head plus limb *groups*. A group is one limb on the plane of
+symmetry (xz) or a mirrored pair stored once: the first limb is drawn, the
+second is its mirror image (y -> -y), so symmetry holds by construction.
+
+A group hangs from a parent: the head (``parent=None``, site ``"center"``) or
+the first limb of a parent group (site ``"mid"`` or ``"btm"``). For a pair on a
+plane parent both limbs share that parent; for a pair on a pair parent the
+second limb hangs from the parent's second limb (its mirror site).
+
+Limb ids are never reused; ``next_limb_id`` is the next free one. Groups are
+stored in growth order, so a parent group always precedes its children.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+HEAD_SITE = "center"
+LIMB_SITES = ("mid", "btm")
+AXES = ("x", "y")
+
+
+def direction(theta: float, phi: float) -> np.ndarray:
+    """u(theta, phi) = (sin phi cos theta, sin phi sin theta, cos phi), rounded to 2 decimals.
+
+    Rounding makes on-plane directions (theta in {0, 180} or phi = 180) have y exactly 0.
+    """
+    t, p = math.radians(theta), math.radians(phi)
+    raw = (math.sin(p) * math.cos(t), math.sin(p) * math.sin(t), math.cos(p))
+    return np.array([round(v, 2) + 0.0 for v in raw])
+
+
+def on_plane(u: np.ndarray) -> bool:
+    return u[1] == 0.0
+
+
+class GenomeError(ValueError):
+    """A genome file or value that does not follow the schema (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Joint:
+    """A hinge about the limb frame's ``axis`` with a range in degrees and a motor gear."""
+
+    axis: str
+    range: tuple[float, float]
+    gear: float
+
+
+@dataclass(frozen=True)
+class LimbGroup:
+    """One limb on the symmetry plane (``ids=(i,)``) or a mirrored pair (``ids=(i, i+1)``).
+
+    ``theta``/``phi`` (degrees) give the direction of the first limb; the second
+    limb of a pair points along its mirror image. ``length`` is the capsule's
+    cylinder length; joints apply to every limb of the group.
+    """
+
+    ids: tuple[int, ...]
+    parent: int | None
+    site: str
+    radius: float
+    length: float
+    theta: float
+    phi: float
+    joints: tuple[Joint, ...]
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.ids) == 2
+
+
+@dataclass(frozen=True)
+class Genome:
+    """A UNIMAL morphology. ``parent_id``/``mutation`` record how it was made."""
+
+    id: str
+    head_radius: float
+    head_density: float
+    limb_density: float
+    groups: tuple[LimbGroup, ...] = ()
+    next_limb_id: int = 0
+    parent_id: str | None = None
+    mutation: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def num_limbs(self) -> int:
+        return sum(len(g.ids) for g in self.groups)
+
+    @property
+    def dof(self) -> int:
+        return sum(len(g.ids) * len(g.joints) for g in self.groups)
+
+    def group_of(self, limb_id: int) -> LimbGroup:
+        """The group holding ``limb_id`` (first or mirrored limb)."""
+        for group in self.groups:
+            if limb_id in group.ids:
+                return group
+        raise KeyError(f"genome {self.id} has no limb {limb_id}")
+
+    def body(self) -> tuple:
+        """Everything but the identity fields: equal bodies mean identical morphologies."""
+        return (self.head_radius, self.head_density, self.limb_density, self.groups)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2) + "\n"
+
+    @staticmethod
+    def from_json(text: str) -> Genome:
+        """Parses and validates a genome written by ``to_json``.
+
+        Raises:
+            GenomeError: not JSON, wrong schema version, missing or malformed field.
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise GenomeError(f"genome is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise GenomeError("genome JSON must be an object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise GenomeError(f"unsupported genome schema_version {version!r} (expected {SCHEMA_VERSION})")
+        try:
+            groups = tuple(_group_from_dict(g) for g in data["groups"])
+            genome = Genome(
+                id=_typed(data["id"], str, "id"),
+                head_radius=_number(data["head_radius"], "head_radius"),
+                head_density=_number(data["head_density"], "head_density"),
+                limb_density=_number(data["limb_density"], "limb_density"),
+                groups=groups,
+                next_limb_id=_typed(data["next_limb_id"], int, "next_limb_id"),
+                parent_id=_optional(data["parent_id"], str, "parent_id"),
+                mutation=_optional(data["mutation"], str, "mutation"),
+            )
+        except KeyError as err:
+            raise GenomeError(f"genome is missing field {err.args[0]!r}") from None
+        except (TypeError, AttributeError):
+            raise GenomeError("genome has a malformed limb group or joint") from None
+        validate(genome)
+        return genome
+
+
+def _group_from_dict(data: dict[str, Any]) -> LimbGroup:
+    joints = tuple(
+        Joint(
+            axis=_typed(j["axis"], str, "joint axis"),
+            range=_pair(j["range"]),
+            gear=_number(j["gear"], "joint gear"),
+        )
+        for j in data["joints"]
+    )
+    return LimbGroup(
+        ids=tuple(_typed(i, int, "limb id") for i in data["ids"]),
+        parent=_optional(data["parent"], int, "group parent"),
+        site=_typed(data["site"], str, "group site"),
+        radius=_number(data["radius"], "limb radius"),
+        length=_number(data["length"], "limb length"),
+        theta=_number(data["theta"], "limb theta"),
+        phi=_number(data["phi"], "limb phi"),
+        joints=joints,
+    )
+
+
+def _typed(value: Any, kind: type, name: str) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise GenomeError(f"genome field {name} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _optional(value: Any, kind: type, name: str) -> Any:
+    return None if value is None else _typed(value, kind, name)
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise GenomeError(f"genome field {name} must be a number, got {value!r}")
+    return value
+
+
+def _pair(value: Sequence[Any]) -> tuple[float, float]:
+    if len(value) != 2:
+        raise GenomeError(f"joint range must have two values, got {value!r}")
+    return (_number(value[0], "joint range"), _number(value[1], "joint range"))
+
+
+def validate(genome: Genome) -> None:
+    """Checks the structural rules of the schema.
+
+    Raises:
+        GenomeError: naming the first broken rule.
+    """
+    plane_parents: set[int | None] = {None}
+    pair_parents: set[int] = set()
+    seen: set[int] = set()
+    for group in genome.groups:
+        name = f"genome {genome.id}: limb group {list(group.ids)}"
+        if len(group.ids) not in (1, 2) or seen & set(group.ids):
+            raise GenomeError(f"{name} must hold one or two new limb ids")
+        if group.is_pair and group.ids[1] != group.ids[0] + 1:
+            raise GenomeError(f"{name}: a pair's ids must be consecutive")
+        if max(group.ids) >= genome.next_limb_id:
+            raise GenomeError(f"{name}: ids must be below next_limb_id {genome.next_limb_id}")
+        expected_sites = (HEAD_SITE,) if group.parent is None else LIMB_SITES
+        if group.site not in expected_sites:
+            raise GenomeError(f"{name}: site {group.site!r} must be one of {expected_sites}")
+        if group.parent not in plane_parents and group.parent not in pair_parents:
+            raise GenomeError(f"{name}: parent {group.parent} is not the first limb of an earlier group")
+        if not group.is_pair and group.parent in pair_parents:
+            raise GenomeError(f"{name}: a single limb cannot hang from a mirrored pair")
+        planar = on_plane(direction(group.theta, group.phi))
+        if not group.is_pair and not planar:
+            raise GenomeError(f"{name}: a single limb must lie on the symmetry plane")
+        if group.is_pair and group.parent not in pair_parents and planar:
+            raise GenomeError(f"{name}: a pair on a plane site must leave the symmetry plane")
+        if not 1 <= len(group.joints) <= 2 or any(j.axis not in AXES for j in group.joints):
+            raise GenomeError(f"{name}: needs one or two joints with axes among {AXES}")
+        seen.update(group.ids)
+        (pair_parents if group.is_pair else plane_parents).add(group.ids[0])
