@@ -83,6 +83,7 @@ def _defaults() -> dict[str, Any]:
             "STATE_RANGE": [-100.0, 100.0],
             "Z_RANGE": [-0.1, math.inf],
             "RESET_NOISE_SCALE": 5e-3,
+            "EPISODE_LENGTH": 1000,  # env steps before an episode is truncated (time limit)
             # Falling: head height below this fraction of its starting height.
             "STAND_HEIGHT_RATIO": 0.5,
             # Modules that build the world, in order.
