@@ -1,0 +1,119 @@
+"""What the evolution needs from the rest of derl: genomes, MJCF and PPO training.
+
+The worker only sees genomes as JSON text and training as a function, through
+the ``Backend`` protocol. ``DerlBackend`` is the real one (derl.morphology,
+derl.envs, derl.ppo). The environment variable ``DERL_EVO_BACKEND=module:attr``
+selects another object with the same methods, inherited by every worker process:
+the protocol tests use it to run many morphologies in seconds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from derl.config import CfgNode
+
+BACKEND_VARIABLE = "DERL_EVO_BACKEND"
+
+
+class TrainOutcome(Protocol):
+    """The fields of ``derl.ppo.TrainResult`` the evolution reads."""
+
+    summary: dict[str, float]
+    env_steps: int
+    iterations: int
+    wall_time: float
+    steps_per_sec: float
+    completed: bool
+
+
+class Backend(Protocol):
+    def initial_population(self, cfg: CfgNode, seed: int, ids: Sequence[str], num_workers: int) -> list[str]:
+        """Genome JSON texts of a de-duplicated initial population, one per id."""
+
+    def random_genome(self, cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> str:
+        """Genome JSON of one new random morphology (replaces a failed initial one)."""
+
+    def mutate(self, cfg: CfgNode, parent_json: str, rng: np.random.Generator, child_id: str) -> str:
+        """Genome JSON of a child of ``parent_json`` (one mutation)."""
+
+    def to_mjcf(self, cfg: CfgNode, genome_json: str) -> str:
+        """The MJCF text of a genome."""
+
+    def train(
+        self,
+        cfg: CfgNode,
+        xml_path: Path,
+        *,
+        seed: int,
+        checkpoint_path: Path,
+        metrics_path: Path,
+        resume: bool,
+        should_stop: Callable[[], bool],
+    ) -> TrainOutcome:
+        """Trains a controller for the MJCF at ``xml_path``."""
+
+
+class DerlBackend:
+    """derl.morphology for genomes, derl.envs + derl.ppo for training."""
+
+    def initial_population(self, cfg: CfgNode, seed: int, ids: Sequence[str], num_workers: int) -> list[str]:
+        from derl.morphology import initial_population
+
+        genomes = initial_population(cfg, seed, len(ids), list(ids), num_workers=num_workers)
+        return [genome.to_json() for genome in genomes]
+
+    def random_genome(self, cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> str:
+        from derl.morphology import random_genome
+
+        return random_genome(cfg, rng, genome_id).to_json()
+
+    def mutate(self, cfg: CfgNode, parent_json: str, rng: np.random.Generator, child_id: str) -> str:
+        from derl.morphology import Genome, mutate
+
+        return mutate(Genome.from_json(parent_json), cfg, rng, child_id).to_json()
+
+    def to_mjcf(self, cfg: CfgNode, genome_json: str) -> str:
+        from derl.morphology import Genome, to_mjcf
+
+        return to_mjcf(Genome.from_json(genome_json), cfg)
+
+    def train(
+        self,
+        cfg: CfgNode,
+        xml_path: Path,
+        *,
+        seed: int,
+        checkpoint_path: Path,
+        metrics_path: Path,
+        resume: bool,
+        should_stop: Callable[[], bool],
+    ) -> TrainOutcome:
+        from derl.envs import make_env
+        from derl.ppo import train
+
+        def make(index: int) -> Any:
+            return make_env(cfg, str(xml_path), seed=seed + index)
+
+        return train(
+            cfg, make, seed=seed, checkpoint_path=checkpoint_path, metrics_path=metrics_path,
+            resume=resume, should_stop=should_stop,
+        )
+
+
+def load_backend() -> Backend:
+    """The backend named by ``DERL_EVO_BACKEND`` (``module:attr``), else ``DerlBackend``."""
+    spec = os.environ.get(BACKEND_VARIABLE)
+    if not spec:
+        return DerlBackend()
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"{BACKEND_VARIABLE} must look like module:attr, got {spec!r}")
+    backend = getattr(importlib.import_module(module_name), attr)
+    return backend() if isinstance(backend, type) else backend

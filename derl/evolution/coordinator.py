@@ -1,0 +1,247 @@
+"""The per-node coordinator behind ``evo_single_proc.py``.
+
+It prepares ``OUT_DIR`` (node 0 writes ``config.yaml`` and the initial
+population; other nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker
+processes, each in its own session (process group), restarts one that dies,
+rewrites ``summary.json`` every few seconds, and returns when every worker has
+run out of work. On SIGINT/SIGTERM it stops every process group it started:
+SIGTERM, a grace period, then SIGKILL. Workers also receive SIGTERM if the
+coordinator itself is killed (``PR_SET_PDEATHSIG``), so none is left orphaned.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+from derl.config import CfgNode, dump_config, load_config
+from derl.evolution.backend import Backend, load_backend
+from derl.evolution.population import slot_id
+from derl.evolution.results import PublishedResults, summarize
+from derl.evolution.storage import RunDir
+from derl.evolution.worker import EXIT_FATAL, EXIT_STOPPED
+
+# Peak resident memory of one worker training with the default PPO settings (measured, see README).
+WORKER_MEMORY_BYTES = 700 * 2**20
+POLL_SECONDS = 1.0
+SUMMARY_SECONDS = 10.0
+INIT_POLL_SECONDS = 5.0
+GRACE_SECONDS = 10.0
+# Restarts of one worker before the coordinator gives up (a crash loop is a bug, not bad luck).
+MAX_RESTARTS = 50
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def resolve_num_processes(requested: int, cores: int, available_bytes: int, per_worker_bytes: int) -> int:
+    """``requested`` if positive, else as many workers as both the cores and the memory hold (at least 1)."""
+    if requested < 0:
+        raise ValueError(f"EVO.NUM_PROCESSES must be >= 0, got {requested}")
+    if requested > 0:
+        return requested
+    return max(1, min(cores, available_bytes // per_worker_bytes))
+
+
+def validate(cfg: CfgNode) -> None:
+    evo = cfg.EVO
+    if not 0 <= cfg.NODE_ID < cfg.NUM_NODES:
+        raise ValueError(f"NODE_ID {cfg.NODE_ID} is out of range for NUM_NODES {cfg.NUM_NODES}")
+    if not 1 <= evo.INIT_POPULATION_SIZE <= evo.SEARCH_SPACE_SIZE:
+        raise ValueError(f"EVO.INIT_POPULATION_SIZE ({evo.INIT_POPULATION_SIZE}) must be between 1 and "
+                         f"EVO.SEARCH_SPACE_SIZE ({evo.SEARCH_SPACE_SIZE})")
+
+
+def log(message: str) -> None:
+    print(f"[coordinator {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
+    """Makes the folders; node 0 writes the config and the initial population, other nodes wait for it."""
+    run.create()
+    if cfg.NODE_ID != 0:
+        _wait_for_initial_population(cfg, run)
+        return
+    run.write_config(dump_config(cfg))
+    if run.init_population_ids() is not None:
+        return
+    ids = [slot_id(slot) for slot in range(cfg.EVO.INIT_POPULATION_SIZE)]
+    log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
+    genomes = backend.initial_population(cfg, cfg.RNG_SEED, ids, num_workers=usable_cores())
+    for morphology_id, genome in zip(ids, genomes, strict=True):
+        run.write_genome(morphology_id, genome, backend.to_mjcf(cfg, genome))
+    run.mark_init_population(ids)
+
+
+def _wait_for_initial_population(cfg: CfgNode, run: RunDir) -> None:
+    deadline = time.monotonic() + cfg.EVO.INIT_WAIT_TIMEOUT
+    if run.init_population_ids() is None:
+        log(f"node {cfg.NODE_ID}: waiting for node 0 to write the initial population in {run.root} "
+            f"(timeout EVO.INIT_WAIT_TIMEOUT={cfg.EVO.INIT_WAIT_TIMEOUT} s)")
+    while run.init_population_ids() is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no initial population from node 0 in {run.root} after "
+                               f"{cfg.EVO.INIT_WAIT_TIMEOUT} s; is node 0 running with the same OUT_DIR?")
+        time.sleep(INIT_POLL_SECONDS)
+
+
+class Coordinator:
+    """Starts, watches, restarts and stops this node's worker processes."""
+
+    def __init__(self, cfg: CfgNode, run: RunDir, worker_args: Sequence[str]):
+        self.cfg = cfg
+        self.run = run
+        self.worker_args = list(worker_args)
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.restarts = dict.fromkeys(range(cfg.EVO.NUM_PROCESSES), 0)
+        self.signalled: int | None = None
+        self.results = PublishedResults(run)
+
+    def _handle_signal(self, signum: int, frame) -> None:
+        self.signalled = signum
+
+    def _start(self, worker: int) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                                        os.environ.get("PYTHONPATH")])))
+        command = [sys.executable, "-m", "derl.evolution.worker", "--worker", str(worker), *self.worker_args]
+        self.procs[worker] = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def _kill_group(self, proc: subprocess.Popen, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)  # the worker leads its own group (start_new_session)
+        except ProcessLookupError:
+            pass
+
+    def run_workers(self) -> int:
+        """Runs the workers to the end of this node's work; returns the process exit code."""
+        previous = {sig: signal.signal(sig, self._handle_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.results.refresh()
+        session = {"started": time.time(), "published_at_start": len(self.results.by_id)}
+        try:
+            for worker in range(self.cfg.EVO.NUM_PROCESSES):
+                self._start(worker)
+            log(f"node {self.cfg.NODE_ID}: started {len(self.procs)} workers, output in {self.run.root}")
+            code = self._supervise(session)
+        finally:
+            self.stop_all()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        self._write_summary(session)
+        return code
+
+    def _supervise(self, session: dict[str, float]) -> int:
+        last_summary = time.monotonic()
+        while self.procs:
+            if self.signalled is not None:
+                log(f"received signal {self.signalled}: stopping all workers")
+                return 128 + self.signalled
+            for worker, proc in list(self.procs.items()):
+                code = proc.poll()
+                if code is not None and self._on_exit(worker, proc, code):
+                    return 1
+            if time.monotonic() - last_summary >= SUMMARY_SECONDS:
+                self._write_summary(session)
+                last_summary = time.monotonic()
+            time.sleep(POLL_SECONDS)
+        return 0
+
+    def _on_exit(self, worker: int, proc: subprocess.Popen, code: int) -> bool:
+        """Handles a worker's exit; True if the whole node must stop."""
+        self._kill_group(proc, signal.SIGKILL)  # env subprocesses a dead worker may leave behind
+        del self.procs[worker]
+        if code in (0, EXIT_STOPPED):
+            log(f"worker {worker} {'finished' if code == 0 else 'stopped'}")
+            return False
+        if code == EXIT_FATAL:
+            log(f"worker {worker} hit a fatal error; stopping the node")
+            return True
+        self.restarts[worker] += 1
+        if self.restarts[worker] > MAX_RESTARTS:
+            log(f"worker {worker} died {self.restarts[worker]} times; stopping the node")
+            return True
+        log(f"worker {worker} died (exit {code}); restart {self.restarts[worker]}")
+        self._start(worker)
+        return False
+
+    def stop_all(self) -> None:
+        """SIGTERM to every worker group, then SIGKILL to what is left after the grace period."""
+        live = [proc for proc in self.procs.values() if proc.poll() is None]
+        descendants = []
+        for proc in live:
+            try:
+                descendants += psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+            self._kill_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_SECONDS
+        for proc in live:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in self.procs.values():
+            self._kill_group(proc, signal.SIGKILL)
+            proc.wait()
+        for child in descendants:  # anything that left its group
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.procs.clear()
+
+    def _write_summary(self, session: dict[str, float]) -> None:
+        self.results.refresh()
+        summary = summarize(self.cfg, self.run, self.results, session)
+        self.run.write_summary(summary)
+        best = summary["best"]
+        best_text = f", best {best['id']} {best.get(self.cfg.EVO.SELECTION_CRITERIA[0])}" if best else ""
+        log(f"{summary['published']}/{summary['total']} published, {summary['failed']} failed{best_text}, "
+            f"worker memory {self._worker_memory_mb():.0f} MB max")
+
+    def _worker_memory_mb(self) -> float:
+        """Largest resident memory of one worker with its subprocesses (psutil)."""
+        largest = 0
+        for proc in self.procs.values():
+            try:
+                tree = psutil.Process(proc.pid)
+                largest = max(largest, sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)]))
+            except psutil.NoSuchProcess:
+                pass
+        return largest / 2**20
+
+
+def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
+    """Everything ``evo_single_proc.py`` does for one node; returns the exit code.
+
+    Raises:
+        ConfigError, ValueError, TimeoutError: with a one-line message for the user.
+    """
+    cfg = load_config(cfg_file, overrides)
+    validate(cfg)
+    available = psutil.virtual_memory().available
+    num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, usable_cores(), available, WORKER_MEMORY_BYTES)
+    if cfg.EVO.NUM_PROCESSES == 0:
+        log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, {available / 2**30:.1f} GB free, "
+            f"{WORKER_MEMORY_BYTES / 2**20:.0f} MB per worker)")
+    # Workers get the same config with the resolved values, whatever their working directory.
+    node_overrides = [*overrides, "OUT_DIR", str(Path(cfg.OUT_DIR).resolve()), "EVO.NUM_PROCESSES", str(num)]
+    cfg = load_config(cfg_file, node_overrides)
+    run = RunDir(cfg.OUT_DIR)
+    prepare_run(cfg, run, load_backend())
+    cfg_args = ["--cfg", str(Path(cfg_file).resolve())] if cfg_file else []
+    code = Coordinator(cfg, run, [*cfg_args, *node_overrides]).run_workers()
+    published = len(run.published_ids())
+    if published >= cfg.EVO.SEARCH_SPACE_SIZE:
+        log(f"search complete: {published} morphologies in {run.root} (see summary.json)")
+    elif code == 0:
+        log(f"node {cfg.NODE_ID} has no work left; {published}/{cfg.EVO.SEARCH_SPACE_SIZE} published so far")
+    return code

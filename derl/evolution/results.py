@@ -1,0 +1,106 @@
+"""Published results: an in-memory cache of ``metadata/``, parent selection and the run summary."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from derl.config import CfgNode
+from derl.evolution import selection
+from derl.evolution.population import parse_id
+from derl.evolution.storage import RunDir
+
+TOP_K = 10
+
+
+class PublishedResults:
+    """The published metadata of a run. Published files never change, so each is read once."""
+
+    def __init__(self, run: RunDir):
+        self.run = run
+        self.by_id: dict[str, dict[str, Any]] = {}
+
+    def refresh(self) -> None:
+        for morphology_id in self.run.published_ids():
+            if morphology_id not in self.by_id:
+                self.by_id[morphology_id] = self.run.read_metadata(morphology_id)
+
+    def count_slots_below(self, limit: int) -> int:
+        """Published morphologies whose slot is below ``limit`` (the initial ones for INIT_POPULATION_SIZE)."""
+        return sum(1 for morphology_id in self.by_id if parse_id(morphology_id)[0] < limit)
+
+    def select_parent(self, cfg: CfgNode, rng: np.random.Generator) -> str:
+        """The id of the parent chosen by ``EVO.TOURNAMENT_TYPE`` (vanilla retires a loser)."""
+        evo = cfg.EVO
+        aging = evo.TOURNAMENT_TYPE.startswith("aging")
+        if aging:
+            records = sorted(self.by_id.values(), key=lambda record: record["slot"])
+            window = selection.aging_window([r["slot"] for r in records], evo.AGING_WINDOW_SIZE)
+            pool = [records[i] for i in window]
+        else:
+            retired = self.run.retired_ids()
+            pool = sorted((r for r in self.by_id.values() if r["id"] not in retired), key=lambda r: r["slot"])
+        costs = selection.costs_from_table(criteria_table(pool, evo.SELECTION_CRITERIA), evo.SELECTION_CRITERIA_OBJ)
+        num = selection.num_participants(evo.TOURNAMENT_TYPE, evo.NUM_PARTICIPANTS, evo.PERCENT_PARTICIPANTS,
+                                         len(pool))
+        winner, participants = selection.tournament(costs, num, rng)
+        if not aging:
+            loser = selection.first_dominated(costs, participants)
+            if loser is not None:
+                self.run.retire(pool[loser]["id"])
+        return pool[winner]["id"]
+
+
+def criteria_table(records: list[dict[str, Any]], criteria: tuple[str, ...]) -> np.ndarray:
+    """``(n, k)`` values of ``criteria`` for ``records``; a missing criterion is a one-line error."""
+    try:
+        return np.array([[float(record[key]) for key in criteria] for record in records], dtype=float)
+    except KeyError as err:
+        available = ", ".join(sorted(k for k in records[0] if k.startswith("__reward__")))
+        raise ValueError(f"selection criterion {err.args[0]} is not in the metadata (has: {available})") from None
+
+
+def summarize(
+    cfg: CfgNode, run: RunDir, results: PublishedResults, session: dict[str, float]
+) -> dict[str, Any]:
+    """The content of ``summary.json``.
+
+    Args:
+        session: ``{"started": unix time, "published_at_start": count}`` of the
+            coordinator writing it; the rate is measured over its own session so
+            that no clock of another machine is involved.
+    """
+    evo = cfg.EVO
+    records = list(results.by_id.values())
+    done = len(records)
+    total = evo.SEARCH_SPACE_SIZE
+    elapsed_h = max(time.time() - session["started"], 1e-9) / 3600
+    rate = (done - session["published_at_start"]) / elapsed_h
+    ranked = rank(records, evo.SELECTION_CRITERIA, evo.SELECTION_CRITERIA_OBJ)
+    top = [{key: r[key] for key in ("id", "lineage", *evo.SELECTION_CRITERIA) if key in r} for r in ranked[:TOP_K]]
+    return {
+        "published": done,
+        "total": total,
+        "initial_population_size": evo.INIT_POPULATION_SIZE,
+        "claimed_slots": run.num_claimed_slots(),
+        "failed": len(run.failed_ids()),
+        "selection_criteria": list(evo.SELECTION_CRITERIA),
+        "best": top[0] if top else None,
+        "top_k": top,
+        "morphologies_per_hour": rate,
+        "eta_hours": (total - done) / rate if rate > 0 else None,
+        "updated": time.time(),
+    }
+
+
+def rank(records: list[dict[str, Any]], criteria: tuple[str, ...], objectives: tuple[int, ...]) -> list[dict]:
+    """Records best first: lexicographic on the criteria, each in its objective's direction."""
+    usable = [r for r in records if all(isinstance(r.get(key), int | float) for key in criteria)]
+    return sorted(usable, key=lambda r: tuple(sign * r[key] for key, sign in zip(criteria, objectives, strict=True)))
+
+
+def is_finite_summary(summary: dict[str, float]) -> bool:
+    return all(math.isfinite(float(value)) for value in summary.values())

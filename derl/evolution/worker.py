@@ -1,0 +1,299 @@
+"""One evolution worker: claim a slot, make its morphology, train it, publish it; repeat.
+
+Run by the coordinator as ``python -m derl.evolution.worker --worker W [--cfg FILE] [KEY VALUE ...]``.
+
+Order of work: the slot this worker held when it last died (resumed from its
+checkpoint), then the initial population (its own share first, then any slot
+nobody has claimed), then, once every initial morphology is published,
+tournament children until all ``SEARCH_SPACE_SIZE`` slots are claimed.
+
+Exit codes: 0 no slot left, ``EXIT_STOPPED`` stopped on request (signal, STOP
+file, coordinator gone), ``EXIT_FATAL`` a problem a restart cannot fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from derl.config import CfgNode, load_config_or_exit
+from derl.evolution.backend import Backend, TrainOutcome, load_backend
+from derl.evolution.population import init_claim_order, ppo_seed, slot_id, slot_rng
+from derl.evolution.results import PublishedResults, is_finite_summary
+from derl.evolution.storage import RunDir
+
+EXIT_FATAL = 3
+EXIT_STOPPED = 4
+# Replacements of a failed morphology in one slot before the run is declared broken.
+MAX_ATTEMPTS = 10
+STOP_POLL_SECONDS = 5.0
+INIT_POLL_SECONDS = 2.0
+
+
+class Stopped(Exception):
+    """The worker was asked to stop; its slot stays claimed and resumes on restart."""
+
+
+class FatalError(Exception):
+    """A problem that restarting the worker would repeat."""
+
+
+class StopSignal:
+    """``should_stop`` for the trainer: a signal, a dead coordinator or the STOP file.
+
+    The STOP file is checked (and the heartbeat written) at most every
+    ``STOP_POLL_SECONDS``, so polling it once per PPO iteration costs nothing.
+    """
+
+    def __init__(self, run: RunDir, heartbeat):
+        self.run = run
+        self.heartbeat = heartbeat
+        self.parent = os.getppid()
+        self.requested = False
+        self._last_poll = time.monotonic()
+
+    def handle_signal(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __call__(self) -> bool:
+        if os.getppid() != self.parent:
+            self.requested = True
+        now = time.monotonic()
+        if not self.requested and now - self._last_poll >= STOP_POLL_SECONDS:
+            self._last_poll = now
+            self.heartbeat()
+            self.requested = self.run.stop_requested()
+        return self.requested
+
+    def check(self) -> None:
+        if self():
+            raise Stopped
+
+
+class Worker:
+    def __init__(self, cfg: CfgNode, run: RunDir, backend: Backend, worker: int):
+        self.cfg = cfg
+        self.run = run
+        self.backend = backend
+        self.node = cfg.NODE_ID
+        self.worker = worker
+        self.results = PublishedResults(run)
+        self.state: dict[str, Any] = {"slot": None, "id": None, "status": "starting"}
+        self.stop = StopSignal(run, self._write_state)
+
+    def _write_state(self, **changes: Any) -> None:
+        self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time())
+        self.run.write_worker_state(self.node, self.worker, self.state)
+
+    def _log(self, message: str) -> None:
+        print(f"[worker {self.node}-{self.worker}] {message}", flush=True)
+
+    def run_all(self) -> None:
+        """Does this worker's share of the search, then returns (raises Stopped or FatalError)."""
+        previous = self.run.read_worker_state(self.node, self.worker)
+        if previous and previous.get("slot") is not None:
+            self._resume(previous["slot"])
+        evo = self.cfg.EVO
+        order = init_claim_order(evo.INIT_POPULATION_SIZE, self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
+                                 self.worker)
+        for slot in order:
+            if self.run.read_slot(slot) is None and self._claim(slot):
+                self._fill_slot(slot)
+        self._wait_for_initial_population()
+        while (slot := self._claim_next_child_slot()) is not None:
+            self._fill_slot(slot)
+        self._write_state(slot=None, id=None, status="finished")
+
+    def _resume(self, slot: int) -> None:
+        claim = self.run.read_slot(slot)
+        if claim and (claim["node"], claim["worker"]) == (self.node, self.worker):
+            self._log(f"resuming slot {slot}")
+            self._fill_slot(slot)
+
+    def _claim(self, slot: int) -> bool:
+        self.stop.check()
+        # The intent is recorded first: a worker killed between the two writes finds its claim on restart.
+        self._write_state(slot=slot, id=slot_id(slot), status="claiming")
+        claim = {"slot": slot, "id": slot_id(slot), "attempt": 0, "node": self.node, "worker": self.worker}
+        return self.run.claim_slot(slot, claim)
+
+    def _claim_next_child_slot(self) -> int | None:
+        for slot in range(self.cfg.EVO.INIT_POPULATION_SIZE, self.cfg.EVO.SEARCH_SPACE_SIZE):
+            if self.run.read_slot(slot) is None and self._claim(slot):
+                return slot
+        return None
+
+    def _wait_for_initial_population(self) -> None:
+        size = self.cfg.EVO.INIT_POPULATION_SIZE
+        deadline = time.monotonic() + self.cfg.EVO.INIT_WAIT_TIMEOUT
+        self.results.refresh()
+        while (published := self.results.count_slots_below(size)) < size:
+            self._write_state(slot=None, id=None, status=f"waiting for the initial population ({published}/{size})")
+            if time.monotonic() > deadline:
+                raise FatalError(f"initial population still incomplete ({published}/{size}) after "
+                                 f"EVO.INIT_WAIT_TIMEOUT={self.cfg.EVO.INIT_WAIT_TIMEOUT} s")
+            self.stop.check()
+            time.sleep(INIT_POLL_SECONDS)
+            self.results.refresh()
+
+    def _fill_slot(self, slot: int) -> None:
+        """Publishes one morphology in ``slot``, replacing failed ones (each recorded in error_metadata/)."""
+        attempt = self.run.read_slot(slot)["attempt"]
+        while True:
+            morphology_id = slot_id(slot, attempt)
+            if self.run.is_published(morphology_id):
+                return
+            if not self.run.has_failed(morphology_id):
+                try:
+                    self._make_and_train(slot, attempt)
+                    return
+                except (Stopped, FatalError):
+                    raise
+                except Exception as err:  # noqa: BLE001 - any failure of one morphology is recorded, not fatal
+                    if self.stop():
+                        raise Stopped from err  # e.g. env subprocesses killed during shutdown
+                    self._record_failure(morphology_id, slot, attempt, err)
+            attempt += 1
+            if attempt >= MAX_ATTEMPTS:
+                raise FatalError(f"slot {slot}: {MAX_ATTEMPTS} morphologies failed in a row; see error_metadata/")
+            self.run.replace_slot(slot, {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt,
+                                         "node": self.node, "worker": self.worker})
+
+    def _record_failure(self, morphology_id: str, slot: int, attempt: int, err: Exception) -> None:
+        reason = f"{type(err).__name__}: {err}".splitlines()[0]
+        self._log(f"{morphology_id} failed: {reason}")
+        self.run.record_failure({
+            "id": morphology_id, "slot": slot, "attempt": attempt, "reason": reason,
+            "traceback": traceback.format_exc(limit=-8), "node": self.node, "worker": self.worker,
+        })
+
+    def _make_genome(self, slot: int, attempt: int) -> None:
+        morphology_id = slot_id(slot, attempt)
+        rng = slot_rng(self.cfg.RNG_SEED, slot, attempt)
+        if slot >= self.cfg.EVO.INIT_POPULATION_SIZE and self.cfg.EVO.IS_EVO:
+            self.results.refresh()
+            parent_id = self.results.select_parent(self.cfg, rng)
+            genome = self.backend.mutate(self.cfg, self.run.read_genome(parent_id), rng, morphology_id)
+        else:  # a replacement of a failed initial morphology, or random search
+            genome = self.backend.random_genome(self.cfg, rng, morphology_id)
+        self.run.write_genome(morphology_id, genome, self.backend.to_mjcf(self.cfg, genome))
+
+    def _make_and_train(self, slot: int, attempt: int) -> None:
+        morphology_id = slot_id(slot, attempt)
+        self._write_state(slot=slot, id=morphology_id, status="training")
+        if not self.run.has_genome(morphology_id):
+            self._make_genome(slot, attempt)
+        seed = ppo_seed(self.cfg.RNG_SEED, slot, attempt)
+        checkpoint = self.run.checkpoint_path(morphology_id)
+        resume = checkpoint.exists()
+        self._log(f"{'resuming' if resume else 'training'} {morphology_id} (seed {seed})")
+        outcome = self.backend.train(
+            self.cfg, self.run.xml_path(morphology_id), seed=seed, checkpoint_path=checkpoint,
+            metrics_path=self.run.metrics_path(morphology_id), resume=resume, should_stop=self.stop,
+        )
+        if not outcome.completed:
+            raise Stopped
+        if not is_finite_summary(outcome.summary):
+            raise ValueError(f"training summary is not finite: {outcome.summary}")
+        self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome))
+        self._log(f"published {morphology_id}")
+
+    def build_metadata(self, morphology_id: str, slot: int, attempt: int, seed: int,
+                       outcome: TrainOutcome) -> dict[str, Any]:
+        """The published record of a morphology (``metadata/<id>.json``)."""
+        genome = json.loads(self.run.read_genome(morphology_id))
+        parent_id = genome.get("parent_id")
+        if parent_id is None:
+            lineage = morphology_id
+        else:
+            self.results.refresh()
+            lineage = f"{self.results.by_id[parent_id]['lineage']}/{morphology_id}"
+        return {
+            "id": morphology_id,
+            "parent_id": parent_id,
+            "lineage": lineage,
+            "mutation": genome.get("mutation"),
+            "slot": slot,
+            "attempt": attempt,
+            "seed": seed,
+            "node": self.node,
+            "worker": self.worker,
+            **{key: float(value) for key, value in outcome.summary.items()},
+            "env_steps": int(outcome.env_steps),
+            "iterations": int(outcome.iterations),
+            "wall_time": float(outcome.wall_time),
+            "steps_per_sec": float(outcome.steps_per_sec),
+            "files": {
+                "genome": self.run.relative(self.run.genome_path(morphology_id)),
+                "xml": self.run.relative(self.run.xml_path(morphology_id)),
+                "checkpoint": self.run.relative(self.run.checkpoint_path(morphology_id)),
+                "metrics": self.run.relative(self.run.metrics_path(morphology_id)),
+            },
+            "published_at": time.time(),
+        }
+
+
+def _die_with_parent() -> None:
+    """Asks Linux to send SIGTERM when the coordinator dies (no orphaned workers)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _hold_worker_lock(run: RunDir, node: int, worker: int) -> int:
+    """Blocks until no other process runs as this worker (e.g. one still stopping), then holds the lock."""
+    fd = os.open(run.worker_lock_path(node, worker), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"[worker {node}-{worker}] waiting for the previous worker {node}-{worker} to exit", flush=True)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int:
+    """Runs worker ``worker`` of node ``cfg.NODE_ID``; returns its exit code."""
+    _die_with_parent()
+    run = RunDir(cfg.OUT_DIR)
+    if run.init_population_ids() is None:
+        print(f"error: {run.root} has no initial population; start evo_single_proc.py", file=sys.stderr)
+        return EXIT_FATAL
+    lock = _hold_worker_lock(run, cfg.NODE_ID, worker)
+    this = Worker(cfg, run, backend or load_backend(), worker)
+    signal.signal(signal.SIGTERM, this.stop.handle_signal)
+    signal.signal(signal.SIGINT, this.stop.handle_signal)
+    try:
+        this.run_all()
+        return 0
+    except Stopped:
+        this._write_state(status="stopped")
+        return EXIT_STOPPED
+    except FatalError as err:
+        print(f"[worker {cfg.NODE_ID}-{worker}] fatal: {err}", file=sys.stderr, flush=True)
+        this._write_state(status=f"fatal: {err}")
+        return EXIT_FATAL
+    finally:
+        os.close(lock)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", type=int, required=True, help="worker index on this node")
+    parser.add_argument("--cfg", type=Path, help="YAML config file")
+    parser.add_argument("overrides", nargs="*", help="KEY VALUE pairs")
+    args = parser.parse_args(argv)
+    cfg = load_config_or_exit(args.cfg, args.overrides)
+    raise SystemExit(run_worker(cfg, args.worker))
+
+
+if __name__ == "__main__":
+    main()

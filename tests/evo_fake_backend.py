@@ -1,0 +1,71 @@
+"""A stand-in for derl's morphology and PPO used by the evolution protocol tests.
+
+Selected in worker processes with ``DERL_EVO_BACKEND=tests.evo_fake_backend:FakeBackend``.
+A genome is a number; "training" takes ``PPO.MAX_ITERS`` iterations of ``ITERATION_SECONDS``,
+checkpoints after each one (so a resumed run continues), and fails on purpose for
+slots with ``slot % 7 == 5`` at attempt 0 (to exercise ``error_metadata/``).
+Every training start is logged as ``<OUT_DIR>/fake_starts/<id>.<pid>`` so tests can
+check that no morphology is trained by two processes.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+from derl.evolution.population import parse_id
+from derl.fileio import atomic_write_text, create_exclusive
+
+ITERATION_SECONDS = 0.05
+
+
+def _genome(genome_id, parent_id, mutation, size):
+    return json.dumps({"schema_version": 1, "id": genome_id, "parent_id": parent_id, "mutation": mutation,
+                       "size": size})
+
+
+class Result:
+    def __init__(self, summary, iterations, wall_time, completed):
+        self.summary = summary
+        self.env_steps = iterations * 100
+        self.iterations = iterations
+        self.wall_time = wall_time
+        self.steps_per_sec = self.env_steps / max(wall_time, 1e-9)
+        self.completed = completed
+
+
+class FakeBackend:
+    def initial_population(self, cfg, seed, ids, num_workers):
+        return [_genome(genome_id, None, None, 1.0 + k) for k, genome_id in enumerate(ids)]
+
+    def random_genome(self, cfg, rng, genome_id):
+        return _genome(genome_id, None, None, float(rng.uniform(0, 5)))
+
+    def mutate(self, cfg, parent_json, rng, child_id):
+        parent = json.loads(parent_json)
+        return _genome(child_id, parent["id"], "size", parent["size"] + float(rng.normal()))
+
+    def to_mjcf(self, cfg, genome_json):
+        return f'<mujoco model="unimal"><!-- {json.loads(genome_json)["id"]} --></mujoco>\n'
+
+    def train(self, cfg, xml_path, *, seed, checkpoint_path, metrics_path, resume, should_stop):
+        genome_id = Path(xml_path).stem
+        out_dir = Path(xml_path).parents[1]
+        (out_dir / "fake_starts").mkdir(exist_ok=True)
+        create_exclusive(out_dir / "fake_starts" / f"{genome_id}.{os.getpid()}")
+        slot, attempt = parse_id(genome_id)
+        if slot % 7 == 5 and attempt == 0:
+            raise RuntimeError("injected MuJoCo failure")
+        size = json.loads((out_dir / "genomes" / f"{genome_id}.json").read_text())["size"]
+        done = json.loads(checkpoint_path.read_text())["iteration"] if resume else 0
+        start = time.monotonic()
+        while done < cfg.PPO.MAX_ITERS:
+            if should_stop():
+                return Result({}, done, time.monotonic() - start, False)
+            time.sleep(ITERATION_SECONDS)
+            done += 1
+            atomic_write_text(checkpoint_path, json.dumps({"iteration": done}))
+        atomic_write_text(metrics_path, json.dumps({"iteration": done}) + "\n")
+        summary = {"return": size, "__reward__forward": size, "__reward__ctrl": -0.1, "x_pos": size,
+                   "metric": size}
+        return Result(summary, done, time.monotonic() - start, True)
