@@ -3,5 +3,9 @@
 from derl.morphology.genome import Genome, GenomeError, Joint, LimbGroup
 from derl.morphology.mjcf import to_mjcf
 from derl.morphology.mutations import OPERATORS, mutate, random_genome
+from derl.morphology.population import initial_population, species_labels
 
-__all__ = ["OPERATORS", "Genome", "GenomeError", "Joint", "LimbGroup", "mutate", "random_genome", "to_mjcf"]
+__all__ = [
+    "OPERATORS", "Genome", "GenomeError", "Joint", "LimbGroup",
+    "initial_population", "mutate", "random_genome", "species_labels", "to_mjcf",
+]

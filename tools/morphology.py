@@ -1,0 +1,59 @@
+"""UNIMAL morphologies from the command line.
+
+    tools/morphology.py sample --num N --seed S --out DIR [--mutations K] [--cfg F] [KEY VALUE ...]
+    tools/morphology.py xml GENOME.json
+    tools/morphology.py mutate GENOME.json --seed S --out DIR
+    tools/morphology.py stats DIR
+
+``sample`` and ``mutate`` write ``DIR/<id>.json`` (genome) and ``DIR/<id>.xml`` (MJCF).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from derl.config import load_config_or_exit  # noqa: E402
+from derl.morphology import cli  # noqa: E402
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="tools/morphology.py", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    sample = commands.add_parser("sample", help="random genomes, optionally mutated K times")
+    sample.add_argument("--num", type=int, required=True)
+    sample.add_argument("--seed", type=int, required=True)
+    sample.add_argument("--out", type=Path, required=True)
+    sample.add_argument("--mutations", type=int, default=0)
+    xml = commands.add_parser("xml", help="print the MJCF of a saved genome")
+    xml.add_argument("genome", type=Path)
+    mutate = commands.add_parser("mutate", help="write one mutated child of a saved genome")
+    mutate.add_argument("genome", type=Path)
+    mutate.add_argument("--seed", type=int, required=True)
+    mutate.add_argument("--out", type=Path, required=True)
+    stats = commands.add_parser("stats", help="limb and DoF histograms, unique structures")
+    stats.add_argument("dir", type=Path)
+    for sub in (sample, xml, mutate, stats):
+        sub.add_argument("--cfg", help="YAML config file")
+        sub.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
+    args = parser.parse_args(argv)
+    cfg = load_config_or_exit(args.cfg, args.overrides)
+    try:
+        if args.command == "sample":
+            for path in cli.sample(cfg, args.num, args.seed, args.out, args.mutations):
+                print(path)
+        elif args.command == "xml":
+            sys.stdout.write(cli.genome_xml(cfg, args.genome))
+        elif args.command == "mutate":
+            print(cli.mutate_file(cfg, args.genome, args.seed, args.out))
+        else:
+            print(json.dumps(cli.stats(args.dir), indent=2))
+    except cli.InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
