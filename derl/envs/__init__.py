@@ -1,0 +1,42 @@
+"""UNIMAL environments (FT, VT, MVT of DERL) on the official MuJoCo bindings.
+
+``make_env(cfg, xml_path, seed)`` builds the env of ``ENV.TASK``/``ENV.MODULES``; it is also
+registered as ``gymnasium.make("Unimal-v0", xml_path=..., cfg=...)``. ``EVOLUTION_ENVS`` holds
+the config overrides of the three evolution environments. ``EpisodeStats`` (added by the
+trainer) sums the ``__reward__*`` terms of each episode and keeps the final ``x_pos``/``metric``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+
+from derl.envs.episode_stats import EpisodeStats
+from derl.envs.presets import EVOLUTION_ENVS
+from derl.envs.unimal_env import UnimalEnv
+
+ENV_ID = "Unimal-v0"
+
+__all__ = ["ENV_ID", "EVOLUTION_ENVS", "EpisodeStats", "UnimalEnv", "make_env"]
+
+
+def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: str | None = None,
+             *, flat: bool = False) -> gym.Env:
+    """The Unimal env for a unimal MJCF file and a config.
+
+    Args:
+        cfg: the config tree (``derl.config.load_config``).
+        xml_path: the unimal's MJCF file.
+        seed: seeds the env's generator (the first ``reset()`` needs no seed).
+        render_mode: None or "rgb_array".
+        flat: observations as one float vector (keys in ``ENV.KEYS_TO_KEEP`` order).
+    """
+    env: gym.Env = UnimalEnv(xml_path, cfg, seed=seed, render_mode=render_mode)
+    if flat:
+        env = gym.wrappers.FlattenObservation(env)
+    return env
+
+
+if ENV_ID not in gym.registry:
+    gym.register(ENV_ID, entry_point="derl.envs.unimal_env:UnimalEnv")

@@ -1,0 +1,114 @@
+"""Observation gatherers. MuJoCo ids and addresses are looked up once, when the env is built.
+
+``proprioceptive`` (``ENV.OBS_TYPES`` in order, J hinges, L limbs):
+
+==============  ======  =====================================================================
+type            size    content
+==============  ======  =====================================================================
+position        J       hinge angles (the free joint is skipped: no absolute position/attitude)
+velocity        6 + J   free-joint velocity (linear world, angular local), hinge velocities
+imu_vel         9       accelerometer, gyro, velocimeter at the head site ``root``
+touch           1 + L   touch sensors, head first, then limbs
+extremities     2L      each ``limb/btm/i`` site minus the head, in the head frame, x and y
+                        (``framepos`` sensors ``extremity/i`` added by ``derl.envs.world``)
+==============  ======  =====================================================================
+
+``hfield``: heights around the agent minus the height under it, on a grid in the agent's
+heading frame (see ``HeightPatch``), flattened row-major with rows along y from -y (the
+agent's right) to +y, as MuJoCo orders height-field rows, and columns along x from behind
+to ahead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+
+OBS_TYPES = ("position", "velocity", "imu_vel", "touch", "extremities")
+IMU_SENSORS = (mujoco.mjtSensor.mjSENS_ACCELEROMETER, mujoco.mjtSensor.mjSENS_GYRO,
+               mujoco.mjtSensor.mjSENS_VELOCIMETER)
+
+
+def names_with_prefix(model: mujoco.MjModel, obj: mujoco.mjtObj, count: int, prefix: str) -> list[int]:
+    """Ids (in model order) of the objects of one type whose names start with ``prefix``."""
+    return [i for i in range(count) if (mujoco.mj_id2name(model, obj, i) or "").startswith(prefix)]
+
+
+def head_frame(vectors: np.ndarray, xmat: np.ndarray) -> np.ndarray:
+    """World vectors (rows) expressed in the frame whose flat rotation matrix is ``xmat``."""
+    return vectors @ xmat.reshape(3, 3)
+
+
+def _sensor_indices(model: mujoco.MjModel, sensors: list[int], components: int) -> np.ndarray:
+    return np.concatenate([model.sensor_adr[i] + np.arange(components) for i in sensors]).astype(np.intp)
+
+
+class Proprioception:
+    """Builds the proprioceptive vector of ``ENV.OBS_TYPES`` with one ``take`` per data array."""
+
+    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, obs_types):
+        unknown = sorted(set(obs_types) - set(OBS_TYPES))
+        if unknown:
+            raise ValueError(f"unknown ENV.OBS_TYPES {unknown}; known: {list(OBS_TYPES)}")
+        hinges = names_with_prefix(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt, "limb")
+        imu = [next(i for i in range(model.nsensor) if model.sensor_type[i] == kind) for kind in IMU_SENSORS]
+        touch = [i for i in range(model.nsensor) if model.sensor_type[i] == mujoco.mjtSensor.mjSENS_TOUCH]
+        tips = names_with_prefix(model, mujoco.mjtObj.mjOBJ_SENSOR, model.nsensor, "extremity/")
+        free_dofs = model.joint("root").dofadr[0] + np.arange(6)
+        sources = {
+            "position": (data.qpos, model.jnt_qposadr[hinges]),
+            "velocity": (data.qvel, np.concatenate([free_dofs, model.jnt_dofadr[hinges]])),
+            "imu_vel": (data.sensordata, _sensor_indices(model, imu, 3)),
+            "touch": (data.sensordata, _sensor_indices(model, touch, 1)),
+            "extremities": (data.sensordata, _sensor_indices(model, tips, 2)),
+        }
+        # Adjacent parts read from the same array merge into one index array.
+        self._parts: list[tuple[np.ndarray, np.ndarray]] = []
+        for kind in obs_types:
+            source, index = sources[kind]
+            if self._parts and self._parts[-1][0] is source:
+                self._parts[-1] = (source, np.concatenate([self._parts[-1][1], index]))
+            else:
+                self._parts.append((source, np.asarray(index, dtype=np.intp)))
+        self.size = sum(len(index) for _, index in self._parts)
+
+    def __call__(self) -> np.ndarray:
+        return np.concatenate([source.take(index) for source, index in self._parts])
+
+
+def _log_offsets(extent: int) -> np.ndarray:
+    """Cell offsets 0..extent, denser near 0: -ln(1 - k/extent) rescaled to end at extent."""
+    p = np.arange(extent) / extent
+    v = -np.log(1.0 - p)
+    return np.unique((v * extent / v[-1]).astype(int))
+
+
+class HeightPatch:
+    """Samples a height map around the agent on a log-spaced grid turned with its heading.
+
+    ``HFIELD.OBS_SIZE`` = [behind, ahead, right, left] in metres, ``NUM_DIVS`` cells per
+    metre; DERL's [1, 4, 4, 4] at 10 cells/m gives 47 rows x 30 columns = 1410 values.
+    """
+
+    def __init__(self, obs_size, divs: int):
+        behind, ahead, right, left = (round(m * divs) for m in obs_size)
+        ahead_x = np.unique(np.concatenate([-_log_offsets(behind), _log_offsets(ahead)]))
+        left_y = np.unique(np.concatenate([-_log_offsets(right), _log_offsets(left)]))
+        grid_y, grid_x = np.meshgrid(left_y, ahead_x, indexing="ij")
+        self._x = grid_x.ravel().astype(float)
+        self._y = grid_y.ravel().astype(float)
+        self.shape = grid_x.shape
+        self.size = grid_x.size
+        self.reach = int(math.ceil(np.hypot(self._x, self._y).max()))
+
+    def __call__(self, heights: np.ndarray, row: int, col: int, yaw: float) -> np.ndarray:
+        """Heights at the grid turned by ``yaw`` around vertex (row, col), minus its own.
+
+        ``heights`` must be padded by at least ``reach`` cells around (row, col).
+        """
+        c, s = math.cos(yaw), math.sin(yaw)
+        cols = np.rint(c * self._x - s * self._y).astype(np.intp) + col
+        rows = np.rint(s * self._x + c * self._y).astype(np.intp) + row
+        return (heights[rows, cols] - heights[row, col]).astype(np.float64)

@@ -1,0 +1,146 @@
+"""Terrain: the corridor's geometry and the height maps drawn for each episode.
+
+A corridor runs along +x from ``x_min = -START_FLAT`` to ``x_max = 2*SIZE[0] - START_FLAT``
+with ``|y| <= SIZE[1]``; its ground top is at ``z = SIZE[2]``. Heights are sampled on
+MuJoCo's height-field vertex grid: ``NUM_DIVS`` vertices per metre, row ``r`` at
+``y = -SIZE[1] + r / NUM_DIVS`` (row 0 is -y, as MuJoCo stores it) and column ``c`` at
+``x = x_min + c / NUM_DIVS``. Obstacle types register by name in ``OBSTACLES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# Wall boxes: half-thickness, and height above the ground (half-height 2, centred on it).
+WALL_HALF_THICKNESS = 0.5
+WALL_HEIGHT = 2.0
+
+
+def value_range(spec: Sequence[float]) -> np.ndarray:
+    """DERL's ``[start, stop, step]`` (stop included) or one-element constant, as an array."""
+    if len(spec) == 1:
+        return np.asarray(spec, dtype=float)
+    if len(spec) != 3 or spec[2] <= 0:
+        raise ValueError(f"a range must be [value] or [start, stop, step], got {list(spec)}")
+    start, stop, step = spec
+    return np.arange(start, stop + step / 2, step, dtype=float)
+
+
+@dataclass(frozen=True)
+class Corridor:
+    """Where the terrain lies and how finely it is sampled."""
+
+    x_min: float
+    x_max: float
+    half_width: float
+    ground_z: float
+    divs: int
+    walls: bool
+
+    @classmethod
+    def from_cfg(cls, cfg) -> Corridor:
+        """The Terrain module's corridor, or the Floor module's box (|x| <= SIZE[0], no walls)."""
+        size = cfg.TERRAIN.SIZE
+        if "Floor" in cfg.ENV.MODULES:
+            return cls(-float(size[0]), float(size[0]), float(size[1]), float(size[2]), int(cfg.HFIELD.NUM_DIVS), False)
+        start_flat = float(cfg.TERRAIN.START_FLAT)
+        if min(size) <= 0 or start_flat < 0 or 2 * size[0] <= start_flat:
+            raise ValueError(f"TERRAIN.SIZE {list(size)} and START_FLAT {start_flat} give an empty corridor")
+        return cls(-start_flat, 2.0 * size[0] - start_flat, float(size[1]), float(size[2]),
+                   int(cfg.HFIELD.NUM_DIVS), bool(cfg.TERRAIN.BOUNDARY_WALLS))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(rows along y, columns along x) of the vertex grid."""
+        return (round(2 * self.half_width * self.divs) + 1, round((self.x_max - self.x_min) * self.divs) + 1)
+
+    def cell(self, x: float, y: float) -> tuple[int, int]:
+        """The nearest vertex (row, col); may lie outside the grid."""
+        return round((y + self.half_width) * self.divs), round((x - self.x_min) * self.divs)
+
+
+def curve_slope(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """A smooth hump ``c * sin(0..pi)`` along x, c drawn from CURVE_HEIGHT_RANGE."""
+    height = rng.choice(value_range(cfg.TERRAIN.CURVE_HEIGHT_RANGE))
+    profile = height * np.sin(np.linspace(0.0, np.pi, cols))
+    return np.broadcast_to(profile, (rows, cols))
+
+
+def steps(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Stairs up then down: levels 0,1,..,top,top,..,1,0 times STEP_HEIGHT (top twice as wide)."""
+    top = cfg.TERRAIN.NUM_STEPS // 2 - 1
+    levels = np.concatenate([np.arange(top + 1), np.arange(top, -1, -1)])
+    profile = cfg.TERRAIN.STEP_HEIGHT * levels[np.arange(cols) * len(levels) // cols]
+    return np.broadcast_to(profile, (rows, cols))
+
+
+def rugged_square(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Bands of 10-19 rows, each a 0..2 triangle wave along x with f/2 periods, clipped at c."""
+    clip = rng.choice(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE))
+    heights = np.empty((rows, cols))
+    t = np.linspace(0.0, 1.0, cols)
+    row = 0
+    while row < rows:
+        band = int(rng.integers(10, 20))
+        half_periods = rng.choice([10, 15])
+        phase = (t * half_periods / 2) % 1.0
+        heights[row:row + band] = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clip)
+        row += band
+    return heights
+
+
+# name -> (TERRAIN key of its half-length range, builder(cfg, rng, rows, cols) -> heights)
+OBSTACLES: dict[str, tuple[str, Callable[..., np.ndarray]]] = {
+    "curve_slope": ("HFIELD_LENGTH_RANGE", curve_slope),
+    "steps": ("STEP_LENGTH_RANGE", steps),
+    "rugged_square": ("HFIELD_LENGTH_RANGE", rugged_square),
+}
+
+
+def obstacle_types(cfg) -> tuple[str, ...]:
+    """The obstacle types asked for by TERRAIN.TYPES ("flat" allowed, meaning none)."""
+    types = tuple(t for t in cfg.TERRAIN.TYPES if t != "flat")
+    unknown = sorted(set(types) - set(OBSTACLES))
+    if unknown:
+        raise ValueError(f"unknown TERRAIN.TYPES {unknown}; known: {sorted(OBSTACLES)} and flat")
+    return types
+
+
+def max_height(cfg) -> float:
+    """An upper bound on any height map drawn for this config (the hfield's z scale)."""
+    bounds = {
+        "curve_slope": max(value_range(cfg.TERRAIN.CURVE_HEIGHT_RANGE)),
+        "steps": (cfg.TERRAIN.NUM_STEPS // 2 - 1) * cfg.TERRAIN.STEP_HEIGHT,
+        "rugged_square": min(2.0, max(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE))),
+    }
+    return max([bounds[t] for t in obstacle_types(cfg)] + [1e-3])
+
+
+def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarray:
+    """One episode's height map (metres above the ground), shape ``corridor.shape``.
+
+    The start area ``|x| <= START_FLAT`` is flat; then flat stretches (half-length from
+    FLAT_LENGTH_RANGE, truncated to fit) alternate with one obstacle each, drawn uniformly
+    from TERRAIN.TYPES and skipped when it does not fit before the end.
+    """
+    rows, cols = corridor.shape
+    heights = np.zeros((rows, cols))
+    types = obstacle_types(cfg)
+    if not types:
+        return heights
+    divs = corridor.divs
+    flat_choices = value_range(cfg.TERRAIN.FLAT_LENGTH_RANGE)
+    col = round(2 * (0.0 - corridor.x_min) * divs)  # end of the start area (x = START_FLAT)
+    while col < cols - 1:
+        col += round(2 * rng.choice(flat_choices) * divs)
+        kind = types[rng.integers(len(types))]
+        length_key, build = OBSTACLES[kind]
+        length = round(2 * rng.choice(value_range(cfg.TERRAIN[length_key])) * divs)
+        if col + length > cols - 1:
+            break
+        heights[:, col:col + length + 1] = build(cfg, rng, rows, length + 1)
+        col += length
+    return heights

@@ -1,0 +1,253 @@
+"""The UNIMAL env: one compiled MuJoCo model per env, terrain re-drawn in place at each reset.
+
+Step = ``FRAME_SKIP`` (4) MuJoCo substeps of 5 ms with the action written to ``ctrl``
+(MuJoCo clamps it to [-1, 1]). The episode is truncated after ``ENV.EPISODE_LENGTH`` steps and
+terminated when the agent falls (head height above the ground under it <= STAND_HEIGHT_RATIO
+x its start height), nears a side edge (locomotion: SIZE[1] - |y| <= 1), leaves the map
+(``info["out_of_map"]``) or the physics goes unstable (a new MuJoCo warning or a non-finite
+state: ``info["unstable"]``, and non-finite observation values are zeroed).
+
+Reward = task terms (``derl.envs.tasks``) + ``__reward__ctrl`` = -CTRL_COST_WEIGHT * sum(a^2)
+on the raw action. ``info`` also holds ``__reward__energy`` = int(sum |actuator force|), a log
+that is not part of the reward, ``x_pos`` (head x) and ``metric`` (the task metric).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from derl.envs.observations import HeightPatch, Proprioception
+from derl.envs.tasks import TASKS
+from derl.envs.terrain import WALL_HEIGHT, Corridor, draw_heights
+from derl.envs.world import build_xml, uses_hfield
+
+FRAME_SKIP = 4
+OBS_KEYS = ("proprioceptive", "hfield", "obj", "goal")
+EDGE_MARGIN = 1.0
+WARNING_CHECK_PERIOD = 8
+
+
+class UnimalEnv(gym.Env):
+    """A UNIMAL morphology in the world of ``ENV.MODULES`` doing ``ENV.TASK``.
+
+    Args:
+        xml_path: the unimal's MJCF file (``derl.morphology.to_mjcf`` output).
+        cfg: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys are read).
+        seed: seeds the env's generator now, so that ``reset()`` without a seed is reproducible.
+        render_mode: None or "rgb_array" (a camera that tracks the head).
+        width, height: size of rendered frames.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
+
+    def __init__(self, xml_path: str | Path, cfg, seed: int | None = None, render_mode: str | None = None,
+                 width: int = 640, height: int = 480):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if cfg.ENV.TASK not in TASKS:
+            raise ValueError(f"unknown ENV.TASK {cfg.ENV.TASK!r}; known: {sorted(TASKS)}")
+        unknown = sorted(set(cfg.ENV.KEYS_TO_KEEP) - set(OBS_KEYS))
+        if unknown:
+            raise ValueError(f"unknown ENV.KEYS_TO_KEEP {unknown}; known: {list(OBS_KEYS)}")
+        path = Path(xml_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"unimal MJCF not found: {path}")
+        self.cfg = cfg
+        self.render_mode = render_mode
+        self.model = mujoco.MjModel.from_xml_string(build_xml(path.read_bytes(), cfg))
+        self.data = mujoco.MjData(self.model)
+        self.dt = FRAME_SKIP * self.model.opt.timestep
+        self._half_substep = self.model.opt.timestep / 2
+        self.corridor = Corridor.from_cfg(cfg)
+        self.head_body = self.model.body("torso/0").id
+        self._init_agent(cfg)
+        self._init_heights(cfg)
+        self.task = TASKS[cfg.ENV.TASK](self)
+        self._init_spaces(cfg)
+        self.torso_height = 0.0
+        self._steps = 0
+        self._warnings = 0
+        self._renderer: mujoco.Renderer | None = None
+        self._render_size = (height, width)
+        if seed is not None:
+            self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
+            self.action_space.seed(seed)
+
+    # ------------------------------------------------------------------ set-up
+    def _init_agent(self, cfg) -> None:
+        model, data = self.model, self.data
+        root = model.joint("root")
+        if root.type[0] != mujoco.mjtJoint.mjJNT_FREE or root.qposadr[0] != 0:
+            raise ValueError("unimal MJCF: joint 'root' must be the head's free joint, first in the model")
+        if model.nu == 0:
+            raise ValueError("unimal MJCF has no actuators")
+        agent_joints = np.flatnonzero(model.body_rootid[model.jnt_bodyid] == self.head_body)
+        ends = np.append(model.jnt_qposadr[1:], model.nq)
+        self._agent_qpos = np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints])
+        self._agent_dofs = np.flatnonzero(model.body_rootid[model.dof_bodyid] == self.head_body)
+        self._noise = float(cfg.ENV.RESET_NOISE_SCALE)
+        self._max_steps = int(cfg.ENV.EPISODE_LENGTH)
+        start_height = float(model.body_pos[self.head_body][2]) - self.corridor.ground_z
+        orig_height = start_height - (0.0 if cfg.ENV.WALKER else cfg.BODY.FLOOR_OFFSET)
+        self.fall_height = cfg.ENV.STAND_HEIGHT_RATIO * orig_height
+        self._ctrl_weight = float(cfg.ENV.CTRL_COST_WEIGHT)
+        self._proprio = Proprioception(model, data, cfg.ENV.OBS_TYPES)
+        self._qpos, self._qvel, self._ctrl = data.qpos, data.qvel, data.ctrl
+        self._actuator_force = data.actuator_force
+        self._head_xmat = data.xmat[self.head_body]
+
+    def _init_heights(self, cfg) -> None:
+        """The padded height map (metres above the ground) read by the env and the hfield obs."""
+        self._hfield = self.model.hfield("terrain") if uses_hfield(cfg) else None
+        if self._hfield is not None:
+            rows, cols, adr = self._hfield.nrow[0], self._hfield.ncol[0], self._hfield.adr[0]
+            self._hfield_data = self.model.hfield_data[adr:adr + rows * cols].reshape(rows, cols)
+        self._patch = HeightPatch(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS) if "hfield" in cfg.ENV.KEYS_TO_KEEP else None
+        self.heights: np.ndarray | None = None
+        self.map_pad = 0
+        if self._hfield is None and self._patch is None:
+            return
+        walls = int(cfg.HFIELD.PADDING)
+        self.map_pad = walls + (self._patch.reach if self._patch else 0) + 1
+        rows, cols = self.corridor.shape
+        self.heights = np.full((rows + 2 * self.map_pad, cols + 2 * self.map_pad), cfg.HFIELD.GAP_DEPTH, np.float32)
+        inner = self.map_pad - walls
+        self.heights[inner:-inner, inner:-inner] = WALL_HEIGHT if self.corridor.walls else cfg.HFIELD.GAP_DEPTH
+        self._interior = self.heights[self.map_pad:-self.map_pad, self.map_pad:-self.map_pad]
+        self._interior[:] = 0.0
+
+    def _init_spaces(self, cfg) -> None:
+        sizes = {"proprioceptive": self._proprio.size, **self.task.obs_sizes}
+        if self._patch is not None:
+            sizes["hfield"] = self._patch.size
+        self._keys = tuple(k for k in cfg.ENV.KEYS_TO_KEEP if k in sizes)
+        self._proprio_only = self._keys == ("proprioceptive",)
+        self.observation_space = gym.spaces.Dict(
+            {k: gym.spaces.Box(-np.inf, np.inf, (sizes[k],), np.float64) for k in self._keys})
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (self.model.nu,), np.float32)
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        rng = self.np_random
+        model, data = self.model, self.data
+        mujoco.mj_resetData(model, data)
+        if self._hfield is not None:
+            self._interior[:] = draw_heights(self.cfg, self.corridor, rng)
+            # Heights stay within [0, hfield z scale] by construction (terrain.max_height).
+            np.multiply(self._interior, 1.0 / self._hfield.size[2], out=self._hfield_data)
+            self._upload_terrain()
+        self.task.reset(rng)
+        self._add_reset_noise(rng)
+        mujoco.mj_forward(model, data)
+        self.task.start()
+        self._steps = 0
+        self._warnings = self._warning_count()
+        self.torso_height, _ = self._ground_clearance()
+        return self._observe(), {}
+
+    def _add_reset_noise(self, rng: np.random.Generator) -> None:
+        """U(+-RESET_NOISE_SCALE) on the agent's qpos and qvel; the head quaternion renormalised."""
+        qpos, noise = self._qpos, self._noise
+        qpos[self._agent_qpos] += rng.uniform(-noise, noise, len(self._agent_qpos))
+        qpos[3:7] /= np.linalg.norm(qpos[3:7])
+        self._qvel[self._agent_dofs] += rng.uniform(-noise, noise, len(self._agent_dofs))
+
+    def step(self, action) -> tuple[dict, float, bool, bool, dict[str, Any]]:
+        qpos = self._qpos
+        x_before = qpos[0]
+        self._ctrl[:] = action
+        mujoco.mj_step(self.model, self.data, FRAME_SKIP)
+        self._steps += 1
+        self.torso_height, out_of_map = self._ground_clearance()
+        reward, info = self.task.reward(x_before)
+        ctrl_cost = -self._ctrl_weight * float(np.dot(action, action))
+        info["__reward__ctrl"] = ctrl_cost
+        info["__reward__energy"] = float(int(sum(map(abs, self._actuator_force.tolist()))))
+        info["x_pos"] = x = float(qpos[0])
+        info["metric"] = self.task.metric()
+        terminated = self.torso_height <= self.fall_height or out_of_map
+        if self.task.edge_termination and self.corridor.half_width - abs(qpos[1]) <= EDGE_MARGIN:
+            terminated = True
+        if out_of_map:
+            info["out_of_map"] = True
+        obs = self._observe()
+        if self._unstable(x + qpos[1] + qpos[2]):
+            info["unstable"] = terminated = True
+            obs = {k: np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0) for k, v in obs.items()}
+        truncated = not terminated and self._steps >= self._max_steps
+        return obs, reward + ctrl_cost, terminated, truncated, info
+
+    # ------------------------------------------------------------------ state
+    def _warning_count(self) -> int:
+        return int(self.data.warning.number.sum())
+
+    def _unstable(self, position_sum: float) -> bool:
+        """A non-finite head position, a MuJoCo auto-reset, or a new MuJoCo warning.
+
+        MuJoCo resets the state (time back to 0) on bad qpos/qvel/qacc: a time behind the step
+        count shows it at no cost. The warning counters (arena full, bad ctrl, ...) cost a
+        microsecond to read, so they are read every WARNING_CHECK_PERIOD steps.
+        """
+        if not math.isfinite(position_sum) or self.data.time < self._steps * self.dt - self._half_substep:
+            return True
+        if self._steps % WARNING_CHECK_PERIOD:
+            return False
+        warnings, self._warnings = self._warnings, self._warning_count()
+        return warnings != self._warnings
+
+    def _ground_clearance(self) -> tuple[float, bool]:
+        """(head height above the ground under it, whether the head is off the map)."""
+        qpos, corridor = self._qpos, self.corridor
+        x, y, z = float(qpos[0]), float(qpos[1]), float(qpos[2]) - corridor.ground_z
+        if not (corridor.x_min <= x <= corridor.x_max and -corridor.half_width <= y <= corridor.half_width):
+            return z, True
+        if self.heights is None:
+            return z, False
+        row, col = corridor.cell(x, y)
+        return z - float(self._interior[row, col]), False
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        if self._proprio_only:
+            return {"proprioceptive": self._proprio()}
+        obs = {"proprioceptive": self._proprio()}
+        if self._patch is not None:
+            x, y = self._qpos[0:2]
+            row, col = self.corridor.cell(float(x), float(y)) if math.isfinite(x + y) else (0, 0)
+            pad, rows, cols = self.map_pad, *self.corridor.shape
+            row, col = min(max(row, 0), rows - 1) + pad, min(max(col, 0), cols - 1) + pad
+            xmat = self._head_xmat
+            obs["hfield"] = self._patch(self.heights, row, col, math.atan2(xmat[3], xmat[0]))
+        self.task.observe(obs)
+        return {k: obs[k] for k in self._keys}
+
+    # ------------------------------------------------------------------ render
+    def _upload_terrain(self) -> None:
+        if self._renderer is not None:
+            # mujoco.Renderer keeps its GL context private; re-uploading the height field needs it.
+            self._renderer._gl_context.make_current()
+            mujoco.mjr_uploadHField(self.model, self._renderer._mjr_context, self._hfield.id)
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        if self._renderer is None:
+            height, width = self._render_size
+            self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
+            self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
+            self._renderer = mujoco.Renderer(self.model, height, width)
+            if self._hfield is not None:
+                self._upload_terrain()
+        self._renderer.update_scene(self.data, camera="track")
+        return self._renderer.render()
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
