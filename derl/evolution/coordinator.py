@@ -32,7 +32,7 @@ from derl.evolution.worker import EXIT_FATAL, EXIT_STOPPED
 WORKER_MEMORY_BYTES = 700 * 2**20
 POLL_SECONDS = 1.0
 SUMMARY_SECONDS = 10.0
-INIT_POLL_SECONDS = 5.0
+INIT_POLL_SECONDS = 1.0
 GRACE_SECONDS = 10.0
 # Restarts of one worker before the coordinator gives up (a crash loop is a bug, not bad luck).
 MAX_RESTARTS = 50

@@ -1,0 +1,176 @@
+"""The shared-filesystem protocol with real processes and real signals.
+
+Training is replaced by ``tests/evo_fake_backend.py`` (selected through
+``DERL_EVO_BACKEND``), so each run takes seconds; everything else is the real
+``evo_single_proc.py``: coordinator, worker processes, claims, publication.
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+
+from derl.evolution.population import parse_id
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, DERL_EVO_BACKEND="tests.evo_fake_backend:FakeBackend", PYTHONPATH=str(ROOT))
+# One PPO iteration is 4096 env steps by default: 10 iterations of 0.05 s per morphology.
+ITERATIONS = 10
+
+
+def start(out_dir: Path, *extra: str, iterations: int = ITERATIONS, log_name: str = "coordinator.log"):
+    args = [
+        "OUT_DIR", str(out_dir), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
+        "EVO.SEARCH_SPACE_SIZE", "12", "EVO.AGING_WINDOW_SIZE", "6", "PPO.MAX_STATE_ACTION_PAIRS",
+        str(iterations * 4096), "EVO.SELECTION_CRITERIA", "[__reward__forward]",
+        "EVO.SELECTION_CRITERIA_OBJ", "[-1]", *extra,
+    ]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = open(out_dir.parent / f"{out_dir.name}-{log_name}", "a")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([sys.executable, "evo_single_proc.py", *args], cwd=ROOT, env=ENV, stdout=log,
+                            stderr=subprocess.STDOUT)
+
+
+def published(out_dir: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in (out_dir / "metadata").glob("*.json")}
+
+
+def assert_complete(out_dir: Path, size: int) -> dict[str, dict]:
+    """Exactly ``size`` valid results, each with its files, one per slot, nothing staged left over."""
+    records = published(out_dir)
+    assert len(records) == size
+    assert sorted(r["slot"] for r in records.values()) == list(range(size))
+    for morphology_id, record in records.items():
+        assert record["id"] == morphology_id
+        for path in record["files"].values():
+            assert (out_dir / path).is_file(), path
+        assert record["lineage"].endswith(morphology_id)
+    assert list((out_dir / "metadata").iterdir()) == list((out_dir / "metadata").glob("*.json"))
+    return records
+
+
+def starts(out_dir: Path) -> Counter:
+    return Counter(p.name.rsplit(".", 1)[0] for p in (out_dir / "fake_starts").iterdir())
+
+
+def worker_pids(out_dir: Path) -> list[int]:
+    pids = []
+    for path in (out_dir / "workers").glob("*.json"):
+        try:
+            pids.append(json.loads(path.read_text())["pid"])
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_run_publishes_exactly_the_search_space_and_records_failures(tmp_path):
+    out = tmp_path / "run"
+    assert start(out).wait(timeout=120) == 0
+    records = assert_complete(out, 12)
+    failed = sorted(p.stem for p in (out / "error_metadata").glob("*.json"))
+    assert failed == ["000005"]  # the fake backend fails slot 5 once; 000005-1 replaced it
+    assert "000005-1" in records
+    assert json.loads((out / "error_metadata" / "000005.json").read_text())["reason"].startswith("RuntimeError")
+    assert all(count == 1 for count in starts(out).values())
+    children = [r for r in records.values() if r["slot"] >= 4 and r["parent_id"]]
+    assert len(children) == 8 and all(r["lineage"].startswith(r["lineage"].split("/")[0]) for r in children)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["published"] == 12 and summary["best"]["id"] in records
+    status = subprocess.run([sys.executable, "tools/status.py", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert status.returncode == 0 and "done: 12/12" in status.stdout and "state: done" in status.stdout
+
+
+def test_sigkilled_workers_are_restarted_and_nothing_partial_is_visible(tmp_path):
+    out = tmp_path / "run"
+    errors, finished = [], threading.Event()
+
+    def read_metadata_continuously():
+        while not finished.is_set():
+            for path in list((out / "metadata").glob("*")):
+                try:
+                    json.loads(path.read_text())
+                except FileNotFoundError:
+                    pass
+                except ValueError as err:
+                    errors.append(f"{path.name}: {err}")
+
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "16", iterations=20)
+    while not (out / "metadata").is_dir():
+        time.sleep(0.05)
+    reader = threading.Thread(target=read_metadata_continuously)
+    reader.start()
+    rng = random.Random(0)
+    kills = 0
+    try:
+        while kills < 5 and coordinator.poll() is None:
+            time.sleep(rng.uniform(0.3, 1.2))
+            pids = [pid for pid in worker_pids(out) if alive(pid)]
+            if pids:
+                os.kill(rng.choice(pids), signal.SIGKILL)
+                kills += 1
+        assert coordinator.wait(timeout=120) == 0
+    finally:
+        finished.set()
+        reader.join()
+    assert kills >= 3 and not errors
+    assert_complete(out, 16)
+    log = (tmp_path / "run-coordinator.log").read_text()
+    assert "died (exit -9)" in log
+
+
+def test_stopped_or_killed_coordinator_leaves_no_orphans_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    coordinator = start(out, iterations=30)
+    while len(published(out)) < 2 if (out / "metadata").is_dir() else True:
+        time.sleep(0.1)
+    pids = worker_pids(out)
+    coordinator.send_signal(signal.SIGTERM)
+    assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not any(alive(pid) for pid in pids)
+    before = published(out)
+
+    coordinator = start(out, iterations=30)
+    while len(published(out)) < len(before) + 2:
+        time.sleep(0.1)
+    pids = worker_pids(out)
+    coordinator.kill()  # SIGKILL: the workers learn it from PR_SET_PDEATHSIG
+    coordinator.wait()
+    deadline = time.monotonic() + 20
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in pids)
+
+    assert start(out, iterations=30).wait(timeout=120) == 0
+    records = assert_complete(out, 12)
+    assert all(records[morphology_id] == record for morphology_id, record in before.items())
+    resumed = [m for m in starts(out) if starts(out)[m] > 1]
+    assert resumed, "an interrupted morphology should have been resumed from its checkpoint"
+
+
+def test_two_nodes_share_one_search_without_collisions(tmp_path):
+    out = tmp_path / "run"
+    common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14")
+    node1 = start(out, "NODE_ID", "1", *common, iterations=40, log_name="node1.log")
+    time.sleep(0.5)  # node 1 waits for node 0's initial population
+    node0 = start(out, "NODE_ID", "0", *common, iterations=40, log_name="node0.log")
+    assert node0.wait(timeout=120) == 0 and node1.wait(timeout=120) == 0
+    records = assert_complete(out, 14)
+    assert all(count == 1 for count in starts(out).values())  # nothing trained twice
+    init_nodes = {records[m]["node"] for m in records if parse_id(m)[0] < 6}
+    assert init_nodes == {0, 1}
+    assert "waiting for node 0" in (tmp_path / "run-node1.log").read_text()

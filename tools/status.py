@@ -1,0 +1,25 @@
+"""Shows the progress of an evolution run: `python tools/status.py OUT_DIR`."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from derl.evolution.status import status_lines  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out_dir", help="the run's OUT_DIR, e.g. output/quick")
+    args = parser.parse_args(argv)
+    try:
+        print("\n".join(status_lines(args.out_dir)))
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
