@@ -36,7 +36,7 @@ EXIT_STOPPED = 4
 # Replacements of a failed morphology in one slot before the run is declared broken.
 MAX_ATTEMPTS = 10
 STOP_POLL_SECONDS = 5.0
-INIT_POLL_SECONDS = 2.0
+INIT_POLL_SECONDS = 1.0
 
 
 class Stopped(Exception):

@@ -1,0 +1,39 @@
+"""A tiny real search: derl.morphology genomes, derl.envs, derl.ppo training, two worker processes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from derl.evolution.population import parse_id
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tiny_real_search_publishes_every_morphology_with_its_files(tmp_path):
+    out = tmp_path / "run"
+    overrides = [
+        "OUT_DIR", str(out), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
+        "EVO.SEARCH_SPACE_SIZE", "8", "EVO.AGING_WINDOW_SIZE", "4",
+        "EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ", "[-1]",
+        "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "128", "PPO.MAX_STATE_ACTION_PAIRS", "3072",
+    ]
+    done = subprocess.run([sys.executable, "evo_single_proc.py", *overrides], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in (out / "metadata").glob("*.json")]
+    failed = list((out / "error_metadata").glob("*.json"))
+    assert len(records) == 8, failed
+    assert sorted(r["slot"] for r in records) == list(range(8))
+    for record in records:
+        assert record["env_steps"] == 3072 and record["steps_per_sec"] > 0
+        assert "__reward__forward" in record and "x_pos" in record
+        genome = json.loads((out / record["files"]["genome"]).read_text())
+        assert genome["id"] == record["id"] and genome["parent_id"] == record["parent_id"]
+        assert (out / record["files"]["xml"]).read_text().startswith("<mujoco")
+        torch.load(out / record["files"]["checkpoint"], weights_only=True)
+    children = [r for r in records if parse_id(r["id"])[0] >= 4]
+    assert all(r["parent_id"] is not None and r["mutation"] for r in children)
+    assert len({r["seed"] for r in records}) == 8
