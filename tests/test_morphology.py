@@ -98,11 +98,11 @@ def test_mirrored_hinge_turns_the_mirror_image():
 
 
 @pytest.mark.parametrize("theta, phi", [(0, 90), (45, 135), (270, 90), (0, 180), (135, 135)])
-def test_limb_frame_is_a_rotation_along_the_limb(theta, phi):
+def test_limb_frame_is_a_rotation_along_the_unit_direction(theta, phi):
     u = direction(theta, phi)
     frame = limb_frame(u)
     assert np.allclose(frame.T @ frame, np.eye(3)) and np.isclose(np.linalg.det(frame), 1)
-    assert np.allclose(frame[:, 2], u / np.linalg.norm(u))
+    assert np.isclose(np.linalg.norm(u), 1) and np.allclose(frame[:, 2], u)
 
 
 def test_pairs_are_exact_mirror_images():

@@ -31,13 +31,15 @@ AXES = ("x", "y")
 
 
 def direction(theta: float, phi: float) -> np.ndarray:
-    """u(theta, phi) = (sin phi cos theta, sin phi sin theta, cos phi), rounded to 2 decimals.
+    """Unit vector u(theta, phi) = (sin phi cos theta, sin phi sin theta, cos phi), in degrees.
 
-    Rounding makes on-plane directions (theta in {0, 180} or phi = 180) have y exactly 0.
+    Rounded to 2 decimals first (as DERL) so on-plane directions (theta in {0, 180} or
+    phi = 180) have y exactly 0, then normalised so limb lengths are exact.
     """
     t, p = math.radians(theta), math.radians(phi)
     raw = (math.sin(p) * math.cos(t), math.sin(p) * math.sin(t), math.cos(p))
-    return np.array([round(v, 2) + 0.0 for v in raw])
+    rounded = np.array([round(v, 2) + 0.0 for v in raw])
+    return rounded / np.linalg.norm(rounded)
 
 
 def on_plane(u: np.ndarray) -> bool:

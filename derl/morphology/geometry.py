@@ -62,7 +62,6 @@ def limb_frame(u: np.ndarray) -> np.ndarray:
 
     The shortest rotation taking +z to u; for u = -z, a half turn about x.
     """
-    u = u / np.linalg.norm(u)
     z = np.array([0.0, 0.0, 1.0])
     cos = float(np.dot(z, u))
     if cos < -1 + 1e-12:
@@ -122,7 +121,7 @@ def lowest_point(genome: Genome, limbs: list[PlacedLimb]) -> float:
 
 def head_height(genome: Genome, limbs: list[PlacedLimb], floor_offset: float) -> float:
     """Head-centre height that puts the lowest point ``floor_offset`` above z = 0."""
-    return round(floor_offset - lowest_point(genome, limbs), 6)
+    return floor_offset - lowest_point(genome, limbs)
 
 
 def rotation_signature(genome: Genome) -> np.ndarray:

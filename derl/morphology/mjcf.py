@@ -24,8 +24,8 @@ HIDDEN_GROUP = "3"
 
 
 def fmt(*values: float) -> str:
-    """Space-separated numbers, 6 significant digits, no negative zero."""
-    return " ".join(format(round(float(v), 6) + 0.0, ".6g") for v in values)
+    """Space-separated numbers, 8 significant digits, no negative zero."""
+    return " ".join(format(round(float(v), 8) + 0.0, ".8g") for v in values)
 
 
 def to_mjcf(genome: Genome, cfg: CfgNode) -> str:
