@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-slow
+.PHONY: setup test test-slow evolve
 
 setup: $(STAMP)
 
@@ -21,3 +21,9 @@ test: setup
 # Slower end-to-end and statistical tests, kept out of `make test`.
 test-slow: setup
 	MUJOCO_GL=egl $(PY) -m pytest -q -m slow tests
+
+# A small real evolution run (configs/evo/quick.yml, a few minutes on 2 cores); rerun to resume.
+evolve: setup
+	MUJOCO_GL=egl $(PY) evo_single_proc.py --cfg configs/evo/quick.yml
+	$(PY) tools/status.py output/quick
+	@echo "results: output/quick (summary.json, metadata/, models/; see README)"
