@@ -10,8 +10,10 @@ velocity        6 + J   free-joint velocity (linear world, angular local), hinge
 imu_vel         9       accelerometer, gyro, velocimeter at the head site ``root``
 touch           1 + L   touch sensors, head first, then limbs
 extremities     2L      each ``limb/btm/i`` site minus the head, in the head frame, x and y
-                        (``framepos`` sensors ``extremity/i`` added by ``derl.envs.world``)
 ==============  ======  =====================================================================
+
+All come from sensors (``derl.envs.world`` adds the ``obs/*`` ones), which MuJoCo evaluates
+at the start of the last substep of a step, as it does the unimal's IMU and touch sensors.
 
 ``hfield``: heights around the agent minus the height under it, on a grid in the agent's
 heading frame (see ``HeightPatch``), flattened row-major with rows along y from -y (the
@@ -42,40 +44,41 @@ def head_frame(vectors: np.ndarray, xmat: np.ndarray) -> np.ndarray:
 
 
 def _sensor_indices(model: mujoco.MjModel, sensors: list[int], components: int) -> np.ndarray:
+    """sensordata addresses of the first ``components`` values of each sensor."""
+    if not sensors:
+        return np.zeros(0, dtype=np.intp)
     return np.concatenate([model.sensor_adr[i] + np.arange(components) for i in sensors]).astype(np.intp)
 
 
 class Proprioception:
-    """Builds the proprioceptive vector of ``ENV.OBS_TYPES`` with one ``take`` per data array."""
+    """Builds the proprioceptive vector of ``ENV.OBS_TYPES`` with one ``take`` from sensordata."""
 
     def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, obs_types):
         unknown = sorted(set(obs_types) - set(OBS_TYPES))
         if unknown:
             raise ValueError(f"unknown ENV.OBS_TYPES {unknown}; known: {list(OBS_TYPES)}")
-        hinges = names_with_prefix(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt, "limb")
+
+        def named(prefix: str, components: int) -> np.ndarray:
+            return _sensor_indices(
+                model, names_with_prefix(model, mujoco.mjtObj.mjOBJ_SENSOR, model.nsensor, prefix), components)
+
         imu = [next(i for i in range(model.nsensor) if model.sensor_type[i] == kind) for kind in IMU_SENSORS]
         touch = [i for i in range(model.nsensor) if model.sensor_type[i] == mujoco.mjtSensor.mjSENS_TOUCH]
-        tips = names_with_prefix(model, mujoco.mjtObj.mjOBJ_SENSOR, model.nsensor, "extremity/")
-        free_dofs = model.joint("root").dofadr[0] + np.arange(6)
-        sources = {
-            "position": (data.qpos, model.jnt_qposadr[hinges]),
-            "velocity": (data.qvel, np.concatenate([free_dofs, model.jnt_dofadr[hinges]])),
-            "imu_vel": (data.sensordata, _sensor_indices(model, imu, 3)),
-            "touch": (data.sensordata, _sensor_indices(model, touch, 1)),
-            "extremities": (data.sensordata, _sensor_indices(model, tips, 2)),
+        parts = {
+            "position": named("obs/pos/", 1),
+            # The free joint's angular qvel (head frame) is what the gyro at the head site reads.
+            "velocity": np.concatenate([named("obs/linvel", 3), _sensor_indices(model, imu[1:2], 3),
+                                        named("obs/vel/", 1)]),
+            "imu_vel": _sensor_indices(model, imu, 3),
+            "touch": _sensor_indices(model, touch, 1),
+            "extremities": named("obs/tip/", 2),
         }
-        # Adjacent parts read from the same array merge into one index array.
-        self._parts: list[tuple[np.ndarray, np.ndarray]] = []
-        for kind in obs_types:
-            source, index = sources[kind]
-            if self._parts and self._parts[-1][0] is source:
-                self._parts[-1] = (source, np.concatenate([self._parts[-1][1], index]))
-            else:
-                self._parts.append((source, np.asarray(index, dtype=np.intp)))
-        self.size = sum(len(index) for _, index in self._parts)
+        self._index = np.concatenate([parts[kind] for kind in obs_types]).astype(np.intp)
+        self._sensordata = data.sensordata
+        self.size = len(self._index)
 
     def __call__(self) -> np.ndarray:
-        return np.concatenate([source.take(index) for source, index in self._parts])
+        return self._sensordata.take(self._index)
 
 
 def _log_offsets(extent: int) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 from derl.envs.observations import HeightPatch, Proprioception
 from derl.envs.tasks import TASKS
 from derl.envs.terrain import WALL_HEIGHT, Corridor, draw_heights
-from derl.envs.world import build_xml, uses_hfield
+from derl.envs.world import HFIELD_SINK, build_xml, uses_hfield
 
 FRAME_SKIP = 4
 OBS_KEYS = ("proprioceptive", "hfield", "obj", "goal")
@@ -63,7 +63,7 @@ class UnimalEnv(gym.Env):
         self.model = mujoco.MjModel.from_xml_string(build_xml(path.read_bytes(), cfg))
         self.data = mujoco.MjData(self.model)
         self.dt = FRAME_SKIP * self.model.opt.timestep
-        self._half_substep = self.model.opt.timestep / 2
+        self._half_substep = self.model.opt.timestep / 2  # tolerance of the time-based reset check
         self.corridor = Corridor.from_cfg(cfg)
         self.head_body = self.model.body("torso/0").id
         self._init_agent(cfg)
@@ -72,6 +72,7 @@ class UnimalEnv(gym.Env):
         self._init_spaces(cfg)
         self.torso_height = 0.0
         self._steps = 0
+        self._time_floor = 0.0
         self._warnings = 0
         self._renderer: mujoco.Renderer | None = None
         self._render_size = (height, width)
@@ -140,16 +141,19 @@ class UnimalEnv(gym.Env):
         mujoco.mj_resetData(model, data)
         if self._hfield is not None:
             self._interior[:] = draw_heights(self.cfg, self.corridor, rng)
-            # Heights stay within [0, hfield z scale] by construction (terrain.max_height).
-            np.multiply(self._interior, 1.0 / self._hfield.size[2], out=self._hfield_data)
+            # Flat vertices stay sunk below the floor box; obstacle vertices are raised to their height.
+            # Heights stay within [0, max_height] by construction, so the data stays in [0, 1].
+            raised = np.where(self._interior > 0, self._interior + HFIELD_SINK, 0.0)
+            np.multiply(raised, 1.0 / self._hfield.size[2], out=self._hfield_data)
             self._upload_terrain()
         self.task.reset(rng)
         self._add_reset_noise(rng)
         mujoco.mj_forward(model, data)
         self.task.start()
         self._steps = 0
-        self._warnings = self._warning_count()
-        self.torso_height, _ = self._ground_clearance()
+        self._time_floor = -self._half_substep
+        self._new_warnings()
+        self.torso_height, _ = self._ground_clearance(*self._qpos[0:3].tolist())
         return self._observe(), {}
 
     def _add_reset_noise(self, rng: np.random.Generator) -> None:
@@ -165,47 +169,44 @@ class UnimalEnv(gym.Env):
         self._ctrl[:] = action
         mujoco.mj_step(self.model, self.data, FRAME_SKIP)
         self._steps += 1
-        self.torso_height, out_of_map = self._ground_clearance()
+        self._time_floor += self.dt
+        x, y, z = float(qpos[0]), float(qpos[1]), float(qpos[2])
         reward, info = self.task.reward(x_before)
         ctrl_cost = -self._ctrl_weight * float(np.dot(action, action))
         info["__reward__ctrl"] = ctrl_cost
         info["__reward__energy"] = float(int(sum(map(abs, self._actuator_force.tolist()))))
-        info["x_pos"] = x = float(qpos[0])
+        info["x_pos"] = x
         info["metric"] = self.task.metric()
+        self.torso_height, out_of_map = self._ground_clearance(x, y, z)
         terminated = self.torso_height <= self.fall_height or out_of_map
-        if self.task.edge_termination and self.corridor.half_width - abs(qpos[1]) <= EDGE_MARGIN:
+        if self.task.edge_termination and self.corridor.half_width - abs(y) <= EDGE_MARGIN:
             terminated = True
         if out_of_map:
             info["out_of_map"] = True
         obs = self._observe()
-        if self._unstable(x + qpos[1] + qpos[2]):
+        # MuJoCo resets the state (time back to 0) on bad qpos/qvel/qacc: time shows it for free,
+        # except in an episode's first substep; the counters are read then and periodically.
+        unstable = not math.isfinite(x + y + z) or self.data.time < self._time_floor
+        if unstable or terminated or self._steps % WARNING_CHECK_PERIOD == 1 or self._steps >= self._max_steps:
+            unstable = self._new_warnings() or unstable
+        if unstable:
             info["unstable"] = terminated = True
             obs = {k: np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0) for k, v in obs.items()}
         truncated = not terminated and self._steps >= self._max_steps
         return obs, reward + ctrl_cost, terminated, truncated, info
 
     # ------------------------------------------------------------------ state
-    def _warning_count(self) -> int:
-        return int(self.data.warning.number.sum())
+    def _new_warnings(self) -> bool:
+        """Whether a MuJoCo warning counter rose since the last call (reading them costs ~1 us,
+        so the step reads them every WARNING_CHECK_PERIOD steps)."""
+        count = int(self.data.warning.number.sum())
+        rose, self._warnings = count != self._warnings, count
+        return rose
 
-    def _unstable(self, position_sum: float) -> bool:
-        """A non-finite head position, a MuJoCo auto-reset, or a new MuJoCo warning.
-
-        MuJoCo resets the state (time back to 0) on bad qpos/qvel/qacc: a time behind the step
-        count shows it at no cost. The warning counters (arena full, bad ctrl, ...) cost a
-        microsecond to read, so they are read every WARNING_CHECK_PERIOD steps.
-        """
-        if not math.isfinite(position_sum) or self.data.time < self._steps * self.dt - self._half_substep:
-            return True
-        if self._steps % WARNING_CHECK_PERIOD:
-            return False
-        warnings, self._warnings = self._warnings, self._warning_count()
-        return warnings != self._warnings
-
-    def _ground_clearance(self) -> tuple[float, bool]:
+    def _ground_clearance(self, x: float, y: float, z: float) -> tuple[float, bool]:
         """(head height above the ground under it, whether the head is off the map)."""
-        qpos, corridor = self._qpos, self.corridor
-        x, y, z = float(qpos[0]), float(qpos[1]), float(qpos[2]) - corridor.ground_z
+        corridor = self.corridor
+        z -= corridor.ground_z
         if not (corridor.x_min <= x <= corridor.x_max and -corridor.half_width <= y <= corridor.half_width):
             return z, True
         if self.heights is None:
@@ -214,9 +215,9 @@ class UnimalEnv(gym.Env):
         return z - float(self._interior[row, col]), False
 
     def _observe(self) -> dict[str, np.ndarray]:
-        if self._proprio_only:
-            return {"proprioceptive": self._proprio()}
         obs = {"proprioceptive": self._proprio()}
+        if self._proprio_only:
+            return obs
         if self._patch is not None:
             x, y = self._qpos[0:2]
             row, col = self.corridor.cell(float(x), float(y)) if math.isfinite(x + y) else (0, 0)

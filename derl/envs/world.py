@@ -6,10 +6,10 @@ structure is fixed for a config: terrain that changes per episode lives in one h
 spanning the corridor, whose data the env re-fills in place at each reset.
 
 Modules (``ENV.MODULES``): ``Agent`` (required), ``Floor`` (one box, half-sizes SIZE, top at
-``SIZE[2]``) or ``Terrain`` (the corridor of ``derl.envs.terrain``: a box when TERRAIN.TYPES
-has no obstacle, else a height field; boundary walls if TERRAIN.BOUNDARY_WALLS), ``Objects``
-(a free box with six face sites and a goal site). One ``framepos`` sensor per limb tip
-(``limb/btm/i`` in the head frame) is appended after the unimal's sensors for the observation.
+``SIZE[2]``) or ``Terrain`` (the corridor of ``derl.envs.terrain``: a floor box, plus a height field
+for the obstacles when TERRAIN.TYPES has any, and boundary walls if TERRAIN.BOUNDARY_WALLS), ``Objects``
+(a free box with six face sites and a goal site). Sensors for the observation (``obs/*``) are
+appended after the unimal's own.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from derl.envs.terrain import WALL_HALF_THICKNESS, WALL_HEIGHT, Corridor, max_he
 
 MODULES = ("Agent", "Floor", "Terrain", "Objects")
 HFIELD_BASE_THICKNESS = 0.1
+# The height field lies this far below the floor box where the terrain is flat, so that bodies
+# on flat ground touch only the box (cheap contacts); obstacle vertices are raised by as much.
+HFIELD_SINK = 0.05
 # Face centres of a unit cube, scaled by the box half-side.
 BOX_FACES = ((1, 0, 0), (-1, 0, 0), (0, 1, 0), (0, -1, 0), (0, 0, 1), (0, 0, -1))
 
@@ -75,15 +78,14 @@ def _add_ground(root: etree._Element, worldbody: etree._Element, cfg) -> None:
     corridor = Corridor.from_cfg(cfg)
     half_len = (corridor.x_max - corridor.x_min) / 2
     centre = (corridor.x_max + corridor.x_min) / 2
+    _sub(worldbody, "geom", name="floor", type="box", pos=_fmt(centre, 0, 0),
+         size=_fmt(half_len, corridor.half_width, corridor.ground_z), material="ground")
     if uses_hfield(cfg):
         rows, cols = corridor.shape
         _sub(_child(root, "asset"), "hfield", name="terrain", nrow=str(rows), ncol=str(cols),
-             size=_fmt(half_len, corridor.half_width, max_height(cfg), HFIELD_BASE_THICKNESS))
+             size=_fmt(half_len, corridor.half_width, max_height(cfg) + HFIELD_SINK, HFIELD_BASE_THICKNESS))
         _sub(worldbody, "geom", name="terrain", type="hfield", hfield="terrain",
-             pos=_fmt(centre, 0, corridor.ground_z), material="ground")
-    else:
-        _sub(worldbody, "geom", name="terrain", type="box", pos=_fmt(centre, 0, 0),
-             size=_fmt(half_len, corridor.half_width, corridor.ground_z), material="ground")
+             pos=_fmt(centre, 0, corridor.ground_z - HFIELD_SINK), material="ground")
     if corridor.walls:
         t, h, z = WALL_HALF_THICKNESS, WALL_HEIGHT, corridor.ground_z
         width = corridor.half_width
@@ -97,14 +99,25 @@ def _add_ground(root: etree._Element, worldbody: etree._Element, cfg) -> None:
             _sub(worldbody, "geom", name=name, type="box", pos=pos, size=half_sizes, rgba=".5 .5 .5 .3")
 
 
-def _add_extremity_sensors(root: etree._Element, head: etree._Element) -> None:
-    """Each limb tip site in the head frame, computed by MuJoCo (after the unimal's own sensors)."""
+def _add_observation_sensors(root: etree._Element, head: etree._Element) -> None:
+    """Sensors for the proprioceptive observation, after the unimal's own (whose order is kept).
+
+    Hinge angles and velocities, the head's linear velocity (world frame, as the free joint's
+    qvel; its angular part is the unimal's gyro) and each limb tip in the head frame. MuJoCo fills
+    them during the step, so the env gathers its observation with one ``take``.
+    """
     sensor = _child(root, "sensor")
+    hinges = [j.get("name") for j in head.iter("joint") if j.get("type", "hinge") == "hinge"]
+    for name in hinges:
+        _sub(sensor, "jointpos", name=f"obs/pos/{name}", joint=name)
+    _sub(sensor, "framelinvel", name="obs/linvel", objtype="xbody", objname="torso/0")
+    for name in hinges:
+        _sub(sensor, "jointvel", name=f"obs/vel/{name}", joint=name)
     for site in head.iter("site"):
         name = site.get("name", "")
         if name.startswith("limb/btm/"):
-            _sub(sensor, "framepos", name=f"extremity/{name[len('limb/btm/'):]}", objtype="site", objname=name,
-                 reftype="body", refname="torso/0")
+            _sub(sensor, "framepos", name=f"obs/tip/{name[len('limb/btm/'):]}", objtype="site", objname=name,
+                 reftype="xbody", refname="torso/0")
 
 
 def _add_objects(worldbody: etree._Element, cfg) -> None:
@@ -136,7 +149,7 @@ def build_xml(unimal_xml: str | bytes, cfg) -> str:
     size.set("njmax", str(cfg.XML.NJMAX))
     size.set("nconmax", str(cfg.XML.NCONMAX))
     _child(_child(root, "option"), "flag").set("filterparent", cfg.XML.FILTER_PARENT)
-    _add_extremity_sensors(root, head)
+    _add_observation_sensors(root, head)
     _add_visuals(root, worldbody, head)
     _add_ground(root, worldbody, cfg)
     if "Objects" in cfg.ENV.MODULES:

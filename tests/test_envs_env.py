@@ -1,0 +1,245 @@
+"""The Unimal env: spaces, rewards, terminations, determinism, terrain resets, rendering."""
+
+from pathlib import Path
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from derl.config import load_config
+from derl.envs import ENV_ID, EVOLUTION_ENVS, EpisodeStats, UnimalEnv, make_env
+from derl.morphology import random_genome, to_mjcf
+
+FIXTURE = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
+ENVS = ("ft", "vt", "mvt")
+
+
+def env_cfg(name: str, **overrides):
+    return load_config(None, {**EVOLUTION_ENVS[name], **overrides})
+
+
+def sampled_xml(folder: Path, seed: int) -> Path:
+    """The MJCF of ``random_genome`` with generator seed ``seed`` (written once per folder)."""
+    path = folder / f"sampled-{seed}.xml"
+    if not path.exists():
+        cfg = load_config()
+        path.write_text(to_mjcf(random_genome(cfg, np.random.default_rng(seed), f"test-{seed}"), cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("unimals")
+
+
+def rollout(env: gym.Env, actions: np.ndarray, seed: int):
+    obs, _ = env.reset(seed=seed)
+    frames = [obs]
+    rewards = []
+    for action in actions:
+        obs, reward, terminated, truncated, _ = env.step(action)
+        frames.append(obs)
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    return frames, rewards
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_check_env_on_the_fixture_and_sampled_morphologies(name, folder):
+    cfg = env_cfg(name)
+    for xml in (FIXTURE, sampled_xml(folder, 0), sampled_xml(folder, 1)):
+        env = UnimalEnv(xml, cfg)
+        check_env(env, skip_render_check=True)
+        env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ENVS)
+def test_check_env_on_twenty_sampled_morphologies(name, folder):
+    cfg = env_cfg(name)
+    for seed in range(20):
+        check_env(UnimalEnv(sampled_xml(folder, seed), cfg), skip_render_check=True)
+
+
+def test_observation_layout_matches_the_morphology():
+    env = UnimalEnv(FIXTURE, env_cfg("mvt"))
+    joints, limbs = 6, 4
+    sizes = {k: space.shape[0] for k, space in env.observation_space.spaces.items()}
+    assert sizes == {"proprioceptive": 2 * joints + 3 * limbs + 16, "hfield": 1410, "obj": 12, "goal": 3}
+    assert list(env.reset(seed=0)[0]) == ["proprioceptive", "hfield", "obj", "goal"]
+    assert env.action_space.shape == (joints,)
+
+
+def test_keys_to_keep_filters_and_flat_option_concatenates():
+    cfg = env_cfg("mvt", **{"ENV.KEYS_TO_KEEP": ["obj", "proprioceptive"]})
+    env = make_env(cfg, FIXTURE, seed=0)
+    assert list(env.reset()[0]) == ["obj", "proprioceptive"]
+    flat = make_env(cfg, FIXTURE, seed=0, flat=True)
+    obs, _ = flat.reset()
+    assert obs.shape == (12 + 40,)
+
+
+def test_unimal_contact_excludes_survive():
+    unimal = mujoco.MjModel.from_xml_path(str(FIXTURE))
+    env = UnimalEnv(FIXTURE, env_cfg("ft"))
+    assert unimal.nexclude == 1 and env.model.nexclude == 1
+    pair = {env.model.body(i).name for i in (env.model.exclude_signature[0] >> 16, env.model.exclude_signature[0] & 0xFFFF)}
+    assert pair == {"limb/0", "limb/1"}
+
+
+def test_reset_noise_keeps_a_unit_quaternion():
+    env = UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.RESET_NOISE_SCALE": 0.05}))
+    for seed in range(3):
+        env.reset(seed=seed)
+        assert np.linalg.norm(env.data.qpos[3:7]) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_same_seed_same_actions_same_run(name, folder):
+    cfg = env_cfg(name)
+    xml = sampled_xml(folder, 2)
+    actions = np.random.default_rng(0).uniform(-1, 1, (60, UnimalEnv(xml, cfg).action_space.shape[0]))
+    first = rollout(UnimalEnv(xml, cfg), actions, seed=7)
+    second = rollout(UnimalEnv(xml, cfg), actions, seed=7)
+    assert first[1] == second[1]
+    for a, b in zip(first[0], second[0], strict=True):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("name", ["vt", "mvt"])
+def test_each_reset_draws_new_terrain_in_place(name):
+    env = UnimalEnv(FIXTURE, env_cfg(name))
+    model = env.model
+    env.reset(seed=1)
+    first = model.hfield_data.copy()
+    env.reset()
+    assert not np.array_equal(first, model.hfield_data) and env.model is model
+    env.reset(seed=1)
+    assert np.array_equal(first, model.hfield_data)
+    other = UnimalEnv(FIXTURE, env_cfg(name))
+    other.reset(seed=2)
+    assert not np.array_equal(first, other.model.hfield_data)
+
+
+def test_hfield_observation_reads_the_terrain_under_the_agent():
+    env = UnimalEnv(FIXTURE, env_cfg("vt"))
+    env.reset(seed=0)
+    env._interior[:] = np.arange(env.corridor.shape[0])[:, None] * 0.01  # rises towards +y
+    obs = env._observe()["hfield"].reshape(47, 30)
+    assert obs[0, 6] == pytest.approx(-0.4, abs=1e-5) and obs[-1, 6] == pytest.approx(0.4, abs=1e-5)
+
+
+def test_pushing_forward_earns_forward_reward_and_the_reward_is_its_terms():
+    env = UnimalEnv(FIXTURE, env_cfg("ft"))
+    env.reset(seed=0)
+    env.data.qvel[0] = 2.0
+    action = np.full(env.action_space.shape, 0.5, dtype=np.float32)
+    _, reward, terminated, truncated, info = env.step(action)
+    assert info["__reward__forward"] > 0.5 and info["x_pos"] > 0
+    assert info["__reward__ctrl"] == pytest.approx(-1e-3 * 0.25 * 6)
+    terms = sum(v for k, v in info.items() if k.startswith("__reward__") and k != "__reward__energy")
+    assert reward == pytest.approx(terms)
+    assert info["__reward__energy"] == int(info["__reward__energy"]) >= 0
+    assert not terminated and not truncated
+
+
+def test_dropping_below_the_fall_height_terminates():
+    env = UnimalEnv(FIXTURE, env_cfg("vt"))
+    env.reset(seed=0)
+    env.data.qpos[2] = env.corridor.ground_z + 0.5 * env.fall_height
+    _, _, terminated, truncated, info = env.step(np.zeros(env.action_space.shape))
+    assert terminated and not truncated and "unstable" not in info
+
+
+def test_side_edge_terminates_locomotion_only():
+    for name, expected in (("ft", True), ("mvt", False)):
+        env = UnimalEnv(FIXTURE, env_cfg(name))
+        env.reset(seed=0)
+        env.data.qpos[1] = env.corridor.half_width - 0.5
+        assert env.step(np.zeros(env.action_space.shape))[2] is expected
+
+
+def test_leaving_the_map_ends_cleanly():
+    env = UnimalEnv(FIXTURE, env_cfg("vt"))
+    env.reset(seed=0)
+    env.data.qpos[0] = env.corridor.x_max + 5
+    obs, _, terminated, _, info = env.step(np.zeros(env.action_space.shape))
+    assert terminated and info["out_of_map"]
+    assert env.observation_space.contains(obs)
+
+
+def test_unstable_physics_ends_the_episode_with_a_flag():
+    env = UnimalEnv(FIXTURE, env_cfg("vt"))
+    env.reset(seed=0)
+    env.data.qvel[6:] = np.nan
+    obs, _, terminated, _, info = env.step(np.zeros(env.action_space.shape))
+    assert terminated and info["unstable"]
+    assert all(np.isfinite(v).all() for v in obs.values())
+
+
+def test_time_limit_truncates():
+    env = UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.EPISODE_LENGTH": 3}))
+    env.reset(seed=0)
+    results = [env.step(np.zeros(env.action_space.shape))[2:4] for _ in range(3)]
+    assert results == [(False, False), (False, False), (False, True)]
+
+
+def test_episode_stats_sum_the_terms():
+    env = EpisodeStats(UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.EPISODE_LENGTH": 5})))
+    env.reset(seed=0)
+    forward = 0.0
+    for _ in range(5):
+        _, _, _, truncated, info = env.step(np.zeros(env.action_space.shape))
+        forward += info["__reward__forward"]
+    assert truncated and info["episode"]["__reward__forward"] == pytest.approx(forward)
+    assert info["episode"]["x_pos"] == info["x_pos"] and info["episode"]["length"] == 5
+
+
+def test_manipulation_rewards_reaching_the_box():
+    env = UnimalEnv(FIXTURE, env_cfg("mvt"))
+    obs, _ = env.reset(seed=0)
+    box = env.data.qpos[env.task._box_qpos:env.task._box_qpos + 3].copy()
+    goal = env.model.site_pos[env.model.site("goal").id]
+    assert goal[0] - box[0] >= env.cfg.OBJECT.CLOSE_PLACEMENT_DIST
+    assert obs["goal"] == pytest.approx(obs["obj"][9:12])
+    assert obs["obj"][0] > 10  # the box lies ahead
+    env.data.qpos[0:2] = box[0] - 0.35, box[1]  # teleport next to the box
+    _, reward, _, _, info = env.step(np.zeros(env.action_space.shape))
+    assert info["__reward__manipulation"] > 100  # 100 x the distance gained + 10 on reaching
+    assert "__reward__forward" not in info and info["metric"] == pytest.approx(0.0, abs=0.05)
+
+
+def test_gymnasium_registration():
+    env = gym.make(ENV_ID, xml_path=str(FIXTURE), cfg=env_cfg("ft"))
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    env.close()
+
+
+def test_bad_inputs_give_one_line_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="unimal MJCF not found"):
+        UnimalEnv(tmp_path / "missing.xml", env_cfg("ft"))
+    with pytest.raises(ValueError, match="unknown ENV.TASK"):
+        UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.TASK": "dance"}))
+    with pytest.raises(ValueError, match="unknown ENV.MODULES"):
+        UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.MODULES": ["Agent", "Lava"]}))
+    with pytest.raises(ValueError, match="unknown ENV.KEYS_TO_KEEP"):
+        UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.KEYS_TO_KEEP": ["pixels"]}))
+
+
+def test_render_returns_frames_from_a_tracking_camera():
+    try:
+        env = UnimalEnv(FIXTURE, env_cfg("vt"), render_mode="rgb_array", width=96, height=64)
+        env.reset(seed=0)
+        frame = env.render()
+    except Exception as err:  # no usable GL on this machine
+        pytest.skip(f"no headless GL: {err}")
+    assert frame.shape == (64, 96, 3) and frame.dtype == np.uint8 and frame.std() > 0
+    for _ in range(5):
+        env.step(env.action_space.sample())
+    env.reset()
+    assert env.render().shape == (64, 96, 3)
+    env.close()

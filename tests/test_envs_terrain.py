@@ -1,0 +1,94 @@
+"""Terrain maps and the height-field observation grid (no physics)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from derl.config import load_config
+from derl.envs import EVOLUTION_ENVS
+from derl.envs.observations import HeightPatch
+from derl.envs.terrain import Corridor, draw_heights, max_height, obstacle_types, value_range
+
+
+def vt_cfg(**overrides):
+    return load_config(None, {**EVOLUTION_ENVS["vt"], **overrides})
+
+
+def test_value_range_includes_the_stop_and_accepts_a_constant():
+    assert value_range([4, 8, 4]).tolist() == [4.0, 8.0]
+    assert value_range([0.6, 1.2, 0.1]).round(6).tolist() == [0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]
+    assert value_range([3]).tolist() == [3.0]
+    with pytest.raises(ValueError, match="range"):
+        value_range([1, 2])
+
+
+def test_corridor_grid_matches_mujoco_vertex_spacing():
+    corridor = Corridor.from_cfg(vt_cfg())
+    assert (corridor.x_min, corridor.x_max, corridor.half_width) == (-3.0, 97.0, 50.0)
+    rows, cols = corridor.shape
+    assert (rows, cols) == (1001, 1001)  # vertex spacing 2W/(n-1) = 0.1 m
+    assert corridor.cell(-3.0, -50.0) == (0, 0)
+    assert corridor.cell(97.0, 50.0) == (rows - 1, cols - 1)
+    assert corridor.cell(0.0, 0.0) == (500, 30)
+
+
+def test_heights_keep_the_start_flat_and_stay_within_the_hfield_scale():
+    cfg = vt_cfg()
+    corridor = Corridor.from_cfg(cfg)
+    for seed in range(5):
+        heights = draw_heights(cfg, corridor, np.random.default_rng(seed))
+        assert heights.shape == corridor.shape
+        start_cols = round(2 * cfg.TERRAIN.START_FLAT * corridor.divs)
+        assert not heights[:, : start_cols + 1].any()
+        assert heights.min() >= 0 and heights.max() <= max_height(cfg) + 1e-9
+        assert heights.max() > 0  # 100 m of corridor always holds an obstacle
+
+
+def test_heights_depend_on_the_generator_only():
+    cfg = vt_cfg()
+    corridor = Corridor.from_cfg(cfg)
+    one = draw_heights(cfg, corridor, np.random.default_rng(1))
+    assert np.array_equal(one, draw_heights(cfg, corridor, np.random.default_rng(1)))
+    assert not np.array_equal(one, draw_heights(cfg, corridor, np.random.default_rng(2)))
+
+
+@pytest.mark.parametrize("kind", ["curve_slope", "steps", "rugged_square"])
+def test_each_obstacle_type_alone(kind):
+    cfg = vt_cfg(**{"TERRAIN.TYPES": [kind]})
+    heights = draw_heights(cfg, Corridor.from_cfg(cfg), np.random.default_rng(0))
+    assert heights.max() > 0
+    if kind == "steps":
+        levels = np.unique(heights.round(6))
+        assert levels.tolist() == [0.0, 0.2, 0.4, 0.6]
+    if kind != "rugged_square":  # the others are constant along y
+        assert np.array_equal(heights[0], heights[-1])
+
+
+def test_flat_and_unknown_types():
+    cfg = load_config(None, EVOLUTION_ENVS["ft"])
+    assert obstacle_types(cfg) == ()
+    assert not draw_heights(cfg, Corridor.from_cfg(cfg), np.random.default_rng(0)).any()
+    with pytest.raises(ValueError, match="unknown TERRAIN.TYPES"):
+        obstacle_types(vt_cfg(**{"TERRAIN.TYPES": ["lava"]}))
+
+
+def test_height_patch_has_derl_size_and_log_spacing():
+    patch = HeightPatch([1, 4, 4, 4], 10)
+    assert patch.shape == (47, 30) and patch.size == 1410
+    assert patch.reach == math.ceil(math.hypot(40, 40))
+
+
+def test_height_patch_rows_follow_mujoco_rows_and_turn_with_the_heading():
+    patch = HeightPatch([1, 4, 4, 4], 10)
+    pad = patch.reach + 1
+    # Height = row index: rises towards +y, as MuJoCo rows do.
+    heights = np.tile(np.arange(2 * pad + 1, dtype=float)[:, None], (1, 2 * pad + 1))
+    centre = pad
+    grid = patch(heights, centre, centre, 0.0).reshape(patch.shape)
+    assert grid[0, 0] == -40 and grid[-1, 0] == 40  # row 0 = -y (the agent's right)
+    assert np.all(np.diff(grid[:, 0]) > 0) and np.all(grid[23] == 0)
+    # Facing +y (yaw 90 degrees), the cells ahead are the high ones, the left ones are at -x.
+    turned = patch(heights, centre, centre, math.pi / 2).reshape(patch.shape)
+    assert turned[23, -1] == 40 and turned[23, 0] == -10
+    assert np.all(turned[:, 15] == turned[0, 15])
