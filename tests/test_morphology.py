@@ -10,7 +10,7 @@ from derl.config import load_config
 from derl.morphology import Genome, GenomeError, Joint, LimbGroup, mutate, random_genome
 from derl.morphology import mutations as ops
 from derl.morphology.genome import direction, validate
-from derl.morphology.geometry import limb_frame, mirror, mirror_axis, place_limbs
+from derl.morphology.geometry import capsule_frame, mirror, mirror_axis, place_limbs
 
 CFG = load_config()
 
@@ -98,11 +98,11 @@ def test_mirrored_hinge_turns_the_mirror_image():
 
 
 @pytest.mark.parametrize("theta, phi", [(0, 90), (45, 135), (270, 90), (0, 180), (135, 135)])
-def test_limb_frame_is_a_rotation_along_the_unit_direction(theta, phi):
+def test_capsule_frame_is_a_rotation_along_the_unit_direction(theta, phi):
     u = direction(theta, phi)
-    frame = limb_frame(u)
+    frame = capsule_frame(u)
     assert np.allclose(frame.T @ frame, np.eye(3)) and np.isclose(np.linalg.det(frame), 1)
-    assert np.isclose(np.linalg.norm(u), 1) and np.allclose(frame[:, 2], u)
+    assert np.isclose(np.linalg.norm(u), 1) and np.allclose(frame[:, 2], -u)
 
 
 def test_pairs_are_exact_mirror_images():

@@ -6,7 +6,7 @@ import pytest
 
 from derl.config import load_config
 from derl.morphology import Genome, mutate, random_genome, to_mjcf
-from derl.morphology.geometry import limb_frame, place_limbs
+from derl.morphology.geometry import capsule_frame, place_limbs
 from derl.morphology.mjcf import contact_pairs
 from tests.morphology_checks import assert_mirror_symmetric, simulate_on_floor
 from tests.test_morphology import CFG, group, walker
@@ -50,10 +50,18 @@ def test_limb_geometry_and_densities_follow_the_genome():
     for limb in place_limbs(genome):
         geom = model.geom(f"limb/{limb.id}")
         assert np.isclose(geom.size[0], 0.05) and np.isclose(geom.size[1], (0.05 + limb.length) / 2)
-        # MuJoCo's capsule frame points z from the segment's end to its start.
-        assert np.allclose(data.geom_xmat[geom.id].reshape(3, 3)[:, 2], -limb_frame(limb.direction)[:, 2])
+        assert np.isclose(np.linalg.norm(model.geom_pos[geom.id]), (0.05 + limb.length) / 2)
     head_mass = 700 * 4 / 3 * np.pi * 0.1**3
     assert np.isclose(model.body("torso/0").mass[0], head_mass)
+
+
+def test_capsule_frame_is_the_compiled_geom_frame():
+    for seed in range(5):
+        genome = random_genome(CFG, np.random.default_rng(seed), "g")
+        model, data = compiled(genome)
+        for limb in place_limbs(genome):
+            xmat = data.geom_xmat[model.geom(f"limb/{limb.id}").id].reshape(3, 3)
+            assert np.allclose(xmat, capsule_frame(limb.direction), atol=1e-9)
 
 
 def _lowest_geom_z(model, data):

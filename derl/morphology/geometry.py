@@ -57,17 +57,18 @@ def mirror_axis(axis: np.ndarray) -> np.ndarray:
     return -mirror(axis)
 
 
-def limb_frame(u: np.ndarray) -> np.ndarray:
-    """Rotation whose z column is ``u`` (MuJoCo's fromto convention; columns x, y, z).
+def capsule_frame(u: np.ndarray) -> np.ndarray:
+    """The rotation MuJoCo compiles for a capsule ``fromto`` 0 -> along ``u`` (columns x, y, z).
 
-    The shortest rotation taking +z to u; for u = -z, a half turn about x.
+    Its z column is -u (MuJoCo points it from the end to the start) and it is the
+    shortest turn from +z. DERL's hinge axes "x"/"y" are its first two columns, and
+    its species signature is this matrix.
     """
-    z = np.array([0.0, 0.0, 1.0])
-    cos = float(np.dot(z, u))
+    v = -u
+    cos = float(v[2])
     if cos < -1 + 1e-12:
         return np.diag([1.0, -1.0, -1.0])
-    axis = np.cross(z, u)
-    k = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+    k = np.array([[0, 0, v[0]], [0, 0, v[1]], [-v[0], -v[1], 0]])  # cross-product matrix of z x v
     return np.eye(3) + k + k @ k / (1 + cos)
 
 
@@ -100,7 +101,7 @@ def _place(genome: Genome, group: LimbGroup, limb_id: int, parent: PlacedLimb | 
     else:
         site, parent_radius, parent_origin = parent.site(group.site), parent.radius, parent.origin
     pos = site + parent_radius * u
-    frame = limb_frame(direction(group.theta, group.phi))
+    frame = capsule_frame(direction(group.theta, group.phi))
     joints = []
     for joint in group.joints:
         axis = frame[:, "xy".index(joint.axis)]
@@ -129,4 +130,4 @@ def rotation_signature(genome: Genome) -> np.ndarray:
     limbs = place_limbs(genome)
     if not limbs:
         return np.zeros((0, 9))
-    return np.stack([limb_frame(limb.direction).reshape(9) for limb in limbs])
+    return np.stack([capsule_frame(limb.direction).reshape(9) for limb in limbs])
