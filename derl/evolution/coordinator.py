@@ -37,10 +37,16 @@ GRACE_SECONDS = 10.0
 # Restarts of one worker before the coordinator gives up (a crash loop is a bug, not bad luck).
 MAX_RESTARTS = 50
 REPO_ROOT = Path(__file__).resolve().parents[2]
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _cpu_seconds() -> float:
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
 
 
 def resolve_num_processes(requested: int, cores: int, available_bytes: int, per_worker_bytes: int) -> int:
@@ -112,6 +118,8 @@ class Coordinator:
     def _start(self, worker: int) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                                         os.environ.get("PYTHONPATH")])))
+        for variable in _THREAD_VARIABLES:  # one worker per core: no BLAS/OpenMP thread pools fighting
+            env.setdefault(variable, str(self.cfg.TORCH_THREADS))
         command = [sys.executable, "-m", "derl.evolution.worker", "--worker", str(worker), *self.worker_args]
         self.procs[worker] = subprocess.Popen(command, env=env, start_new_session=True)
 
@@ -125,7 +133,8 @@ class Coordinator:
         """Runs the workers to the end of this node's work; returns the process exit code."""
         previous = {sig: signal.signal(sig, self._handle_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         self.results.refresh()
-        session = {"started": time.time(), "published_at_start": len(self.results.by_id)}
+        session = {"started": time.time(), "published_at_start": len(self.results.by_id),
+                   "cpu_at_start": _cpu_seconds()}
         try:
             for worker in range(self.cfg.EVO.NUM_PROCESSES):
                 self._start(worker)
@@ -201,6 +210,11 @@ class Coordinator:
     def _write_summary(self, session: dict[str, float]) -> None:
         self.results.refresh()
         summary = summarize(self.cfg, self.run, self.results, session)
+        elapsed = max(time.time() - session["started"], 1e-9)
+        summary["coordinator"] = {
+            "node": self.cfg.NODE_ID, "workers": self.cfg.EVO.NUM_PROCESSES,
+            "session_seconds": elapsed, "cpu_fraction": (_cpu_seconds() - session["cpu_at_start"]) / elapsed,
+        }
         self.run.write_summary(summary)
         best = summary["best"]
         best_text = f", best {best['id']} {best.get(self.cfg.EVO.SELECTION_CRITERIA[0])}" if best else ""

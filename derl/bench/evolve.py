@@ -1,0 +1,57 @@
+"""Evolution throughput: morphologies/hour with 1 and with 2 workers, and coordinator CPU load.
+
+Runs the real ``evo_single_proc.py`` twice on the same small FT search (configs/evo/quick.yml
+scaled down), one run after the other, and reads each run's ``summary.json``: the rate is
+measured by the coordinator over its worker session (the initial population build excluded),
+the coordinator's own CPU time as a fraction of that session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from derl.fileio import read_json
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--init", type=int, default=4, help="initial population size")
+    parser.add_argument("--search", type=int, default=12, help="morphologies per run (SEARCH_SPACE_SIZE)")
+    parser.add_argument("--steps", type=int, default=20000, help="env steps per morphology")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to compare")
+
+
+def _run(args: argparse.Namespace, workers: int, out_dir: Path) -> dict:
+    overrides = [
+        "OUT_DIR", str(out_dir), "EVO.NUM_PROCESSES", str(workers), "EVO.INIT_POPULATION_SIZE", str(args.init),
+        "EVO.SEARCH_SPACE_SIZE", str(args.search), "EVO.AGING_WINDOW_SIZE", str(args.init),
+        "PPO.MAX_STATE_ACTION_PAIRS", str(args.steps),
+    ]
+    done = subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", *overrides],
+                          cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"evolution run with {workers} workers failed: {done.stderr.strip()[-500:]}")
+    summary = read_json(out_dir / "summary.json")
+    return {
+        "workers": workers,
+        "published": summary["published"],
+        "session_seconds": round(summary["coordinator"]["session_seconds"], 2),
+        "morphologies_per_hour": round(summary["morphologies_per_hour"], 1),
+        "coordinator_cpu_fraction": round(summary["coordinator"]["cpu_fraction"], 5),
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="derl-bench-evolve-") as tmp:
+        runs = [_run(args, workers, Path(tmp) / f"w{workers}") for workers in args.workers]
+    rates = [r["morphologies_per_hour"] for r in runs]
+    return {
+        "config": {"init": args.init, "search": args.search, "steps_per_morphology": args.steps},
+        "runs": runs,
+        "speedup": round(rates[-1] / rates[0], 3) if rates[0] > 0 else None,
+    }
