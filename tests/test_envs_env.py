@@ -86,7 +86,8 @@ def test_unimal_contact_excludes_survive():
     unimal = mujoco.MjModel.from_xml_path(str(FIXTURE))
     env = UnimalEnv(FIXTURE, env_cfg("ft"))
     assert unimal.nexclude == 1 and env.model.nexclude == 1
-    pair = {env.model.body(i).name for i in (env.model.exclude_signature[0] >> 16, env.model.exclude_signature[0] & 0xFFFF)}
+    signature = int(env.model.exclude_signature[0])  # body1 << 16 | body2
+    pair = {env.model.body(signature >> 16).name, env.model.body(signature & 0xFFFF).name}
     assert pair == {"limb/0", "limb/1"}
 
 

@@ -52,6 +52,7 @@ def test_a_thousand_random_episodes_on_fifty_morphologies(tmp_path):
 
 def test_an_exploding_morphology_ends_with_a_flag_not_a_crash(tmp_path):
     xml = tmp_path / "exploding.xml"
-    xml.write_text(FIXTURE.read_text().replace('gear="200"', 'gear="1e12"').replace('gear="250"', 'gear="1e12"'))
+    text = FIXTURE.read_text()
+    xml.write_text(text.replace('gear="200"', 'gear="1e12"').replace('gear="250"', 'gear="1e12"'))
     finals = run_episodes(xml, "vt", episodes=3, seed=0)
     assert all(info.get("unstable") for info in finals)

@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> dict:
                 genome = random_genome(cfg, np.random.default_rng(seed), f"bench-{seed}")
                 xml_path = Path(folder) / f"{name}-{seed}.xml"
                 xml_path.write_text(to_mjcf(genome, cfg))
-                rows.append({"seed": seed, "num_limbs": genome.num_limbs, **_measure(cfg, xml_path, seed, args)})
+                measured = _measure(cfg, xml_path, seed, args)
+                rows.append({"seed": seed, "num_limbs": genome.num_limbs, **measured})
             result[name] = {**_summary(rows), "per_morphology": rows}
     return result

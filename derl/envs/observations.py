@@ -59,8 +59,8 @@ class Proprioception:
             raise ValueError(f"unknown ENV.OBS_TYPES {unknown}; known: {list(OBS_TYPES)}")
 
         def named(prefix: str, components: int) -> np.ndarray:
-            return _sensor_indices(
-                model, names_with_prefix(model, mujoco.mjtObj.mjOBJ_SENSOR, model.nsensor, prefix), components)
+            sensors = names_with_prefix(model, mujoco.mjtObj.mjOBJ_SENSOR, model.nsensor, prefix)
+            return _sensor_indices(model, sensors, components)
 
         imu = [next(i for i in range(model.nsensor) if model.sensor_type[i] == kind) for kind in IMU_SENSORS]
         touch = [i for i in range(model.nsensor) if model.sensor_type[i] == mujoco.mjtSensor.mjSENS_TOUCH]

@@ -80,11 +80,12 @@ class Manipulation(Task):
         model, cfg = env.model, env.cfg
         if "Objects" not in cfg.ENV.MODULES:
             raise ValueError("ENV.TASK manipulation needs Objects in ENV.MODULES")
-        sites = [names_with_prefix(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite, p)
-                 for p in ("torso/", "limb/btm/", "limb/mid/")]
-        self._agent_sites = np.array(sum(sites, []), dtype=np.intp)
-        self._face_sites = np.array(names_with_prefix(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite, "box/face/"),
-                                    dtype=np.intp)
+        def sites(*prefixes: str) -> np.ndarray:
+            found = [names_with_prefix(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite, p) for p in prefixes]
+            return np.array(sum(found, []), dtype=np.intp)
+
+        self._agent_sites = sites("torso/", "limb/btm/", "limb/mid/")
+        self._face_sites = sites("box/face/")
         box = model.joint("box")
         self._box_qpos = int(box.qposadr[0])
         self._box_dof = int(box.dofadr[0])
@@ -142,7 +143,9 @@ class Manipulation(Task):
         goal = self.env.model.site_pos[self._goal_site]
         goal_dist = float(np.hypot(goal[0] - qpos[self._box_qpos], goal[1] - qpos[self._box_qpos + 1]))
         if self._reached:
-            term = self._weight * (self._goal_dist - goal_dist) + (self._bonus if goal_dist <= self._margin else 0.0)
+            term = self._weight * (self._goal_dist - goal_dist)
+            if goal_dist <= self._margin:
+                term += self._bonus
         else:
             agent_dist = self._box_distance()
             term = self._weight * (self._agent_dist - agent_dist)

@@ -45,7 +45,8 @@ class Corridor:
         """The Terrain module's corridor, or the Floor module's box (|x| <= SIZE[0], no walls)."""
         size = cfg.TERRAIN.SIZE
         if "Floor" in cfg.ENV.MODULES:
-            return cls(-float(size[0]), float(size[0]), float(size[1]), float(size[2]), int(cfg.HFIELD.NUM_DIVS), False)
+            x, y, z = (float(v) for v in size)
+            return cls(-x, x, y, z, int(cfg.HFIELD.NUM_DIVS), False)
         start_flat = float(cfg.TERRAIN.START_FLAT)
         if min(size) <= 0 or start_flat < 0 or 2 * size[0] <= start_flat:
             raise ValueError(f"TERRAIN.SIZE {list(size)} and START_FLAT {start_flat} give an empty corridor")

@@ -109,7 +109,8 @@ class UnimalEnv(gym.Env):
         if self._hfield is not None:
             rows, cols, adr = self._hfield.nrow[0], self._hfield.ncol[0], self._hfield.adr[0]
             self._hfield_data = self.model.hfield_data[adr:adr + rows * cols].reshape(rows, cols)
-        self._patch = HeightPatch(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS) if "hfield" in cfg.ENV.KEYS_TO_KEEP else None
+        wants_patch = "hfield" in cfg.ENV.KEYS_TO_KEEP
+        self._patch = HeightPatch(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS) if wants_patch else None
         self.heights: np.ndarray | None = None
         self.map_pad = 0
         if self._hfield is None and self._patch is None:
@@ -117,9 +118,11 @@ class UnimalEnv(gym.Env):
         walls = int(cfg.HFIELD.PADDING)
         self.map_pad = walls + (self._patch.reach if self._patch else 0) + 1
         rows, cols = self.corridor.shape
-        self.heights = np.full((rows + 2 * self.map_pad, cols + 2 * self.map_pad), cfg.HFIELD.GAP_DEPTH, np.float32)
+        # Outside the corridor: PADDING cells of wall (or gap without walls), then gap.
+        gap = cfg.HFIELD.GAP_DEPTH
+        self.heights = np.full((rows + 2 * self.map_pad, cols + 2 * self.map_pad), gap, np.float32)
         inner = self.map_pad - walls
-        self.heights[inner:-inner, inner:-inner] = WALL_HEIGHT if self.corridor.walls else cfg.HFIELD.GAP_DEPTH
+        self.heights[inner:-inner, inner:-inner] = WALL_HEIGHT if self.corridor.walls else gap
         self._interior = self.heights[self.map_pad:-self.map_pad, self.map_pad:-self.map_pad]
         self._interior[:] = 0.0
 
@@ -187,7 +190,8 @@ class UnimalEnv(gym.Env):
         # MuJoCo resets the state (time back to 0) on bad qpos/qvel/qacc: time shows it for free,
         # except in an episode's first substep; the counters are read then and periodically.
         unstable = not math.isfinite(x + y + z) or self.data.time < self._time_floor
-        if unstable or terminated or self._steps % WARNING_CHECK_PERIOD == 1 or self._steps >= self._max_steps:
+        ending = terminated or self._steps >= self._max_steps
+        if unstable or ending or self._steps % WARNING_CHECK_PERIOD == 1:
             unstable = self._new_warnings() or unstable
         if unstable:
             info["unstable"] = terminated = True

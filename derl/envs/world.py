@@ -64,7 +64,8 @@ def _add_visuals(root: etree._Element, worldbody: etree._Element, head: etree._E
     asset = _child(root, "asset")
     _sub(asset, "texture", name="grid", type="2d", builtin="checker", rgb1=".2 .3 .4", rgb2=".1 .15 .2",
          width="300", height="300", mark="edge", markrgb=".3 .4 .5")
-    _sub(asset, "material", name="ground", texture="grid", texrepeat="1 1", texuniform="true", reflectance=".1")
+    _sub(asset, "material", name="ground", texture="grid", texrepeat="1 1", texuniform="true",
+         reflectance=".1")
     worldbody.insert(0, etree.Element("light", directional="true", pos="0 0 30", dir="0 0 -1",
                                       diffuse=".6 .6 .6", castshadow="false"))
     _sub(head, "camera", name="track", mode="trackcom", pos="0 -4 1.5", xyaxes="1 0 0 0 0.35 1")
