@@ -11,17 +11,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from derl.ppo.obs_layout import ObsLayout
 
 
-def _mlp(in_dim: int, hidden: Sequence[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for width in hidden:
-        layers += [nn.Linear(in_dim, width), nn.Tanh()]
-        in_dim = width
-    return nn.Sequential(*layers)
+def _mlp(in_dim: int, hidden: Sequence[int]) -> nn.ModuleList:
+    return nn.ModuleList(nn.Linear(a, b) for a, b in zip((in_dim, *hidden[:-1]), hidden, strict=True))
+
+
+def _tanh_mlp(layers: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
+    """tanh after every layer, without a module call per layer (collection runs this every step)."""
+    for layer in layers:
+        x = torch.tanh(F.linear(x, layer.weight, layer.bias))
+    return x
 
 
 class Encoder(nn.Module):
@@ -32,16 +36,16 @@ class Encoder(nn.Module):
         self.slices = layout.slices
         self.per_key = nn.ModuleList(_mlp(dim, hidden) for dim in layout.dims)
         self.out_dim = hidden[-1]
-        self.combine: nn.Module | None = None
+        self.combine: nn.ModuleList | None = None
         if len(layout.keys) > 1:
             self.combine = _mlp(hidden[-1] * len(layout.keys), feat_hidden)
             self.out_dim = feat_hidden[-1]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.combine is None:
-            return self.per_key[0](obs)
-        parts = [mlp(obs[:, part]) for mlp, part in zip(self.per_key, self.slices, strict=True)]
-        return self.combine(torch.cat(parts, dim=-1))
+            return _tanh_mlp(self.per_key[0], obs)
+        parts = [_tanh_mlp(mlp, obs[:, part]) for mlp, part in zip(self.per_key, self.slices, strict=True)]
+        return _tanh_mlp(self.combine, torch.cat(parts, dim=-1))
 
 
 class ActorCritic(nn.Module):

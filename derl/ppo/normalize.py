@@ -25,10 +25,11 @@ class RunningMeanStd:
         self.count = 1e-4
 
     def update(self, batch: np.ndarray) -> None:
-        """Folds a batch ``[n, *shape]`` into the statistics."""
+        """Folds a batch ``[n, *shape]`` into the statistics (ufunc reductions: called every step)."""
         n = batch.shape[0]
-        batch_mean = batch.mean(axis=0)
-        batch_var = batch.var(axis=0)
+        batch_mean = np.add.reduce(batch, axis=0, dtype=np.float64) / n
+        centred = batch - batch_mean
+        batch_var = np.add.reduce(centred * centred, axis=0) / n
         delta = batch_mean - self.mean
         total = self.count + n
         self.mean = self.mean + delta * (n / total)
@@ -72,7 +73,8 @@ class ObsNormalizer:
         part = out[:, self.start : self.stop]
         np.subtract(part, self._mean, out=part)
         np.multiply(part, self._inv_std, out=part)
-        np.clip(part, -CLIP, CLIP, out=part)
+        np.maximum(part, -CLIP, out=part)
+        np.minimum(part, CLIP, out=part)
         return out
 
     def state_dict(self) -> dict:
@@ -97,7 +99,7 @@ class ReturnNormalizer:
         self.rms.update(self.returns)
         self.returns[dones] = 0.0
         scaled = rewards / np.sqrt(self.rms.var + EPSILON)
-        return np.clip(scaled, -CLIP, CLIP).astype(np.float32)
+        return np.minimum(np.maximum(scaled, -CLIP), CLIP).astype(np.float32)
 
     def state_dict(self) -> dict:
         return self.rms.state_dict()

@@ -51,12 +51,16 @@ class ObsLayout:
         return part.start, part.stop
 
     def write(self, obs: Any, row: np.ndarray) -> None:
-        """Copies one env's observation into ``row`` (a view of the pool's buffer)."""
+        """Copies one env's observation into ``row`` (a view of the pool's buffer).
+
+        Called once per env and step: 1-D observations are assigned without reshaping.
+        """
         if not self.is_dict:
-            row[:] = np.ravel(obs)
+            row[:] = obs if np.ndim(obs) == 1 else np.ravel(obs)
             return
         for key, part in zip(self.keys, self.slices, strict=True):
-            row[part] = np.ravel(obs[key])
+            value = obs[key]
+            row[part] = value if value.ndim == 1 else value.ravel()
 
     def to_dict(self) -> dict:
         return {"keys": list(self.keys), "dims": list(self.dims), "is_dict": self.is_dict}

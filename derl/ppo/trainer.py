@@ -27,6 +27,7 @@ from derl.ppo.episodes import EpisodeLog
 from derl.ppo.losses import compute_gae, gaussian_entropy, gaussian_log_prob, ppo_loss
 from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
+from derl.ppo.optim import FlatAdam
 from derl.ppo.pool import make_pool
 from derl.ppo.rollout import Collector, Rollout
 
@@ -68,7 +69,7 @@ class PPO:
         }
         self.model = ActorCritic(layout, action_dim, cfg.MODEL.PRO_HIDDEN_DIMS, cfg.MODEL.OBS_FEAT_HIDDEN_DIMS)
         self.model.to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.PPO.BASE_LR, eps=cfg.PPO.EPS)
+        self.optimizer = FlatAdam(self.model, lr=cfg.PPO.BASE_LR, eps=cfg.PPO.EPS)
         self.obs_norm = ObsNormalizer(*layout.normalized_columns())
         self.ret_norm = ReturnNormalizer(cfg.PPO.NUM_ENVS, cfg.PPO.GAMMA)
         self.episode_log = EpisodeLog()
@@ -92,46 +93,47 @@ class PPO:
         def flat(array: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(array.reshape(-1, *array.shape[2:])).to(device)
 
-        obs, actions, old_log_probs = flat(r.obs), flat(r.actions), flat(r.log_probs)
-        old_values, b_returns, b_advantages = flat(r.values), flat(returns), flat(advantages)
-        total = obs.shape[0]
+        columns = [flat(a) for a in (r.obs, r.actions, r.log_probs, r.values, returns, advantages)]
+        total = columns[0].shape[0]
         minibatch = min(cfg.BATCH_SIZE, total)
         kl_limit = cfg.KL_TARGET_COEF * 0.01
-        sums = np.zeros(6)
+        sums = torch.zeros(6, device=device)
         count = 0
         for _ in range(cfg.EPOCHS):
             order = torch.randperm(total, device=device)
+            shuffled = [column[order] for column in columns]  # one gather per epoch, then slices
             for start in range(0, total - minibatch + 1, minibatch):  # drop the last partial batch
-                idx = order[start : start + minibatch]
-                mean, value = self.model(obs[idx])
-                log_prob = gaussian_log_prob(actions[idx], mean, self.model.log_std)
-                terms = ppo_loss(
-                    log_prob, old_log_probs[idx], b_advantages[idx], value, old_values[idx],
-                    b_returns[idx], gaussian_entropy(self.model.log_std), cfg.CLIP_EPS,
-                    cfg.VALUE_COEF, cfg.ENTROPY_COEF, cfg.USE_CLIP_VALUE_FUNC,
+                obs, actions, old_log_probs, old_values, b_returns, b_advantages = (
+                    column[start : start + minibatch] for column in shuffled
                 )
-                sums += [t.item() for t in terms]
+                mean, value = self.model(obs)
+                log_prob = gaussian_log_prob(actions, mean, self.model.log_std)
+                terms = ppo_loss(
+                    log_prob, old_log_probs, b_advantages, value, old_values, b_returns,
+                    gaussian_entropy(self.model.log_std), cfg.CLIP_EPS, cfg.VALUE_COEF,
+                    cfg.ENTROPY_COEF, cfg.USE_CLIP_VALUE_FUNC,
+                )
+                sums += torch.stack([term.detach() for term in terms])
                 count += 1
                 if terms.approx_kl.item() > kl_limit:  # DERL's KL early stop: end the whole update
                     return self._update_stats(sums, count, stopped=True)
-                self.optimizer.zero_grad(set_to_none=True)
+                self.optimizer.zero_grad()
                 terms.total.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.MAX_GRAD_NORM)
+                self.optimizer.clip_grad_norm(cfg.MAX_GRAD_NORM)
                 self.optimizer.step()
         return self._update_stats(sums, count, stopped=False)
 
     @staticmethod
-    def _update_stats(sums: np.ndarray, count: int, stopped: bool) -> dict[str, float]:
+    def _update_stats(sums: torch.Tensor, count: int, stopped: bool) -> dict[str, float]:
         names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-        stats = {name: float(v) for name, v in zip(names, sums / max(count, 1), strict=True)}
+        means = (sums / max(count, 1)).tolist()
+        stats = {name: float(v) for name, v in zip(names, means, strict=True)}
         stats["kl_early_stop"] = float(stopped)
         return stats
 
     def iterate(self) -> dict:
         """One collection + update; returns the iteration's metrics record."""
-        lr = _learning_rate(self.cfg, self.iteration)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self.optimizer.lr = _learning_rate(self.cfg, self.iteration)
         started = time.perf_counter()
         self.env_steps += self.collector.collect(self.rollout)
         collected = time.perf_counter()

@@ -1,0 +1,261 @@
+"""PPO training throughput and returns: derl.ppo against Stable-Baselines3, side by side.
+
+Each trainer runs in a fresh subprocess (one worker on one core: one torch thread), one after the
+other, alternating, on the same env and DERL's defaults (32 envs x 128 steps, 4 epochs, batch 512,
+Adam 3e-4 with linear decay, clip 0.2 for policy and value, entropy 0.01, value 0.5, GAE 0.95,
+gamma 0.99, grad norm 0.5, observation and reward normalisation, separate [64, 64] tanh actor and
+critic, log_std 0, orthogonal init). Reported per trainer: end-to-end env steps/s (env
+construction included for derl, excluded for SB3), the collection/update split of the time, and
+peak RSS of the worker process. ``physics_steps_per_sec`` replays the states of derl's run
+(same seed, so the same trajectories) through ``mj_step`` x frame_skip alone; the ratio of the
+end-to-end rate to it is the share of time the physics takes.
+
+``--return-iters N`` also trains both for N iterations with ``--seeds`` seeds each and reports the
+final mean return of the last 100 episodes (an equal env-step budget). Needs
+``requirements-bench.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+FT_GENOME_SEED = 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--envs", default="ft,Ant-v5",
+                        help="comma-separated cases: ft (FT unimal env) and/or Gymnasium env ids")
+    parser.add_argument("--xml", type=Path, help="unimal MJCF for the ft case (default: a seeded random genome)")
+    parser.add_argument("--iters", type=int, default=10, help="PPO iterations per speed run (4096 steps each)")
+    parser.add_argument("--repeats", type=int, default=2, help="speed runs per trainer, alternating")
+    parser.add_argument("--return-iters", type=int, default=0, help="iterations per return run (0: skip)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per trainer for the return runs")
+
+
+# ----------------------------------------------------------------------------- child process
+def _config(case: dict, iters: int):
+    from derl.config import load_config
+    from derl.envs import EVOLUTION_ENVS
+
+    overrides = dict(EVOLUTION_ENVS["ft"]) if case["kind"] == "unimal" else {}
+    overrides.update({"PPO.MAX_STATE_ACTION_PAIRS": iters * 32 * 128, "TORCH_THREADS": 1, "DEVICE": "cpu"})
+    return load_config(None, overrides)
+
+
+def _env_factory(case: dict, cfg, flat: bool):
+    if case["kind"] == "unimal":
+        from derl.envs import make_env
+
+        return lambda _i: make_env(cfg, case["xml"], flat=flat)
+    return lambda _i: gym.make(case["env_id"])
+
+
+class _StateRecorder(gym.Wrapper):
+    """Keeps (qpos, qvel, action) before every step, for a physics-only replay."""
+
+    def __init__(self, env: gym.Env, log: list):
+        super().__init__(env)
+        self.log = log
+
+    def step(self, action):
+        data = self.unwrapped.data
+        self.log.append((data.qpos.copy(), data.qvel.copy(), np.array(action, np.float64)))
+        return self.env.step(action)
+
+
+def _physics_seconds(envs_and_logs: list) -> tuple[float, int]:
+    """Seconds ``mj_step`` x frame_skip takes over the recorded states (a fresh MjData per env)."""
+    import mujoco
+
+    total, steps = 0.0, 0
+    for env, log in envs_and_logs:
+        model = env.unwrapped.model
+        data = mujoco.MjData(model)
+        frame_skip = round(env.unwrapped.dt / model.opt.timestep)
+        for qpos, qvel, action in log:
+            data.qpos[:], data.qvel[:] = qpos, qvel
+            data.ctrl[:] = action
+            started = time.perf_counter()
+            mujoco.mj_step(model, data, frame_skip)
+            total += time.perf_counter() - started
+        steps += len(log)
+    return total, steps
+
+
+def _run_ours(case: dict, iters: int, seed: int, record: bool) -> dict:
+    from derl.ppo import train
+
+    cfg = _config(case, iters)
+    make = _env_factory(case, cfg, flat=False)
+    recorded: list = []
+    if record:
+        base = make
+
+        def make(i):  # noqa: F811 - the recording variant of the factory
+            env = _StateRecorder(base(i), [])
+            recorded.append((env, env.log))
+            return env
+
+    records: list[dict] = []
+    result = train(cfg, make, seed=seed, on_iteration=records.append)
+    out = {
+        "env_steps": result.env_steps,
+        "wall_time": result.wall_time,
+        "steps_per_sec": result.steps_per_sec,
+        "collect_seconds": sum(r["collect_seconds"] for r in records),
+        "update_seconds": sum(r["update_seconds"] for r in records),
+        "final_return": result.summary.get("return"),
+    }
+    if record:
+        out["physics_seconds"], out["physics_steps"] = _physics_seconds(recorded)
+    return out
+
+
+def _run_sb3(case: dict, iters: int, seed: int) -> dict:
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    torch.set_num_threads(1)
+    cfg = _config(case, iters)
+    make = _env_factory(case, cfg, flat=True)
+    venv = DummyVecEnv([lambda i=i: Monitor(make(i)) for i in range(32)])
+    venv.seed(seed)
+    venv = VecNormalize(venv, norm_obs=True, norm_reward=True, clip_obs=10.0, clip_reward=10.0,
+                        gamma=0.99, epsilon=1e-8)
+
+    class Split(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.collect = 0.0
+
+        def _on_rollout_start(self):
+            self._started = time.perf_counter()
+
+        def _on_rollout_end(self):
+            self.collect += time.perf_counter() - self._started
+
+        def _on_step(self):
+            return True
+
+    model = PPO(
+        "MlpPolicy", venv, learning_rate=lambda progress: 3e-4 * progress, n_steps=128, batch_size=512,
+        n_epochs=4, gamma=0.99, gae_lambda=0.95, clip_range=0.2, clip_range_vf=0.2, ent_coef=0.01,
+        vf_coef=0.5, max_grad_norm=0.5, target_kl=0.2 / 1.5, seed=seed, device="cpu",
+        policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": torch.nn.Tanh,
+                       "log_std_init": 0.0, "ortho_init": True},
+    )
+    split = Split()
+    started = time.perf_counter()
+    model.learn(total_timesteps=iters * 32 * 128, callback=split)
+    wall = time.perf_counter() - started
+    returns = [info["r"] for info in model.ep_info_buffer]
+    return {
+        "env_steps": int(model.num_timesteps),
+        "wall_time": wall,
+        "steps_per_sec": model.num_timesteps / wall,
+        "collect_seconds": split.collect,
+        "update_seconds": wall - split.collect,
+        "final_return": float(np.mean(returns)) if returns else None,
+    }
+
+
+def _child(spec: dict) -> dict:
+    if spec["trainer"] == "ours":
+        out = _run_ours(spec["case"], spec["iters"], spec["seed"], spec.get("record", False))
+    else:
+        out = _run_sb3(spec["case"], spec["iters"], spec["seed"])
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+# ----------------------------------------------------------------------------- parent
+def _spawn(spec: dict) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "derl.bench.ppo", json.dumps(spec)],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench child {spec['trainer']} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ft_case(args: argparse.Namespace, folder: Path) -> dict:
+    if args.xml is not None:
+        return {"kind": "unimal", "xml": str(args.xml.resolve()), "genome": None}
+    from derl.config import load_config
+    from derl.envs import EVOLUTION_ENVS
+    from derl.morphology import random_genome, to_mjcf
+
+    cfg = load_config(None, EVOLUTION_ENVS["ft"])
+    genome = random_genome(cfg, np.random.default_rng(FT_GENOME_SEED), f"bench-{FT_GENOME_SEED}")
+    path = folder / f"{genome.id}.xml"
+    path.write_text(to_mjcf(genome, cfg))
+    return {"kind": "unimal", "xml": str(path), "genome": f"random_genome seed {FT_GENOME_SEED}",
+            "num_limbs": genome.num_limbs}
+
+
+def _speed(case: dict, args: argparse.Namespace) -> dict:
+    runs: dict[str, list[dict]] = {"derl": [], "sb3": []}
+    for _ in range(args.repeats):
+        runs["derl"].append(_spawn({"trainer": "ours", "case": case, "iters": args.iters, "seed": 0}))
+        runs["sb3"].append(_spawn({"trainer": "sb3", "case": case, "iters": args.iters, "seed": 0}))
+    physics = _spawn({"trainer": "ours", "case": case, "iters": args.iters, "seed": 0, "record": True})
+    physics_rate = physics["physics_steps"] / physics["physics_seconds"]
+    report = {}
+    for name, trainer_runs in runs.items():
+        best = max(trainer_runs, key=lambda r: r["steps_per_sec"])  # least disturbed by other load
+        busy = best["collect_seconds"] + best["update_seconds"]
+        report[name] = {
+            "steps_per_sec": round(best["steps_per_sec"], 1),
+            "all_steps_per_sec": [round(r["steps_per_sec"], 1) for r in trainer_runs],
+            "collect_share": round(best["collect_seconds"] / busy, 3),
+            "update_share": round(best["update_seconds"] / busy, 3),
+            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in trainer_runs), 1),
+            "vs_physics_alone": round(best["steps_per_sec"] / physics_rate, 3),
+        }
+    report["physics_steps_per_sec"] = round(physics_rate, 1)
+    report["speedup_derl_over_sb3"] = round(report["derl"]["steps_per_sec"] / report["sb3"]["steps_per_sec"], 3)
+    return report
+
+
+def _returns(case: dict, args: argparse.Namespace) -> dict:
+    report = {"env_steps": args.return_iters * 32 * 128}
+    for trainer, name in (("ours", "derl"), ("sb3", "sb3")):
+        finals = [
+            _spawn({"trainer": trainer, "case": case, "iters": args.return_iters, "seed": seed})["final_return"]
+            for seed in range(args.seeds)
+        ]
+        report[name] = {"final_returns": finals, "mean": float(np.mean(finals)), "std": float(np.std(finals))}
+    return report
+
+
+def run(args: argparse.Namespace) -> dict:
+    results: dict = {"iters": args.iters, "env_steps_per_run": args.iters * 32 * 128, "cases": {}}
+    with tempfile.TemporaryDirectory() as folder:
+        for name in args.envs.split(","):
+            case = _ft_case(args, Path(folder)) if name == "ft" else {"kind": "gym", "env_id": name}
+            entry = {"case": {k: v for k, v in case.items() if k != "xml" or args.xml}, **_speed(case, args)}
+            if args.return_iters > 0:
+                entry["returns"] = _returns(case, args)
+            results["cases"][name] = entry
+    return results
+
+
+if __name__ == "__main__":
+    print(json.dumps(_child(json.loads(sys.argv[1]))))

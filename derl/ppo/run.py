@@ -1,0 +1,141 @@
+"""What ``tools/train_ppo.py`` does: pick the env, train into an output folder, replay a policy.
+
+Output folder layout (all files written atomically):
+
+- ``config.yaml``: the resolved config; ``run.json``: the env source (``xml`` or ``env_id``);
+- ``<id>.xml``: the unimal MJCF when training from a genome file;
+- ``model.pt``: checkpoint (``torch.load(weights_only=True)``), ``metrics.jsonl``: one record per
+  iteration, ``metrics.json``: the final ``TrainResult`` (``summary`` = means of the last 100
+  episodes of ``return``, every ``__reward__*``, ``x_pos``, ``metric``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+import gymnasium as gym
+import numpy as np
+
+from derl.config import CfgNode, dump_config
+from derl.envs.episode_stats import EpisodeStats
+from derl.fileio import atomic_write_text, read_json, write_json
+from derl.ppo.episodes import mean_fields
+from derl.ppo.policy import load_policy
+from derl.ppo.trainer import TrainResult, train
+
+CHECKPOINT_FILE = "model.pt"
+METRICS_LINES_FILE = "metrics.jsonl"
+FINAL_METRICS_FILE = "metrics.json"
+RUN_FILE = "run.json"
+
+
+def genome_to_xml(cfg: CfgNode, genome_path: Path, out_dir: Path) -> Path:
+    """Writes the MJCF of a genome JSON file to ``out_dir/<id>.xml``; returns its path."""
+    from derl.morphology import Genome, GenomeError, to_mjcf
+
+    if not genome_path.is_file():
+        raise FileNotFoundError(f"genome file not found: {genome_path}")
+    try:
+        genome = Genome.from_json(genome_path.read_text())
+    except GenomeError as err:
+        raise ValueError(f"{genome_path}: {err}") from None
+    xml_path = out_dir / f"{genome.id}.xml"
+    atomic_write_text(xml_path, to_mjcf(genome, cfg))
+    return xml_path
+
+
+def env_factory(cfg: CfgNode, source: dict[str, str]) -> Callable[[int], gym.Env]:
+    """``make_env(i)`` for ``{"xml": path}`` (a Unimal env) or ``{"env_id": id}`` (any Gymnasium env)."""
+    if "xml" in source:
+        from derl.envs import make_env
+
+        xml_path = source["xml"]
+        if not Path(xml_path).is_file():
+            raise FileNotFoundError(f"unimal MJCF not found: {xml_path}")
+        return lambda _index: make_env(cfg, xml_path)
+    env_id = source["env_id"]
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown Gymnasium env id {env_id!r}")
+    return lambda _index: gym.make(env_id)
+
+
+class ProgressLine:
+    """A stderr line rewritten in place: iteration, env steps, steps/s, mean return, ETA."""
+
+    def __init__(self, max_iters: int, stream: TextIO = sys.stderr):
+        self.max_iters, self.stream = max_iters, stream
+        self.started = time.perf_counter()
+        self.first_iteration: int | None = None
+
+    def __call__(self, record: dict) -> None:
+        if self.first_iteration is None:
+            self.first_iteration = record["iteration"] - 1
+        elapsed = time.perf_counter() - self.started
+        done = record["iteration"] - self.first_iteration
+        eta = elapsed / done * (self.max_iters - record["iteration"])
+        mean_return = f"{record['return']:.1f}" if "return" in record else "-"
+        self.stream.write(
+            f"\riter {record['iteration']}/{self.max_iters} | steps {record['env_steps']} | "
+            f"{record['steps_per_sec']:.0f} steps/s | return {mean_return} | "
+            f"ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}   "
+        )
+        if record["iteration"] == self.max_iters:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def train_to_folder(
+    cfg: CfgNode, source: dict[str, str], out_dir: Path, resume: bool = False, progress: bool = True
+) -> TrainResult:
+    """Trains with ``seed = RNG_SEED`` and writes the output folder (module docstring)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "config.yaml", dump_config(cfg))
+    write_json(out_dir / RUN_FILE, source)
+    result = train(
+        cfg,
+        env_factory(cfg, source),
+        seed=cfg.RNG_SEED,
+        checkpoint_path=out_dir / CHECKPOINT_FILE,
+        metrics_path=out_dir / METRICS_LINES_FILE,
+        resume=resume,
+        on_iteration=ProgressLine(cfg.PPO.MAX_ITERS) if progress else None,
+    )
+    write_json(out_dir / FINAL_METRICS_FILE, dataclasses.asdict(result))
+    return result
+
+
+def evaluate(cfg: CfgNode, checkpoint: Path, source: dict[str, str] | None, episodes: int, seed: int) -> dict:
+    """Replays the policy deterministically (mean actions) for ``episodes`` episodes.
+
+    ``source`` defaults to the ``run.json`` next to the checkpoint. Returns the mean return,
+    each episode's return, and the means of the ``__reward__*``/``x_pos``/``metric`` fields.
+    """
+    if source is None:
+        run_file = checkpoint.parent / RUN_FILE
+        if not run_file.is_file():
+            raise FileNotFoundError(f"no {RUN_FILE} next to {checkpoint}: give --xml, --genome or --env-id")
+        source = read_json(run_file)
+    policy = load_policy(checkpoint)
+    env = EpisodeStats(env_factory(cfg, source)(0))
+    finished = []
+    try:
+        for k in range(episodes):
+            obs, _ = env.reset(seed=seed + k)
+            while True:
+                obs, _, terminated, truncated, info = env.step(policy.act(obs, deterministic=True))
+                if terminated or truncated:
+                    finished.append(info["episode"])
+                    break
+    finally:
+        env.close()
+    return {
+        **mean_fields(finished),
+        "returns": [ep["return"] for ep in finished],
+        "lengths": [int(ep["length"]) for ep in finished],
+        "mean_length": float(np.mean([ep["length"] for ep in finished])),
+    }

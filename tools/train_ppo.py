@@ -1,0 +1,67 @@
+"""Train one morphology (or any Gymnasium Box-action env) with DERL's PPO, or replay a policy.
+
+    tools/train_ppo.py --cfg CFG (--xml F | --genome F | --env-id ID) [--out DIR] [--resume] [KEY VALUE ...]
+    tools/train_ppo.py --eval CKPT [--cfg CFG] [--episodes N] [KEY VALUE ...]
+
+The output folder (default OUT_DIR) gets config.yaml, run.json, model.pt, metrics.jsonl and
+metrics.json (see derl/ppo/run.py). --eval prints the deterministic return as JSON.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from derl.config import load_config_or_exit  # noqa: E402
+from derl.ppo.run import evaluate, genome_to_xml, train_to_folder  # noqa: E402
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cfg", type=Path, help="YAML config file")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--xml", type=Path, help="unimal MJCF file")
+    source.add_argument("--genome", type=Path, help="genome JSON file (derl.morphology)")
+    source.add_argument("--env-id", help="a Gymnasium env id with a Box action space, e.g. Ant-v5")
+    parser.add_argument("--out", type=Path, help="output folder (default: OUT_DIR)")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/model.pt if present")
+    parser.add_argument("--eval", type=Path, metavar="CKPT", help="replay this checkpoint deterministically")
+    parser.add_argument("--episodes", type=int, default=1, help="episodes to replay with --eval")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    cfg = load_config_or_exit(args.cfg, args.overrides)
+    out = args.out or Path(cfg.OUT_DIR)
+    try:
+        if args.eval is not None:
+            source = None
+            if args.xml or args.genome:
+                out.mkdir(parents=True, exist_ok=True)
+                source = {"xml": str(args.xml or genome_to_xml(cfg, args.genome, out))}
+            elif args.env_id:
+                source = {"env_id": args.env_id}
+            print(json.dumps(evaluate(cfg, args.eval, source, args.episodes, cfg.RNG_SEED), indent=2))
+            return
+        if not (args.xml or args.genome or args.env_id):
+            raise ValueError("give one of --xml, --genome or --env-id (or --eval CKPT)")
+        out.mkdir(parents=True, exist_ok=True)
+        if args.env_id:
+            source = {"env_id": args.env_id}
+        else:
+            source = {"xml": str((args.xml or genome_to_xml(cfg, args.genome, out)).resolve())}
+        result = train_to_folder(cfg, source, out, resume=args.resume, progress=not args.quiet)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(json.dumps({"out": str(out), **result.summary, "env_steps": result.env_steps,
+                      "steps_per_sec": round(result.steps_per_sec, 1)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
