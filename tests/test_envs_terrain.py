@@ -74,16 +74,16 @@ def test_flat_and_unknown_types():
 
 
 def test_height_patch_has_derl_size_and_log_spacing():
-    patch = HeightPatch([1, 4, 4, 4], 10)
+    patch = HeightPatch([1, 4, 4, 4], 10, map_width=200)
     assert patch.shape == (47, 30) and patch.size == 1410
     assert patch.reach == math.ceil(math.hypot(40, 40))
 
 
 def test_height_patch_rows_follow_mujoco_rows_and_turn_with_the_heading():
-    patch = HeightPatch([1, 4, 4, 4], 10)
-    pad = patch.reach + 1
+    pad = HeightPatch.reach_for([1, 4, 4, 4], 10) + 1
+    patch = HeightPatch([1, 4, 4, 4], 10, map_width=2 * pad + 1)
     # Height = row index: rises towards +y, as MuJoCo rows do.
-    heights = np.tile(np.arange(2 * pad + 1, dtype=float)[:, None], (1, 2 * pad + 1))
+    heights = np.tile(np.arange(2 * pad + 1, dtype=float)[:, None], (1, 2 * pad + 1)).ravel()
     centre = pad
     grid = patch(heights, centre, centre, 0.0).reshape(patch.shape)
     assert grid[0, 0] == -40 and grid[-1, 0] == 40  # row 0 = -y (the agent's right)

@@ -88,30 +88,60 @@ def _log_offsets(extent: int) -> np.ndarray:
     return np.unique((v * extent / v[-1]).astype(int))
 
 
+def _grid(obs_size, divs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cell offsets (x ahead, y left) of the observed grid, shape (rows along y, cols along x)."""
+    behind, ahead, right, left = (round(m * divs) for m in obs_size)
+    ahead_x = np.unique(np.concatenate([-_log_offsets(behind), _log_offsets(ahead)]))
+    left_y = np.unique(np.concatenate([-_log_offsets(right), _log_offsets(left)]))
+    grid_y, grid_x = np.meshgrid(left_y, ahead_x, indexing="ij")
+    return grid_x, grid_y
+
+
 class HeightPatch:
-    """Samples a height map around the agent on a log-spaced grid turned with its heading.
+    """Samples a padded height map around the agent on a log-spaced grid turned with its heading.
 
     ``HFIELD.OBS_SIZE`` = [behind, ahead, right, left] in metres, ``NUM_DIVS`` cells per
-    metre; DERL's [1, 4, 4, 4] at 10 cells/m gives 47 rows x 30 columns = 1410 values.
+    metre; DERL's [1, 4, 4, 4] at 10 cells/m gives 47 rows x 30 columns = 1410 values. The
+    grid is turned by the heading rounded to ``YAW_BINS`` steps (at most 0.25 cell of
+    displacement at the grid's far corner) and rounded to cells; the flat map offsets of each
+    heading bin are computed once, on first use, so a step costs one ``take``.
     """
 
-    def __init__(self, obs_size, divs: int):
-        behind, ahead, right, left = (round(m * divs) for m in obs_size)
-        ahead_x = np.unique(np.concatenate([-_log_offsets(behind), _log_offsets(ahead)]))
-        left_y = np.unique(np.concatenate([-_log_offsets(right), _log_offsets(left)]))
-        grid_y, grid_x = np.meshgrid(left_y, ahead_x, indexing="ij")
+    YAW_BINS = 720
+
+    def __init__(self, obs_size, divs: int, map_width: int):
+        grid_x, grid_y = _grid(obs_size, divs)
         self._x = grid_x.ravel().astype(float)
         self._y = grid_y.ravel().astype(float)
         self.shape = grid_x.shape
         self.size = grid_x.size
-        self.reach = int(math.ceil(np.hypot(self._x, self._y).max()))
+        self.reach = self.reach_for(obs_size, divs)
+        self._width = map_width
+        self._offsets: dict[int, np.ndarray] = {}
+
+    @staticmethod
+    def reach_for(obs_size, divs: int) -> int:
+        """How many cells around the agent the grid can reach, whatever the heading."""
+        grid_x, grid_y = _grid(obs_size, divs)
+        return int(math.ceil(np.hypot(grid_x, grid_y).max()))
+
+    def _bin_offsets(self, yaw_bin: int) -> np.ndarray:
+        yaw = 2 * math.pi * yaw_bin / self.YAW_BINS
+        c, s = math.cos(yaw), math.sin(yaw)
+        cols = np.rint(c * self._x - s * self._y).astype(np.intp)
+        rows = np.rint(s * self._x + c * self._y).astype(np.intp)
+        offsets = self._offsets[yaw_bin] = rows * self._width + cols
+        return offsets
 
     def __call__(self, heights: np.ndarray, row: int, col: int, yaw: float) -> np.ndarray:
         """Heights at the grid turned by ``yaw`` around vertex (row, col), minus its own.
 
-        ``heights`` must be padded by at least ``reach`` cells around (row, col).
+        ``heights`` is the map raveled (``map_width`` columns), padded by at least ``reach``
+        cells around (row, col).
         """
-        c, s = math.cos(yaw), math.sin(yaw)
-        cols = np.rint(c * self._x - s * self._y).astype(np.intp) + col
-        rows = np.rint(s * self._x + c * self._y).astype(np.intp) + row
-        return (heights[rows, cols] - heights[row, col]).astype(np.float64)
+        yaw_bin = round(yaw * self.YAW_BINS / (2 * math.pi)) % self.YAW_BINS
+        offsets = self._offsets.get(yaw_bin)
+        if offsets is None:
+            offsets = self._bin_offsets(yaw_bin)
+        centre = row * self._width + col
+        return np.subtract(heights.take(offsets + centre), heights[centre], dtype=np.float64)

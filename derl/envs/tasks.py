@@ -7,6 +7,7 @@ returned as ``{"__reward__<name>": value}``; the env's reward is their sum plus 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import mujoco
@@ -84,8 +85,9 @@ class Manipulation(Task):
             found = [names_with_prefix(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite, p) for p in prefixes]
             return np.array(sum(found, []), dtype=np.intp)
 
-        self._agent_sites = sites("torso/", "limb/btm/", "limb/mid/")
-        self._face_sites = sites("box/face/")
+        agent_sites = sites("torso/", "limb/btm/", "limb/mid/")
+        self._num_agent_sites = len(agent_sites)
+        self._sites = np.concatenate([agent_sites, sites("box/face/")])  # agent sites, then box faces
         box = model.joint("box")
         self._box_qpos = int(box.qposadr[0])
         self._box_dof = int(box.dofadr[0])
@@ -128,20 +130,21 @@ class Manipulation(Task):
         data.qvel[self._box_dof:self._box_dof + 6] = 0
         model.site_pos[self._goal_site] = (goal_x, goal_y, self._ground(goal_x, goal_y, 0.0))
         self._reached = False
-        self._goal_dist = self._start_goal_dist = float(np.hypot(goal_x - box_x, goal_y - box_y))
+        self._goal_dist = self._start_goal_dist = math.hypot(goal_x - box_x, goal_y - box_y)
 
     def start(self) -> None:
         self._agent_dist = self._box_distance()
 
     def _box_distance(self) -> float:
-        site_xpos = self.env.data.site_xpos
-        gaps = site_xpos[self._agent_sites][:, None, :] - site_xpos[self._face_sites][None, :, :]
-        return float(np.sqrt(np.min(np.einsum("ijk,ijk->ij", gaps, gaps))))
+        points = self.env.data.site_xpos.take(self._sites, axis=0)
+        split = self._num_agent_sites
+        gaps = points[:split, None, :] - points[None, split:, :]
+        return math.sqrt(float((gaps * gaps).sum(axis=2).min()))
 
     def reward(self, x_before: float) -> tuple[float, dict[str, float]]:
         qpos = self.env.data.qpos
         goal = self.env.model.site_pos[self._goal_site]
-        goal_dist = float(np.hypot(goal[0] - qpos[self._box_qpos], goal[1] - qpos[self._box_qpos + 1]))
+        goal_dist = math.hypot(goal[0] - qpos[self._box_qpos], goal[1] - qpos[self._box_qpos + 1])
         if self._reached:
             term = self._weight * (self._goal_dist - goal_dist)
             if goal_dist <= self._margin:

@@ -109,15 +109,18 @@ class UnimalEnv(gym.Env):
         if self._hfield is not None:
             rows, cols, adr = self._hfield.nrow[0], self._hfield.ncol[0], self._hfield.adr[0]
             self._hfield_data = self.model.hfield_data[adr:adr + rows * cols].reshape(rows, cols)
-        wants_patch = "hfield" in cfg.ENV.KEYS_TO_KEEP
-        self._patch = HeightPatch(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS) if wants_patch else None
         self.heights: np.ndarray | None = None
         self.map_pad = 0
-        if self._hfield is None and self._patch is None:
+        self._patch = None
+        if self._hfield is None and "hfield" not in cfg.ENV.KEYS_TO_KEEP:
             return
         walls = int(cfg.HFIELD.PADDING)
-        self.map_pad = walls + (self._patch.reach if self._patch else 0) + 1
         rows, cols = self.corridor.shape
+        if "hfield" in cfg.ENV.KEYS_TO_KEEP:
+            self.map_pad = walls + HeightPatch.reach_for(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS) + 1
+            self._patch = HeightPatch(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS, cols + 2 * self.map_pad)
+        else:
+            self.map_pad = walls + 1
         # Outside the corridor: PADDING cells of wall (or gap without walls), then gap.
         gap = cfg.HFIELD.GAP_DEPTH
         self.heights = np.full((rows + 2 * self.map_pad, cols + 2 * self.map_pad), gap, np.float32)
@@ -125,6 +128,7 @@ class UnimalEnv(gym.Env):
         self.heights[inner:-inner, inner:-inner] = WALL_HEIGHT if self.corridor.walls else gap
         self._interior = self.heights[self.map_pad:-self.map_pad, self.map_pad:-self.map_pad]
         self._interior[:] = 0.0
+        self._heights_flat = self.heights.ravel()  # a view: re-filled in place at each reset
 
     def _init_spaces(self, cfg) -> None:
         sizes = {"proprioceptive": self._proprio.size, **self.task.obs_sizes}
@@ -228,7 +232,7 @@ class UnimalEnv(gym.Env):
             pad, rows, cols = self.map_pad, *self.corridor.shape
             row, col = min(max(row, 0), rows - 1) + pad, min(max(col, 0), cols - 1) + pad
             xmat = self._head_xmat
-            obs["hfield"] = self._patch(self.heights, row, col, math.atan2(xmat[3], xmat[0]))
+            obs["hfield"] = self._patch(self._heights_flat, row, col, math.atan2(xmat[3], xmat[0]))
         self.task.observe(obs)
         return {k: obs[k] for k in self._keys}
 

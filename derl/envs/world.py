@@ -1,7 +1,9 @@
 """The env's MJCF: the unimal as the morphology wrote it, plus floor or terrain, walls and objects.
 
 The unimal file is kept whole (its ``<contact>`` excludes included, unlike the original, which
-dropped them); the head is lifted onto the ground and the world around it is added. The
+dropped them); the head is lifted onto the ground (``TERRAIN.SIZE[2]``), the XML.* overrides
+(njmax, nconmax, filterparent, default geom condim and friction) are applied and the world
+around it is added. The
 structure is fixed for a config: terrain that changes per episode lives in one height field
 spanning the corridor, whose data the env re-fills in place at each reset.
 
@@ -150,6 +152,9 @@ def build_xml(unimal_xml: str | bytes, cfg) -> str:
     size.set("njmax", str(cfg.XML.NJMAX))
     size.set("nconmax", str(cfg.XML.NCONMAX))
     _child(_child(root, "option"), "flag").set("filterparent", cfg.XML.FILTER_PARENT)
+    geom_defaults = _child(_child(root, "default"), "geom")
+    geom_defaults.set("condim", str(cfg.XML.GEOM_CONDIM))
+    geom_defaults.set("friction", _fmt(*cfg.XML.GEOM_FRICTION))
     _add_observation_sensors(root, head)
     _add_visuals(root, worldbody, head)
     _add_ground(root, worldbody, cfg)
