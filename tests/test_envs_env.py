@@ -244,3 +244,27 @@ def test_render_returns_frames_from_a_tracking_camera():
     env.reset()
     assert env.render().shape == (64, 96, 3)
     env.close()
+
+
+def test_hfield_surface_is_the_height_map_and_flat_ground_is_the_floor_box():
+    env = UnimalEnv(FIXTURE, env_cfg("vt"))
+    env.reset(seed=3)
+    model, hfield = env.model, env.model.hfield("terrain")
+    rows, cols = env.corridor.shape
+    surface = model.geom("terrain").pos[2] + hfield.size[2] * model.hfield_data.reshape(rows, cols)
+    raised = env._interior > 0
+    assert raised.any()
+    assert np.allclose(surface[raised], env.corridor.ground_z + env._interior[raised], atol=1e-5)
+    assert np.all(surface[~raised] < env.corridor.ground_z)  # sunk under the floor box
+    for _ in range(10):
+        env.step(np.zeros(env.action_space.shape))
+    touched = {model.geom(g).name for g in env.data.contact.geom[: env.data.ncon].ravel()}
+    assert "floor" in touched and "terrain" not in touched
+
+
+def test_world_needs_exactly_one_ground_module():
+    with pytest.raises(ValueError, match="exactly one of Floor and Terrain"):
+        UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.MODULES": ["Agent", "Floor", "Terrain"]}))
+    env = UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.MODULES": ["Floor", "Agent"]}))
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs) and env.corridor.x_min == -75
