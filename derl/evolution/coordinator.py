@@ -26,10 +26,11 @@ from derl.evolution.backend import Backend, load_backend
 from derl.evolution.population import slot_id
 from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.storage import RunDir
-from derl.evolution.worker import EXIT_FATAL, EXIT_STOPPED
+from derl.evolution.worker import COORDINATOR_PID_VARIABLE, EXIT_FATAL, EXIT_STOPPED
 
-# Peak resident memory of one worker training with the default PPO settings (measured, see README).
-WORKER_MEMORY_BYTES = 700 * 2**20
+# Peak resident memory of one worker before any was measured in this OUT_DIR: the largest preset
+# measured (ft.yml, 32 envs: 1.23 GB; vt 0.74 GB; mvt 0.53 GB) plus a margin.
+DEFAULT_WORKER_MEMORY_BYTES = 1400 * 2**20
 POLL_SECONDS = 1.0
 SUMMARY_SECONDS = 10.0
 INIT_POLL_SECONDS = 1.0
@@ -56,6 +57,14 @@ def resolve_num_processes(requested: int, cores: int, available_bytes: int, per_
     if requested > 0:
         return requested
     return max(1, min(cores, available_bytes // per_worker_bytes))
+
+
+def worker_memory_estimate(run: RunDir, node: int) -> tuple[int, str]:
+    """Memory to reserve per worker: the largest peak this node's workers reported in an earlier session."""
+    peaks = [state.get("peak_rss_bytes", 0) for state in run.worker_states() if state.get("node") == node]
+    if peaks and max(peaks) > 0:
+        return int(1.2 * max(peaks)), "measured peak of this node's workers + 20%"
+    return DEFAULT_WORKER_MEMORY_BYTES, "default until workers have been measured"
 
 
 def validate(cfg: CfgNode) -> None:
@@ -118,6 +127,7 @@ class Coordinator:
     def _start(self, worker: int) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                                         os.environ.get("PYTHONPATH")])))
+        env[COORDINATOR_PID_VARIABLE] = str(os.getpid())
         for variable in _THREAD_VARIABLES:  # one worker per core: no BLAS/OpenMP thread pools fighting
             env.setdefault(variable, str(self.cfg.TORCH_THREADS))
         command = [sys.executable, "-m", "derl.evolution.worker", "--worker", str(worker), *self.worker_args]
@@ -242,10 +252,11 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     cfg = load_config(cfg_file, overrides)
     validate(cfg)
     available = psutil.virtual_memory().available
-    num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, usable_cores(), available, WORKER_MEMORY_BYTES)
+    per_worker, source = worker_memory_estimate(RunDir(cfg.OUT_DIR), cfg.NODE_ID)
+    num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, usable_cores(), available, per_worker)
     if cfg.EVO.NUM_PROCESSES == 0:
         log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, {available / 2**30:.1f} GB free, "
-            f"{WORKER_MEMORY_BYTES / 2**20:.0f} MB per worker)")
+            f"{per_worker / 2**20:.0f} MB per worker, {source})")
     # Workers get the same config with the resolved values, whatever their working directory.
     node_overrides = [*overrides, "OUT_DIR", str(Path(cfg.OUT_DIR).resolve()), "EVO.NUM_PROCESSES", str(num)]
     cfg = load_config(cfg_file, node_overrides)

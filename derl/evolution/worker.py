@@ -18,6 +18,7 @@ import ctypes
 import fcntl
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -36,6 +37,8 @@ EXIT_STOPPED = 4
 # Replacements of a failed morphology in one slot before the run is declared broken.
 MAX_ATTEMPTS = 10
 STOP_POLL_SECONDS = 5.0
+HEARTBEAT_SECONDS = 30.0
+COORDINATOR_PID_VARIABLE = "DERL_EVO_COORDINATOR_PID"
 INIT_POLL_SECONDS = 1.0
 
 
@@ -50,16 +53,17 @@ class FatalError(Exception):
 class StopSignal:
     """``should_stop`` for the trainer: a signal, a dead coordinator or the STOP file.
 
-    The STOP file is checked (and the heartbeat written) at most every
-    ``STOP_POLL_SECONDS``, so polling it once per PPO iteration costs nothing.
+    The STOP file is checked at most every ``STOP_POLL_SECONDS`` and the
+    heartbeat written every ``HEARTBEAT_SECONDS``, so polling once per PPO
+    iteration costs nothing.
     """
 
     def __init__(self, run: RunDir, heartbeat):
         self.run = run
         self.heartbeat = heartbeat
-        self.parent = os.getppid()
+        self.parent = int(os.environ.get(COORDINATOR_PID_VARIABLE, os.getppid()))
         self.requested = False
-        self._last_poll = time.monotonic()
+        self._last_poll = self._last_beat = time.monotonic()
 
     def handle_signal(self, signum: int, frame: Any) -> None:
         self.requested = True
@@ -68,9 +72,11 @@ class StopSignal:
         if os.getppid() != self.parent:
             self.requested = True
         now = time.monotonic()
+        if now - self._last_beat >= HEARTBEAT_SECONDS:
+            self._last_beat = now
+            self.heartbeat()
         if not self.requested and now - self._last_poll >= STOP_POLL_SECONDS:
             self._last_poll = now
-            self.heartbeat()
             self.requested = self.run.stop_requested()
         return self.requested
 
@@ -87,11 +93,15 @@ class Worker:
         self.node = cfg.NODE_ID
         self.worker = worker
         self.results = PublishedResults(run)
-        self.state: dict[str, Any] = {"slot": None, "id": None, "status": "starting"}
+        self.previous = run.read_worker_state(self.node, worker) or {}
+        # The peak memory is kept across restarts: the coordinator sizes the next session by it.
+        self.state: dict[str, Any] = {"slot": None, "id": None, "status": "starting",
+                                      "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0)}
         self.stop = StopSignal(run, self._write_state)
 
     def _write_state(self, **changes: Any) -> None:
-        self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time())
+        self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
+                          peak_rss_bytes=max(self.state["peak_rss_bytes"], peak_rss_bytes()))
         self.run.write_worker_state(self.node, self.worker, self.state)
 
     def _log(self, message: str) -> None:
@@ -99,9 +109,8 @@ class Worker:
 
     def run_all(self) -> None:
         """Does this worker's share of the search, then returns (raises Stopped or FatalError)."""
-        previous = self.run.read_worker_state(self.node, self.worker)
-        if previous and previous.get("slot") is not None:
-            self._resume(previous["slot"])
+        if self.previous.get("slot") is not None:
+            self._resume(self.previous["slot"])
         evo = self.cfg.EVO
         order = init_claim_order(evo.INIT_POPULATION_SIZE, self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
                                  self.worker)
@@ -240,6 +249,12 @@ class Worker:
             },
             "published_at": time.time(),
         }
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this worker and its finished subprocesses (Linux reports KiB)."""
+    usage = [resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(usage) * 1024
 
 
 def _die_with_parent() -> None:
