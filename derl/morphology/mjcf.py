@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import mujoco
+import numpy as np
 from lxml import etree
 
 from derl.config import CfgNode
@@ -44,11 +45,9 @@ def contact_pairs(xml: str) -> list[tuple[str, str]]:
     model = mujoco.MjModel.from_xml_string(xml)
     data = mujoco.MjData(model)
     mujoco.mj_forward(model, data)
-    pairs = set()
-    for contact in data.contact[: data.ncon]:
-        bodies = sorted(int(model.geom_bodyid[g]) for g in (contact.geom1, contact.geom2))
-        pairs.add(tuple(bodies))
-    return [tuple(model.body(b).name for b in pair) for pair in sorted(pairs)]
+    bodies = np.sort(model.geom_bodyid[data.contact.geom[: data.ncon]], axis=1)
+    pairs = sorted({(int(a), int(b)) for a, b in bodies})
+    return [tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in pair) for pair in pairs]
 
 
 def unexcluded_xml(genome: Genome, cfg: CfgNode) -> str:
