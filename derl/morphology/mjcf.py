@@ -8,7 +8,7 @@ one site) are written as ``<exclude>`` pairs, which the env must keep.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import mujoco
 import numpy as np
@@ -122,7 +122,7 @@ def _add_motors(root: etree._Element, joints: Iterable[etree._Element], gears: d
         etree.SubElement(actuator, "motor", name=name, joint=name, gear=fmt(gears[name]))
 
 
-def _add_sensors(root: etree._Element, bodies: Sequence[etree._Element]) -> None:
+def _add_sensors(root: etree._Element, bodies: Iterable[etree._Element]) -> None:
     sensor = etree.SubElement(root, "sensor")
     etree.SubElement(sensor, "accelerometer", name="torso_accel", site="root")
     etree.SubElement(sensor, "gyro", name="torso_gyro", site="root")
