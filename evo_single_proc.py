@@ -21,6 +21,9 @@ def main(argv: list[str]) -> int:
     except (ConfigError, ValueError, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted while preparing the run; run the same command again to resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

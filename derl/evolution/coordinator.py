@@ -120,6 +120,7 @@ class Coordinator:
         self.restarts = dict.fromkeys(range(cfg.EVO.NUM_PROCESSES), 0)
         self.signalled: int | None = None
         self.results = PublishedResults(run)
+        self.logged_progress: tuple[int, int] | None = None
 
     def _handle_signal(self, signum: int, frame) -> None:
         self.signalled = signum
@@ -226,10 +227,14 @@ class Coordinator:
             "session_seconds": elapsed, "cpu_fraction": (_cpu_seconds() - session["cpu_at_start"]) / elapsed,
         }
         self.run.write_summary(summary)
+        progress = (summary["published"], summary["failed"])
+        if progress == self.logged_progress:
+            return
+        self.logged_progress = progress
         best = summary["best"]
-        best_text = f", best {best['id']} {best.get(self.cfg.EVO.SELECTION_CRITERIA[0])}" if best else ""
-        log(f"{summary['published']}/{summary['total']} published, {summary['failed']} failed{best_text}, "
-            f"worker memory {self._worker_memory_mb():.0f} MB max")
+        best_text = f", best {best['id']} {best.get(self.cfg.EVO.SELECTION_CRITERIA[0]):.3f}" if best else ""
+        memory = f", worker memory up to {self._worker_memory_mb():.0f} MB" if self.procs else ""
+        log(f"{summary['published']}/{summary['total']} published, {summary['failed']} failed{best_text}{memory}")
 
     def _worker_memory_mb(self) -> float:
         """Largest resident memory of one worker with its subprocesses (psutil)."""
@@ -261,6 +266,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     node_overrides = [*overrides, "OUT_DIR", str(Path(cfg.OUT_DIR).resolve()), "EVO.NUM_PROCESSES", str(num)]
     cfg = load_config(cfg_file, node_overrides)
     run = RunDir(cfg.OUT_DIR)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops preparation like Ctrl-C
     prepare_run(cfg, run, load_backend())
     cfg_args = ["--cfg", str(Path(cfg_file).resolve())] if cfg_file else []
     code = Coordinator(cfg, run, [*cfg_args, *node_overrides]).run_workers()
