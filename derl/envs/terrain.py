@@ -81,16 +81,12 @@ def steps(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 def rugged_square(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     """Bands of 10-19 rows, each a 0..2 triangle wave along x with f/2 periods, clipped at c."""
     clip = rng.choice(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE))
-    heights = np.empty((rows, cols))
-    t = np.linspace(0.0, 1.0, cols)
-    row = 0
-    while row < rows:
-        band = int(rng.integers(10, 20))
-        half_periods = rng.choice([10, 15])
-        phase = (t * half_periods / 2) % 1.0
-        heights[row:row + band] = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clip)
-        row += band
-    return heights
+    bands = rows // 10 + 1  # enough bands of >= 10 rows to cover all rows
+    widths = rng.integers(10, 20, size=bands)
+    half_periods = rng.choice([10, 15], size=bands)
+    phase = (np.linspace(0.0, 1.0, cols) * half_periods[:, None] / 2) % 1.0
+    profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clip)
+    return np.repeat(profiles, widths, axis=0)[:rows]
 
 
 # name -> (TERRAIN key of its half-length range, builder(cfg, rng, rows, cols) -> heights)

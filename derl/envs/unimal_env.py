@@ -109,6 +109,7 @@ class UnimalEnv(gym.Env):
         if self._hfield is not None:
             rows, cols, adr = self._hfield.nrow[0], self._hfield.ncol[0], self._hfield.adr[0]
             self._hfield_data = self.model.hfield_data[adr:adr + rows * cols].reshape(rows, cols)
+            self._raised = np.zeros((rows, cols), dtype=bool)
         self.heights: np.ndarray | None = None
         self.map_pad = 0
         self._patch = None
@@ -150,8 +151,11 @@ class UnimalEnv(gym.Env):
             self._interior[:] = draw_heights(self.cfg, self.corridor, rng)
             # Flat vertices stay sunk below the floor box; obstacle vertices are raised to their height.
             # Heights stay within [0, max_height] by construction, so the data stays in [0, 1].
-            raised = np.where(self._interior > 0, self._interior + HFIELD_SINK, 0.0)
-            np.multiply(raised, 1.0 / self._hfield.size[2], out=self._hfield_data)
+            elevation = self._hfield_data
+            np.greater(self._interior, 0, out=self._raised)
+            np.add(self._interior, HFIELD_SINK, out=elevation)
+            elevation *= self._raised
+            elevation *= 1.0 / self._hfield.size[2]
             self._upload_terrain()
         self.task.reset(rng)
         self._add_reset_noise(rng)
