@@ -69,17 +69,18 @@ def test_observation_layout_matches_the_morphology():
     joints, limbs = 6, 4
     sizes = {k: space.shape[0] for k, space in env.observation_space.spaces.items()}
     assert sizes == {"proprioceptive": 2 * joints + 3 * limbs + 16, "hfield": 1410, "obj": 12, "goal": 3}
-    assert list(env.reset(seed=0)[0]) == ["proprioceptive", "hfield", "obj", "goal"]
+    assert list(env.reset(seed=0)[0]) == ["goal", "hfield", "obj", "proprioceptive"]
     assert env.action_space.shape == (joints,)
 
 
 def test_keys_to_keep_filters_and_flat_option_concatenates():
     cfg = env_cfg("mvt", **{"ENV.KEYS_TO_KEEP": ["obj", "proprioceptive"]})
     env = make_env(cfg, FIXTURE, seed=0)
-    assert list(env.reset()[0]) == ["obj", "proprioceptive"]
+    obs, _ = env.reset()
+    assert list(obs) == ["obj", "proprioceptive"]
     flat = make_env(cfg, FIXTURE, seed=0, flat=True)
-    obs, _ = flat.reset()
-    assert obs.shape == (12 + 40,)
+    flat_obs, _ = flat.reset()
+    assert np.array_equal(flat_obs, np.concatenate([obs["obj"], obs["proprioceptive"]]))
 
 
 def test_unimal_contact_excludes_survive():

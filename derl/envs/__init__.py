@@ -30,7 +30,7 @@ def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: st
         xml_path: the unimal's MJCF file.
         seed: seeds the env's generator (the first ``reset()`` needs no seed).
         render_mode: None or "rgb_array".
-        flat: observations as one float vector (keys in ``ENV.KEYS_TO_KEEP`` order).
+        flat: observations as one float vector (the keys' values concatenated in name order).
     """
     env: gym.Env = UnimalEnv(xml_path, cfg, seed=seed, render_mode=render_mode)
     if flat:

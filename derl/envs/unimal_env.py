@@ -135,10 +135,11 @@ class UnimalEnv(gym.Env):
         sizes = {"proprioceptive": self._proprio.size, **self.task.obs_sizes}
         if self._patch is not None:
             sizes["hfield"] = self._patch.size
-        self._keys = tuple(k for k in cfg.ENV.KEYS_TO_KEEP if k in sizes)
-        self._proprio_only = self._keys == ("proprioceptive",)
+        kept = [k for k in cfg.ENV.KEYS_TO_KEEP if k in sizes]  # keys never produced are left out
         self.observation_space = gym.spaces.Dict(
-            {k: gym.spaces.Box(-np.inf, np.inf, (sizes[k],), np.float64) for k in self._keys})
+            {k: gym.spaces.Box(-np.inf, np.inf, (sizes[k],), np.float64) for k in kept})
+        self._keys = tuple(self.observation_space.spaces)  # Gymnasium sorts them by name
+        self._proprio_only = self._keys == ("proprioceptive",)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self.model.nu,), np.float32)
 
     # ------------------------------------------------------------------ episode
