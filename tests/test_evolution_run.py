@@ -1,10 +1,16 @@
 """A tiny real search: derl.morphology genomes, derl.envs, derl.ppo training, two worker processes."""
 
 import json
+import os
+import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
+import pytest
 import torch
 
 from derl.evolution.population import parse_id
@@ -37,3 +43,31 @@ def test_tiny_real_search_publishes_every_morphology_with_its_files(tmp_path):
     children = [r for r in records if parse_id(r["id"])[0] >= 4]
     assert all(r["parent_id"] is not None and r["mutation"] for r in children)
     assert len({r["seed"] for r in records}) == 8
+
+
+@pytest.mark.slow
+def test_real_search_survives_sigkilled_workers_and_a_killed_coordinator(tmp_path):
+    out = tmp_path / "run"
+    overrides = [
+        "OUT_DIR", str(out), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
+        "EVO.SEARCH_SPACE_SIZE", "10", "EVO.AGING_WINDOW_SIZE", "4",
+        "EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ", "[-1]",
+        "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "128", "PPO.MAX_STATE_ACTION_PAIRS", "10240", "CHECKPOINT_PERIOD", "4",
+    ]
+    command = [sys.executable, "evo_single_proc.py", *overrides]
+    coordinator = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rng = random.Random(1)
+    kills = 0
+    while kills < 3 and coordinator.poll() is None:
+        time.sleep(rng.uniform(1.0, 4.0))
+        pids = [json.loads(p.read_text())["pid"] for p in (out / "workers").glob("*.json")] if out.exists() else []
+        pids = [pid for pid in pids if psutil.pid_exists(pid)]
+        if pids:
+            os.kill(rng.choice(pids), signal.SIGKILL)
+            kills += 1
+    coordinator.kill()
+    coordinator.wait()
+    assert subprocess.run(command, cwd=ROOT, capture_output=True, timeout=600).returncode == 0
+    records = [json.loads(p.read_text()) for p in (out / "metadata").glob("*.json")]
+    assert sorted(r["slot"] for r in records) == list(range(10))
+    assert all(r["env_steps"] == 10240 for r in records)
