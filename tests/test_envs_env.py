@@ -177,9 +177,10 @@ def test_unstable_physics_ends_the_episode_with_a_flag():
     env = UnimalEnv(FIXTURE, env_cfg("vt"))
     env.reset(seed=0)
     env.data.qvel[6:] = np.nan
-    obs, _, terminated, _, info = env.step(np.zeros(env.action_space.shape))
+    obs, reward, terminated, _, info = env.step(np.zeros(env.action_space.shape))
     assert terminated and info["unstable"]
     assert all(np.isfinite(v).all() for v in obs.values())
+    assert np.isfinite(reward) and all(np.isfinite(v) for v in info.values())
 
 
 def test_time_limit_truncates():

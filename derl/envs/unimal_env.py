@@ -183,13 +183,13 @@ class UnimalEnv(gym.Env):
         self._steps += 1
         self._time_floor += self.dt
         x, y, z = float(qpos[0]), float(qpos[1]), float(qpos[2])
+        self.torso_height, out_of_map = self._ground_clearance(x, y, z)
         reward, info = self.task.reward(x_before)
         ctrl_cost = -self._ctrl_weight * float(np.dot(action, action))
         info["__reward__ctrl"] = ctrl_cost
         info["__reward__energy"] = float(int(sum(map(abs, self._actuator_force.tolist()))))
         info["x_pos"] = x
         info["metric"] = self.task.metric()
-        self.torso_height, out_of_map = self._ground_clearance(x, y, z)
         terminated = self.torso_height <= self.fall_height or out_of_map
         if self.task.edge_termination and self.corridor.half_width - abs(y) <= EDGE_MARGIN:
             terminated = True
@@ -202,11 +202,21 @@ class UnimalEnv(gym.Env):
         ending = terminated or self._steps >= self._max_steps
         if unstable or ending or self._steps % WARNING_CHECK_PERIOD == 1:
             unstable = self._new_warnings() or unstable
+        reward += ctrl_cost
         if unstable:
+            obs, reward = self._finite(obs, reward, info)
             info["unstable"] = terminated = True
-            obs = {k: np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0) for k, v in obs.items()}
         truncated = not terminated and self._steps >= self._max_steps
-        return obs, reward + ctrl_cost, terminated, truncated, info
+        return obs, reward, terminated, truncated, info
+
+    @staticmethod
+    def _finite(obs: dict[str, np.ndarray], reward: float, info: dict) -> tuple[dict[str, np.ndarray], float]:
+        """Zeroes the non-finite values an unstable step may leave, in place for ``info``."""
+        for key, value in info.items():
+            if not math.isfinite(value):
+                info[key] = 0.0
+        obs = {k: np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0) for k, v in obs.items()}
+        return obs, reward if math.isfinite(reward) else 0.0
 
     # ------------------------------------------------------------------ state
     def _new_warnings(self) -> bool:
