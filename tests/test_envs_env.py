@@ -9,7 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from derl.config import load_config
-from derl.envs import ENV_ID, EVOLUTION_ENVS, EpisodeStats, UnimalEnv, make_env
+from derl.envs import ENV_ID, EVOLUTION_ENVS, EpisodeStats, UnimalEnv, make_env, make_genome_env
 from derl.morphology import random_genome, to_mjcf
 
 FIXTURE = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
@@ -213,6 +213,15 @@ def test_manipulation_rewards_reaching_the_box():
     _, reward, _, _, info = env.step(np.zeros(env.action_space.shape))
     assert info["__reward__manipulation"] > 100  # 100 x the distance gained + 10 on reaching
     assert "__reward__forward" not in info and info["metric"] == pytest.approx(0.0, abs=0.05)
+
+
+def test_env_from_a_genome_equals_env_from_its_file(folder):
+    cfg = env_cfg("vt")
+    genome = random_genome(load_config(), np.random.default_rng(2), "test-2")
+    from_genome = make_genome_env(cfg, genome, seed=5)
+    from_file = make_env(cfg, sampled_xml(folder, 2), seed=5)
+    first, second = from_genome.reset()[0], from_file.reset()[0]
+    assert all(np.array_equal(first[k], second[k]) for k in first)
 
 
 def test_gymnasium_registration():

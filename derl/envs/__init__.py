@@ -1,7 +1,8 @@
 """UNIMAL environments (FT, VT, MVT of DERL) on the official MuJoCo bindings.
 
-``make_env(cfg, xml_path, seed)`` builds the env of ``ENV.TASK``/``ENV.MODULES``; it is also
-registered as ``gymnasium.make("Unimal-v0", xml_path=..., cfg=...)``. ``EVOLUTION_ENVS`` holds
+``make_env(cfg, xml_path, seed)`` builds the env of ``ENV.TASK``/``ENV.MODULES`` for a unimal
+MJCF file (``make_genome_env`` for a ``Genome``); it is also registered as
+``gymnasium.make("Unimal-v0", xml_path=..., cfg=...)``. ``EVOLUTION_ENVS`` holds
 the config overrides of the three evolution environments. ``EpisodeStats`` (added by the
 trainer) sums the ``__reward__*`` terms of each episode and keeps the final ``x_pos``/``metric``.
 """
@@ -15,10 +16,11 @@ import gymnasium as gym
 from derl.envs.episode_stats import EpisodeStats
 from derl.envs.presets import EVOLUTION_ENVS
 from derl.envs.unimal_env import UnimalEnv
+from derl.morphology import to_mjcf
 
 ENV_ID = "Unimal-v0"
 
-__all__ = ["ENV_ID", "EVOLUTION_ENVS", "EpisodeStats", "UnimalEnv", "make_env"]
+__all__ = ["ENV_ID", "EVOLUTION_ENVS", "EpisodeStats", "UnimalEnv", "make_env", "make_genome_env"]
 
 
 def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: str | None = None,
@@ -33,9 +35,14 @@ def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: st
         flat: observations as one float vector (the keys' values concatenated in name order).
     """
     env: gym.Env = UnimalEnv(xml_path, cfg, seed=seed, render_mode=render_mode)
-    if flat:
-        env = gym.wrappers.FlattenObservation(env)
-    return env
+    return gym.wrappers.FlattenObservation(env) if flat else env
+
+
+def make_genome_env(cfg, genome, seed: int | None = None, render_mode: str | None = None,
+                    *, flat: bool = False) -> gym.Env:
+    """``make_env`` for a ``derl.morphology.Genome`` (its MJCF is built in memory)."""
+    env: gym.Env = UnimalEnv(None, cfg, seed=seed, render_mode=render_mode, mjcf=to_mjcf(genome, cfg))
+    return gym.wrappers.FlattenObservation(env) if flat else env
 
 
 if ENV_ID not in gym.registry:

@@ -37,8 +37,9 @@ class UnimalEnv(gym.Env):
     """A UNIMAL morphology in the world of ``ENV.MODULES`` doing ``ENV.TASK``.
 
     Args:
-        xml_path: the unimal's MJCF file (``derl.morphology.to_mjcf`` output).
+        xml_path: the unimal's MJCF file (``derl.morphology.to_mjcf`` output), or None with ``mjcf``.
         cfg: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys are read).
+        mjcf: the unimal's MJCF text instead of a file.
         seed: seeds the env's generator now, so that ``reset()`` without a seed is reproducible.
         render_mode: None or "rgb_array" (a camera that tracks the head).
         width, height: size of rendered frames.
@@ -46,8 +47,8 @@ class UnimalEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
 
-    def __init__(self, xml_path: str | Path, cfg, seed: int | None = None, render_mode: str | None = None,
-                 width: int = 640, height: int = 480):
+    def __init__(self, xml_path: str | Path | None, cfg, seed: int | None = None,
+                 render_mode: str | None = None, width: int = 640, height: int = 480, *, mjcf: str | None = None):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         if cfg.ENV.TASK not in TASKS:
@@ -55,12 +56,16 @@ class UnimalEnv(gym.Env):
         unknown = sorted(set(cfg.ENV.KEYS_TO_KEEP) - set(OBS_KEYS))
         if unknown:
             raise ValueError(f"unknown ENV.KEYS_TO_KEEP {unknown}; known: {list(OBS_KEYS)}")
-        path = Path(xml_path)
-        if not path.is_file():
-            raise FileNotFoundError(f"unimal MJCF not found: {path}")
+        if (xml_path is None) == (mjcf is None):
+            raise ValueError("give exactly one of xml_path and mjcf")
+        if mjcf is None:
+            path = Path(xml_path)
+            if not path.is_file():
+                raise FileNotFoundError(f"unimal MJCF not found: {path}")
+            mjcf = path.read_text()
         self.cfg = cfg
         self.render_mode = render_mode
-        self.model = mujoco.MjModel.from_xml_string(build_xml(path.read_bytes(), cfg))
+        self.model = mujoco.MjModel.from_xml_string(build_xml(mjcf, cfg))
         self.data = mujoco.MjData(self.model)
         self.dt = FRAME_SKIP * self.model.opt.timestep
         self._half_substep = self.model.opt.timestep / 2  # tolerance of the time-based reset check
