@@ -78,7 +78,8 @@ def test_subprocess_pool_matches_in_process_pool():
             trace = [pool.reset(seed=3).copy()]
             for step_actions in actions:
                 batch = pool.step(step_actions)
-                trace += [batch.obs.copy(), batch.final_obs.copy(), batch.rewards.copy(), batch.terminated.copy()]
+                trace += [batch.obs.copy(), batch.final_obs.copy(), batch.rewards.copy()]
+                trace += [batch.terminated.copy(), batch.truncated.copy()]
                 trace.append(np.array([ep["return"] for ep in batch.episodes]))
             trace.append(np.array([ep["return"] for ep in pool.episodes_so_far()]))
             results.append(trace)

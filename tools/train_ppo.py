@@ -19,7 +19,9 @@ from derl.ppo.run import evaluate, genome_to_xml, train_to_folder  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="tools/train_ppo.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cfg", type=Path, help="YAML config file")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--xml", type=Path, help="unimal MJCF file")

@@ -41,8 +41,10 @@ FT_GENOME_SEED = 0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--envs", default="ft,Ant-v5",
                         help="comma-separated cases: ft (FT unimal env) and/or Gymnasium env ids")
-    parser.add_argument("--xml", type=Path, help="unimal MJCF for the ft case (default: a seeded random genome)")
-    parser.add_argument("--iters", type=int, default=10, help="PPO iterations per speed run (4096 steps each)")
+    parser.add_argument("--xml", type=Path,
+                        help="unimal MJCF for the ft case (default: a seeded random genome)")
+    parser.add_argument("--iters", type=int, default=10,
+                        help="PPO iterations per speed run (4096 steps each)")
     parser.add_argument("--repeats", type=int, default=2, help="speed runs per trainer, alternating")
     parser.add_argument("--return-iters", type=int, default=0, help="iterations per return run (0: skip)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per trainer for the return runs")
@@ -255,20 +257,18 @@ def _speed(case: dict, args: argparse.Namespace) -> dict:
     physics_rate = physics["physics_steps"] / physics["physics_seconds"]
     report = {name: _summarise(trainer_runs, physics_rate) for name, trainer_runs in runs.items()}
     report["physics_steps_per_sec"] = round(physics_rate, 1)
-    report["speedup_derl_over_sb3"] = round(report["derl"]["steps_per_sec"] / report["sb3"]["steps_per_sec"], 3)
-    report["loop_speedup_derl_over_sb3"] = round(
-        report["derl"]["loop_steps_per_sec"] / report["sb3"]["loop_steps_per_sec"], 3
-    )
+    derl, sb3 = report["derl"], report["sb3"]
+    report["speedup_derl_over_sb3"] = round(derl["steps_per_sec"] / sb3["steps_per_sec"], 3)
+    report["loop_speedup_derl_over_sb3"] = round(derl["loop_steps_per_sec"] / sb3["loop_steps_per_sec"], 3)
     return report
 
 
 def _returns(case: dict, args: argparse.Namespace) -> dict:
     report = {"env_steps": args.return_iters * 32 * 128}
     for trainer, name in (("ours", "derl"), ("sb3", "sb3")):
-        finals = [
-            _spawn({"trainer": trainer, "case": case, "iters": args.return_iters, "seed": seed})["final_return"]
-            for seed in range(args.seeds)
-        ]
+        specs = [{"trainer": trainer, "case": case, "iters": args.return_iters, "seed": seed}
+                 for seed in range(args.seeds)]
+        finals = [_spawn(spec)["final_return"] for spec in specs]
         report[name] = {"final_returns": finals, "mean": float(np.mean(finals)), "std": float(np.std(finals))}
     return report
 

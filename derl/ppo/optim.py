@@ -18,7 +18,6 @@ import math
 import torch
 from torch import nn
 
-
 ALIGN_BYTES = 64
 
 

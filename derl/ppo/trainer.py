@@ -67,8 +67,9 @@ class PPO:
             "hidden": list(cfg.MODEL.PRO_HIDDEN_DIMS),
             "feat_hidden": list(cfg.MODEL.OBS_FEAT_HIDDEN_DIMS),
         }
-        self.model = ActorCritic(layout, action_dim, cfg.MODEL.PRO_HIDDEN_DIMS, cfg.MODEL.OBS_FEAT_HIDDEN_DIMS)
-        self.model.to(self.device)
+        self.model = ActorCritic(
+            layout, action_dim, cfg.MODEL.PRO_HIDDEN_DIMS, cfg.MODEL.OBS_FEAT_HIDDEN_DIMS
+        ).to(self.device)
         self.optimizer = FlatAdam(self.model, lr=cfg.PPO.BASE_LR, eps=cfg.PPO.EPS)
         self.obs_norm = ObsNormalizer(*layout.normalized_columns())
         self.ret_norm = ReturnNormalizer(cfg.PPO.NUM_ENVS, cfg.PPO.GAMMA)
