@@ -1,0 +1,31 @@
+"""`tools/bench.py env` runs small and reports throughput, the physics limit and reset costs."""
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from derl.bench import env as bench
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_reports_ratio_and_reset_cost_per_env():
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--envs", "ft,vt", "--morphologies", "1", "--steps", "60", "--rounds", "2",
+                              "--resets", "2"])
+    result = bench.run(args)
+    for name in ("ft", "vt"):
+        row = result[name]["per_morphology"][0]
+        assert row["env_steps_per_sec"] > 0 and row["physics_steps_per_sec"] > 0
+        assert abs(row["ratio"] - row["env_steps_per_sec"] / row["physics_steps_per_sec"]) < 1e-2
+        assert result[name]["median_reset_ms"] > 0 and result[name]["median_compile_ms"] > 0
+    json.dumps(result)
+
+
+def test_bench_script_rejects_an_unknown_env():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "env", "--envs", "ocean"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0 and "unknown env" in done.stderr
