@@ -48,7 +48,8 @@ class UnimalEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
 
     def __init__(self, xml_path: str | Path | None, cfg, seed: int | None = None,
-                 render_mode: str | None = None, width: int = 640, height: int = 480, *, mjcf: str | None = None):
+                 render_mode: str | None = None, width: int = 640, height: int = 480, *,
+                 mjcf: str | None = None):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         if cfg.ENV.TASK not in TASKS:
