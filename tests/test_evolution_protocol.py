@@ -174,3 +174,19 @@ def test_two_nodes_share_one_search_without_collisions(tmp_path):
     init_nodes = {records[m]["node"] for m in records if parse_id(m)[0] < 6}
     assert init_nodes == {0, 1}
     assert "waiting for node 0" in (tmp_path / "run-node1.log").read_text()
+
+
+def test_stop_file_stops_workers_and_the_run_resumes_once_it_is_deleted(tmp_path):
+    out = tmp_path / "run"
+    coordinator = start(out, iterations=20)
+    while len(published(out)) < 2 if (out / "metadata").is_dir() else True:
+        time.sleep(0.1)
+    (out / "STOP").touch()
+    assert coordinator.wait(timeout=60) == 0
+    assert len(published(out)) < 12
+    refused = subprocess.run([sys.executable, "evo_single_proc.py", "OUT_DIR", str(out)], cwd=ROOT, env=ENV,
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "STOP exists" in refused.stderr
+    (out / "STOP").unlink()
+    assert start(out, iterations=20).wait(timeout=120) == 0
+    assert_complete(out, 12)

@@ -9,6 +9,7 @@ the coordinator's own CPU time as a fraction of that session.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ def _run(args: argparse.Namespace, workers: int, out_dir: Path) -> dict:
         "session_seconds": round(summary["coordinator"]["session_seconds"], 2),
         "morphologies_per_hour": round(summary["morphologies_per_hour"], 1),
         "coordinator_cpu_fraction": round(summary["coordinator"]["cpu_fraction"], 5),
+        "load_average_1min_after": round(os.getloadavg()[0], 2),  # other jobs on the machine skew the ratio
     }
 
 

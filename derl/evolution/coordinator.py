@@ -266,6 +266,8 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     node_overrides = [*overrides, "OUT_DIR", str(Path(cfg.OUT_DIR).resolve()), "EVO.NUM_PROCESSES", str(num)]
     cfg = load_config(cfg_file, node_overrides)
     run = RunDir(cfg.OUT_DIR)
+    if run.stop_requested():
+        raise ValueError(f"{run.root / 'STOP'} exists (a stop was requested); delete it to resume the run")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops preparation like Ctrl-C
     prepare_run(cfg, run, load_backend())
     cfg_args = ["--cfg", str(Path(cfg_file).resolve())] if cfg_file else []
@@ -273,6 +275,8 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     published = len(run.published_ids())
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
         log(f"search complete: {published} morphologies in {run.root} (see summary.json)")
+    elif run.stop_requested():
+        log(f"stopped by {run.root / 'STOP'}: delete it and run the same command to resume")
     elif code == 0:
         log(f"node {cfg.NODE_ID} has no work left; {published}/{cfg.EVO.SEARCH_SPACE_SIZE} published so far")
     return code
