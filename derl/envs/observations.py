@@ -17,8 +17,10 @@ at the start of the last substep of a step, as it does the unimal's IMU and touc
 
 ``hfield``: heights around the agent minus the height under it, on a grid in the agent's
 heading frame (see ``HeightPatch``), flattened row-major with rows along y from -y (the
-agent's right) to +y, as MuJoCo orders height-field rows, and columns along x from behind
-to ahead.
+agent's right) to +y, as MuJoCo orders height-field rows (the original mirrored them), and
+columns along x from behind to ahead. The grid turns with the heading at reset too (the
+original did not turn it at reset). Outside the corridor the map reads HFIELD.PADDING cells
+of wall height (2 m, walls on) and then HFIELD.GAP_DEPTH.
 """
 
 from __future__ import annotations

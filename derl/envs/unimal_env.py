@@ -136,6 +136,7 @@ class UnimalEnv(gym.Env):
         self._interior = self.heights[self.map_pad:-self.map_pad, self.map_pad:-self.map_pad]
         self._interior[:] = 0.0
         self._heights_flat = self.heights.ravel()  # a view: re-filled in place at each reset
+        self._last_cell = (rows - 1, cols - 1)
 
     def _init_spaces(self, cfg) -> None:
         sizes = {"proprioceptive": self._proprio.size, **self.task.obs_sizes}
@@ -248,14 +249,18 @@ class UnimalEnv(gym.Env):
         if self._proprio_only:
             return obs
         if self._patch is not None:
-            x, y = self._qpos[0:2]
-            row, col = self.corridor.cell(float(x), float(y)) if math.isfinite(x + y) else (0, 0)
-            pad, rows, cols = self.map_pad, *self.corridor.shape
-            row, col = min(max(row, 0), rows - 1) + pad, min(max(col, 0), cols - 1) + pad
-            xmat = self._head_xmat
-            obs["hfield"] = self._patch(self._heights_flat, row, col, math.atan2(xmat[3], xmat[0]))
+            obs["hfield"] = self._height_patch()
         self.task.observe(obs)
         return {k: obs[k] for k in self._keys}
+
+    def _height_patch(self) -> np.ndarray:
+        x, y = float(self._qpos[0]), float(self._qpos[1])
+        row, col = self.corridor.cell(x, y) if math.isfinite(x + y) else (0, 0)
+        last_row, last_col = self._last_cell  # off the map: the nearest edge vertex
+        row = (row if 0 <= row <= last_row else min(max(row, 0), last_row)) + self.map_pad
+        col = (col if 0 <= col <= last_col else min(max(col, 0), last_col)) + self.map_pad
+        xmat = self._head_xmat
+        return self._patch(self._heights_flat, row, col, math.atan2(xmat[3], xmat[0]))
 
     # ------------------------------------------------------------------ render
     def _upload_terrain(self) -> None:
