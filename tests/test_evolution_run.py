@@ -52,7 +52,8 @@ def test_real_search_survives_sigkilled_workers_and_a_killed_coordinator(tmp_pat
         "OUT_DIR", str(out), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
         "EVO.SEARCH_SPACE_SIZE", "10", "EVO.AGING_WINDOW_SIZE", "4",
         "EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ", "[-1]",
-        "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "128", "PPO.MAX_STATE_ACTION_PAIRS", "10240", "CHECKPOINT_PERIOD", "4",
+        "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "128", "PPO.MAX_STATE_ACTION_PAIRS", "10240",
+        "CHECKPOINT_PERIOD", "4",
     ]
     command = [sys.executable, "evo_single_proc.py", *overrides]
     coordinator = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -60,8 +61,8 @@ def test_real_search_survives_sigkilled_workers_and_a_killed_coordinator(tmp_pat
     kills = 0
     while kills < 3 and coordinator.poll() is None:
         time.sleep(rng.uniform(1.0, 4.0))
-        pids = [json.loads(p.read_text())["pid"] for p in (out / "workers").glob("*.json")] if out.exists() else []
-        pids = [pid for pid in pids if psutil.pid_exists(pid)]
+        states = [json.loads(p.read_text()) for p in (out / "workers").glob("*.json")]
+        pids = [state["pid"] for state in states if psutil.pid_exists(state["pid"])]
         if pids:
             os.kill(rng.choice(pids), signal.SIGKILL)
             kills += 1

@@ -29,12 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, workers: int, out_dir: Path) -> dict:
     overrides = [
-        "OUT_DIR", str(out_dir), "EVO.NUM_PROCESSES", str(workers), "EVO.INIT_POPULATION_SIZE", str(args.init),
+        "OUT_DIR", str(out_dir), "EVO.NUM_PROCESSES", str(workers),
+        "EVO.INIT_POPULATION_SIZE", str(args.init),
         "EVO.SEARCH_SPACE_SIZE", str(args.search), "EVO.AGING_WINDOW_SIZE", str(args.init),
         "PPO.MAX_STATE_ACTION_PAIRS", str(args.steps),
     ]
-    done = subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", *overrides],
-                          cwd=ROOT, capture_output=True, text=True)
+    command = [sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", *overrides]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"evolution run with {workers} workers failed: {done.stderr.strip()[-500:]}")
     summary = read_json(out_dir / "summary.json")

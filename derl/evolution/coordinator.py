@@ -234,15 +234,17 @@ class Coordinator:
         best = summary["best"]
         best_text = f", best {best['id']} {best.get(self.cfg.EVO.SELECTION_CRITERIA[0]):.3f}" if best else ""
         memory = f", worker memory up to {self._worker_memory_mb():.0f} MB" if self.procs else ""
-        log(f"{summary['published']}/{summary['total']} published, {summary['failed']} failed{best_text}{memory}")
+        log(f"{summary['published']}/{summary['total']} published, {summary['failed']} failed"
+            f"{best_text}{memory}")
 
     def _worker_memory_mb(self) -> float:
         """Largest resident memory of one worker with its subprocesses (psutil)."""
         largest = 0
         for proc in self.procs.values():
             try:
-                tree = psutil.Process(proc.pid)
-                largest = max(largest, sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)]))
+                root = psutil.Process(proc.pid)
+                tree = [root, *root.children(recursive=True)]
+                largest = max(largest, sum(p.memory_info().rss for p in tree))
             except psutil.NoSuchProcess:
                 pass
         return largest / 2**20

@@ -29,7 +29,7 @@ class PublishedResults:
                 self.by_id[morphology_id] = self.run.read_metadata(morphology_id)
 
     def count_slots_below(self, limit: int) -> int:
-        """Published morphologies whose slot is below ``limit`` (the initial ones for INIT_POPULATION_SIZE)."""
+        """Published morphologies in slots below ``limit`` (INIT_POPULATION_SIZE: the initial ones)."""
         return sum(1 for morphology_id in self.by_id if parse_id(morphology_id)[0] < limit)
 
     def select_parent(self, cfg: CfgNode, rng: np.random.Generator) -> str:
@@ -43,7 +43,8 @@ class PublishedResults:
         else:
             retired = self.run.retired_ids()
             pool = sorted((r for r in self.by_id.values() if r["id"] not in retired), key=lambda r: r["slot"])
-        costs = selection.costs_from_table(criteria_table(pool, evo.SELECTION_CRITERIA), evo.SELECTION_CRITERIA_OBJ)
+        table = criteria_table(pool, evo.SELECTION_CRITERIA)
+        costs = selection.costs_from_table(table, evo.SELECTION_CRITERIA_OBJ)
         num = selection.num_participants(evo.TOURNAMENT_TYPE, evo.NUM_PARTICIPANTS, evo.PERCENT_PARTICIPANTS,
                                          len(pool))
         winner, participants = selection.tournament(costs, num, rng)
@@ -60,7 +61,9 @@ def criteria_table(records: list[dict[str, Any]], criteria: tuple[str, ...]) -> 
         return np.array([[float(record[key]) for key in criteria] for record in records], dtype=float)
     except KeyError as err:
         available = ", ".join(sorted(k for k in records[0] if k.startswith("__reward__")))
-        raise ValueError(f"selection criterion {err.args[0]} is not in the metadata (has: {available})") from None
+        raise ValueError(
+            f"selection criterion {err.args[0]} is not in the metadata (has: {available})"
+        ) from None
 
 
 def summarize(
@@ -80,7 +83,8 @@ def summarize(
     elapsed_h = max(time.time() - session["started"], 1e-9) / 3600
     rate = (done - session["published_at_start"]) / elapsed_h
     ranked = rank(records, evo.SELECTION_CRITERIA, evo.SELECTION_CRITERIA_OBJ)
-    top = [{key: r[key] for key in ("id", "lineage", *evo.SELECTION_CRITERIA) if key in r} for r in ranked[:TOP_K]]
+    shown = ("id", "lineage", *evo.SELECTION_CRITERIA)
+    top = [{key: r[key] for key in shown if key in r} for r in ranked[:TOP_K]]
     return {
         "published": done,
         "total": total,
@@ -99,7 +103,8 @@ def summarize(
 def rank(records: list[dict[str, Any]], criteria: tuple[str, ...], objectives: tuple[int, ...]) -> list[dict]:
     """Records best first: lexicographic on the criteria, each in its objective's direction."""
     usable = [r for r in records if all(isinstance(r.get(key), int | float) for key in criteria)]
-    return sorted(usable, key=lambda r: tuple(sign * r[key] for key, sign in zip(criteria, objectives, strict=True)))
+    signs = list(zip(criteria, objectives, strict=True))
+    return sorted(usable, key=lambda r: tuple(sign * r[key] for key, sign in signs))
 
 
 def is_finite_summary(summary: dict[str, float]) -> bool:

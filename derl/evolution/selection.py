@@ -56,7 +56,8 @@ def costs_from_table(table: np.ndarray, objectives: Sequence[float]) -> np.ndarr
 def num_participants(tournament_type: str, num: int, percent: float, pool_size: int) -> int:
     """Participants per tournament: ``num`` for ``*_num``, ``max(2, percent% of pool)`` for ``*_percent``."""
     if tournament_type not in TOURNAMENT_TYPES:
-        raise ValueError(f"unknown TOURNAMENT_TYPE {tournament_type!r}; use one of {', '.join(TOURNAMENT_TYPES)}")
+        known = ", ".join(TOURNAMENT_TYPES)
+        raise ValueError(f"unknown TOURNAMENT_TYPE {tournament_type!r}; use one of {known}")
     if tournament_type.endswith("_num"):
         if num < 1:
             raise ValueError(f"NUM_PARTICIPANTS must be at least 1, got {num}")

@@ -13,6 +13,11 @@ HEARTBEAT_TIMEOUT_SECONDS = 120.0
 _IDLE = ("finished", "stopped")
 
 
+def _is_running(state: dict, now: float) -> bool:
+    idle = str(state.get("status")).startswith(_IDLE)
+    return not idle and now - state["updated"] < HEARTBEAT_TIMEOUT_SECONDS
+
+
 def status_lines(out_dir: str) -> list[str]:
     """Done/total, running workers, best fitness and ETA of the run in ``out_dir``."""
     run = RunDir(out_dir)
@@ -24,8 +29,7 @@ def status_lines(out_dir: str) -> list[str]:
     evo = cfg.EVO
     done, total = len(results.by_id), evo.SEARCH_SPACE_SIZE
     now = time.time()
-    running = [s for s in run.worker_states()
-               if not str(s.get("status")).startswith(_IDLE) and now - s["updated"] < HEARTBEAT_TIMEOUT_SECONDS]
+    running = [state for state in run.worker_states() if _is_running(state, now)]
     lines = [
         f"run: {run.root}",
         f"done: {done}/{total} ({100 * done / total:.1f}%), failed: {len(run.failed_ids())}, "
@@ -43,8 +47,9 @@ def status_lines(out_dir: str) -> list[str]:
     if done >= total:
         lines.append("state: done")
     elif summary.get("eta_hours") is not None:
+        measured = time.strftime("%H:%M", time.localtime(summary["updated"]))
         lines.append(f"rate: {summary['morphologies_per_hour']:.1f} morphologies/hour, "
-                     f"ETA: {summary['eta_hours']:.2f} h (at {time.strftime('%H:%M', time.localtime(summary['updated']))})")
+                     f"ETA: {summary['eta_hours']:.2f} h (measured at {measured})")
     else:
         lines.append("rate: not measured yet")
     return lines

@@ -146,7 +146,8 @@ class Worker:
         deadline = time.monotonic() + self.cfg.EVO.INIT_WAIT_TIMEOUT
         self.results.refresh()
         while (published := self.results.count_slots_below(size)) < size:
-            self._write_state(slot=None, id=None, status=f"waiting for the initial population ({published}/{size})")
+            status = f"waiting for the initial population ({published}/{size})"
+            self._write_state(slot=None, id=None, status=status)
             if time.monotonic() > deadline:
                 raise FatalError(f"initial population still incomplete ({published}/{size}) after "
                                  f"EVO.INIT_WAIT_TIMEOUT={self.cfg.EVO.INIT_WAIT_TIMEOUT} s")
@@ -173,7 +174,8 @@ class Worker:
                     self._record_failure(morphology_id, slot, attempt, err)
             attempt += 1
             if attempt >= MAX_ATTEMPTS:
-                raise FatalError(f"slot {slot}: {MAX_ATTEMPTS} morphologies failed in a row; see error_metadata/")
+                raise FatalError(f"slot {slot}: {MAX_ATTEMPTS} morphologies failed in a row "
+                                 "(see error_metadata/)")
             self.run.replace_slot(slot, {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt,
                                          "node": self.node, "worker": self.worker})
 
