@@ -144,6 +144,9 @@ class RunDir:
         """Claims ``slot`` exclusively; False if someone else holds it."""
         return self._create_json(self._slot_path(slot), claim)
 
+    def is_claimed(self, slot: int) -> bool:
+        return self._slot_path(slot).exists()
+
     def read_slot(self, slot: int) -> dict[str, Any] | None:
         path = self._slot_path(slot)
         return read_json(path) if path.exists() else None

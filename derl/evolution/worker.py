@@ -98,6 +98,7 @@ class Worker:
         self.state: dict[str, Any] = {"slot": None, "id": None, "status": "starting",
                                       "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0)}
         self.stop = StopSignal(run, self._write_state)
+        self.next_child_slot = cfg.EVO.INIT_POPULATION_SIZE
 
     def _write_state(self, **changes: Any) -> None:
         self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
@@ -115,7 +116,7 @@ class Worker:
         order = init_claim_order(evo.INIT_POPULATION_SIZE, self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
                                  self.worker)
         for slot in order:
-            if self.run.read_slot(slot) is None and self._claim(slot):
+            if not self.run.is_claimed(slot) and self._claim(slot):
                 self._fill_slot(slot)
         self._wait_for_initial_population()
         while (slot := self._claim_next_child_slot()) is not None:
@@ -136,8 +137,11 @@ class Worker:
         return self.run.claim_slot(slot, claim)
 
     def _claim_next_child_slot(self) -> int | None:
-        for slot in range(self.cfg.EVO.INIT_POPULATION_SIZE, self.cfg.EVO.SEARCH_SPACE_SIZE):
-            if self.run.read_slot(slot) is None and self._claim(slot):
+        # Claims are permanent, so every slot passed over stays claimed: never scan it again.
+        while self.next_child_slot < self.cfg.EVO.SEARCH_SPACE_SIZE:
+            slot = self.next_child_slot
+            self.next_child_slot += 1
+            if not self.run.is_claimed(slot) and self._claim(slot):
                 return slot
         return None
 
