@@ -4,7 +4,11 @@ import numpy as np
 import pytest
 
 from derl.evolution import selection
-from derl.evolution.coordinator import resolve_num_processes
+from derl.evolution.coordinator import (
+    DEFAULT_WORKER_MEMORY_BYTES,
+    resolve_num_processes,
+    worker_memory_estimate,
+)
 from derl.evolution.population import init_claim_order, init_share, parse_id, ppo_seed, slot_id, slot_rng
 from derl.evolution.storage import RunDir
 
@@ -113,3 +117,13 @@ def test_slot_claims_are_exclusive_and_complete(tmp_path):
     assert run.read_slot(3) == {"slot": 3, "node": 0}
     assert [p.name for p in (tmp_path / "slots").iterdir()] == ["000003.json"]
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_worker_memory_estimate_uses_this_nodes_measured_peak(tmp_path):
+    run = RunDir(tmp_path)
+    run.create()
+    assert worker_memory_estimate(run, 0)[0] == DEFAULT_WORKER_MEMORY_BYTES
+    run.write_worker_state(0, 0, {"node": 0, "peak_rss_bytes": 1000})
+    run.write_worker_state(0, 1, {"node": 0, "peak_rss_bytes": 3000})
+    run.write_worker_state(1, 0, {"node": 1, "peak_rss_bytes": 9000})
+    assert worker_memory_estimate(run, 0)[0] == 3600
