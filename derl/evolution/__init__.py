@@ -1,0 +1,15 @@
+"""Asynchronous DERL evolution over worker processes and nodes that share only a file system.
+
+- ``selection``: Pareto front and tournaments (pure functions).
+- ``population``: slots, morphology ids, seed streams, the split of the initial population.
+- ``storage``: ``RunDir``, the only code that knows the ``OUT_DIR`` layout.
+- ``results``: published metadata, parent selection, ``summary.json``.
+- ``backend``: genomes and training (derl.morphology, derl.envs, derl.ppo).
+- ``worker``: one worker process; ``coordinator``: one node (``evo_single_proc.py``).
+- ``status``: progress of a run (``tools/status.py``).
+"""
+
+from derl.evolution.coordinator import run_node
+from derl.evolution.storage import RunDir
+
+__all__ = ["RunDir", "run_node"]
