@@ -7,9 +7,6 @@
 - ``backend``: genomes and training (derl.morphology, derl.envs, derl.ppo).
 - ``worker``: one worker process; ``coordinator``: one node (``evo_single_proc.py``).
 - ``status``: progress of a run (``tools/status.py``).
+
+Nothing is imported here: ``python -m derl.evolution.worker`` must find its module unloaded.
 """
-
-from derl.evolution.coordinator import run_node
-from derl.evolution.storage import RunDir
-
-__all__ = ["RunDir", "run_node"]
