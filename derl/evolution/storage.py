@@ -3,8 +3,10 @@
 Nothing else in derl builds paths inside ``OUT_DIR``. Rules that make the folder
 safe to share between processes and nodes:
 
-- every file is written in ``tmp/`` (``derl.fileio``: temp + fsync + rename) and
-  then renamed into place, so no folder ever shows a partial file;
+- every file written here is staged in ``tmp/`` (``derl.fileio``: temp + fsync +
+  rename) and then renamed into place, so these folders never show a partial
+  file; ``models/`` and ``metrics/`` are written by derl.ppo, atomically too
+  (a temporary file next to the target, then a rename);
 - claims are published with ``os.link``, which fails if the target exists: an
   exclusive creation whose file is complete from the first moment it is seen;
 - a morphology is published by its ``metadata/<id>.json``, written last;
