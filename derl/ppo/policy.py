@@ -29,8 +29,7 @@ class Policy:
             flat = [p.reshape(-1, d) for p, d in zip(parts, self.layout.dims, strict=True)]
             return np.concatenate(flat, axis=1), single
         array = np.asarray(obs, np.float32)
-        single = array.size == self.layout.size
-        return array.reshape(-1, self.layout.size), single
+        return array.reshape(-1, self.layout.size), array.ndim == 1
 
     @torch.no_grad()
     def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
