@@ -92,3 +92,15 @@ def test_height_patch_rows_follow_mujoco_rows_and_turn_with_the_heading():
     turned = patch(heights, centre, centre, math.pi / 2).reshape(patch.shape)
     assert turned[23, -1] == 40 and turned[23, 0] == -10
     assert np.all(turned[:, 15] == turned[0, 15])
+
+
+def test_no_height_field_when_no_obstacle_can_fit():
+    """DERL's FT config asks for curve_slope but a 75 m flat stretch fills the corridor:
+    no obstacle can ever appear, so no height field (24 MB per env) is built."""
+    from derl.envs.terrain import obstacles_fit
+
+    ft_like = vt_cfg(**{"TERRAIN.SIZE": [75, 75, 1], "TERRAIN.TYPES": ["curve_slope"],
+                        "TERRAIN.FLAT_LENGTH_RANGE": [75, 75, 1]})
+    assert not obstacles_fit(ft_like)
+    assert obstacles_fit(vt_cfg())
+    assert not obstacles_fit(vt_cfg(**{"TERRAIN.TYPES": []}))

@@ -106,6 +106,20 @@ def obstacle_types(cfg) -> tuple[str, ...]:
     return types
 
 
+def obstacles_fit(cfg) -> bool:
+    """Whether any obstacle can ever be placed: the shortest flat stretch plus the shortest
+    obstacle fit in the corridor after the start area (else the terrain is always flat)."""
+    types = obstacle_types(cfg)
+    if not types or "Terrain" not in cfg.ENV.MODULES:
+        return False
+    corridor = Corridor.from_cfg(cfg)
+    divs = corridor.divs
+    start = round(2 * (0.0 - corridor.x_min) * divs)
+    flat = round(2 * min(value_range(cfg.TERRAIN.FLAT_LENGTH_RANGE)) * divs)
+    shortest = min(round(2 * min(value_range(cfg.TERRAIN[OBSTACLES[t][0]])) * divs) for t in types)
+    return start + flat + shortest <= corridor.shape[1] - 1
+
+
 def max_height(cfg) -> float:
     """An upper bound on any height map drawn for this config (the hfield's z scale)."""
     bounds = {

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from lxml import etree
 
-from derl.envs.terrain import WALL_HALF_THICKNESS, WALL_HEIGHT, Corridor, max_height, obstacle_types
+from derl.envs.terrain import WALL_HALF_THICKNESS, WALL_HEIGHT, Corridor, max_height, obstacles_fit
 
 MODULES = ("Agent", "Floor", "Terrain", "Objects")
 HFIELD_BASE_THICKNESS = 0.1
@@ -43,7 +43,7 @@ def check_modules(modules) -> tuple[str, ...]:
 
 
 def uses_hfield(cfg) -> bool:
-    return "Terrain" in cfg.ENV.MODULES and bool(obstacle_types(cfg))
+    return obstacles_fit(cfg)
 
 
 def _fmt(*values: float) -> str:
