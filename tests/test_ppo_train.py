@@ -28,8 +28,8 @@ def _pendulum(_index):
 
 def test_pendulum_return_clearly_improves():
     # Pendulum's random policy scores about -1200 per 200-step episode; a swing-up policy about -200.
-    # 60k steps with Pendulum-friendly keys (short horizon, 10 epochs, small batches) reach -500
-    # or better across seeds; the test asks for -750 and a 400-point gain.
+    # 60k steps with Pendulum-friendly keys (short horizon, 10 epochs, small batches) reach -260
+    # to -670 over seeds 0-3 (-270 for seed 0); the test asks for -800 and a 400-point gain.
     cfg = _cfg(num_envs=8, steps=256, iters=30, **{
         "PPO.BATCH_SIZE": 64, "PPO.EPOCHS": 10, "PPO.GAMMA": 0.9, "PPO.BASE_LR": 1e-3,
         "PPO.ENTROPY_COEF": 0.0, "PPO.LINEAR_LR_DECAY": False,
@@ -38,7 +38,7 @@ def test_pendulum_return_clearly_improves():
     result = train(cfg, _pendulum, seed=0, on_iteration=lambda record: first.append(record.get("return")))
     assert result.completed and result.iterations == 30 and result.env_steps == 30 * 8 * 256
     initial = next(r for r in first if r is not None)
-    assert result.summary["return"] > -750
+    assert result.summary["return"] > -800
     assert result.summary["return"] > initial + 400
 
 
@@ -91,7 +91,7 @@ def test_truncated_steps_store_the_value_of_the_true_final_observation():
     final_obs = ppo.obs_norm.normalize(np.array([[0.0, 3.0], [1.0, 3.0]], np.float32))
     with torch.no_grad():
         expected = ppo.model.value(torch.from_numpy(final_obs)).numpy()
-    np.testing.assert_allclose(rollout.final_values[2], expected, rtol=1e-6)
+    np.testing.assert_allclose(rollout.final_values[2], expected, rtol=1e-5, atol=1e-6)
     assert not np.allclose(rollout.final_values[2], rollout.bootstrap_value)  # not the reset state's value
     ppo.pool.close()
 

@@ -22,7 +22,7 @@ def _mlp(in_dim: int, hidden: Sequence[int]) -> nn.ModuleList:
 
 
 def _tanh_mlp(layers: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
-    """tanh after every layer, without a module call per layer (collection runs this every step)."""
+    """tanh after every layer, without a module call per layer."""
     for layer in layers:
         x = torch.tanh(F.linear(x, layer.weight, layer.bias))
     return x

@@ -1,7 +1,8 @@
 """Rollout collection: one batched policy forward per lockstep step of the pool.
 
 Buffers are preallocated NumPy arrays shaped ``[T, N, ...]`` (``T`` = ``PPO.TIMESTEPS``, ``N`` =
-``PPO.NUM_ENVS``); the only per-step tensors are the batch forward's inputs and outputs.
+``PPO.NUM_ENVS``); the forward pass runs in NumPy on the CPU (``derl.ppo.acting``), so collection
+creates no tensors at all.
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
+from derl.ppo.acting import NumpyActorCritic
 from derl.ppo.episodes import EpisodeLog
-from derl.ppo.losses import gaussian_log_prob
 from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
 from derl.ppo.pool import EnvPool, SubprocEnvPool
@@ -63,10 +63,11 @@ class Collector:
         obs_norm: ObsNormalizer,
         ret_norm: ReturnNormalizer,
         episode_log: EpisodeLog,
-        device: torch.device,
+        seed: int,
     ):
-        self.pool, self.model, self.device = pool, model, device
+        self.pool, self.policy = pool, NumpyActorCritic(model)
         self.obs_norm, self.ret_norm, self.episode_log = obs_norm, ret_norm, episode_log
+        self.rng = np.random.default_rng(seed)  # action noise
         self._obs = np.zeros((pool.num_envs, pool.layout.size), np.float32)  # normalised, current
 
     def reset(self, seed: int | None) -> None:
@@ -74,23 +75,13 @@ class Collector:
         self.obs_norm.update(obs)
         self.obs_norm.normalize(obs, out=self._obs)
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array).to(self.device, non_blocking=True)
-
-    @torch.no_grad()
     def collect(self, rollout: Rollout) -> int:
         """Fills ``rollout`` with ``T`` steps of every env; returns the env steps taken."""
-        model = self.model
-        log_std = model.log_std
-        std = log_std.exp()
+        policy = self.policy
+        policy.sync()
         for t in range(rollout.obs.shape[0]):
             rollout.obs[t] = self._obs
-            obs = self._tensor(rollout.obs[t])
-            mean, value = model(obs)
-            action = mean + std * torch.randn_like(mean)
-            rollout.log_probs[t] = gaussian_log_prob(action, mean, log_std).cpu().numpy()
-            rollout.values[t] = value.cpu().numpy()
-            rollout.actions[t] = action.cpu().numpy()
+            rollout.actions[t], rollout.log_probs[t], rollout.values[t] = policy.sample(self._obs, self.rng)
             batch = self.pool.step(rollout.actions[t])
             rollout.terminated[t] = batch.terminated
             rollout.truncated[t] = batch.truncated
@@ -99,9 +90,9 @@ class Collector:
             cut = batch.truncated & ~batch.terminated
             if cut.any():
                 final = self.obs_norm.normalize(batch.final_obs[cut])
-                rollout.final_values[t, cut] = model.value(self._tensor(final)).cpu().numpy()
+                rollout.final_values[t, cut] = policy.value(final)
             rollout.rewards[t] = self.ret_norm.normalize(batch.rewards, batch.terminated | batch.truncated)
             if batch.episodes:
                 self.episode_log.extend(batch.episodes)
-        rollout.bootstrap_value[:] = model.value(self._tensor(self._obs)).cpu().numpy()
+        rollout.bootstrap_value[:] = policy.value(self._obs)
         return rollout.obs.shape[0] * rollout.obs.shape[1]

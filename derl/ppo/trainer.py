@@ -84,7 +84,7 @@ class PPO:
         self.ret_norm = ReturnNormalizer(cfg.PPO.NUM_ENVS, cfg.PPO.GAMMA)
         self.episode_log = EpisodeLog()
         self.collector = Collector(
-            self.pool, self.model, self.obs_norm, self.ret_norm, self.episode_log, self.device
+            self.pool, self.model, self.obs_norm, self.ret_norm, self.episode_log, seed
         )
         self.rollout = Rollout.allocate(cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS, layout.size, action_dim)
         self.iteration = 0
@@ -176,6 +176,7 @@ class PPO:
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "torch_rng": torch.get_rng_state(),
+            "action_rng": json.dumps(self.collector.rng.bit_generator.state),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -191,6 +192,7 @@ class PPO:
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         torch.set_rng_state(state["torch_rng"].cpu())
+        self.collector.rng.bit_generator.state = json.loads(state["action_rng"])
 
     def save(self, checkpoint_path: Path | None, metrics_path: Path | None) -> None:
         if checkpoint_path is not None:
