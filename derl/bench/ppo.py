@@ -37,6 +37,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 FT_GENOME_SEED = 0
+FT_CONFIG = ROOT / "configs" / "evo" / "ft.yml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,12 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # ----------------------------------------------------------------------------- child process
 def _config(case: dict, iters: int):
+    """The FT evolution config for unimals, the defaults for Gymnasium envs; DERL's PPO keys."""
     from derl.config import load_config
-    from derl.envs import EVOLUTION_ENVS
 
-    overrides = dict(EVOLUTION_ENVS["ft"]) if case["kind"] == "unimal" else {}
-    overrides.update({"PPO.MAX_STATE_ACTION_PAIRS": iters * 32 * 128, "TORCH_THREADS": 1, "DEVICE": "cpu"})
-    return load_config(None, overrides)
+    cfg_file = FT_CONFIG if case["kind"] == "unimal" else None
+    overrides = {"PPO.NUM_ENVS": 32, "PPO.TIMESTEPS": 128, "PPO.MAX_STATE_ACTION_PAIRS": iters * 32 * 128,
+                 "TORCH_THREADS": 1, "DEVICE": "cpu"}
+    return load_config(cfg_file, overrides)
 
 
 def _env_factory(case: dict, cfg, flat: bool):
@@ -225,10 +227,9 @@ def _ft_case(args: argparse.Namespace, folder: Path) -> dict:
     if args.xml is not None:
         return {"kind": "unimal", "xml": str(args.xml.resolve()), "genome": None}
     from derl.config import load_config
-    from derl.envs import EVOLUTION_ENVS
     from derl.morphology import random_genome, to_mjcf
 
-    cfg = load_config(None, EVOLUTION_ENVS["ft"])
+    cfg = load_config(FT_CONFIG)
     genome = random_genome(cfg, np.random.default_rng(FT_GENOME_SEED), f"bench-{FT_GENOME_SEED}")
     path = folder / f"{genome.id}.xml"
     path.write_text(to_mjcf(genome, cfg))
