@@ -10,14 +10,11 @@ next to the envs, and never moves a tensor per step.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
+from derl.ppo.losses import LOG_SQRT_2PI
 from derl.ppo.networks import ActorCritic, Encoder
-
-LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 Layer = tuple[np.ndarray, np.ndarray]  # (weight transposed [in, out], bias [out])
 
