@@ -33,7 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=1, help="episodes to replay with --eval")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)
 
 
 def main(argv: list[str]) -> None:
