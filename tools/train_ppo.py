@@ -3,6 +3,8 @@
     tools/train_ppo.py --cfg CFG (--xml F | --genome F | --env-id ID) [--out DIR] [--resume] [KEY VALUE ...]
     tools/train_ppo.py --eval CKPT [--cfg CFG] [--episodes N] [KEY VALUE ...]
 
+--eval uses the config.yaml and run.json next to CKPT unless --cfg / --xml / --genome / --env-id
+say otherwise.
 The output folder (default OUT_DIR) gets config.yaml, run.json, model.pt, metrics.jsonl and
 metrics.json (see derl/ppo/run.py). --eval prints the deterministic return as JSON.
 """
@@ -38,7 +40,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
-    cfg = load_config_or_exit(args.cfg, args.overrides)
+    cfg_file = args.cfg
+    if cfg_file is None and args.eval is not None and (args.eval.parent / "config.yaml").is_file():
+        cfg_file = args.eval.parent / "config.yaml"  # replay in the world the policy was trained in
+    cfg = load_config_or_exit(cfg_file, args.overrides)
     out = args.out or Path(cfg.OUT_DIR)
     try:
         if args.eval is not None:
