@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-slow evolve
+.PHONY: setup lint test test-slow evolve
 
 setup: $(STAMP)
 
@@ -15,7 +15,10 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check derl tools tests evo_single_proc.py
+
+test: lint
 	MUJOCO_GL=egl $(PY) -m pytest -q -m "not slow" tests
 
 # Slower end-to-end and statistical tests, kept out of `make test`.

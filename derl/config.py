@@ -230,6 +230,20 @@ def _defaults() -> dict[str, Any]:
 # Keys computed from others; setting them by hand is an error.
 DERIVED_KEYS = ("PPO.MAX_ITERS",)
 
+# Counts that must be at least 1.
+POSITIVE_KEYS = (
+    "PPO.NUM_ENVS", "PPO.TIMESTEPS", "PPO.EPOCHS", "PPO.BATCH_SIZE", "PPO.MAX_STATE_ACTION_PAIRS",
+    "ENV.EPISODE_LENGTH", "EVO.INIT_POPULATION_SIZE", "EVO.SEARCH_SPACE_SIZE", "NUM_NODES", "TORCH_THREADS",
+)
+
+
+def _check_positive(tree: dict[str, Any]) -> None:
+    for path in POSITIVE_KEYS:
+        section, _, leaf = path.rpartition(".")
+        value = tree[section][leaf] if section else tree[leaf]
+        if value < 1:
+            raise ConfigError(f"config key {path} must be at least 1, got {value}")
+
 
 def _derive(tree: dict[str, Any]) -> None:
     ppo = tree["PPO"]
@@ -443,6 +457,7 @@ def load_config(
                 continue  # a dumped config carries the derived value; it is recomputed
             raise ConfigError(f"config key {path} is derived and cannot be set")
         _set(tree, path, value)
+    _check_positive(tree)
     _derive(tree)
     return CfgNode(tree)
 

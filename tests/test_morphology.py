@@ -110,7 +110,7 @@ def test_pairs_are_exact_mirror_images():
     for a, b in ((0, 1), (2, 3)):
         assert np.array_equal(limbs[b].origin, mirror(limbs[a].origin))
         assert np.array_equal(limbs[b].direction, mirror(limbs[a].direction))
-        for ja, jb in zip(limbs[a].joints, limbs[b].joints):
+        for ja, jb in zip(limbs[a].joints, limbs[b].joints, strict=True):
             assert np.array_equal(jb.axis, mirror_axis(ja.axis)) and ja.range == jb.range
     assert limbs[2].parent == 0 and limbs[3].parent == 1
     assert limbs[4].origin[1] == 0.0
@@ -178,7 +178,7 @@ def test_grow_limb_rejects_overlaps():
 
 
 def _changed_groups(before, after):
-    return [k for k, (a, b) in enumerate(zip(before.groups, after.groups)) if a != b]
+    return [k for k, (a, b) in enumerate(zip(before.groups, after.groups, strict=False)) if a != b]
 
 
 @pytest.mark.parametrize("op, field", [("joint_angle", "range"), ("gear", "gear")])
@@ -187,9 +187,9 @@ def test_joint_operators_change_only_their_field(op, field):
     seen_all = seen_one = False
     for seed in range(20):
         child = ops.OPERATORS[op](genome, CFG, rng(seed))
-        for a, b in zip(genome.groups, child.groups):
+        for a, b in zip(genome.groups, child.groups, strict=True):
             assert dataclasses.replace(a, joints=()) == dataclasses.replace(b, joints=())
-            for ja, jb in zip(a.joints, b.joints):
+            for ja, jb in zip(a.joints, b.joints, strict=True):
                 assert dataclasses.replace(ja, **{field: getattr(jb, field)}) == jb
         changed = len(_changed_groups(genome, child))
         seen_all |= changed == 3
@@ -202,7 +202,7 @@ def test_dof_redraws_axes_ranges_and_gears_only():
     axes = set()
     for seed in range(20):
         child = ops.dof(genome, CFG, rng(seed))
-        for a, b in zip(genome.groups, child.groups):
+        for a, b in zip(genome.groups, child.groups, strict=True):
             assert dataclasses.replace(a, joints=()) == dataclasses.replace(b, joints=())
             axes.add("".join(j.axis for j in b.joints))
     assert axes == {"x", "y", "xy"}

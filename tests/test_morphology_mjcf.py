@@ -135,7 +135,7 @@ def test_fuzz_2000_long_chains_compile_and_simulate():
 
 def test_sampled_genomes_stand_on_a_floor_and_are_mirror_symmetric():
     off_plane = 0
-    for k, seed in enumerate(np.random.SeedSequence(7).spawn(25)):
+    for seed in np.random.SeedSequence(7).spawn(25):
         rng = np.random.default_rng(seed)
         genome = random_genome(CFG, rng, "s")
         for step in range(20):

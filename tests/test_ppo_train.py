@@ -101,11 +101,6 @@ def test_dict_observations_train_with_one_encoder_per_key():
     assert result.completed and math.isfinite(result.summary["return"])
 
 
-def test_bad_ppo_keys_are_one_line_errors():
-    with pytest.raises(ValueError, match="PPO.EPOCHS must be at least 1, got 0"):
-        PPO(_cfg(**{"PPO.EPOCHS": 0}), _pendulum, seed=0)
-
-
 def test_device_names():
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device("auto").type in ("cpu", "cuda")

@@ -24,10 +24,12 @@ class EpisodeStats(gym.Wrapper):
         super().__init__(env)
         self._sums: dict[str, float] = {}
         self._length = 0
+        self._final: dict[str, float] = {}
 
     def reset(self, **kwargs) -> tuple[Any, dict]:
         self._sums = {"return": 0.0}
         self._length = 0
+        self._final = {}
         return self.env.reset(**kwargs)
 
     def step(self, action) -> tuple[Any, float, bool, bool, dict]:
@@ -38,10 +40,11 @@ class EpisodeStats(gym.Wrapper):
             if key.startswith(REWARD_PREFIX):
                 sums[key] = sums.get(key, 0.0) + float(value)
         self._length += 1
+        self._final = {key: float(info[key]) for key in FINAL_KEYS if key in info}
         if terminated or truncated:
-            episode = dict(sums, length=self._length)
-            for key in FINAL_KEYS:
-                if key in info:
-                    episode[key] = float(info[key])
-            info["episode"] = episode
+            info["episode"] = self.episode_so_far()
         return obs, reward, terminated, truncated, info
+
+    def episode_so_far(self) -> dict[str, float]:
+        """The statistics of the current episode up to its last step (as ``info["episode"]``)."""
+        return dict(self._sums, length=self._length, **self._final)

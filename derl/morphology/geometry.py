@@ -78,7 +78,7 @@ def place_limbs(genome: Genome) -> list[PlacedLimb]:
     for group in genome.groups:
         parents = _parents(genome, group)
         u = direction(group.theta, group.phi)
-        for limb_id, parent, mirrored in zip(group.ids, parents, (False, True)):
+        for limb_id, parent, mirrored in zip(group.ids, parents, (False, True), strict=False):
             d = mirror(u) if mirrored else u
             placed[limb_id] = _place(genome, group, limb_id, placed.get(parent), d, mirrored)
     return list(placed.values())

@@ -118,7 +118,7 @@ def initial_population(
     candidates = _build_candidates(cfg, seeds, num_workers)
     labels = species_labels([rotation_signature(g) for g in candidates])
     chosen = select_members(labels, size, np.random.default_rng(selection_seed))
-    return [dataclasses.replace(candidates[k], id=name) for k, name in zip(chosen, names)]
+    return [dataclasses.replace(candidates[k], id=name) for k, name in zip(chosen, names, strict=True)]
 
 
 def select_members(labels: Sequence[int], size: int, rng: np.random.Generator) -> list[int]:

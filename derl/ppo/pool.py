@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from derl.envs.episode_stats import FINAL_KEYS, EpisodeStats
+from derl.envs.episode_stats import EpisodeStats
 from derl.ppo.obs_layout import ObsLayout
 
 MakeEnv = Callable[[int], gym.Env]
@@ -37,30 +37,6 @@ class StepBatch(NamedTuple):
     episodes: list[dict[str, float]]  # info["episode"] of the episodes that ended
 
 
-class TrackedEpisodeStats(EpisodeStats):
-    """``EpisodeStats`` that can also report the episode in progress.
-
-    A run too short to finish an episode still needs every summary field (spec defect 20).
-    Reads the parent's running sums, which the parent keeps for exactly this record.
-    """
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        self._last_info: dict = {}
-
-    def step(self, action) -> tuple[Any, float, bool, bool, dict]:
-        result = super().step(action)
-        self._last_info = result[4]
-        return result
-
-    def episode_so_far(self) -> dict[str, float]:
-        episode = dict(self._sums, length=self._length)
-        for key in FINAL_KEYS:
-            if key in self._last_info:
-                episode[key] = float(self._last_info[key])
-        return episode
-
-
 def _check_action_space(space: gym.Space) -> None:
     if not isinstance(space, gym.spaces.Box):
         raise ValueError(f"action space {type(space).__name__} is not supported (continuous Box only)")
@@ -71,7 +47,7 @@ class EnvPool:
 
     def __init__(self, make_env: MakeEnv, indices: Sequence[int]):
         self.indices = list(indices)
-        self.envs = [TrackedEpisodeStats(make_env(i)) for i in self.indices]
+        self.envs = [EpisodeStats(make_env(i)) for i in self.indices]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         _check_action_space(self.action_space)

@@ -51,19 +51,10 @@ def _learning_rate(cfg: CfgNode, iteration: int) -> float:
     return cfg.PPO.BASE_LR * (1.0 - iteration / cfg.PPO.MAX_ITERS)
 
 
-def _check_config(cfg: CfgNode) -> None:
-    for key in ("NUM_ENVS", "TIMESTEPS", "EPOCHS", "BATCH_SIZE"):
-        if cfg.PPO[key] < 1:
-            raise ValueError(f"PPO.{key} must be at least 1, got {cfg.PPO[key]}")
-    if cfg.TORCH_THREADS < 1:
-        raise ValueError(f"TORCH_THREADS must be at least 1, got {cfg.TORCH_THREADS}")
-
-
 class PPO:
     """Model, optimiser, normalisers and counters of one training run."""
 
     def __init__(self, cfg: CfgNode, make_env: Callable[[int], gym.Env], seed: int):
-        _check_config(cfg)
         self.cfg = cfg
         self.device = resolve_device(cfg.DEVICE)
         torch.set_num_threads(cfg.TORCH_THREADS)
