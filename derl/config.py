@@ -462,6 +462,18 @@ def load_config(
     return CfgNode(tree)
 
 
+PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "evo"
+
+
+def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) -> CfgNode:
+    """``configs/evo/<name>.yml`` (``ft``, ``vt``, ``mvt``, ``quick``), then ``overrides``."""
+    path = PRESET_DIR / f"{name}.yml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PRESET_DIR.glob("*.yml"))
+        raise ConfigError(f"unknown preset {name!r}; known: {', '.join(known)}")
+    return load_config(path, overrides)
+
+
 def dump_config(cfg: CfgNode) -> str:
     """The resolved config as YAML text; ``load_config`` of it gives ``cfg`` back."""
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)

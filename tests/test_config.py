@@ -94,3 +94,12 @@ def test_script_error_is_one_line_exit_2(tmp_path):
 
 def test_load_config_or_exit_passes_good_config():
     assert load_config_or_exit(None, ["RNG_SEED", "7"]).RNG_SEED == 7
+
+
+def test_presets_load_and_unknown_preset_is_one_line():
+    from derl.config import load_preset
+
+    assert load_preset("vt").TERRAIN.SIZE == (50, 50, 1)
+    assert load_preset("ft", {"RNG_SEED": 3}).RNG_SEED == 3
+    with pytest.raises(ConfigError, match="unknown preset 'ocean'; known: ft, mvt, quick, vt"):
+        load_preset("ocean")

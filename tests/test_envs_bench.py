@@ -28,4 +28,4 @@ def test_bench_reports_ratio_and_reset_cost_per_env():
 def test_bench_script_rejects_an_unknown_env():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "env", "--envs", "ocean"],
                           capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode != 0 and "unknown env" in done.stderr
+    assert done.returncode != 0 and "unknown preset 'ocean'" in done.stderr

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from derl.config import load_config
-from derl.envs import ENV_ID, EVOLUTION_ENVS, EpisodeStats, UnimalEnv, make_env, make_genome_env
+from derl.config import load_config, load_preset
+from derl.envs import ENV_ID, EpisodeStats, UnimalEnv, make_env, make_genome_env
 from derl.morphology import random_genome, to_mjcf
 
 FIXTURE = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
@@ -17,7 +17,7 @@ ENVS = ("ft", "vt", "mvt")
 
 
 def env_cfg(name: str, **overrides):
-    return load_config(None, {**EVOLUTION_ENVS[name], **overrides})
+    return load_preset(name, overrides)
 
 
 def sampled_xml(folder: Path, seed: int) -> Path:

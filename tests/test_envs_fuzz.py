@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from derl.config import load_config
-from derl.envs import EVOLUTION_ENVS, UnimalEnv
+from derl.config import load_config, load_preset
+from derl.envs import UnimalEnv
 from derl.morphology import random_genome, to_mjcf
 
 FIXTURE = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
@@ -15,7 +15,7 @@ ENVS = ("ft", "vt", "mvt")
 
 def run_episodes(xml: Path, name: str, episodes: int, seed: int, **overrides) -> list[dict]:
     """Plays random episodes; returns the last info of each, checking every observation."""
-    env = UnimalEnv(xml, load_config(None, {**EVOLUTION_ENVS[name], **overrides}), seed=seed)
+    env = UnimalEnv(xml, load_preset(name, overrides), seed=seed)
     finals = []
     for _ in range(episodes):
         obs, _ = env.reset()

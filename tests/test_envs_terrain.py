@@ -5,14 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from derl.config import load_config
-from derl.envs import EVOLUTION_ENVS
+from derl.config import load_preset
 from derl.envs.observations import HeightPatch
-from derl.envs.terrain import Corridor, draw_heights, max_height, obstacle_types, value_range
+from derl.envs.terrain import Corridor, draw_heights, max_height, obstacle_types, obstacles_fit, value_range
 
 
 def vt_cfg(**overrides):
-    return load_config(None, {**EVOLUTION_ENVS["vt"], **overrides})
+    return load_preset("vt", overrides)
 
 
 def test_value_range_includes_the_stop_and_accepts_a_constant():
@@ -66,8 +65,8 @@ def test_each_obstacle_type_alone(kind):
 
 
 def test_flat_and_unknown_types():
-    cfg = load_config(None, EVOLUTION_ENVS["ft"])
-    assert obstacle_types(cfg) == ()
+    cfg = load_preset("ft")  # asks for curve_slope, but a 75 m flat stretch fills the corridor
+    assert not obstacles_fit(cfg)
     assert not draw_heights(cfg, Corridor.from_cfg(cfg), np.random.default_rng(0)).any()
     with pytest.raises(ValueError, match="unknown TERRAIN.TYPES"):
         obstacle_types(vt_cfg(**{"TERRAIN.TYPES": ["lava"]}))
@@ -97,8 +96,6 @@ def test_height_patch_rows_follow_mujoco_rows_and_turn_with_the_heading():
 def test_no_height_field_when_no_obstacle_can_fit():
     """DERL's FT config asks for curve_slope but a 75 m flat stretch fills the corridor:
     no obstacle can ever appear, so no height field (24 MB per env) is built."""
-    from derl.envs.terrain import obstacles_fit
-
     ft_like = vt_cfg(**{"TERRAIN.SIZE": [75, 75, 1], "TERRAIN.TYPES": ["curve_slope"],
                         "TERRAIN.FLAT_LENGTH_RANGE": [75, 75, 1]})
     assert not obstacles_fit(ft_like)

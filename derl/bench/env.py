@@ -21,8 +21,8 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from derl.config import load_config
-from derl.envs import EVOLUTION_ENVS, UnimalEnv
+from derl.config import ConfigError, load_preset
+from derl.envs import UnimalEnv
 from derl.envs.unimal_env import FRAME_SKIP
 from derl.envs.world import build_xml
 from derl.morphology import random_genome, to_mjcf
@@ -110,13 +110,14 @@ def _summary(rows: list[dict]) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     names = [name.strip() for name in args.envs.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(EVOLUTION_ENVS))
-    if unknown:
-        raise SystemExit(f"error: unknown env(s) {unknown}; choose among {sorted(EVOLUTION_ENVS)}")
+    try:
+        configs = {name: load_preset(name) for name in names}
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
     result: dict = {"steps": args.steps, "morphologies": args.morphologies, "frame_skip": FRAME_SKIP}
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
-            cfg = load_config(None, EVOLUTION_ENVS[name])
+            cfg = configs[name]
             rows = []
             for k in range(args.morphologies):
                 seed = args.seed + k
