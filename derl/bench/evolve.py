@@ -4,6 +4,11 @@ Runs the real ``evo_single_proc.py`` twice on the same small FT search (configs/
 scaled down), one run after the other, and reads each run's ``summary.json``: the rate is
 measured by the coordinator over its worker session (the initial population build excluded),
 the coordinator's own CPU time as a fraction of that session.
+
+By default both runs do random search (``EVO.IS_EVO false``): every slot's morphology then
+depends only on its seed, so the runs train the very same morphologies and the ratio compares
+like with like. With tournaments (``--tournament``) the parents picked depend on which results
+happen to be published first, so the runs train different morphologies of different cost.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init", type=int, default=4, help="initial population size")
-    parser.add_argument("--search", type=int, default=12, help="morphologies per run (SEARCH_SPACE_SIZE)")
-    parser.add_argument("--steps", type=int, default=20000, help="env steps per morphology")
+    parser.add_argument("--search", type=int, default=24, help="morphologies per run (SEARCH_SPACE_SIZE)")
+    parser.add_argument("--steps", type=int, default=40000, help="env steps per morphology")
+    parser.add_argument("--tournament", action="store_true",
+                        help="aging tournaments instead of random search (runs then train different morphologies)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to compare")
 
 
@@ -32,7 +39,7 @@ def _run(args: argparse.Namespace, workers: int, out_dir: Path) -> dict:
         "OUT_DIR", str(out_dir), "EVO.NUM_PROCESSES", str(workers),
         "EVO.INIT_POPULATION_SIZE", str(args.init),
         "EVO.SEARCH_SPACE_SIZE", str(args.search), "EVO.AGING_WINDOW_SIZE", str(args.init),
-        "PPO.MAX_STATE_ACTION_PAIRS", str(args.steps),
+        "PPO.MAX_STATE_ACTION_PAIRS", str(args.steps), "EVO.IS_EVO", str(args.tournament).lower(),
     ]
     command = [sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", *overrides]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -54,7 +61,8 @@ def run(args: argparse.Namespace) -> dict:
         runs = [_run(args, workers, Path(tmp) / f"w{workers}") for workers in args.workers]
     rates = [r["morphologies_per_hour"] for r in runs]
     return {
-        "config": {"init": args.init, "search": args.search, "steps_per_morphology": args.steps},
+        "config": {"init": args.init, "search": args.search, "steps_per_morphology": args.steps,
+                   "tournament": args.tournament},
         "runs": runs,
         "speedup": round(rates[-1] / rates[0], 3) if rates[0] > 0 else None,
     }
