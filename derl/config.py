@@ -300,17 +300,6 @@ def _thaw(value: Any) -> Any:
     return [_thaw(v) for v in value] if isinstance(value, tuple) else value
 
 
-def _leaf_paths(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
-    paths = []
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            paths.extend(_leaf_paths(value, path + "."))
-        else:
-            paths.append(path)
-    return paths
-
-
 def _resolve_key(key: str, leaves: list[str]) -> str:
     """Maps a full dotted key or an unambiguous leaf name to its full path."""
     if key in leaves:
@@ -396,12 +385,13 @@ def _set(tree: dict[str, Any], path: str, value: Any) -> None:
     node[leaf] = _coerce(path, value, node[leaf])
 
 
-def _flatten_yaml(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted path, value) of every leaf of a nested mapping."""
     pairs = []
-    for key, value in data.items():
+    for key, value in tree.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            pairs.extend(_flatten_yaml(value, path + "."))
+            pairs.extend(_flatten(value, path + "."))
         else:
             pairs.append((path, value))
     return pairs
@@ -448,8 +438,8 @@ def load_config(
         ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file.
     """
     tree = _defaults()
-    leaves = _leaf_paths(tree)
-    file_pairs = _flatten_yaml(_read_yaml(cfg_file)) if cfg_file is not None else []
+    leaves = [path for path, _ in _flatten(tree)]
+    file_pairs = _flatten(_read_yaml(cfg_file)) if cfg_file is not None else []
     for key, value in file_pairs + _pairs_from_overrides(overrides):
         path = _resolve_key(str(key), leaves)
         if path in DERIVED_KEYS:
