@@ -166,6 +166,32 @@ def test_stopped_or_killed_coordinator_leaves_no_orphans_and_resumes(tmp_path):
     assert resumed, "an interrupted morphology should have been resumed from its checkpoint"
 
 
+def _training(out_dir: Path, worker: str) -> bool:
+    try:
+        return json.loads((out_dir / "workers" / f"{worker}.json").read_text())["status"] == "training"
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def test_restart_with_fewer_workers_adopts_their_claimed_slots(tmp_path):
+    """Worker 0-2 holds a claimed slot when the node stops; the node comes back with 2 workers
+    (as NUM_PROCESSES 0 may decide) and worker 0 (2 mod 2) must finish that slot."""
+    out = tmp_path / "run"
+    coordinator = start(out, "EVO.NUM_PROCESSES", "3", iterations=40)
+    while not _training(out, "0-2"):
+        time.sleep(0.05)
+    orphan = json.loads((out / "workers" / "0-2.json").read_text())["slot"]
+    coordinator.send_signal(signal.SIGTERM)
+    assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
+    assert json.loads((out / "slots" / f"{orphan:06d}.json").read_text())["worker"] == 2
+
+    assert start(out, "EVO.NUM_PROCESSES", "2", iterations=40).wait(timeout=120) == 0
+    records = assert_complete(out, 12)
+    adopted = [r for r in records.values() if r["slot"] == orphan]
+    assert [r["worker"] for r in adopted] == [0]
+    assert "adopting slot" in (tmp_path / "run-coordinator.log").read_text()
+
+
 def test_two_nodes_share_one_search_without_collisions(tmp_path):
     out = tmp_path / "run"
     common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14")

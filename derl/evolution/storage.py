@@ -207,5 +207,10 @@ class RunDir:
         path = self.root / "workers" / f"{self.worker_name(node, worker)}.json"
         return read_json(path) if path.exists() else None
 
+    def worker_indices(self, node: int) -> list[int]:
+        """Every worker index of ``node`` that has ever written its state, in any session."""
+        prefix = f"{node}-"
+        return sorted(int(name[len(prefix):]) for name in self._json_names("workers") if name.startswith(prefix))
+
     def worker_states(self) -> list[dict[str, Any]]:
         return [read_json(self.root / "workers" / f"{name}.json") for name in self._json_names("workers")]

@@ -3,7 +3,9 @@
 Run by the coordinator as ``python -m derl.evolution.worker --worker W [--cfg FILE] [KEY VALUE ...]``.
 
 Order of work: the slot this worker held when it last died (resumed from its
-checkpoint), then the initial population (its own share first, then any slot
+checkpoint), then the unfinished slots of this node's workers that no longer run
+(a restart with fewer workers: worker ``w`` adopts those of ``w + k * NUM_PROCESSES``),
+then the initial population (its own share first, then any slot
 nobody has claimed), then, once every initial morphology is published,
 tournament children until all ``SEARCH_SPACE_SIZE`` slots are claimed.
 
@@ -112,6 +114,7 @@ class Worker:
         """Does this worker's share of the search, then returns (raises Stopped or FatalError)."""
         if self.previous.get("slot") is not None:
             self._resume(self.previous["slot"])
+        self._adopt_orphaned_slots()
         evo = self.cfg.EVO
         order = init_claim_order(evo.INIT_POPULATION_SIZE, self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
                                  self.worker)
@@ -128,6 +131,36 @@ class Worker:
         if claim and (claim["node"], claim["worker"]) == (self.node, self.worker):
             self._log(f"resuming slot {slot}")
             self._fill_slot(slot)
+
+    def _adopt_orphaned_slots(self) -> None:
+        """Resumes the slots of workers ``w + k * NUM_PROCESSES`` of this node, which no longer run.
+
+        Without this, a node restarted with fewer workers (``NUM_PROCESSES 0`` resolves anew at each
+        start) would leave their claimed slots unfinished forever. Our own state records the slot
+        before the claim changes hands, so a crash in between is resumed like any other.
+        """
+        count = self.cfg.EVO.NUM_PROCESSES
+        for other in self.run.worker_indices(self.node):
+            if other < count or other % count != self.worker:
+                continue
+            state = self.run.read_worker_state(self.node, other) or {}
+            slot = state.get("slot")
+            if slot is None:
+                continue
+            lock = _try_worker_lock(self.run, self.node, other)
+            if lock is None:
+                continue  # that worker still runs (an older session winding down)
+            try:
+                claim = self.run.read_slot(slot)
+                if claim and (claim["node"], claim["worker"]) == (self.node, other):
+                    self._log(f"adopting slot {slot} of worker {self.node}-{other}, which no longer runs")
+                    self._write_state(slot=slot, id=claim["id"], status="adopting")
+                    self.run.replace_slot(slot, {**claim, "worker": self.worker})
+                    self._fill_slot(slot)
+                self.run.write_worker_state(self.node, other, {**state, "slot": None, "id": None,
+                                                               "status": f"slot adopted by worker {self.worker}"})
+            finally:
+                os.close(lock)
 
     def _claim(self, slot: int) -> bool:
         self.stop.check()
@@ -270,13 +303,23 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _hold_worker_lock(run: RunDir, node: int, worker: int) -> int:
-    """Blocks until no other process runs as this worker (e.g. one still stopping), then holds the lock."""
+def _try_worker_lock(run: RunDir, node: int, worker: int) -> int | None:
+    """The lock of worker ``node-worker`` if no process holds it (None if one does)."""
     fd = os.open(run.worker_lock_path(node, worker), os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _hold_worker_lock(run: RunDir, node: int, worker: int) -> int:
+    """Blocks until no other process runs as this worker (e.g. one still stopping), then holds the lock."""
+    fd = _try_worker_lock(run, node, worker)
+    if fd is None:
         print(f"[worker {node}-{worker}] waiting for the previous worker {node}-{worker} to exit", flush=True)
+        fd = os.open(run.worker_lock_path(node, worker), os.O_CREAT | os.O_RDWR, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
