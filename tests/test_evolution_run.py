@@ -18,14 +18,19 @@ from derl.evolution.population import parse_id
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def tiny_search(out: Path, search: int, env_steps: int, *extra: str) -> list[str]:
+    """Overrides of a real search: 2 workers, 4 initial morphologies, 4 envs x 128 steps."""
+    return [
+        "OUT_DIR", str(out), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
+        "EVO.SEARCH_SPACE_SIZE", str(search), "EVO.AGING_WINDOW_SIZE", "4",
+        "EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ", "[-1]",
+        "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "128", "PPO.MAX_STATE_ACTION_PAIRS", str(env_steps), *extra,
+    ]
+
+
 def test_tiny_real_search_publishes_every_morphology_with_its_files(tmp_path):
     out = tmp_path / "run"
-    overrides = [
-        "OUT_DIR", str(out), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
-        "EVO.SEARCH_SPACE_SIZE", "8", "EVO.AGING_WINDOW_SIZE", "4",
-        "EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ", "[-1]",
-        "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "128", "PPO.MAX_STATE_ACTION_PAIRS", "3072",
-    ]
+    overrides = tiny_search(out, 8, 3072)
     done = subprocess.run([sys.executable, "evo_single_proc.py", *overrides], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -48,14 +53,7 @@ def test_tiny_real_search_publishes_every_morphology_with_its_files(tmp_path):
 @pytest.mark.slow
 def test_real_search_survives_sigkilled_workers_and_a_killed_coordinator(tmp_path):
     out = tmp_path / "run"
-    overrides = [
-        "OUT_DIR", str(out), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
-        "EVO.SEARCH_SPACE_SIZE", "10", "EVO.AGING_WINDOW_SIZE", "4",
-        "EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ", "[-1]",
-        "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "128", "PPO.MAX_STATE_ACTION_PAIRS", "10240",
-        "CHECKPOINT_PERIOD", "4",
-    ]
-    command = [sys.executable, "evo_single_proc.py", *overrides]
+    command = [sys.executable, "evo_single_proc.py", *tiny_search(out, 10, 10240, "CHECKPOINT_PERIOD", "4")]
     coordinator = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rng = random.Random(1)
     kills = 0
