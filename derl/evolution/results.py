@@ -37,7 +37,7 @@ class PublishedResults:
         evo = cfg.EVO
         aging = evo.TOURNAMENT_TYPE.startswith("aging")
         if aging:
-            records = sorted(self.by_id.values(), key=lambda record: record["slot"])
+            records = list(self.by_id.values())
             window = selection.aging_window([r["slot"] for r in records], evo.AGING_WINDOW_SIZE)
             pool = [records[i] for i in window]
         else:
