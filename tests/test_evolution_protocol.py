@@ -53,6 +53,7 @@ def assert_complete(out_dir: Path, size: int) -> dict[str, dict]:
         for path in record["files"].values():
             assert (out_dir / path).is_file(), path
         assert record["lineage"].endswith(morphology_id)
+        assert record["device"] == "cpu"  # the learner device each morphology trained on
     assert list((out_dir / "metadata").iterdir()) == list((out_dir / "metadata").glob("*.json"))
     numbers = [r["publication"] for r in records.values()]
     assert len(set(numbers)) == size  # publication numbers are never shared

@@ -98,13 +98,15 @@ class Worker:
         self.previous = run.read_worker_state(self.node, worker) or {}
         # The peak memory is kept across restarts: the coordinator sizes the next session by it.
         self.state: dict[str, Any] = {"slot": None, "id": None, "status": "starting",
-                                      "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0)}
+                                      "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0),
+                                      "peak_gpu_bytes": self.previous.get("peak_gpu_bytes", 0)}
         self.stop = StopSignal(run, self._write_state)
         self.next_child_slot = num_initial_slots(cfg.EVO)
 
     def _write_state(self, **changes: Any) -> None:
         self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
-                          peak_rss_bytes=max(self.state["peak_rss_bytes"], peak_rss_bytes()))
+                          peak_rss_bytes=max(self.state["peak_rss_bytes"], peak_rss_bytes()),
+                          peak_gpu_bytes=max(self.state["peak_gpu_bytes"], peak_gpu_bytes()))
         self.run.write_worker_state(self.node, self.worker, self.state)
 
     def _log(self, message: str) -> None:
@@ -279,6 +281,7 @@ class Worker:
             "seed": seed,
             "node": self.node,
             "worker": self.worker,
+            "device": self.cfg.DEVICE,  # the coordinator gives each worker a concrete device
             **{key: float(value) for key, value in outcome.summary.items()},
             "env_steps": int(outcome.env_steps),
             "iterations": int(outcome.iterations),
@@ -299,6 +302,18 @@ def peak_rss_bytes() -> int:
     """Peak resident memory of this worker and its finished subprocesses (Linux reports KiB)."""
     usage = [resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     return sum(usage) * 1024
+
+
+# GPU memory a CUDA context takes outside torch's allocator (driver, kernels), added to its peak.
+CUDA_CONTEXT_BYTES = 500 * 2**20
+
+
+def peak_gpu_bytes() -> int:
+    """Peak GPU memory of this worker's learner (0 if it never used CUDA); never imports torch."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return 0
+    return torch.cuda.max_memory_reserved() + CUDA_CONTEXT_BYTES  # the trainer set its device current
 
 
 def _die_with_parent() -> None:
