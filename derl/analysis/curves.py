@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,12 +58,38 @@ def parse_curve(text: str, keys: tuple[str, ...] | None = None) -> Curve:
 
 
 def read_curve(path: Path, keys: tuple[str, ...] | None = None) -> Curve:
-    """The curve in ``path``; an absent file (nothing checkpointed yet) is an empty curve."""
+    """The curve in ``path``; an absent file (nothing checkpointed yet) is an empty curve.
+
+    With a few ``keys`` the values are picked out of the text by a pattern (a tenth of the cost
+    of parsing every record, which matters for thousands of 1,220-line curves); the pattern's
+    result is used only when every line yields one value per key, else the lines are parsed.
+    """
     try:
         text = path.read_text()
     except FileNotFoundError:
         return EMPTY
+    if keys is not None:
+        fast = _scan(text, keys)
+        if fast is not None:
+            return fast
     return parse_curve(text, keys)
+
+
+_NUMBER = r"(-?(?:[0-9][0-9.eE+-]*|Infinity)|NaN)"
+
+
+def _scan(text: str, keys: tuple[str, ...]) -> Curve | None:
+    """Values of ``keys`` found by pattern in JSON lines as ``json.dumps`` writes them (None: no match)."""
+    lines = text.count("\n") + (0 if text.endswith("\n") else 1) if text else 0
+    if not lines or "\n\n" in text:
+        return None if lines else EMPTY
+    columns = {}
+    for key in ("iteration", *keys):
+        found = re.findall(f'"{re.escape(key)}": {_NUMBER}[,}}]', text)
+        if len(found) != lines:
+            return None
+        columns[key] = np.array(found, dtype=float)
+    return Curve(columns.pop("iteration").astype(int), columns)
 
 
 def _number(value: object) -> float:

@@ -126,7 +126,8 @@ def lineage_tree(graph: LineageGraph, positions: Mapping[str, tuple[float, int]]
     for node in nodes:
         x, d = positions[node]
         axes.annotate(labels.get(node, node), (x, d), xytext=(0, 9), textcoords="offset points", ha="center",
-                      va="bottom", fontsize=6)
+                      va="bottom", fontsize=6,
+                      bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
     figure.colorbar(points, ax=axes, label="fitness", fraction=0.03)
     axes.set_ylim(depth - 0.5, -0.9)  # generation 0 at the top, room for the labels above each node
     axes.set_xlim(-0.6, leaves - 0.4)
