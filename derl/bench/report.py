@@ -97,7 +97,7 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
             "files": {name: run.relative(path) for name, path in (
                 ("genome", run.genome_path(morphology_id)), ("xml", run.xml_path(morphology_id)),
                 ("checkpoint", run.checkpoint_path(morphology_id)), ("metrics", run.metrics_path(morphology_id)))},
-            "published_at": started + 10.0 * slot,
+            "published_at": started + 10.0 * slot, "publication": slot,
         })
     run.mark_init_population([slot_id(s) for s in range(init)])
     write_json(out / "summary.json", {"published": morphologies, "total": morphologies})

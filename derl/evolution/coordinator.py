@@ -23,7 +23,7 @@ import psutil
 
 from derl.config import CfgNode, dump_config, load_config
 from derl.evolution.backend import Backend, load_backend
-from derl.evolution.population import slot_id
+from derl.evolution.population import num_initial_slots, slot_id
 from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.storage import RunDir
 from derl.evolution.worker import COORDINATOR_PID_VARIABLE, EXIT_FATAL, EXIT_STOPPED
@@ -31,6 +31,9 @@ from derl.evolution.worker import COORDINATOR_PID_VARIABLE, EXIT_FATAL, EXIT_STO
 # Peak resident memory of one worker before any was measured in this OUT_DIR: the largest preset
 # measured (ft.yml, 32 envs: 1.23 GB; vt 0.74 GB; mvt 0.53 GB) plus a margin.
 DEFAULT_WORKER_MEMORY_BYTES = 1400 * 2**20
+# GPU memory of one worker's learner before any was measured: a CUDA context (~500 MB) and DERL's
+# small networks with their batches.
+DEFAULT_WORKER_GPU_BYTES = 1024 * 2**20
 POLL_SECONDS = 1.0
 SUMMARY_SECONDS = 10.0
 INIT_POLL_SECONDS = 1.0
@@ -59,12 +62,42 @@ def resolve_num_processes(requested: int, cores: int, available_bytes: int, per_
     return max(1, min(cores, available_bytes // per_worker_bytes))
 
 
-def worker_memory_estimate(run: RunDir, node: int) -> tuple[int, str]:
-    """Memory to reserve per worker: the largest peak this node's workers reported in an earlier session."""
-    peaks = [state.get("peak_rss_bytes", 0) for state in run.worker_states() if state.get("node") == node]
+def worker_memory_estimate(run: RunDir, node: int, key: str = "peak_rss_bytes",
+                           default: int = DEFAULT_WORKER_MEMORY_BYTES) -> tuple[int, str]:
+    """Memory to reserve per worker: the largest peak this node's workers reported in an earlier session.
+
+    ``key`` is ``peak_rss_bytes`` (RAM) or ``peak_gpu_bytes`` (GPU memory, with ``default``
+    ``DEFAULT_WORKER_GPU_BYTES``).
+    """
+    peaks = [state.get(key, 0) for state in run.worker_states() if state.get("node") == node]
     if peaks and max(peaks) > 0:
         return int(1.2 * max(peaks)), "measured peak of this node's workers + 20%"
-    return DEFAULT_WORKER_MEMORY_BYTES, "default until workers have been measured"
+    return default, "default until workers have been measured"
+
+
+def worker_devices(cfg: CfgNode, run: RunDir, num: int) -> tuple[list[str], int]:
+    """Each worker's ``DEVICE`` (round-robin over the visible GPUs) and the worker count GPUs allow.
+
+    With ``NUM_PROCESSES 0`` and CUDA workers, ``num`` shrinks until each GPU's free memory holds
+    its share of workers at their measured GPU peak. Torch is imported only for a non-CPU device.
+    """
+    if cfg.DEVICE == "cpu":
+        return ["cpu"] * num, num
+    from derl.ppo.device import assign_device, gpu_free_memory, max_workers_on_gpus, visible_gpu_count
+
+    gpus = visible_gpu_count()
+    if cfg.EVO.NUM_PROCESSES == 0 and gpus > 0 and assign_device(cfg.DEVICE, 0, gpus).startswith("cuda"):
+        free = gpu_free_memory()
+        if free is None or len(free) != gpus:
+            log("NUM_PROCESSES 0: GPU free memory unknown (nvidia-smi failed); counting cores and RAM only")
+        else:
+            per_gpu, source = worker_memory_estimate(run, cfg.NODE_ID, "peak_gpu_bytes", DEFAULT_WORKER_GPU_BYTES)
+            fit = max(1, max_workers_on_gpus(free, per_gpu))
+            if fit < num:
+                log(f"NUM_PROCESSES 0: {gpus} GPUs with {sum(free) / 2**30:.1f} GB free hold {fit} workers "
+                    f"({per_gpu / 2**20:.0f} MB each, {source})")
+                num = fit
+    return [assign_device(cfg.DEVICE, worker, gpus) for worker in range(num)], num
 
 
 def validate(cfg: CfgNode) -> None:
@@ -89,7 +122,7 @@ def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
     run.write_config(dump_config(cfg))
     if run.init_population_ids() is not None:
         return
-    ids = [slot_id(slot) for slot in range(cfg.EVO.INIT_POPULATION_SIZE)]
+    ids = [slot_id(slot) for slot in range(num_initial_slots(cfg.EVO))]
     log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
     genomes = backend.initial_population(cfg, cfg.RNG_SEED, ids, num_workers=usable_cores())
     for morphology_id, genome in zip(ids, genomes, strict=True):
@@ -112,10 +145,11 @@ def _wait_for_initial_population(cfg: CfgNode, run: RunDir) -> None:
 class Coordinator:
     """Starts, watches, restarts and stops this node's worker processes."""
 
-    def __init__(self, cfg: CfgNode, run: RunDir, worker_args: Sequence[str]):
+    def __init__(self, cfg: CfgNode, run: RunDir, worker_args: Sequence[str], devices: Sequence[str] = ()):
         self.cfg = cfg
         self.run = run
         self.worker_args = list(worker_args)
+        self.devices = list(devices)  # worker w's DEVICE override; empty: the config's DEVICE
         self.procs: dict[int, subprocess.Popen] = {}
         self.restarts = dict.fromkeys(range(cfg.EVO.NUM_PROCESSES), 0)
         self.signalled: int | None = None
@@ -132,6 +166,8 @@ class Coordinator:
         for variable in _THREAD_VARIABLES:  # one worker per core: no BLAS/OpenMP thread pools fighting
             env.setdefault(variable, str(self.cfg.TORCH_THREADS))
         command = [sys.executable, "-m", "derl.evolution.worker", "--worker", str(worker), *self.worker_args]
+        if self.devices:
+            command += ["DEVICE", self.devices[worker]]
         self.procs[worker] = subprocess.Popen(command, env=env, start_new_session=True)
 
     def _kill_group(self, proc: subprocess.Popen, sig: int) -> None:
@@ -264,6 +300,9 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     if cfg.EVO.NUM_PROCESSES == 0:
         log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, {available / 2**30:.1f} GB free, "
             f"{per_worker / 2**20:.0f} MB per worker, {source})")
+    devices, num = worker_devices(cfg, RunDir(cfg.OUT_DIR), num)
+    if cfg.DEVICE != "cpu":
+        log(f"learner devices of workers 0..{num - 1}: {', '.join(devices)}")
     # Workers get the same config with the resolved values, whatever their working directory.
     node_overrides = [*overrides, "OUT_DIR", str(Path(cfg.OUT_DIR).resolve()), "EVO.NUM_PROCESSES", str(num)]
     cfg = load_config(cfg_file, node_overrides)
@@ -273,7 +312,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops preparation like Ctrl-C
     prepare_run(cfg, run, load_backend())
     cfg_args = ["--cfg", str(Path(cfg_file).resolve())] if cfg_file else []
-    code = Coordinator(cfg, run, [*cfg_args, *node_overrides]).run_workers()
+    code = Coordinator(cfg, run, [*cfg_args, *node_overrides], devices).run_workers()
     published = len(run.published_ids())
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
         log(f"search complete: {published} morphologies in {run.root} (see summary.json)")

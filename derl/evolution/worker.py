@@ -30,7 +30,7 @@ from typing import Any
 
 from derl.config import CfgNode, load_config_or_exit
 from derl.evolution.backend import Backend, TrainOutcome, load_backend
-from derl.evolution.population import init_claim_order, ppo_seed, slot_id, slot_rng
+from derl.evolution.population import init_claim_order, num_initial_slots, ppo_seed, slot_id, slot_rng
 from derl.evolution.results import PublishedResults, is_finite_summary
 from derl.evolution.storage import RunDir
 
@@ -98,13 +98,15 @@ class Worker:
         self.previous = run.read_worker_state(self.node, worker) or {}
         # The peak memory is kept across restarts: the coordinator sizes the next session by it.
         self.state: dict[str, Any] = {"slot": None, "id": None, "status": "starting",
-                                      "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0)}
+                                      "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0),
+                                      "peak_gpu_bytes": self.previous.get("peak_gpu_bytes", 0)}
         self.stop = StopSignal(run, self._write_state)
-        self.next_child_slot = cfg.EVO.INIT_POPULATION_SIZE
+        self.next_child_slot = num_initial_slots(cfg.EVO)
 
     def _write_state(self, **changes: Any) -> None:
         self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
-                          peak_rss_bytes=max(self.state["peak_rss_bytes"], peak_rss_bytes()))
+                          peak_rss_bytes=max(self.state["peak_rss_bytes"], peak_rss_bytes()),
+                          peak_gpu_bytes=max(self.state["peak_gpu_bytes"], peak_gpu_bytes()))
         self.run.write_worker_state(self.node, self.worker, self.state)
 
     def _log(self, message: str) -> None:
@@ -116,12 +118,13 @@ class Worker:
             self._resume(self.previous["slot"])
         self._adopt_orphaned_slots()
         evo = self.cfg.EVO
-        order = init_claim_order(evo.INIT_POPULATION_SIZE, self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
+        order = init_claim_order(num_initial_slots(evo), self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
                                  self.worker)
         for slot in order:
             if not self.run.is_claimed(slot) and self._claim(slot):
                 self._fill_slot(slot)
-        self._wait_for_initial_population()
+        if evo.IS_EVO:  # random search has no children: every slot was in the order above
+            self._wait_for_initial_population()
         while (slot := self._claim_next_child_slot()) is not None:
             self._fill_slot(slot)
         self._write_state(slot=None, id=None, status="finished")
@@ -179,7 +182,7 @@ class Worker:
         return None
 
     def _wait_for_initial_population(self) -> None:
-        size = self.cfg.EVO.INIT_POPULATION_SIZE
+        size = num_initial_slots(self.cfg.EVO)
         deadline = time.monotonic() + self.cfg.EVO.INIT_WAIT_TIMEOUT
         self.results.refresh()
         while (published := self.results.count_slots_below(size)) < size:
@@ -227,11 +230,11 @@ class Worker:
     def _make_genome(self, slot: int, attempt: int) -> None:
         morphology_id = slot_id(slot, attempt)
         rng = slot_rng(self.cfg.RNG_SEED, slot, attempt)
-        if slot >= self.cfg.EVO.INIT_POPULATION_SIZE and self.cfg.EVO.IS_EVO:
+        if slot >= num_initial_slots(self.cfg.EVO):
             self.results.refresh()
             parent_id = self.results.select_parent(self.cfg, rng)
             genome = self.backend.mutate(self.cfg, self.run.read_genome(parent_id), rng, morphology_id)
-        else:  # a replacement of a failed initial morphology, or random search
+        else:  # a replacement of a failed initial morphology
             genome = self.backend.random_genome(self.cfg, rng, morphology_id)
         self.run.write_genome(morphology_id, genome, self.backend.to_mjcf(self.cfg, genome))
 
@@ -254,7 +257,10 @@ class Worker:
             raise ValueError(f"training summary is not finite: {outcome.summary}")
         if slot >= self.cfg.EVO.SEARCH_SPACE_SIZE - self.cfg.EVO.VIDEOS_LAST_N:
             self._record_video(morphology_id, seed)
-        self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome))
+        # Dying between the number and the metadata leaves the number unused (a gap): the
+        # resumed worker finds the finished checkpoint and takes a new number.
+        publication = self.run.take_publication_number(morphology_id, self.node, self.worker)
+        self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome, publication))
         self._log(f"published {morphology_id}")
 
     def _record_video(self, morphology_id: str, seed: int) -> None:
@@ -270,7 +276,7 @@ class Worker:
             self._log(f"no video for {morphology_id}: {type(err).__name__}: {err}".splitlines()[0])
 
     def build_metadata(self, morphology_id: str, slot: int, attempt: int, seed: int,
-                       outcome: TrainOutcome) -> dict[str, Any]:
+                       outcome: TrainOutcome, publication: int) -> dict[str, Any]:
         """The published record of a morphology (``metadata/<id>.json``)."""
         genome = json.loads(self.run.read_genome(morphology_id))
         parent_id = genome.get("parent_id")
@@ -289,6 +295,7 @@ class Worker:
             "seed": seed,
             "node": self.node,
             "worker": self.worker,
+            "device": self.cfg.DEVICE,  # the coordinator gives each worker a concrete device
             **{key: float(value) for key, value in outcome.summary.items()},
             "env_steps": int(outcome.env_steps),
             "iterations": int(outcome.iterations),
@@ -301,6 +308,7 @@ class Worker:
                 "metrics": self.run.relative(self.run.metrics_path(morphology_id)),
             },
             "published_at": time.time(),
+            "publication": publication,
         }
 
 
@@ -308,6 +316,18 @@ def peak_rss_bytes() -> int:
     """Peak resident memory of this worker and its finished subprocesses (Linux reports KiB)."""
     usage = [resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     return sum(usage) * 1024
+
+
+# GPU memory a CUDA context takes outside torch's allocator (driver, kernels), added to its peak.
+CUDA_CONTEXT_BYTES = 500 * 2**20
+
+
+def peak_gpu_bytes() -> int:
+    """Peak GPU memory of this worker's learner (0 if it never used CUDA); never imports torch."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return 0
+    return torch.cuda.max_memory_reserved() + CUDA_CONTEXT_BYTES  # the trainer set its device current
 
 
 def _die_with_parent() -> None:

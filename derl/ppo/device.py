@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 
 import torch
 
@@ -26,3 +28,81 @@ def resolve_device(name: str) -> torch.device:
     if index >= torch.cuda.device_count():
         raise ValueError(f"DEVICE {name}: only {torch.cuda.device_count()} CUDA device(s) present")
     return torch.device("cuda", index)
+
+
+def assign_device(name: str, index: int, gpu_count: int) -> str:
+    """The device of evolution worker (or local rank) ``index`` on a node with ``gpu_count`` GPUs.
+
+    ``cuda`` (and ``auto`` when a GPU is visible) spread the workers round-robin:
+    ``cuda:(index mod gpu_count)``; ``cpu``, ``cuda:N`` and ``auto`` without a GPU are kept as
+    they are (``auto`` becomes ``cpu``). ``gpu_count`` counts the GPUs this process sees, so
+    ``CUDA_VISIBLE_DEVICES`` decides which physical GPUs take part.
+
+    Raises:
+        ValueError: ``cuda`` without a visible GPU, or an unknown name.
+    """
+    if name == "cpu" or (name == "auto" and gpu_count == 0):
+        return "cpu"
+    if name in ("cuda", "auto"):
+        if gpu_count < 1:
+            raise ValueError("DEVICE cuda requested but no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
+        return f"cuda:{index % gpu_count}"
+    if re.fullmatch(r"cuda:\d+", name) is None:
+        raise ValueError(f"DEVICE must be cpu, cuda, cuda:N or auto, got {name!r}")
+    return name
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process may use (``CUDA_VISIBLE_DEVICES`` applied); creates no CUDA context."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def parse_free_memory(nvidia_smi_csv: str, visible: str | None) -> list[int]:
+    """Free bytes of each visible GPU, in CUDA's order, from ``nvidia-smi`` CSV output.
+
+    Args:
+        nvidia_smi_csv: ``nvidia-smi --query-gpu=index,uuid,memory.free --format=csv,noheader,nounits``
+            (MiB per line).
+        visible: ``CUDA_VISIBLE_DEVICES`` (None: every GPU); entries are indices or UUIDs (or
+            their prefixes, as CUDA accepts); the list stops at the first invalid entry, as in CUDA.
+    """
+    rows = []
+    for line in nvidia_smi_csv.strip().splitlines():
+        index, uuid, free = (part.strip() for part in line.split(","))
+        rows.append((index, uuid, int(float(free)) * 2**20))
+    if visible is None:
+        return [free for _, _, free in rows]
+    chosen = []
+    for entry in (e.strip() for e in visible.split(",")):
+        match = [free for index, uuid, free in rows if entry and (entry == index or uuid.startswith(entry))]
+        if not match:
+            break
+        chosen.append(match[0])
+    return chosen
+
+
+def gpu_free_memory() -> list[int] | None:
+    """Free bytes of each visible GPU via ``nvidia-smi`` (no CUDA context); None if unavailable."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+        return parse_free_memory(out, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def max_workers_on_gpus(free_bytes: list[int], per_worker_bytes: int) -> int:
+    """Most workers that fit when worker ``w`` goes to GPU ``w mod len(free_bytes)``.
+
+    GPU ``g`` then holds ``k // n + (g < k % n)`` of ``k`` workers; each must fit its free memory.
+    """
+    n = len(free_bytes)
+    if n == 0:
+        return 0
+    fits = [free // max(per_worker_bytes, 1) for free in free_bytes]
+    k = 0
+    while all((k + 1) // n + (g < (k + 1) % n) <= fits[g] for g in range(n)):
+        k += 1
+    return k

@@ -1,0 +1,79 @@
+"""Learner devices: round-robin over visible GPUs, GPU memory limits, CUDA-only paths skip without a GPU."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from derl.config import load_config
+from derl.evolution.coordinator import DEFAULT_WORKER_GPU_BYTES, worker_devices, worker_memory_estimate
+from derl.evolution.storage import RunDir
+from derl.ppo.device import assign_device, max_workers_on_gpus, parse_free_memory, resolve_device
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+MIB = 2**20
+
+SMI = """0, GPU-aaaa1111, 1000
+1, GPU-bbbb2222, 2000
+2, GPU-cccc3333, 3000
+"""
+
+
+def test_workers_go_round_robin_over_the_visible_gpus():
+    assert [assign_device("cuda", w, 3) for w in range(7)] == [
+        "cuda:0", "cuda:1", "cuda:2", "cuda:0", "cuda:1", "cuda:2", "cuda:0"]
+    assert [assign_device("auto", w, 2) for w in range(3)] == ["cuda:0", "cuda:1", "cuda:0"]
+    assert assign_device("auto", 5, 0) == "cpu"
+    assert assign_device("cpu", 5, 4) == "cpu"
+    assert assign_device("cuda:1", 5, 4) == "cuda:1"  # an explicit device is kept
+    with pytest.raises(ValueError, match="no CUDA device is visible"):
+        assign_device("cuda", 0, 0)
+    with pytest.raises(ValueError, match="DEVICE must be"):
+        assign_device("gpu", 0, 1)
+
+
+def test_free_memory_follows_cuda_visible_devices_order():
+    assert parse_free_memory(SMI, None) == [1000 * MIB, 2000 * MIB, 3000 * MIB]
+    assert parse_free_memory(SMI, "2,0") == [3000 * MIB, 1000 * MIB]  # CUDA renumbers: cuda:0 is GPU 2
+    assert parse_free_memory(SMI, "GPU-bbbb") == [2000 * MIB]  # UUID prefixes, as CUDA accepts
+    assert parse_free_memory(SMI, "1,7,2") == [2000 * MIB]  # CUDA stops at the first invalid entry
+    assert parse_free_memory(SMI, "") == []
+
+
+def test_workers_fit_the_gpus_free_memory_round_robin():
+    # GPU g holds k // n + (g < k % n) of k workers. Free memory for 1, 2 and 3 workers:
+    # k=4 puts 2 on GPU 0 (fits 2), 1 on GPU 1, 1 on GPU 2; k=5 puts 2 on GPU 1 (fits 3): fine;
+    # k=6 puts 2 on each: fine; k=7 puts 3 on GPU 0, which holds 2: so 6.
+    assert max_workers_on_gpus([2 * MIB, 3 * MIB, 3 * MIB], MIB) == 6
+    assert max_workers_on_gpus([0, 8 * MIB], MIB) == 0  # worker 0 would not fit GPU 0
+    assert max_workers_on_gpus([5 * MIB], MIB) == 5
+    assert max_workers_on_gpus([], MIB) == 0
+
+
+def test_cpu_workers_get_no_device_override_and_import_no_torch(tmp_path):
+    cfg = load_config(None, {"OUT_DIR": str(tmp_path)})
+    assert worker_devices(cfg, RunDir(tmp_path), 3) == (["cpu"] * 3, 3)
+    code = ("import sys; from derl.config import load_config; from derl.evolution.coordinator import "
+            "worker_devices; worker_devices(load_config(), None, 2); print('torch' in sys.modules)")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert out.stdout.strip() == "False"
+
+
+def test_gpu_memory_estimate_uses_measured_gpu_peaks(tmp_path):
+    run = RunDir(tmp_path)
+    run.create()
+    assert worker_memory_estimate(run, 0, "peak_gpu_bytes", DEFAULT_WORKER_GPU_BYTES)[0] == DEFAULT_WORKER_GPU_BYTES
+    run.write_worker_state(0, 0, {"node": 0, "peak_rss_bytes": 10, "peak_gpu_bytes": 1000})
+    assert worker_memory_estimate(run, 0, "peak_gpu_bytes", DEFAULT_WORKER_GPU_BYTES)[0] == 1200
+
+
+@needs_cuda
+def test_cuda_workers_get_round_robin_devices(tmp_path):
+    cfg = load_config(None, {"OUT_DIR": str(tmp_path), "DEVICE": "cuda", "EVO.NUM_PROCESSES": 3})
+    devices, num = worker_devices(cfg, RunDir(tmp_path), 3)
+    count = torch.cuda.device_count()
+    assert num == 3 and devices == [f"cuda:{w % count}" for w in range(3)]
+    assert resolve_device(devices[-1]).type == "cuda"
