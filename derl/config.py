@@ -167,8 +167,13 @@ def _defaults() -> dict[str, Any]:
             "MAX_GRAD_NORM": 0.5,
             # Env steps per morphology (all envs together).
             "MAX_STATE_ACTION_PAIRS": 5_000_000,
-            # Derived: MAX_STATE_ACTION_PAIRS // (TIMESTEPS * NUM_ENVS).
+            # Derived: MAX_STATE_ACTION_PAIRS // (TIMESTEPS * NUM_ENVS); N data-parallel ranks run
+            # MAX_ITERS // N iterations (MAX_STATE_ACTION_PAIRS is the total over all ranks).
             "MAX_ITERS": -1,
+            # Data-parallel runs (torchrun): the learning rate times 1, sqrt(N) or N for N ranks
+            # (none | sqrt | linear). AMP: bf16 autocast for the learner on CUDA (ignored on the CPU).
+            "LR_SCALING": "none",
+            "AMP": False,
             "VIDEO_LENGTH": 1000,
             "XML_PATH": "",
             "CHECKPOINT_PATH": "",

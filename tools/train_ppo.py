@@ -6,7 +6,8 @@
 --eval uses the config.yaml and run.json next to CKPT unless --cfg / --xml / --genome / --env-id
 say otherwise.
 The output folder (default OUT_DIR) gets config.yaml, run.json, model.pt, metrics.jsonl and
-metrics.json (see derl/ppo/run.py). --eval prints the deterministic return as JSON.
+metrics.json (see derl/training/run.py). --eval prints the deterministic return as JSON.
+Under torchrun (tools/train_ddp.sh) each rank runs this script; rank 0 writes the folder and prints.
 """
 
 import argparse
@@ -17,7 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from derl.config import load_config_or_exit  # noqa: E402
-from derl.ppo.run import evaluate, genome_to_xml, train_to_folder  # noqa: E402
+from derl.ppo.distributed import RankInfo  # noqa: E402
+from derl.training.run import evaluate, genome_to_xml, train_to_folder  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -66,8 +68,9 @@ def main(argv: list[str]) -> None:
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    print(json.dumps({"out": str(out), **result.summary, "env_steps": result.env_steps,
-                      "steps_per_sec": round(result.steps_per_sec, 1)}))
+    if RankInfo.from_environ().is_main:
+        print(json.dumps({"out": str(out), **result.summary, "env_steps": result.env_steps,
+                          "steps_per_sec": round(result.steps_per_sec, 1)}))
 
 
 if __name__ == "__main__":
