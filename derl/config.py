@@ -190,7 +190,8 @@ def _defaults() -> dict[str, Any]:
             "IN_SERIES": 4,
         },
         "EVO": {
-            # False: random search (no tournament).
+            # False: random search, DERL's baseline: SEARCH_SPACE_SIZE morphologies drawn like the
+            # initial population (10x candidates through the species filter), no tournament.
             "IS_EVO": True,
             # Workers on this node; 0 = as many as the node can hold.
             "NUM_PROCESSES": 0,

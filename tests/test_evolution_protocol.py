@@ -55,6 +55,11 @@ def assert_complete(out_dir: Path, size: int) -> dict[str, dict]:
         assert record["lineage"].endswith(morphology_id)
         assert record["device"] == "cpu"  # the learner device each morphology trained on
     assert list((out_dir / "metadata").iterdir()) == list((out_dir / "metadata").glob("*.json"))
+    numbers = [r["publication"] for r in records.values()]
+    assert len(set(numbers)) == size  # publication numbers are never shared
+    for record in records.values():
+        taken = json.loads((out_dir / "published" / f"{record['publication']:08d}.json").read_text())
+        assert taken["id"] == record["id"]
     return records
 
 
@@ -98,6 +103,17 @@ def test_run_publishes_exactly_the_search_space_and_records_failures(tmp_path):
     status = subprocess.run([sys.executable, "tools/status.py", str(out)], cwd=ROOT, capture_output=True,
                             text=True)
     assert status.returncode == 0 and "done: 12/12" in status.stdout and "state: done" in status.stdout
+
+
+def test_random_search_draws_every_slot_like_the_initial_population(tmp_path):
+    out = tmp_path / "run"
+    assert start(out, "EVO.IS_EVO", "false").wait(timeout=120) == 0
+    records = assert_complete(out, 12)
+    assert json.loads((out / "init_population.json").read_text())["ids"] == [f"{k:06d}" for k in range(12)]
+    assert all(r["parent_id"] is None and r["mutation"] is None for r in records.values())
+    # The fake initial population gives slot k the size 1 + k; slot 5 fails once and is redrawn.
+    assert all(r["return"] == 1.0 + r["slot"] for r in records.values() if r["id"] != "000005-1")
+    assert json.loads((out / "summary.json").read_text())["initial_population_size"] == 12
 
 
 def test_sigkilled_workers_are_restarted_and_nothing_partial_is_visible(tmp_path):

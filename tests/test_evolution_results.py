@@ -11,12 +11,19 @@ from derl.evolution.storage import RunDir
 FORWARD = [5.0, 9.0, 1.0, 7.0, 3.0, 2.0, 8.0, 4.0, 6.0, 0.5]  # slot k has FORWARD[k]
 
 
-def published_run(tmp_path):
+def publish(run, slot, value):
+    morphology_id = slot_id(slot)
+    number = run.take_publication_number(morphology_id, node=0, worker=0)
+    run.publish({"id": morphology_id, "slot": slot, "lineage": morphology_id, "__reward__forward": value,
+                 "publication": number})
+    return number
+
+
+def published_run(tmp_path, order=None):
     run = RunDir(tmp_path)
     run.create()
-    for slot, value in enumerate(FORWARD):
-        morphology_id = slot_id(slot)
-        run.publish({"id": morphology_id, "slot": slot, "lineage": morphology_id, "__reward__forward": value})
+    for slot in range(len(FORWARD)) if order is None else order:
+        publish(run, slot, FORWARD[slot])
     results = PublishedResults(run)
     results.refresh()
     return run, results
@@ -37,6 +44,38 @@ def test_aging_tournament_draws_only_from_the_newest_slots(tmp_path):
     # With many participants the best of the window (slot 8: 6.0) nearly always wins.
     cfg = config(AGING_WINDOW_SIZE=3, NUM_PARTICIPANTS=40)
     assert results.select_parent(cfg, rng) == "000008"
+
+
+def test_aging_window_follows_publication_order_with_a_slot_that_publishes_late(tmp_path):
+    # Slot 1 (the best, 9.0) is slow: claimed second, published last. By slot it would be the
+    # oldest and out of a window of 3; by publication it is the newest.
+    order = [0, 2, 3, 4, 5, 6, 7, 8, 9, 1]
+    run, results = published_run(tmp_path, order)
+    assert {r["id"]: r["publication"] for r in results.by_id.values()}["000001"] == 9
+    cfg = config(AGING_WINDOW_SIZE=3, NUM_PARTICIPANTS=40)
+    rng = np.random.default_rng(0)
+    assert results.select_parent(cfg, rng) == "000001"
+    parents = {results.select_parent(config(AGING_WINDOW_SIZE=3, NUM_PARTICIPANTS=1), rng) for _ in range(60)}
+    assert parents == {"000008", "000009", "000001"}
+
+
+def test_publication_numbers_are_unique_with_gaps_after_a_death(tmp_path):
+    run = RunDir(tmp_path)
+    run.create()
+    assert publish(run, 0, 1.0) == 0
+    # A worker takes number 1 for slot 1 and dies before writing the metadata: the number stays
+    # taken and unused. Resumed, it publishes slot 1 under a new number; 1 is a gap forever.
+    assert run.take_publication_number(slot_id(1), node=0, worker=1) == 1
+    assert publish(run, 2, 2.0) == 2
+    assert publish(run, 1, 3.0) == 3
+    # A number taken meanwhile by another process (here: created by hand) is skipped.
+    (tmp_path / "published" / "00000004.json").write_text('{"id": "000003", "node": 1, "worker": 0}')
+    assert publish(run, 3, 4.0) == 5
+    results = PublishedResults(run)
+    results.refresh()
+    numbers = sorted(r["publication"] for r in results.by_id.values())
+    assert numbers == [0, 2, 3, 5]
+    assert results.by_id["000001"]["publication"] == 3
 
 
 def test_vanilla_tournament_retires_losers_for_good(tmp_path):

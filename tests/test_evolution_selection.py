@@ -58,9 +58,11 @@ def test_first_dominated_ignores_repeated_draws():
     assert selection.first_dominated(costs, np.array([1, 1])) is None
 
 
-def test_aging_window_is_ordered_by_sequence_not_position():
+def test_aging_window_is_ordered_by_publication_number_not_position():
     assert selection.aging_window([5, 1, 3, 9, 7], 3).tolist() == [0, 4, 3]
     assert selection.aging_window([2, 0], 10).tolist() == [1, 0]
+    # Slots 0..5 published as 0, 1, 7, 2, 3, 5 (slot 2 late, number 4 and 6 gaps): slot 2 is newest.
+    assert selection.aging_window([0, 1, 7, 2, 3, 5], 3).tolist() == [4, 5, 2]
 
 
 def test_num_participants():

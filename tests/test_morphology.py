@@ -132,6 +132,21 @@ def test_applicable_ops_follow_the_original_preconditions():
         ops.applicable_ops(walker(), load_config(overrides={"EVO.MUTATION_OPS": ["shrink"]}))
 
 
+def test_growth_sites_weigh_each_limb_of_a_pair_as_in_derl():
+    # DERL draws uniformly among every limb's mid/btm sites (plus the head's): a pair offers
+    # each site twice. walker(): head 1 + pair 0/1: 2 x (mid, btm) + pair 2/3: 2 x (mid, btm)
+    # + tail 4: mid, btm = 1 + 4 + 4 + 2 = 11 entries.
+    sites = ops.growth_sites(walker())
+    assert len(sites) == 11
+    weights = {site: sites.count(site) for site in set(sites)}
+    assert weights == {
+        (None, "center", False): 1,
+        (0, "mid", True): 2, (0, "btm", True): 2,
+        (2, "mid", True): 2, (2, "btm", True): 2,
+        (4, "mid", False): 1, (4, "btm", False): 1,
+    }
+
+
 def test_grow_limb_respects_max_limbs_and_symmetry_rules():
     six = load_config(overrides={"LIMB.MAX_LIMBS": 6})
     for seed in range(30):

@@ -23,7 +23,7 @@ import psutil
 
 from derl.config import CfgNode, dump_config, load_config
 from derl.evolution.backend import Backend, load_backend
-from derl.evolution.population import slot_id
+from derl.evolution.population import num_initial_slots, slot_id
 from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.storage import RunDir
 from derl.evolution.worker import COORDINATOR_PID_VARIABLE, EXIT_FATAL, EXIT_STOPPED
@@ -122,7 +122,7 @@ def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
     run.write_config(dump_config(cfg))
     if run.init_population_ids() is not None:
         return
-    ids = [slot_id(slot) for slot in range(cfg.EVO.INIT_POPULATION_SIZE)]
+    ids = [slot_id(slot) for slot in range(num_initial_slots(cfg.EVO))]
     log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
     genomes = backend.initial_population(cfg, cfg.RNG_SEED, ids, num_workers=usable_cores())
     for morphology_id, genome in zip(ids, genomes, strict=True):

@@ -5,8 +5,10 @@ the one worker that created its claim file (exclusive creation), so everything
 derived from ``(slot, attempt)`` is unique across nodes and workers without
 clocks: the id, the random stream of the tournament and mutation, the PPO seed.
 Slots ``0 .. INIT_POPULATION_SIZE-1`` hold the initial population (slot ``i`` is
-initial genome ``i``); later slots hold tournament children. ``attempt`` counts
-the replacements of a morphology that failed in that slot.
+initial genome ``i``); later slots hold tournament children. In random search
+(``EVO.IS_EVO false``, DERL's baseline) every slot holds a member of one initial
+population of ``SEARCH_SPACE_SIZE``. ``attempt`` counts the replacements of a
+morphology that failed in that slot.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import math
 import re
 
 import numpy as np
+
+from derl.config import CfgNode
 
 _ID_PATTERN = re.compile(r"^(\d{6,})(?:-(\d+))?$")
 
@@ -32,6 +36,15 @@ def parse_id(morphology_id: str) -> tuple[int, int]:
     if match is None:
         raise ValueError(f"not a morphology id: {morphology_id!r}")
     return int(match.group(1)), int(match.group(2) or 0)
+
+
+def num_initial_slots(evo: CfgNode) -> int:
+    """Slots filled from the initial population: ``INIT_POPULATION_SIZE``, or every slot in random search.
+
+    Random search (``EVO.IS_EVO false``) draws all ``SEARCH_SPACE_SIZE`` morphologies like the
+    initial population (10x random candidates through the species filter) and runs no tournament.
+    """
+    return evo.INIT_POPULATION_SIZE if evo.IS_EVO else evo.SEARCH_SPACE_SIZE
 
 
 def slot_rng(rng_seed: int, slot: int, attempt: int) -> np.random.Generator:

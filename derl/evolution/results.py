@@ -10,7 +10,7 @@ import numpy as np
 
 from derl.config import CfgNode
 from derl.evolution import selection
-from derl.evolution.population import parse_id
+from derl.evolution.population import num_initial_slots, parse_id
 from derl.evolution.storage import RunDir
 
 TOP_K = 10
@@ -29,7 +29,7 @@ class PublishedResults:
                 self.by_id[morphology_id] = self.run.read_metadata(morphology_id)
 
     def count_slots_below(self, limit: int) -> int:
-        """Published morphologies in slots below ``limit`` (INIT_POPULATION_SIZE: the initial ones)."""
+        """Published morphologies in slots below ``limit`` (``num_initial_slots``: the initial ones)."""
         return sum(1 for morphology_id in self.by_id if parse_id(morphology_id)[0] < limit)
 
     def select_parent(self, cfg: CfgNode, rng: np.random.Generator) -> str:
@@ -38,7 +38,7 @@ class PublishedResults:
         aging = evo.TOURNAMENT_TYPE.startswith("aging")
         if aging:
             records = list(self.by_id.values())
-            window = selection.aging_window([r["slot"] for r in records], evo.AGING_WINDOW_SIZE)
+            window = selection.aging_window([r["publication"] for r in records], evo.AGING_WINDOW_SIZE)
             pool = [records[i] for i in window]
         else:
             retired = self.run.retired_ids()
@@ -88,7 +88,7 @@ def summarize(
     return {
         "published": done,
         "total": total,
-        "initial_population_size": evo.INIT_POPULATION_SIZE,
+        "initial_population_size": num_initial_slots(evo),
         "claimed_slots": run.num_claimed_slots(),
         "failed": len(run.failed_ids()),
         "selection_criteria": list(evo.SELECTION_CRITERIA),

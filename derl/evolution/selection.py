@@ -65,15 +65,18 @@ def num_participants(tournament_type: str, num: int, percent: float, pool_size: 
     return max(2, int(pool_size * percent / 100))
 
 
-def aging_window(sequence_numbers: Sequence[int], window_size: int) -> np.ndarray:
-    """Indices of the ``window_size`` newest entries by publication sequence, oldest first.
+def aging_window(publication_numbers: Sequence[int], window_size: int) -> np.ndarray:
+    """Indices of the ``window_size`` newest entries by publication number, oldest first.
 
-    The sequence number (the slot a morphology was claimed in) orders the
-    population without file modification times or clocks of several machines.
+    Publication numbers are taken by exclusive creation when a result is published
+    (``RunDir.take_publication_number``), so they order the population as it was
+    published, without file times or the clocks of several machines (DERL sorted
+    by file time). Ordering by slot instead would let a morphology that is slow to
+    train enter the window late yet leave it on schedule. Gaps are allowed.
     """
     if window_size < 1:
         raise ValueError(f"AGING_WINDOW_SIZE must be at least 1, got {window_size}")
-    order = np.argsort(np.asarray(sequence_numbers), kind="stable")
+    order = np.argsort(np.asarray(publication_numbers), kind="stable")
     return order[-window_size:]
 
 

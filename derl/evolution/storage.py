@@ -21,6 +21,7 @@ Layout::
     models/<id>.pt              PPO checkpoint
     metrics/<id>.jsonl          training curves (JSON lines, one record per PPO iteration)
     slots/<slot>.json           claim of a slot: {slot, id, attempt, node, worker}
+    published/<n>.json          publication number n, taken by exclusive creation: {id, node, worker}
     metadata/<id>.json          published result (see derl.evolution.worker.build_metadata)
     error_metadata/<id>.json    failed morphology: {id, slot, attempt, reason, node, worker}
     retired/<id>.json           removed from the vanilla-tournament population
@@ -38,8 +39,8 @@ from typing import Any
 
 from derl.fileio import atomic_write_text, read_json, write_json
 
-_FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "metadata", "error_metadata", "retired",
-            "workers", "tmp")
+_FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "published", "metadata", "error_metadata",
+            "retired", "workers", "tmp")
 
 
 class RunDir:
@@ -179,8 +180,26 @@ class RunDir:
     def read_metadata(self, morphology_id: str) -> dict[str, Any]:
         return read_json(self.metadata_path(morphology_id))
 
+    def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
+        """The next free publication number, taken by creating ``published/<n>.json`` exclusively.
+
+        Numbers are unique on every node (exclusive creation), increasing in the order they
+        are taken, and need no clock. The search starts above the highest number seen; a
+        number taken concurrently by another process makes this one try the next.
+        A number whose taker died before writing its metadata stays taken and unused (a gap):
+        the morphology takes a new number when it is published again.
+        """
+        folder = self.root / "published"
+        taken = [int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()]
+        number = max(taken, default=-1) + 1
+        record = {"id": morphology_id, "node": node, "worker": worker}
+        while not self._create_json(folder / f"{number:08d}.json", record):
+            number += 1
+        return number
+
     def publish(self, metadata: dict[str, Any]) -> None:
-        """Publishes a finished morphology. Its other files must already be on disk."""
+        """Publishes a finished morphology. Its other files must already be on disk, and
+        ``metadata["publication"]`` must come from ``take_publication_number``."""
         self._write_json(self.metadata_path(metadata["id"]), metadata)
 
     def record_failure(self, failure: dict[str, Any]) -> None:

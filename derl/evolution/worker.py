@@ -30,7 +30,7 @@ from typing import Any
 
 from derl.config import CfgNode, load_config_or_exit
 from derl.evolution.backend import Backend, TrainOutcome, load_backend
-from derl.evolution.population import init_claim_order, ppo_seed, slot_id, slot_rng
+from derl.evolution.population import init_claim_order, num_initial_slots, ppo_seed, slot_id, slot_rng
 from derl.evolution.results import PublishedResults, is_finite_summary
 from derl.evolution.storage import RunDir
 
@@ -101,7 +101,7 @@ class Worker:
                                       "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0),
                                       "peak_gpu_bytes": self.previous.get("peak_gpu_bytes", 0)}
         self.stop = StopSignal(run, self._write_state)
-        self.next_child_slot = cfg.EVO.INIT_POPULATION_SIZE
+        self.next_child_slot = num_initial_slots(cfg.EVO)
 
     def _write_state(self, **changes: Any) -> None:
         self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
@@ -118,12 +118,13 @@ class Worker:
             self._resume(self.previous["slot"])
         self._adopt_orphaned_slots()
         evo = self.cfg.EVO
-        order = init_claim_order(evo.INIT_POPULATION_SIZE, self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
+        order = init_claim_order(num_initial_slots(evo), self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
                                  self.worker)
         for slot in order:
             if not self.run.is_claimed(slot) and self._claim(slot):
                 self._fill_slot(slot)
-        self._wait_for_initial_population()
+        if evo.IS_EVO:  # random search has no children: every slot was in the order above
+            self._wait_for_initial_population()
         while (slot := self._claim_next_child_slot()) is not None:
             self._fill_slot(slot)
         self._write_state(slot=None, id=None, status="finished")
@@ -181,7 +182,7 @@ class Worker:
         return None
 
     def _wait_for_initial_population(self) -> None:
-        size = self.cfg.EVO.INIT_POPULATION_SIZE
+        size = num_initial_slots(self.cfg.EVO)
         deadline = time.monotonic() + self.cfg.EVO.INIT_WAIT_TIMEOUT
         self.results.refresh()
         while (published := self.results.count_slots_below(size)) < size:
@@ -229,11 +230,11 @@ class Worker:
     def _make_genome(self, slot: int, attempt: int) -> None:
         morphology_id = slot_id(slot, attempt)
         rng = slot_rng(self.cfg.RNG_SEED, slot, attempt)
-        if slot >= self.cfg.EVO.INIT_POPULATION_SIZE and self.cfg.EVO.IS_EVO:
+        if slot >= num_initial_slots(self.cfg.EVO):
             self.results.refresh()
             parent_id = self.results.select_parent(self.cfg, rng)
             genome = self.backend.mutate(self.cfg, self.run.read_genome(parent_id), rng, morphology_id)
-        else:  # a replacement of a failed initial morphology, or random search
+        else:  # a replacement of a failed initial morphology
             genome = self.backend.random_genome(self.cfg, rng, morphology_id)
         self.run.write_genome(morphology_id, genome, self.backend.to_mjcf(self.cfg, genome))
 
@@ -254,11 +255,14 @@ class Worker:
             raise Stopped
         if not is_finite_summary(outcome.summary):
             raise ValueError(f"training summary is not finite: {outcome.summary}")
-        self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome))
+        # Dying between the number and the metadata leaves the number unused (a gap): the
+        # resumed worker finds the finished checkpoint and takes a new number.
+        publication = self.run.take_publication_number(morphology_id, self.node, self.worker)
+        self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome, publication))
         self._log(f"published {morphology_id}")
 
     def build_metadata(self, morphology_id: str, slot: int, attempt: int, seed: int,
-                       outcome: TrainOutcome) -> dict[str, Any]:
+                       outcome: TrainOutcome, publication: int) -> dict[str, Any]:
         """The published record of a morphology (``metadata/<id>.json``)."""
         genome = json.loads(self.run.read_genome(morphology_id))
         parent_id = genome.get("parent_id")
@@ -290,6 +294,7 @@ class Worker:
                 "metrics": self.run.relative(self.run.metrics_path(morphology_id)),
             },
             "published_at": time.time(),
+            "publication": publication,
         }
 
 

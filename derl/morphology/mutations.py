@@ -58,10 +58,16 @@ def _draw_joints(cfg: CfgNode, rng: np.random.Generator) -> tuple[Joint, ...]:
 
 
 def growth_sites(genome: Genome) -> list[tuple[int | None, str, bool]]:
-    """(parent limb id, site, is mirror site) for the head centre and each group's mid/btm."""
+    """(parent limb id, site, is mirror site) for the head centre and every limb's mid/btm.
+
+    As in DERL, every limb carries its own two growth sites and ``grow_limb`` draws
+    uniformly among all of them, so a mirrored pair offers each of its sites twice
+    (once per limb). Both entries name the group's first limb: a pair grown on
+    either limb of a pair is the same pair (the second limb hangs from the mirror site).
+    """
     sites = [(None, HEAD_SITE, False)]
     for group in genome.groups:
-        sites += [(group.ids[0], site, group.is_pair) for site in LIMB_SITES]
+        sites += [(group.ids[0], site, group.is_pair) for _limb in group.ids for site in LIMB_SITES]
     return sites
 
 
