@@ -430,13 +430,14 @@ def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any]) -> list[
 
 
 def load_config(
-    cfg_file: str | Path | None = None,
+    cfg_file: str | Path | Sequence[str | Path] | None = None,
     overrides: Sequence[str] | Mapping[str, Any] = (),
 ) -> CfgNode:
     """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen tree.
 
     Args:
-        cfg_file: optional YAML file with a (partial) tree of keys.
+        cfg_file: optional YAML file with a (partial) tree of keys, or several applied in order
+            (a task preset, then ``configs/gpu_server.yml``).
         overrides: ``["KEY", "VALUE", ...]`` strings from the command line (values parsed
             as YAML), or a mapping of keys to already-typed values.
 
@@ -445,7 +446,8 @@ def load_config(
     """
     tree = _defaults()
     leaves = [path for path, _ in _flatten(tree)]
-    file_pairs = _flatten(_read_yaml(cfg_file)) if cfg_file is not None else []
+    files = [] if cfg_file is None else [cfg_file] if isinstance(cfg_file, str | Path) else list(cfg_file)
+    file_pairs = [pair for path in files for pair in _flatten(_read_yaml(path))]
     for key, value in file_pairs + _pairs_from_overrides(overrides):
         path = _resolve_key(str(key), leaves)
         if path in DERIVED_KEYS:
@@ -475,7 +477,7 @@ def dump_config(cfg: CfgNode) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)
 
 
-def load_config_or_exit(cfg_file: str | Path | None, overrides: Sequence[str]) -> CfgNode:
+def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str]) -> CfgNode:
     """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
     try:
         return load_config(cfg_file, overrides)

@@ -8,6 +8,9 @@ import json
 import math
 import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +29,7 @@ from derl.ppo.rollout import Rollout
 from derl.ppo.trainer import learning_rate, max_iterations
 from tests.test_ppo_pool import CountingEnv
 
+ROOT = Path(__file__).resolve().parents[1]
 WORLD = 2
 T, N, D, A = 4, 3, 3, 2  # rollout steps, envs per rank, observation size, action size
 LAYOUT = ObsLayout(("proprioceptive",), (D,), False)
@@ -222,3 +226,36 @@ def test_a_two_rank_run_stops_jointly_and_resumes_from_its_checkpoint(tmp_path):
     assert [r["env_steps"] for r in records] == [WORLD * T * N * i for i in (1, 2, 3, 4)]
     # Envs 0-2 (rank 0) earn 1-3 per step, envs 3-5 (rank 1) earn 4-6: both ranks' episodes count.
     assert {ep["return"] for ep in state["episode_log"]["recent"]} >= {5.0, 30.0}
+
+
+def _train_ddp(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / "tools" / "train_ddp.sh"), *args], capture_output=True, text=True,
+                          timeout=300, check=False, env=dict(os.environ, PYTHON=sys.executable))
+
+
+@pytest.mark.slow
+def test_train_ddp_script_runs_two_cpu_ranks_and_resumes(tmp_path):
+    tiny = ["--env-id", "Pendulum-v1", "--out", str(tmp_path), "--quiet", "PPO.NUM_ENVS", "2",
+            "PPO.TIMESTEPS", "16", "PPO.BATCH_SIZE", "16"]
+    first = _train_ddp("--nproc", "2", *tiny, "MAX_STATE_ACTION_PAIRS", "128")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout.strip().splitlines()[-1])["env_steps"] == 128  # printed once, by rank 0
+    resumed = _train_ddp("--nproc", "2", *tiny, "--resume", "MAX_STATE_ACTION_PAIRS", "256")
+    assert resumed.returncode == 0, resumed.stderr
+    final = json.loads((tmp_path / "metrics.json").read_text())
+    assert (final["iterations"], final["env_steps"], final["world_size"], final["completed"]) == (4, 256, 2, True)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [64, 128, 192, 256]
+
+
+def test_train_ddp_script_arguments():
+    dry = _train_ddp("--nproc", "3", "--dry-run", "--env-id", "Pendulum-v1", "PPO.NUM_ENVS", "4")
+    assert dry.returncode == 0, dry.stderr
+    assert "--standalone --nproc_per_node 3" in dry.stdout and "train_ppo.py --env-id Pendulum-v1" in dry.stdout
+    multi = _train_ddp("--nproc", "1", "--nnodes", "2", "--node-rank", "1", "--master", "h:29500", "--dry-run")
+    assert "--nnodes 2 --node_rank 1 --master_addr h --master_port 29500" in multi.stdout
+    bad = _train_ddp("--nnodes", "2", "--nproc", "1")
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --nnodes 2 needs --master HOST:PORT"
+    if not torch.cuda.is_available():
+        no_gpu = _train_ddp("--gpus", "1", "--dry-run")
+        assert no_gpu.returncode == 2 and "0 GPU(s) visible" in no_gpu.stderr

@@ -1,6 +1,7 @@
 """Train one morphology (or any Gymnasium Box-action env) with DERL's PPO, or replay a policy.
 
-    tools/train_ppo.py --cfg CFG (--xml F | --genome F | --env-id ID) [--out DIR] [--resume] [KEY VALUE ...]
+    tools/train_ppo.py --cfg CFG [--cfg CFG ...] (--xml F | --genome F | --env-id ID) [--out DIR] [--resume]
+        [KEY VALUE ...]
     tools/train_ppo.py --eval CKPT [--cfg CFG] [--episodes N] [KEY VALUE ...]
 
 --eval uses the config.yaml and run.json next to CKPT unless --cfg / --xml / --genome / --env-id
@@ -26,7 +27,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="tools/train_ppo.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cfg", type=Path, help="YAML config file")
+    parser.add_argument("--cfg", type=Path, action="append",
+                        help="YAML config file; repeat to layer files (later ones win)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--xml", type=Path, help="unimal MJCF file")
     source.add_argument("--genome", type=Path, help="genome JSON file (derl.morphology)")
@@ -44,7 +46,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     cfg_file = args.cfg
     if cfg_file is None and args.eval is not None and (args.eval.parent / "config.yaml").is_file():
-        cfg_file = args.eval.parent / "config.yaml"  # replay in the world the policy was trained in
+        cfg_file = [args.eval.parent / "config.yaml"]  # replay in the world the policy was trained in
     cfg = load_config_or_exit(cfg_file, args.overrides)
     out = args.out or Path(cfg.OUT_DIR)
     try:
