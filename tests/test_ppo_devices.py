@@ -77,3 +77,35 @@ def test_cuda_workers_get_round_robin_devices(tmp_path):
     count = torch.cuda.device_count()
     assert num == 3 and devices == [f"cuda:{w % count}" for w in range(3)]
     assert resolve_device(devices[-1]).type == "cuda"
+
+
+def test_gpu_server_preset_layers_over_a_task_preset():
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config([root / "configs" / "evo" / "ft.yml", root / "configs" / "gpu_server.yml"])
+    assert cfg.ENV.MODULES == ("Agent", "Terrain")  # from ft.yml
+    assert (cfg.PPO.NUM_ENVS, cfg.PPO.LR_SCALING, cfg.PPO.AMP, cfg.DEVICE) == (64, "sqrt", True, "cuda")
+    assert cfg.PPO.MAX_ITERS == 20_000_000 // (64 * 256)
+
+
+def test_amp_is_ignored_on_the_cpu_with_a_note(caplog):
+    import gymnasium as gym
+
+    from derl.ppo.trainer import PPO
+
+    cfg = load_config(None, {"PPO.AMP": True, "PPO.NUM_ENVS": 1, "PPO.TIMESTEPS": 4})
+    ppo = PPO(cfg, lambda i: gym.make("Pendulum-v1"), seed=0)
+    ppo.pool.close()
+    assert not ppo.learner.amp and "PPO.AMP is ignored on cpu" in caplog.text
+
+
+@needs_cuda
+def test_cuda_training_with_and_without_amp_learns_the_same_shapes(tmp_path):
+    import gymnasium as gym
+
+    from derl.ppo import train
+
+    for amp in (False, True):
+        cfg = load_config(None, {"DEVICE": "cuda", "PPO.AMP": amp, "PPO.NUM_ENVS": 2, "PPO.TIMESTEPS": 16,
+                                 "PPO.BATCH_SIZE": 16, "PPO.MAX_STATE_ACTION_PAIRS": 64})
+        result = train(cfg, lambda i: gym.make("Pendulum-v1"), seed=0, checkpoint_path=tmp_path / f"{amp}.pt")
+        assert result.completed and result.device == "cuda:0" and result.iterations == 2

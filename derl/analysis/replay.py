@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from derl.config import CfgNode
-from derl.envs.episode_stats import REWARD_PREFIX
+from derl.ppo.episode_stats import REWARD_PREFIX
 
 if TYPE_CHECKING:
     from derl.analysis.run import RunView
@@ -58,7 +58,8 @@ def run_policy(cfg: CfgNode, xml_path: Path, checkpoint: Path, seed: int, *, vid
 
     Returns the first episode's ``info["episode"]`` record, the frames and the frame rate.
     """
-    from derl.envs import EpisodeStats, make_env
+    from derl.envs import make_env
+    from derl.ppo.episode_stats import EpisodeStats
     from derl.ppo.policy import load_policy
 
     policy = load_policy(checkpoint)

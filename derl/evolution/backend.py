@@ -13,7 +13,7 @@ import importlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -99,15 +99,13 @@ class DerlBackend:
         resume: bool,
         should_stop: Callable[[], bool],
     ) -> TrainOutcome:
-        from derl.envs import make_env
         from derl.ppo import train
-
-        def make(index: int) -> Any:
-            return make_env(cfg, str(xml_path), seed=seed + index)
+        from derl.ppo.callbacks import StopWhen
+        from derl.training.envs import UnimalEnvFactory
 
         return train(
-            cfg, make, seed=seed, checkpoint_path=checkpoint_path, metrics_path=metrics_path,
-            resume=resume, should_stop=should_stop,
+            cfg, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
+            metrics_path=metrics_path, resume=resume, callbacks=[StopWhen(should_stop)],
         )
 
 
