@@ -174,7 +174,7 @@ def _defaults() -> dict[str, Any]:
             # (none | sqrt | linear). AMP: bf16 autocast for the learner on CUDA (ignored on the CPU).
             "LR_SCALING": "none",
             "AMP": False,
-            "VIDEO_LENGTH": 1000,
+            "VIDEO_LENGTH": 1000,  # frames of an EVO.VIDEOS_LAST_N video
             "XML_PATH": "",
             "CHECKPOINT_PATH": "",
         },
@@ -212,6 +212,8 @@ def _defaults() -> dict[str, Any]:
             "SELECTION_CRITERIA": ["__reward__forward", "__reward__stand"],
             # -1 maximise, +1 minimise, one per criterion.
             "SELECTION_CRITERIA_OBJ": [-1, -1],
+            # Record a policy video (PPO.VIDEO_LENGTH frames) of each of the last N slots into videos/.
+            "VIDEOS_LAST_N": 0,
         },
         "CUDNN": {
             "BENCHMARK": False,

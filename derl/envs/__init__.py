@@ -23,7 +23,7 @@ __all__ = ["ENV_ID", "UnimalEnv", "make_env", "make_genome_env"]
 
 
 def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: str | None = None,
-             *, flat: bool = False) -> gym.Env:
+             *, flat: bool = False, width: int = 640, height: int = 480) -> gym.Env:
     """The Unimal env for a unimal MJCF file and a config.
 
     Args:
@@ -32,8 +32,9 @@ def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: st
         seed: seeds the env's generator (the first ``reset()`` needs no seed).
         render_mode: None or "rgb_array".
         flat: observations as one float vector (the keys' values concatenated in name order).
+        width, height: size of rendered frames.
     """
-    env: gym.Env = UnimalEnv(xml_path, cfg, seed=seed, render_mode=render_mode)
+    env: gym.Env = UnimalEnv(xml_path, cfg, seed=seed, render_mode=render_mode, width=width, height=height)
     return gym.wrappers.FlattenObservation(env) if flat else env
 
 
