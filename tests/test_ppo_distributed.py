@@ -259,3 +259,14 @@ def test_train_ddp_script_arguments():
     if not torch.cuda.is_available():
         no_gpu = _train_ddp("--gpus", "1", "--dry-run")
         assert no_gpu.returncode == 2 and "0 GPU(s) visible" in no_gpu.stderr
+
+
+def test_the_learner_package_knows_no_unimals():
+    # derl.ppo trains any Gymnasium env: the unimal wiring lives in derl.training.
+    code = ("import sys, derl.ppo, derl.ppo.trainer, derl.ppo.distributed, derl.ppo.policy; "
+            "print(sorted(m for m in sys.modules if m.startswith(('derl.envs', 'derl.morphology', 'derl.training'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+    for path in (ROOT / "derl" / "ppo").glob("*.py"):
+        text = path.read_text()
+        assert "derl.envs" not in text and "derl.morphology" not in text, path.name

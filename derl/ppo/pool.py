@@ -11,7 +11,8 @@ have consecutive indices from ``first_index`` (rank r of a data-parallel run sta
 ``SubprocEnvPool`` runs groups of ``IN_SERIES`` envs, each group an ``EnvPool`` in a subprocess
 started by the ``forkserver`` (never ``fork``: unsafe once CUDA or NCCL run in the parent), for
 envs heavy enough to pay for the pickling. Its ``make_env`` must therefore be picklable: a
-top-level function or class, or an env description such as ``derl.training.envs.UnimalEnvFactory``.
+top-level function or class, or an env description such as ``derl.training.envs.UnimalEnvFactory``;
+and, as with ``spawn``, a script that builds one needs an ``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations
@@ -98,6 +99,11 @@ class EnvPool:
             env.close()
 
 
+def _module_of(make_env: MakeEnv) -> str:
+    module = getattr(make_env, "__module__", None) or type(make_env).__module__
+    return "derl.ppo.pool" if module == "__main__" else module
+
+
 def _pool_worker(conn, make_env: MakeEnv, indices: list[int]) -> None:
     """Serves one ``EnvPool`` over a pipe. Messages: (command, payload) → (ok, result)."""
     pool = None
@@ -139,6 +145,8 @@ class SubprocEnvPool:
             raise ValueError(f"VECENV.TYPE SubprocVecEnv needs a picklable env factory, not {make_env!r} "
                              f"({err}); use a top-level function or an env description") from None
         context = mp.get_context("forkserver")
+        # The server imports these once; each env subprocess forks from it and shares their pages.
+        context.set_forkserver_preload(["derl.ppo.pool", _module_of(make_env)])
         starts = range(first_index, first_index + num_envs, in_series)
         groups = [list(range(s, s + in_series)) for s in starts]
         self._conns, self._procs = [], []

@@ -12,6 +12,7 @@ from pathlib import Path
 import gymnasium as gym
 
 from derl.config import CfgNode
+from derl.envs import make_env
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,6 @@ class UnimalEnvFactory:
     seed: int | None = None
 
     def __call__(self, index: int) -> gym.Env:
-        from derl.envs import make_env
-
         return make_env(self.cfg, self.xml_path, seed=None if self.seed is None else self.seed + index)
 
 
