@@ -190,3 +190,15 @@ def test_morphology_image(tiny_run, tmp_path):
     bad = subprocess.run([sys.executable, "tools/morphology.py", "image", str(tmp_path / "none.json"), "--out",
                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "genome file not found" in bad.stderr
+
+
+def test_a_video_that_cannot_be_made_never_costs_the_result(tmp_path):
+    """The fake backend has no ``record_video``: every video of EVO.VIDEOS_LAST_N fails, every result stays."""
+    from tests.test_evolution_protocol import assert_complete, start
+
+    out = tmp_path / "run"
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "8", "EVO.VIDEOS_LAST_N", "3")
+    assert coordinator.wait(timeout=120) == 0
+    assert_complete(out, 8)
+    log = (tmp_path / "run-coordinator.log").read_text()
+    assert log.count("no video for") == 3 and not list((out / "videos").iterdir())
