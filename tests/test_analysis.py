@@ -166,5 +166,8 @@ def test_transfer_table_means_over_seeds():
     assert tasks == ["incline", "patrol"] and ids == ["a", "b"]
     assert means[0, 1] == 15.0 and stds[0, 1] == 5.0 and metrics[0, 1] == 2.0
     assert math.isnan(means[0, 0]) and means[1, 0] == 5.0
+    two_runs = [{"id": "a", "source": "/x/ft", "task": "t", "return": 1.0},
+                {"id": "a", "source": "/x/vt", "task": "t", "return": 2.0}]
+    assert transfer_table(eval_rows(two_runs))[1] == ["ft:a", "vt:a"]
     assert eval_rows([{"id": "a", "task": "t"}]) == [{"id": "a", "task": "t"}]
     assert eval_rows("nonsense") == []

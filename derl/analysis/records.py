@@ -14,7 +14,7 @@ from typing import Any
 # Metadata fields that are bookkeeping, not fitness terms.
 BOOKKEEPING = frozenset({
     "id", "parent_id", "lineage", "mutation", "slot", "attempt", "seed", "node", "worker", "env_steps",
-    "iterations", "wall_time", "steps_per_sec", "files", "published_at", "publication",
+    "iterations", "wall_time", "steps_per_sec", "files", "published_at", "publication", "device",
 })
 
 

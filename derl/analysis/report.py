@@ -294,14 +294,23 @@ def eval_rows(data: Any) -> list[dict[str, Any]]:
 
 
 def transfer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """``tasks, ids, mean return [ids, tasks], std [ids, tasks], mean metric [ids, tasks]`` over seeds."""
+    """``tasks, ids, mean return [ids, tasks], std [ids, tasks], mean metric [ids, tasks]`` over seeds.
+
+    Rows from several runs (``source``) are labelled ``<run folder name>:<id>``.
+    """
+    sources = {str(row.get("source", row.get("run", ""))) for row in rows}
+
+    def label(row: dict[str, Any]) -> str:  # ids repeat across runs: name the run when there are several
+        source = str(row.get("source", row.get("run", "")))
+        return str(row["id"]) if len(sources) == 1 else f"{Path(source).name}:{row['id']}"
+
     tasks = sorted({str(row["task"]) for row in rows})
-    ids = sorted({str(row["id"]) for row in rows})
+    ids = sorted({label(row) for row in rows})
     shape = (len(ids), len(tasks))
     means, stds, metrics = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
     for i, morphology_id in enumerate(ids):
         for j, task in enumerate(tasks):
-            cell = [row for row in rows if str(row["id"]) == morphology_id and str(row["task"]) == task]
+            cell = [row for row in rows if label(row) == morphology_id and str(row["task"]) == task]
             returns = [float(row["return"]) for row in cell if isinstance(row.get("return"), int | float)]
             metric = [float(row["metric"]) for row in cell if isinstance(row.get("metric"), int | float)]
             if returns:

@@ -157,7 +157,10 @@ class RunView:
     def in_progress(self) -> list[Training]:
         """Claimed slots whose current morphology is neither published nor failed."""
         trainings = []
-        for claim in self.run.claims():
+        published_slots = {record.slot for record in self.records}  # a published slot's claim is final
+        for slot in self.run.claimed_slots():
+            if slot in published_slots or (claim := self.run.read_slot(slot)) is None:
+                continue
             morphology_id = claim["id"]
             if morphology_id in self._metadata or self.run.is_published(morphology_id):
                 continue

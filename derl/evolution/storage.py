@@ -219,9 +219,9 @@ class RunDir:
     def retired_ids(self) -> set[str]:
         return set(self._json_names("retired"))
 
-    def claims(self) -> list[dict[str, Any]]:
-        """Every slot claim (``{slot, id, attempt, node, worker}``), in slot order."""
-        return [read_json(self._slot_path(int(name))) for name in sorted(self._json_names("slots"))]
+    def claimed_slots(self) -> list[int]:
+        """Every claimed slot, in order."""
+        return sorted(int(name) for name in self._json_names("slots"))
 
     # Videos and what other tools write.
     def save_video(self, morphology_id: str, write: Callable[[Path], Path]) -> Path:
