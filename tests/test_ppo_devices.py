@@ -109,3 +109,30 @@ def test_cuda_training_with_and_without_amp_learns_the_same_shapes(tmp_path):
                                  "PPO.BATCH_SIZE": 16, "PPO.MAX_STATE_ACTION_PAIRS": 64})
         result = train(cfg, lambda i: gym.make("Pendulum-v1"), seed=0, checkpoint_path=tmp_path / f"{amp}.pt")
         assert result.completed and result.device == "cuda:0" and result.iterations == 2
+
+
+@needs_cuda
+def test_gpu_free_memory_is_read_for_every_visible_gpu():
+    from derl.ppo.device import gpu_free_memory, visible_gpu_count
+
+    free = gpu_free_memory()
+    assert free is not None and len(free) == visible_gpu_count() and all(f > 0 for f in free)
+
+
+@needs_cuda
+def test_two_worker_evolution_with_device_cuda_records_devices_and_gpu_peaks(tmp_path):
+    import json
+
+    from tests.test_evolution_run import tiny_search
+
+    out = tmp_path / "run"
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "evo_single_proc.py", *tiny_search(out, 4, 1024, "DEVICE", "cuda")],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in (out / "metadata").glob("*.json")]
+    count = torch.cuda.device_count()
+    assert len(records) == 4
+    assert all(r["device"] == f"cuda:{r['worker'] % count}" for r in records)
+    states = [json.loads(p.read_text()) for p in (out / "workers").glob("*.json")]
+    assert states and all(s["peak_gpu_bytes"] > 0 for s in states)
