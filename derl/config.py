@@ -167,9 +167,14 @@ def _defaults() -> dict[str, Any]:
             "MAX_GRAD_NORM": 0.5,
             # Env steps per morphology (all envs together).
             "MAX_STATE_ACTION_PAIRS": 5_000_000,
-            # Derived: MAX_STATE_ACTION_PAIRS // (TIMESTEPS * NUM_ENVS).
+            # Derived: MAX_STATE_ACTION_PAIRS // (TIMESTEPS * NUM_ENVS); N data-parallel ranks run
+            # MAX_ITERS // N iterations (MAX_STATE_ACTION_PAIRS is the total over all ranks).
             "MAX_ITERS": -1,
-            "VIDEO_LENGTH": 1000,
+            # Data-parallel runs (torchrun): the learning rate times 1, sqrt(N) or N for N ranks
+            # (none | sqrt | linear). AMP: bf16 autocast for the learner on CUDA (ignored on the CPU).
+            "LR_SCALING": "none",
+            "AMP": False,
+            "VIDEO_LENGTH": 1000,  # frames of an EVO.VIDEOS_LAST_N video
             "XML_PATH": "",
             "CHECKPOINT_PATH": "",
         },
@@ -207,6 +212,8 @@ def _defaults() -> dict[str, Any]:
             "SELECTION_CRITERIA": ["__reward__forward", "__reward__stand"],
             # -1 maximise, +1 minimise, one per criterion.
             "SELECTION_CRITERIA_OBJ": [-1, -1],
+            # Record a policy video (PPO.VIDEO_LENGTH frames) of each of the last N slots into videos/.
+            "VIDEOS_LAST_N": 0,
         },
         "CUDNN": {
             "BENCHMARK": False,
@@ -425,13 +432,14 @@ def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any]) -> list[
 
 
 def load_config(
-    cfg_file: str | Path | None = None,
+    cfg_file: str | Path | Sequence[str | Path] | None = None,
     overrides: Sequence[str] | Mapping[str, Any] = (),
 ) -> CfgNode:
     """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen tree.
 
     Args:
-        cfg_file: optional YAML file with a (partial) tree of keys.
+        cfg_file: optional YAML file with a (partial) tree of keys, or several applied in order
+            (a task preset, then ``configs/gpu_server.yml``).
         overrides: ``["KEY", "VALUE", ...]`` strings from the command line (values parsed
             as YAML), or a mapping of keys to already-typed values.
 
@@ -440,7 +448,8 @@ def load_config(
     """
     tree = _defaults()
     leaves = [path for path, _ in _flatten(tree)]
-    file_pairs = _flatten(_read_yaml(cfg_file)) if cfg_file is not None else []
+    files = [] if cfg_file is None else [cfg_file] if isinstance(cfg_file, str | Path) else list(cfg_file)
+    file_pairs = [pair for path in files for pair in _flatten(_read_yaml(path))]
     for key, value in file_pairs + _pairs_from_overrides(overrides):
         path = _resolve_key(str(key), leaves)
         if path in DERIVED_KEYS:
@@ -470,7 +479,7 @@ def dump_config(cfg: CfgNode) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)
 
 
-def load_config_or_exit(cfg_file: str | Path | None, overrides: Sequence[str]) -> CfgNode:
+def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str]) -> CfgNode:
     """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
     try:
         return load_config(cfg_file, overrides)

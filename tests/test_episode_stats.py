@@ -1,7 +1,7 @@
 import gymnasium as gym
 import numpy as np
 
-from derl.envs.episode_stats import EpisodeStats
+from derl.ppo.episode_stats import EpisodeStats
 
 
 class _Counter(gym.Env):

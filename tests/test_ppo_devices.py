@@ -77,3 +77,62 @@ def test_cuda_workers_get_round_robin_devices(tmp_path):
     count = torch.cuda.device_count()
     assert num == 3 and devices == [f"cuda:{w % count}" for w in range(3)]
     assert resolve_device(devices[-1]).type == "cuda"
+
+
+def test_gpu_server_preset_layers_over_a_task_preset():
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config([root / "configs" / "evo" / "ft.yml", root / "configs" / "gpu_server.yml"])
+    assert cfg.ENV.MODULES == ("Agent", "Terrain")  # from ft.yml
+    assert (cfg.PPO.NUM_ENVS, cfg.PPO.LR_SCALING, cfg.PPO.AMP, cfg.DEVICE) == (64, "sqrt", True, "cuda")
+    assert cfg.PPO.MAX_ITERS == 20_000_000 // (64 * 256)
+
+
+def test_amp_is_ignored_on_the_cpu_with_a_note(caplog):
+    import gymnasium as gym
+
+    from derl.ppo.trainer import PPO
+
+    cfg = load_config(None, {"PPO.AMP": True, "PPO.NUM_ENVS": 1, "PPO.TIMESTEPS": 4})
+    ppo = PPO(cfg, lambda i: gym.make("Pendulum-v1"), seed=0)
+    ppo.pool.close()
+    assert not ppo.learner.amp and "PPO.AMP is ignored on cpu" in caplog.text
+
+
+@needs_cuda
+def test_cuda_training_with_and_without_amp_learns_the_same_shapes(tmp_path):
+    import gymnasium as gym
+
+    from derl.ppo import train
+
+    for amp in (False, True):
+        cfg = load_config(None, {"DEVICE": "cuda", "PPO.AMP": amp, "PPO.NUM_ENVS": 2, "PPO.TIMESTEPS": 16,
+                                 "PPO.BATCH_SIZE": 16, "PPO.MAX_STATE_ACTION_PAIRS": 64})
+        result = train(cfg, lambda i: gym.make("Pendulum-v1"), seed=0, checkpoint_path=tmp_path / f"{amp}.pt")
+        assert result.completed and result.device == "cuda:0" and result.iterations == 2
+
+
+@needs_cuda
+def test_gpu_free_memory_is_read_for_every_visible_gpu():
+    from derl.ppo.device import gpu_free_memory, visible_gpu_count
+
+    free = gpu_free_memory()
+    assert free is not None and len(free) == visible_gpu_count() and all(f > 0 for f in free)
+
+
+@needs_cuda
+def test_two_worker_evolution_with_device_cuda_records_devices_and_gpu_peaks(tmp_path):
+    import json
+
+    from tests.test_evolution_run import tiny_search
+
+    out = tmp_path / "run"
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "evo_single_proc.py", *tiny_search(out, 4, 1024, "DEVICE", "cuda")],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in (out / "metadata").glob("*.json")]
+    count = torch.cuda.device_count()
+    assert len(records) == 4
+    assert all(r["device"] == f"cuda:{r['worker'] % count}" for r in records)
+    states = [json.loads(p.read_text()) for p in (out / "workers").glob("*.json")]
+    assert states and all(s["peak_gpu_bytes"] > 0 for s in states)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from derl.config import load_config
-from derl.ppo import load_policy, train
+from derl.ppo import OnIteration, StopWhen, load_policy, train
 from derl.ppo.device import resolve_device
 from derl.ppo.policy import Policy
 from derl.ppo.trainer import PPO
@@ -35,7 +35,7 @@ def test_pendulum_return_clearly_improves():
         "PPO.ENTROPY_COEF": 0.0, "PPO.LINEAR_LR_DECAY": False,
     })
     first = []
-    result = train(cfg, _pendulum, seed=0, on_iteration=lambda record: first.append(record.get("return")))
+    result = train(cfg, _pendulum, seed=0, callbacks=[OnIteration(lambda record: first.append(record.get("return")))])
     assert result.completed and result.iterations == 30 and result.env_steps == 30 * 8 * 256
     initial = next(r for r in first if r is not None)
     assert result.summary["return"] > -800
@@ -62,7 +62,7 @@ def test_resume_continues_step_count_and_learning_rate(tmp_path):
     ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"
     calls = iter(range(100))
     first = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
-                  should_stop=lambda: next(calls) >= 2)
+                  callbacks=[StopWhen(lambda: next(calls) >= 2)])
     assert not first.completed and first.iterations == 2 and first.env_steps == 64
     second = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True)
     assert second.completed and second.iterations == 4 and second.env_steps == 128

@@ -1,4 +1,4 @@
-"""Benchmarks, printed as JSON: `python tools/bench.py {env,ppo,evolve} [options]`.
+"""Benchmarks, printed as JSON: `python tools/bench.py {env,ppo,evolve,report,learner,ddp} [options]`.
 
 Each benchmark lives in `derl/bench/<name>.py` with `add_arguments(parser)` and
 `run(args) -> dict`; ratios are measured side by side in one run.
@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from derl.fileio import atomic_write_text  # noqa: E402
 
-BENCHMARKS = ("env", "ppo", "evolve")
+BENCHMARKS = ("env", "ppo", "evolve", "report", "learner", "ddp")
 
 
 def main(argv: list[str]) -> None:

@@ -4,16 +4,20 @@
     tools/morphology.py xml GENOME.json
     tools/morphology.py mutate GENOME.json --seed S --out DIR
     tools/morphology.py stats DIR
+    tools/morphology.py image GENOME.json --out FILE.png [--size W H]
 
-``sample`` and ``mutate`` write ``DIR/<id>.json`` (genome) and ``DIR/<id>.xml`` (MJCF).
+``sample`` and ``mutate`` write ``DIR/<id>.json`` (genome) and ``DIR/<id>.xml`` (MJCF); ``image``
+renders the body at its start pose on a floor, headless (MUJOCO_GL=egl).
 """
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("MUJOCO_GL", "egl")
 
 from derl.config import load_config_or_exit  # noqa: E402
 from derl.morphology import cli  # noqa: E402
@@ -35,7 +39,11 @@ def main(argv: list[str]) -> None:
     mutate.add_argument("--out", type=Path, required=True)
     stats = commands.add_parser("stats", help="limb and DoF histograms, unique structures")
     stats.add_argument("dir", type=Path)
-    for sub in (sample, xml, mutate, stats):
+    image = commands.add_parser("image", help="a PNG picture of a saved genome")
+    image.add_argument("genome", type=Path)
+    image.add_argument("--out", type=Path, required=True, help="PNG file to write")
+    image.add_argument("--size", type=int, nargs=2, default=[480, 360], metavar=("W", "H"))
+    for sub in (sample, xml, mutate, stats, image):
         sub.add_argument("--cfg", help="YAML config file")
         sub.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
     args = parser.parse_args(argv)
@@ -48,6 +56,8 @@ def main(argv: list[str]) -> None:
             sys.stdout.write(cli.genome_xml(cfg, args.genome))
         elif args.command == "mutate":
             print(cli.mutate_file(cfg, args.genome, args.seed, args.out))
+        elif args.command == "image":
+            print(cli.image(cfg, args.genome, args.out, tuple(args.size)))
         else:
             print(json.dumps(cli.stats(args.dir), indent=2))
     except cli.InputError as err:

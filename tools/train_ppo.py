@@ -1,12 +1,14 @@
 """Train one morphology (or any Gymnasium Box-action env) with DERL's PPO, or replay a policy.
 
-    tools/train_ppo.py --cfg CFG (--xml F | --genome F | --env-id ID) [--out DIR] [--resume] [KEY VALUE ...]
+    tools/train_ppo.py --cfg CFG [--cfg CFG ...] (--xml F | --genome F | --env-id ID) [--out DIR] [--resume]
+        [KEY VALUE ...]
     tools/train_ppo.py --eval CKPT [--cfg CFG] [--episodes N] [KEY VALUE ...]
 
 --eval uses the config.yaml and run.json next to CKPT unless --cfg / --xml / --genome / --env-id
 say otherwise.
 The output folder (default OUT_DIR) gets config.yaml, run.json, model.pt, metrics.jsonl and
-metrics.json (see derl/ppo/run.py). --eval prints the deterministic return as JSON.
+metrics.json (see derl/training/run.py). --eval prints the deterministic return as JSON.
+Under torchrun (tools/train_ddp.sh) each rank runs this script; rank 0 writes the folder and prints.
 """
 
 import argparse
@@ -17,14 +19,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from derl.config import load_config_or_exit  # noqa: E402
-from derl.ppo.run import evaluate, genome_to_xml, train_to_folder  # noqa: E402
+from derl.ppo.distributed import RankInfo  # noqa: E402
+from derl.training.run import evaluate, genome_to_xml, train_to_folder  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="tools/train_ppo.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cfg", type=Path, help="YAML config file")
+    parser.add_argument("--cfg", type=Path, action="append",
+                        help="YAML config file; repeat to layer files (later ones win)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--xml", type=Path, help="unimal MJCF file")
     source.add_argument("--genome", type=Path, help="genome JSON file (derl.morphology)")
@@ -42,7 +46,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     cfg_file = args.cfg
     if cfg_file is None and args.eval is not None and (args.eval.parent / "config.yaml").is_file():
-        cfg_file = args.eval.parent / "config.yaml"  # replay in the world the policy was trained in
+        cfg_file = [args.eval.parent / "config.yaml"]  # replay in the world the policy was trained in
     cfg = load_config_or_exit(cfg_file, args.overrides)
     out = args.out or Path(cfg.OUT_DIR)
     try:
@@ -66,8 +70,9 @@ def main(argv: list[str]) -> None:
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    print(json.dumps({"out": str(out), **result.summary, "env_steps": result.env_steps,
-                      "steps_per_sec": round(result.steps_per_sec, 1)}))
+    if RankInfo.from_environ().is_main:
+        print(json.dumps({"out": str(out), **result.summary, "env_steps": result.env_steps,
+                          "steps_per_sec": round(result.steps_per_sec, 1)}))
 
 
 if __name__ == "__main__":

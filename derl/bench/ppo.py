@@ -116,7 +116,7 @@ def _physics_seconds(recorders: list[_StateRecorder]) -> tuple[float, int]:
 
 
 def _run_ours(case: dict, iters: int, seed: int, record: bool) -> dict:
-    from derl.ppo import train
+    from derl.ppo import OnIteration, train
 
     cfg = _config(case, iters)
     make = _env_factory(case, cfg, flat=False)
@@ -130,7 +130,7 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool) -> dict:
 
     records: list[dict] = []
     cpu_started = time.process_time()
-    result = train(cfg, make, seed=seed, on_iteration=records.append)
+    result = train(cfg, make, seed=seed, callbacks=[OnIteration(records.append)])
     cpu = time.process_time() - cpu_started
     collect = sum(r["collect_seconds"] for r in records)
     update = sum(r["update_seconds"] for r in records)

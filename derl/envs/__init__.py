@@ -3,8 +3,9 @@
 ``make_env(cfg, xml_path, seed)`` builds the env of ``ENV.TASK``/``ENV.MODULES`` for a unimal
 MJCF file (``make_genome_env`` for a ``Genome``); it is also registered as
 ``gymnasium.make("Unimal-v0", xml_path=..., cfg=...)``. The three evolution environments are
-the presets ``configs/evo/{ft,vt,mvt}.yml`` (``derl.config.load_preset``). ``EpisodeStats`` (added by the
-trainer) sums the ``__reward__*`` terms of each episode and keeps the final ``x_pos``/``metric``.
+the presets ``configs/evo/{ft,vt,mvt}.yml`` (``derl.config.load_preset``). The trainer's
+``derl.ppo.episode_stats.EpisodeStats`` sums the ``__reward__*`` terms of each episode and keeps
+the final ``x_pos``/``metric``.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from derl.envs.episode_stats import EpisodeStats
 from derl.envs.unimal_env import UnimalEnv
 from derl.morphology import to_mjcf
 
 ENV_ID = "Unimal-v0"
 
-__all__ = ["ENV_ID", "EpisodeStats", "UnimalEnv", "make_env", "make_genome_env"]
+__all__ = ["ENV_ID", "UnimalEnv", "make_env", "make_genome_env"]
 
 
 def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: str | None = None,
-             *, flat: bool = False) -> gym.Env:
+             *, flat: bool = False, width: int = 640, height: int = 480) -> gym.Env:
     """The Unimal env for a unimal MJCF file and a config.
 
     Args:
@@ -32,8 +32,9 @@ def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: st
         seed: seeds the env's generator (the first ``reset()`` needs no seed).
         render_mode: None or "rgb_array".
         flat: observations as one float vector (the keys' values concatenated in name order).
+        width, height: size of rendered frames.
     """
-    env: gym.Env = UnimalEnv(xml_path, cfg, seed=seed, render_mode=render_mode)
+    env: gym.Env = UnimalEnv(xml_path, cfg, seed=seed, render_mode=render_mode, width=width, height=height)
     return gym.wrappers.FlattenObservation(env) if flat else env
 
 

@@ -13,7 +13,7 @@ import importlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -59,6 +59,10 @@ class Backend(Protocol):
     ) -> TrainOutcome:
         """Trains a controller for the MJCF at ``xml_path``."""
 
+    def record_video(self, cfg: CfgNode, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
+        """Writes a video of the trained policy to ``path`` (``PPO.VIDEO_LENGTH`` frames); returns the file
+        written (its suffix may differ: GIF fallback)."""
+
 
 class DerlBackend:
     """derl.morphology for genomes, derl.envs + derl.ppo for training."""
@@ -95,16 +99,22 @@ class DerlBackend:
         resume: bool,
         should_stop: Callable[[], bool],
     ) -> TrainOutcome:
-        from derl.envs import make_env
         from derl.ppo import train
-
-        def make(index: int) -> Any:
-            return make_env(cfg, str(xml_path), seed=seed + index)
+        from derl.ppo.callbacks import StopWhen
+        from derl.training.envs import UnimalEnvFactory
 
         return train(
-            cfg, make, seed=seed, checkpoint_path=checkpoint_path, metrics_path=metrics_path,
-            resume=resume, should_stop=should_stop,
+            cfg, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
+            metrics_path=metrics_path, resume=resume, callbacks=[StopWhen(should_stop)],
         )
+
+
+    def record_video(self, cfg: CfgNode, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
+        from derl.analysis.media import write_video
+        from derl.analysis.replay import run_policy
+
+        _, frames, fps = run_policy(cfg, xml_path, checkpoint_path, seed, video_frames=cfg.PPO.VIDEO_LENGTH)
+        return write_video(frames, path, fps)
 
 
 def load_backend() -> Backend:

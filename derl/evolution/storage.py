@@ -28,6 +28,9 @@ Layout::
     error_metadata/<id>.json    failed morphology: {id, slot, attempt, reason, node, worker}
     retired/<id>.json           removed from the vanilla-tournament population
     workers/<node>-<worker>.json  worker state and heartbeat; .lock: held while it runs
+    videos/<id>.mp4             policy video of one of the last EVO.VIDEOS_LAST_N morphologies (.gif fallback)
+    eval/summary.json           transfer evaluation table (tools/evaluate.py)
+    report/                     the static HTML report (tools/report.py)
     summary.json                progress, best so far, top-k, morphologies/hour
     STOP                        create it to stop every worker after its current iteration
     tmp/                        staging area for atomic writes
@@ -39,13 +42,14 @@ import itertools
 import os
 import secrets
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from derl.fileio import atomic_write_text, read_json, write_json
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "published", "metadata", "error_metadata",
-            "retired", "workers", "tmp")
+            "retired", "workers", "videos", "tmp")
 
 
 class Identity(NamedTuple):
@@ -98,6 +102,9 @@ class RunDir:
 
     def error_path(self, morphology_id: str) -> Path:
         return self.root / "error_metadata" / f"{morphology_id}.json"
+
+    def video_path(self, morphology_id: str, suffix: str = ".mp4") -> Path:
+        return self.root / "videos" / f"{morphology_id}{suffix}"
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root))
@@ -239,6 +246,34 @@ class RunDir:
 
     def retired_ids(self) -> set[str]:
         return set(self._json_names("retired"))
+
+    def claimed_slots(self) -> list[int]:
+        """Every claimed slot, in order."""
+        return sorted(int(name) for name in self._json_names("slots"))
+
+    # Videos and what other tools write.
+    def save_video(self, morphology_id: str, write: Callable[[Path], Path]) -> Path:
+        """Publishes ``videos/<id>.<ext>`` atomically.
+
+        ``write(staged)`` writes the video to the staged ``.mp4`` path and returns the file it
+        wrote (its suffix may differ: the GIF fallback), which is then renamed into place.
+        """
+        self.video_path(morphology_id).parent.mkdir(exist_ok=True)
+        written = write(self._staged(self.video_path(morphology_id)))
+        target = self.video_path(morphology_id, written.suffix)
+        os.replace(written, target)
+        return target
+
+    def videos(self) -> dict[str, Path]:
+        """The published videos by morphology id."""
+        folder = self.root / "videos"
+        return {p.stem: p for p in folder.glob("*") if not p.name.startswith(".")} if folder.is_dir() else {}
+
+    def eval_summary_path(self) -> Path:
+        return self.root / "eval" / "summary.json"
+
+    def report_dir(self) -> Path:
+        return self.root / "report"
 
     # Workers.
     def worker_name(self, node: int, worker: int) -> str:

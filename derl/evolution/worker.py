@@ -255,11 +255,25 @@ class Worker:
             raise Stopped
         if not is_finite_summary(outcome.summary):
             raise ValueError(f"training summary is not finite: {outcome.summary}")
+        if slot >= self.cfg.EVO.SEARCH_SPACE_SIZE - self.cfg.EVO.VIDEOS_LAST_N:
+            self._record_video(morphology_id, seed)
         # Dying between the number and the metadata leaves the number unused (a gap): the
         # resumed worker finds the finished checkpoint and takes a new number.
         publication = self.run.take_publication_number(morphology_id, self.node, self.worker)
         self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome, publication))
         self._log(f"published {morphology_id}")
+
+    def _record_video(self, morphology_id: str, seed: int) -> None:
+        """``videos/<id>.mp4`` of one of the last ``EVO.VIDEOS_LAST_N`` morphologies, before it is published.
+
+        A video that cannot be made (no headless GL, say) is logged and skipped: it never costs the result.
+        """
+        try:
+            path = self.run.save_video(morphology_id, lambda staged: self.backend.record_video(
+                self.cfg, self.run.xml_path(morphology_id), self.run.checkpoint_path(morphology_id), seed, staged))
+            self._log(f"video {self.run.relative(path)}")
+        except Exception as err:  # noqa: BLE001 - see the docstring
+            self._log(f"no video for {morphology_id}: {type(err).__name__}: {err}".splitlines()[0])
 
     def build_metadata(self, morphology_id: str, slot: int, attempt: int, seed: int,
                        outcome: TrainOutcome, publication: int) -> dict[str, Any]:
@@ -347,6 +361,7 @@ def _hold_worker_lock(run: RunDir, node: int, worker: int) -> int:
 def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int:
     """Runs worker ``worker`` of node ``cfg.NODE_ID``; returns its exit code."""
     _die_with_parent()
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
     run = RunDir(cfg.OUT_DIR)
     if run.init_population_ids() is None:
         print(f"error: {run.root} has no initial population; start evo_single_proc.py", file=sys.stderr)

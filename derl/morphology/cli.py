@@ -60,6 +60,16 @@ def genome_xml(cfg: CfgNode, path: Path) -> str:
     return to_mjcf(load_genome(path), cfg)
 
 
+def image(cfg: CfgNode, path: Path, out: Path, size: tuple[int, int] = (480, 360)) -> Path:
+    """Writes a PNG picture of the genome at ``path`` (rendered headless; see derl.analysis.media)."""
+    from derl.analysis.media import render_body, write_png
+
+    if out.suffix.lower() != ".png" or min(size) < 16:
+        raise InputError(f"--out must be a .png file and --size at least 16 x 16 (got {out}, {size})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return write_png(render_body(to_mjcf(load_genome(path), cfg), cfg, size), out)
+
+
 def mutate_file(cfg: CfgNode, path: Path, seed: int, out: Path) -> Path:
     """Writes one child of the genome at ``path``, with id ``<parent id>-c<seed>``."""
     if seed < 0:

@@ -106,3 +106,19 @@ def max_workers_on_gpus(free_bytes: list[int], per_worker_bytes: int) -> int:
     while all((k + 1) // n + (g < (k + 1) % n) <= fits[g] for g in range(n)):
         k += 1
     return k
+
+
+def learner_device(name: str, local_rank: int, world_size: int) -> torch.device:
+    """The learner's device for ``DEVICE`` ``name`` on one rank of a (possibly data-parallel) run.
+
+    ``cuda`` and ``auto`` put local rank ``r`` on ``cuda:(r mod visible GPUs)``; one rank alone
+    takes ``cuda:0``.
+
+    Raises:
+        ValueError: as ``resolve_device``; or ``cuda:N`` with several ranks (they would share one GPU).
+    """
+    if world_size > 1 and name.startswith("cuda:"):
+        raise ValueError(f"DEVICE {name} with {world_size} ranks: use DEVICE cuda (rank r takes cuda:LOCAL_RANK)")
+    if name in ("cuda", "auto"):
+        name = assign_device(name, local_rank, visible_gpu_count())
+    return resolve_device(name)

@@ -6,7 +6,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
-from derl.envs.episode_stats import FINAL_KEYS, REWARD_PREFIX
+from derl.ppo.episode_stats import FINAL_KEYS, REWARD_PREFIX
 
 WINDOW = 100
 

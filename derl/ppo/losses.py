@@ -105,3 +105,51 @@ def ppo_loss(
         approx_kl = (old_log_prob - log_prob).mean()
         clip_fraction = ((ratio - 1).abs() > clip_eps).float().mean()
     return LossTerms(total, policy_loss, value_loss, entropy, approx_kl, clip_fraction)
+
+
+class Minibatch(NamedTuple):
+    """The columns of a minibatch (or of a whole batch), tensors on the learner's device."""
+
+    obs: torch.Tensor  # float32 [n, D], normalised as at collection
+    actions: torch.Tensor  # float32 [n, A], as sampled
+    log_probs: torch.Tensor  # float32 [n], at collection
+    values: torch.Tensor  # float32 [n], at collection
+    returns: torch.Tensor  # float32 [n], advantages + values
+    advantages: torch.Tensor  # float32 [n], normalised over the global batch
+
+    @property
+    def size(self) -> int:
+        """Number of rows."""
+        return self.obs.shape[0]
+
+    def rows(self, index: torch.Tensor | slice) -> Minibatch:
+        """The same rows of every column (a permutation, a range)."""
+        return Minibatch(*(column[index] for column in self))
+
+
+class LossCoefs(NamedTuple):
+    clip_eps: float
+    value_coef: float
+    entropy_coef: float
+    clip_value: bool
+
+    @classmethod
+    def from_cfg(cls, ppo) -> LossCoefs:
+        """From the ``PPO`` config node."""
+        return cls(ppo.CLIP_EPS, ppo.VALUE_COEF, ppo.ENTROPY_COEF, ppo.USE_CLIP_VALUE_FUNC)
+
+
+def minibatch_loss(model, batch: Minibatch, coefs: LossCoefs, amp: bool = False) -> LossTerms:
+    """The PPO loss of ``model`` (a ``derl.ppo.networks.ActorCritic``) on one minibatch.
+
+    With ``amp`` the networks' forward pass runs under bf16 autocast (CUDA only); the
+    log-probabilities, ratios and losses are computed in float32 from its outputs.
+    """
+    with torch.autocast(batch.obs.device.type, dtype=torch.bfloat16, enabled=amp):
+        mean, value = model(batch.obs)
+    mean, value = mean.float(), value.float()
+    log_prob = gaussian_log_prob(batch.actions, mean, model.log_std)
+    return ppo_loss(
+        log_prob, batch.log_probs, batch.advantages, value, batch.values, batch.returns,
+        gaussian_entropy(model.log_std), *coefs,
+    )

@@ -3,16 +3,22 @@
 Autoreset mode: *same step* (Gymnasium's ``AutoresetMode.SAME_STEP``). When env i ends an episode
 at a step, its true final observation is copied to ``final_obs[i]`` (the trainer bootstraps
 truncated episodes from it), the env is reset at once, and ``obs[i]`` holds the first observation
-of the next episode. Env i is seeded with ``seed + i`` at the first reset only.
+of the next episode. Env i is seeded with ``seed + i`` at the first reset only; a pool's envs
+have consecutive indices from ``first_index`` (rank r of a data-parallel run starts at
+``r * NUM_ENVS``, so no two ranks share an env seed).
 
 ``EnvPool`` steps its envs in the calling process (DERL's DummyVecEnv: no inter-process copies).
-``SubprocEnvPool`` runs groups of ``IN_SERIES`` envs, each group an ``EnvPool`` in a forked
-subprocess, for envs heavy enough to pay for the pickling.
+``SubprocEnvPool`` runs groups of ``IN_SERIES`` envs, each group an ``EnvPool`` in a subprocess
+started by the ``forkserver`` (never ``fork``: unsafe once CUDA or NCCL run in the parent), for
+envs heavy enough to pay for the pickling. Its ``make_env`` must therefore be picklable: a
+top-level function or class, or an env description such as ``derl.training.envs.UnimalEnvFactory``;
+and, as with ``spawn``, a script that builds one needs an ``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -20,7 +26,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from derl.envs.episode_stats import EpisodeStats
+from derl.ppo.episode_stats import EpisodeStats
 from derl.ppo.obs_layout import ObsLayout
 
 MakeEnv = Callable[[int], gym.Env]
@@ -93,6 +99,11 @@ class EnvPool:
             env.close()
 
 
+def _module_of(make_env: MakeEnv) -> str:
+    module = getattr(make_env, "__module__", None) or type(make_env).__module__
+    return "derl.ppo.pool" if module == "__main__" else module
+
+
 def _pool_worker(conn, make_env: MakeEnv, indices: list[int]) -> None:
     """Serves one ``EnvPool`` over a pipe. Messages: (command, payload) → (ok, result)."""
     pool = None
@@ -123,13 +134,21 @@ def _pool_worker(conn, make_env: MakeEnv, indices: list[int]) -> None:
 
 
 class SubprocEnvPool:
-    """Same interface as ``EnvPool``; envs in groups of ``in_series`` per forked subprocess."""
+    """Same interface as ``EnvPool``; envs in groups of ``in_series`` per subprocess."""
 
-    def __init__(self, make_env: MakeEnv, num_envs: int, in_series: int):
+    def __init__(self, make_env: MakeEnv, num_envs: int, in_series: int, first_index: int = 0):
         if in_series < 1 or num_envs % in_series:
             raise ValueError(f"VECENV.IN_SERIES {in_series} must divide PPO.NUM_ENVS {num_envs}")
-        context = mp.get_context("fork")  # make_env is usually a closure: not picklable
-        groups = [list(range(s, s + in_series)) for s in range(0, num_envs, in_series)]
+        try:
+            pickle.dumps(make_env)
+        except (pickle.PicklingError, AttributeError, TypeError) as err:
+            raise ValueError(f"VECENV.TYPE SubprocVecEnv needs a picklable env factory, not {make_env!r} "
+                             f"({err}); use a top-level function or an env description") from None
+        context = mp.get_context("forkserver")
+        # The server imports these once; each env subprocess forks from it and shares their pages.
+        context.set_forkserver_preload(["derl.ppo.pool", _module_of(make_env)])
+        starts = range(first_index, first_index + num_envs, in_series)
+        groups = [list(range(s, s + in_series)) for s in starts]
         self._conns, self._procs = [], []
         for group in groups:
             parent, child = context.Pipe()
@@ -141,7 +160,7 @@ class SubprocEnvPool:
         spaces = [self._receive(conn) for conn in self._conns]
         self.observation_space, self.action_space = spaces[0]
         self.layout = ObsLayout.from_space(self.observation_space)
-        self._rows = [slice(g[0], g[-1] + 1) for g in groups]
+        self._rows = [slice(g[0] - first_index, g[-1] + 1 - first_index) for g in groups]
         self._obs = np.zeros((num_envs, self.layout.size), np.float32)
         self._final_obs = np.zeros_like(self._obs)
         self._rewards = np.zeros(num_envs, np.float64)
@@ -200,10 +219,13 @@ class SubprocEnvPool:
                 proc.terminate()
 
 
-def make_pool(make_env: MakeEnv, num_envs: int, pool_type: str, in_series: int) -> EnvPool | SubprocEnvPool:
-    """``VECENV.TYPE``: ``DummyVecEnv`` (in-process, default) or ``SubprocVecEnv``."""
+def make_pool(
+    make_env: MakeEnv, num_envs: int, pool_type: str, in_series: int, first_index: int = 0
+) -> EnvPool | SubprocEnvPool:
+    """``VECENV.TYPE``: ``DummyVecEnv`` (in-process, default) or ``SubprocVecEnv``; envs
+    ``first_index`` to ``first_index + num_envs - 1``."""
     if pool_type == "DummyVecEnv":
-        return EnvPool(make_env, range(num_envs))
+        return EnvPool(make_env, range(first_index, first_index + num_envs))
     if pool_type == "SubprocVecEnv":
-        return SubprocEnvPool(make_env, num_envs, in_series)
+        return SubprocEnvPool(make_env, num_envs, in_series, first_index)
     raise ValueError(f"VECENV.TYPE must be DummyVecEnv or SubprocVecEnv, got {pool_type!r}")

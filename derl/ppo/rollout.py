@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from derl.ppo.acting import NumpyActorCritic
-from derl.ppo.episodes import EpisodeLog
 from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
 from derl.ppo.pool import EnvPool, SubprocEnvPool
@@ -62,22 +61,27 @@ class Collector:
         model: ActorCritic,
         obs_norm: ObsNormalizer,
         ret_norm: ReturnNormalizer,
-        episode_log: EpisodeLog,
         seed: int,
     ):
         self.pool, self.policy = pool, NumpyActorCritic(model)
-        self.obs_norm, self.ret_norm, self.episode_log = obs_norm, ret_norm, episode_log
+        self.obs_norm, self.ret_norm = obs_norm, ret_norm
         self.rng = np.random.default_rng(seed)  # action noise
-        self._obs = np.zeros((pool.num_envs, pool.layout.size), np.float32)  # normalised, current
+        self._raw = np.zeros((pool.num_envs, pool.layout.size), np.float32)  # current, as the envs gave it
+        self._obs = np.zeros_like(self._raw)  # current, normalised
 
     def reset(self, seed: int | None) -> None:
         obs = self.pool.reset(seed)
         self.obs_norm.update(obs)
+        self._raw[:] = obs
         self.obs_norm.normalize(obs, out=self._obs)
 
-    def collect(self, rollout: Rollout) -> int:
-        """Fills ``rollout`` with ``T`` steps of every env; returns the env steps taken."""
-        policy = self.policy
+    def renormalize(self) -> None:
+        """Normalises the current observations again, after the statistics changed (a merge)."""
+        self.obs_norm.normalize(self._raw, out=self._obs)
+
+    def collect(self, rollout: Rollout) -> list[dict[str, float]]:
+        """Fills ``rollout`` with ``T`` steps of every env; returns the episodes that ended."""
+        policy, finished = self.policy, []
         policy.sync()
         for t in range(rollout.obs.shape[0]):
             rollout.obs[t] = self._obs
@@ -92,7 +96,7 @@ class Collector:
                 final = self.obs_norm.normalize(batch.final_obs[cut])
                 rollout.final_values[t, cut] = policy.value(final)
             rollout.rewards[t] = self.ret_norm.normalize(batch.rewards, batch.terminated | batch.truncated)
-            if batch.episodes:
-                self.episode_log.extend(batch.episodes)
+            finished += batch.episodes
+        self._raw[:] = batch.obs
         rollout.bootstrap_value[:] = policy.value(self._obs)
-        return rollout.obs.shape[0] * rollout.obs.shape[1]
+        return finished

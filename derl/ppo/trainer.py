@@ -1,4 +1,15 @@
-"""DERL's PPO trainer (spec section 3): one morphology, one process, ``PPO.NUM_ENVS`` envs.
+"""DERL's PPO trainer (spec section 3): one morphology, ``PPO.NUM_ENVS`` envs per rank.
+
+The pieces: ``Collector`` (``derl.ppo.rollout``) steps the envs and fills a rollout, ``Learner``
+(``derl.ppo.learner``) turns it into PPO epochs, ``PPO`` holds the state of a run and ``train``
+is the loop, with ``derl.ppo.callbacks`` for progress, checkpoints and stop requests.
+
+One process is one rank; under ``torchrun`` each of N ranks steps its own envs (env indices
+``rank * NUM_ENVS ...``, so different seeds) and the ranks share one model: identical weights
+from the same seed (and rank 0's broadcast), gradients averaged per minibatch, observation and
+return normaliser statistics merged and finished episodes shared every iteration, a joint KL
+early stop and a joint stop request (``derl.ppo.distributed``). ``PPO.MAX_STATE_ACTION_PAIRS``
+counts the env steps of all ranks, and so do the metrics. Rank 0 alone writes files.
 
 Per-iteration metrics are kept in memory and the whole JSON-lines file is rewritten atomically
 (``derl.fileio``) at every checkpoint and at the end, not appended line by line: another process
@@ -10,8 +21,10 @@ describe).
 from __future__ import annotations
 
 import json
+import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,45 +34,73 @@ import torch
 
 from derl.config import CfgNode
 from derl.fileio import atomic_write_text
+from derl.ppo.callbacks import Callback
 from derl.ppo.checkpoint import load_checkpoint, save_checkpoint
-from derl.ppo.device import resolve_device
+from derl.ppo.device import learner_device
+from derl.ppo.distributed import Comm, merge_statistics
 from derl.ppo.episodes import EpisodeLog
-from derl.ppo.losses import compute_gae, gaussian_entropy, gaussian_log_prob, ppo_loss
+from derl.ppo.learner import Learner
 from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
-from derl.ppo.optim import FlatAdam
 from derl.ppo.pool import make_pool
 from derl.ppo.rollout import Collector, Rollout
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: one action-noise generator state per rank
+LR_SCALINGS = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class TrainResult:
     summary: dict[str, float]  # mean of the last 100 episodes: return, __reward__*, x_pos, metric
-    env_steps: int  # total, including steps before a resume
+    env_steps: int  # total over all ranks, including steps before a resume
     iterations: int  # total, including iterations before a resume
     wall_time: float  # seconds spent in this call
-    steps_per_sec: float  # env steps per second in this call
-    completed: bool  # False when should_stop() ended the run early
+    steps_per_sec: float  # env steps per second in this call (all ranks)
+    completed: bool  # False when a stop request ended the run early
+    device: str = "cpu"  # this rank's learner device
+    world_size: int = 1  # data-parallel ranks
 
 
-def _learning_rate(cfg: CfgNode, iteration: int) -> float:
-    """Linear decay to 0 over ``PPO.MAX_ITERS``, evaluated at the start of ``iteration``."""
+def max_iterations(cfg: CfgNode, world_size: int) -> int:
+    """Iterations of a run of ``world_size`` ranks: ``MAX_STATE_ACTION_PAIRS`` is their total.
+
+    ``MAX_SAP // (T * N * W) == (MAX_SAP // (T * N)) // W``, so this is ``PPO.MAX_ITERS // W``.
+    """
+    return max(1, cfg.PPO.MAX_ITERS // world_size)
+
+
+def learning_rate(cfg: CfgNode, iteration: int, world_size: int = 1) -> float:
+    """``BASE_LR`` scaled for the ranks (``PPO.LR_SCALING``), decayed linearly to 0 if asked.
+
+    Evaluated at the start of ``iteration``.
+    """
+    if cfg.PPO.LR_SCALING not in LR_SCALINGS:
+        raise ValueError(f"PPO.LR_SCALING must be one of {', '.join(LR_SCALINGS)}, got {cfg.PPO.LR_SCALING!r}")
+    lr = cfg.PPO.BASE_LR * LR_SCALINGS[cfg.PPO.LR_SCALING](world_size)
     if not cfg.PPO.LINEAR_LR_DECAY:
-        return cfg.PPO.BASE_LR
-    return cfg.PPO.BASE_LR * (1.0 - iteration / cfg.PPO.MAX_ITERS)
+        return lr
+    return lr * (1.0 - iteration / max_iterations(cfg, world_size))
 
 
 class PPO:
-    """Model, optimiser, normalisers and counters of one training run."""
+    """Model, learner, collector, normalisers and counters of one training run (one rank of it)."""
 
-    def __init__(self, cfg: CfgNode, make_env: Callable[[int], gym.Env], seed: int):
+    def __init__(self, cfg: CfgNode, make_env: Callable[[int], gym.Env], seed: int, comm: Comm | None = None):
         self.cfg = cfg
-        self.device = resolve_device(cfg.DEVICE)
+        self.comm = comm = comm or Comm()
+        world, rank = comm.world_size, comm.rank
+        self.device = learner_device(cfg.DEVICE, comm.info.local_rank, world)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # no stray context on cuda:0
+        learning_rate(cfg, 0, world)  # a bad PPO.LR_SCALING fails before the envs start
+        amp = cfg.PPO.AMP and self.device.type == "cuda"
+        if cfg.PPO.AMP and not amp:
+            log.warning("PPO.AMP is ignored on %s: bf16 autocast runs on CUDA only", self.device)
         torch.set_num_threads(cfg.TORCH_THREADS)
-        torch.manual_seed(seed)
-        self.pool = make_pool(make_env, cfg.PPO.NUM_ENVS, cfg.VECENV.TYPE, cfg.VECENV.IN_SERIES)
+        torch.manual_seed(seed)  # the same weights on every rank
+        num_envs = cfg.PPO.NUM_ENVS
+        self.pool = make_pool(make_env, num_envs, cfg.VECENV.TYPE, cfg.VECENV.IN_SERIES, rank * num_envs)
         layout, action_dim = self.pool.layout, int(np.prod(self.pool.action_space.shape))
         self.model_spec = {
             "layout": layout.to_dict(),
@@ -70,81 +111,53 @@ class PPO:
         self.model = ActorCritic(
             layout, action_dim, cfg.MODEL.PRO_HIDDEN_DIMS, cfg.MODEL.OBS_FEAT_HIDDEN_DIMS
         ).to(self.device)
-        self.optimizer = FlatAdam(self.model, lr=cfg.PPO.BASE_LR, eps=cfg.PPO.EPS)
+        self.learner = Learner(self.model, cfg.PPO, comm, amp)
         self.obs_norm = ObsNormalizer(*layout.normalized_columns())
-        self.ret_norm = ReturnNormalizer(cfg.PPO.NUM_ENVS, cfg.PPO.GAMMA)
+        self.ret_norm = ReturnNormalizer(num_envs, cfg.PPO.GAMMA)
         self.episode_log = EpisodeLog()
-        self.collector = Collector(
-            self.pool, self.model, self.obs_norm, self.ret_norm, self.episode_log, seed
-        )
-        self.rollout = Rollout.allocate(cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS, layout.size, action_dim)
+        self.collector = Collector(self.pool, self.model, self.obs_norm, self.ret_norm, seed + rank)
+        self.rollout = Rollout.allocate(cfg.PPO.TIMESTEPS, num_envs, layout.size, action_dim)
+        self.steps_per_iteration = cfg.PPO.TIMESTEPS * num_envs * world
+        self.max_iters = max_iterations(cfg, world)
         self.iteration = 0
         self.env_steps = 0
         self.metrics: list[dict] = []
+        self._mark_shared_statistics()
 
-    def update(self) -> dict[str, float]:
-        """PPO epochs over the rollout; returns mean losses and statistics."""
-        cfg, r, device = self.cfg.PPO, self.rollout, self.device
-        advantages, returns = compute_gae(
-            r.rewards, r.values, r.bootstrap_value, r.terminated, r.truncated, r.final_values,
-            cfg.GAMMA, cfg.GAE_LAMBDA,
-        )
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-5)
+    @property
+    def optimizer(self):
+        return self.learner.optimizer
 
-        def flat(array: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(array.reshape(-1, *array.shape[2:])).to(device)
+    def _mark_shared_statistics(self) -> None:
+        """Remembers the normaliser statistics all ranks share now (the base of the next merge)."""
+        self._shared = (self.obs_norm.state_dict(), self.ret_norm.state_dict())
 
-        columns = [flat(a) for a in (r.obs, r.actions, r.log_probs, r.values, returns, advantages)]
-        total = columns[0].shape[0]
-        minibatch = min(cfg.BATCH_SIZE, total)
-        kl_limit = cfg.KL_TARGET_COEF * 0.01
-        sums = torch.zeros(6, device=device)
-        count = 0
-        for _ in range(cfg.EPOCHS):
-            order = torch.randperm(total, device=device)
-            shuffled = [column[order] for column in columns]  # one gather per epoch, then slices
-            for start in range(0, total - minibatch + 1, minibatch):  # drop the last partial batch
-                obs, actions, old_log_probs, old_values, b_returns, b_advantages = (
-                    column[start : start + minibatch] for column in shuffled
-                )
-                mean, value = self.model(obs)
-                log_prob = gaussian_log_prob(actions, mean, self.model.log_std)
-                terms = ppo_loss(
-                    log_prob, old_log_probs, b_advantages, value, old_values, b_returns,
-                    gaussian_entropy(self.model.log_std), cfg.CLIP_EPS, cfg.VALUE_COEF,
-                    cfg.ENTROPY_COEF, cfg.USE_CLIP_VALUE_FUNC,
-                )
-                sums += torch.stack([term.detach() for term in terms])
-                count += 1
-                if terms.approx_kl.item() > kl_limit:  # DERL's KL early stop: end the whole update
-                    return self._update_stats(sums, count, stopped=True)
-                self.optimizer.zero_grad()
-                terms.total.backward()
-                self.optimizer.clip_grad_norm(cfg.MAX_GRAD_NORM)
-                self.optimizer.step()
-        return self._update_stats(sums, count, stopped=False)
-
-    @staticmethod
-    def _update_stats(sums: torch.Tensor, count: int, stopped: bool) -> dict[str, float]:
-        names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-        means = (sums / max(count, 1)).tolist()
-        stats = {name: float(v) for name, v in zip(names, means, strict=True)}
-        stats["kl_early_stop"] = float(stopped)
-        return stats
+    def share_across_ranks(self, episodes: list[dict[str, float]]) -> list[dict[str, float]]:
+        """Merges the ranks' normaliser statistics; returns every rank's finished episodes."""
+        comm = self.comm
+        if comm.world_size == 1:
+            return episodes
+        obs_base, ret_base = self._shared
+        self.obs_norm.load_state_dict(merge_statistics(self.obs_norm.state_dict(), obs_base, comm))
+        self.ret_norm.load_state_dict(merge_statistics(self.ret_norm.state_dict(), ret_base, comm))
+        self._mark_shared_statistics()
+        self.collector.renormalize()
+        return [episode for part in comm.gather_objects(episodes) for episode in part]
 
     def iterate(self) -> dict:
         """One collection + update; returns the iteration's metrics record."""
-        lr = self.optimizer.lr = _learning_rate(self.cfg, self.iteration)
+        lr = self.optimizer.lr = learning_rate(self.cfg, self.iteration, self.comm.world_size)
         started = time.perf_counter()
-        self.env_steps += self.collector.collect(self.rollout)
+        self.episode_log.extend(self.share_across_ranks(self.collector.collect(self.rollout)))
+        self.env_steps += self.steps_per_iteration
         collected = time.perf_counter()
-        stats = self.update()
+        stats = self.learner.update(self.learner.batch(self.rollout))
         updated = time.perf_counter()
         self.iteration += 1
         record = {
             "iteration": self.iteration,
             "env_steps": self.env_steps,
-            "steps_per_sec": self.rollout.obs.shape[0] * self.rollout.obs.shape[1] / (updated - started),
+            "steps_per_sec": self.steps_per_iteration / (updated - started),
             "episodes": self.episode_log.finished,
             **self.episode_log.summary(),
             **stats,
@@ -156,38 +169,49 @@ class PPO:
         return record
 
     def state_dict(self) -> dict:
+        """The checkpoint; a collective (every rank's action-noise state is gathered)."""
         return {
             "version": CHECKPOINT_VERSION,
             "model_spec": self.model_spec,
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.learner.state_dict(),
             "obs_norm": self.obs_norm.state_dict(),
             "ret_norm": self.ret_norm.state_dict(),
             "episode_log": self.episode_log.state_dict(),
             "iteration": self.iteration,
             "env_steps": self.env_steps,
+            "world_size": self.comm.world_size,
             "torch_rng": torch.get_rng_state(),
-            "action_rng": json.dumps(self.collector.rng.bit_generator.state),
+            "action_rngs": self.comm.gather_objects(json.dumps(self.collector.rng.bit_generator.state)),
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("version") != CHECKPOINT_VERSION:
+        """Restores a checkpoint of any world size (a rank beyond the saved ones keeps its fresh
+        action noise); version 1 (single-process) checkpoints load too."""
+        if state.get("version") not in (1, CHECKPOINT_VERSION):
             raise ValueError(f"checkpoint version {state.get('version')} is not {CHECKPOINT_VERSION}")
         if state["model_spec"] != self.model_spec:
             raise ValueError("checkpoint was trained on different observation/action sizes or MODEL keys")
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.learner.load_state_dict(state["optimizer"])
         self.obs_norm.load_state_dict(state["obs_norm"])
         self.ret_norm.load_state_dict(state["ret_norm"])
         self.episode_log.load_state_dict(state["episode_log"])
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         torch.set_rng_state(state["torch_rng"].cpu())
-        self.collector.rng.bit_generator.state = json.loads(state["action_rng"])
+        rngs = state.get("action_rngs") or [state["action_rng"]]
+        if self.comm.rank < len(rngs):
+            self.collector.rng.bit_generator.state = json.loads(rngs[self.comm.rank])
+        self._mark_shared_statistics()
 
     def save(self, checkpoint_path: Path | None, metrics_path: Path | None) -> None:
-        if checkpoint_path is not None:
-            save_checkpoint(checkpoint_path, self.state_dict())
+        """Writes the checkpoint and the metrics lines (rank 0); every rank must call it."""
+        state = self.state_dict() if checkpoint_path is not None else None
+        if not self.comm.is_main:
+            return
+        if state is not None:
+            save_checkpoint(checkpoint_path, state)
         if metrics_path is not None:
             lines = "".join(json.dumps(record, allow_nan=False) + "\n" for record in self.metrics)
             atomic_write_text(metrics_path, lines)
@@ -205,48 +229,61 @@ def train(
     make_env: Callable[[int], gym.Env],
     *,
     seed: int,
-    checkpoint_path: Path | None = None,
-    metrics_path: Path | None = None,
+    checkpoint_path: str | Path | None = None,
+    metrics_path: str | Path | None = None,
     resume: bool = False,
-    should_stop: Callable[[], bool] | None = None,
-    on_iteration: Callable[[dict], None] | None = None,
+    callbacks: Sequence[Callback] = (),
+    comm: Comm | None = None,
 ) -> TrainResult:
-    """Trains a policy with PPO for ``PPO.MAX_ITERS`` iterations.
+    """Trains a policy with PPO for ``PPO.MAX_ITERS // world size`` iterations.
 
     Args:
         cfg: the config (``PPO.*``, ``MODEL.*``, ``VECENV.*``, ``DEVICE``, ``TORCH_THREADS``,
             ``CHECKPOINT_PERIOD``).
-        make_env: builds env ``i`` (``0 <= i < PPO.NUM_ENVS``), unwrapped: the trainer adds
-            ``EpisodeStats``. Env ``i`` is seeded with ``seed + i`` at its first reset.
-        seed: seeds torch (weights init, action noise) and the envs.
-        checkpoint_path: written atomically every ``CHECKPOINT_PERIOD`` iterations and at the end.
-        metrics_path: per-iteration records as JSON lines (see the module docstring).
+        make_env: builds env ``i`` (rank r builds ``r * NUM_ENVS`` to ``(r + 1) * NUM_ENVS - 1``),
+            unwrapped: the trainer adds ``EpisodeStats``. Env ``i`` is seeded with ``seed + i`` at
+            its first reset. Must be picklable for ``VECENV.TYPE SubprocVecEnv``.
+        seed: seeds torch (weights init, shuffling), the envs and (``seed + rank``) the action noise.
+        checkpoint_path: written atomically (by rank 0) every ``CHECKPOINT_PERIOD`` iterations and
+            at the end.
+        metrics_path: per-iteration records as JSON lines (see the module docstring), rank 0.
         resume: continue from ``checkpoint_path`` if it exists (iteration, env steps, learning-rate
-            schedule, normalisers, optimiser and RNG state). Envs restart fresh episodes.
-        should_stop: polled once per iteration; a True answer saves and returns early.
-        on_iteration: called with each iteration's metrics record (progress display).
+            schedule, normalisers, optimiser and RNG state); rank 0 reads it and sends it to the
+            others. Envs restart fresh episodes.
+        callbacks: progress, checkpoint and stop hooks (``derl.ppo.callbacks``).
+        comm: the ranks of a data-parallel run (``derl.ppo.distributed.ProcessGroup``); None: one.
     """
     started = time.perf_counter()
-    ppo = PPO(cfg, make_env, seed)
+    checkpoint_path = None if checkpoint_path is None else Path(checkpoint_path)
+    metrics_path = None if metrics_path is None else Path(metrics_path)
+    ppo = PPO(cfg, make_env, seed, comm)
+    comm = ppo.comm
     try:
-        if resume and checkpoint_path is not None and Path(checkpoint_path).is_file():
-            ppo.load_state_dict(load_checkpoint(checkpoint_path, ppo.device))
-            ppo.metrics = _read_metrics(metrics_path, ppo.iteration)
+        state = None
+        if resume and checkpoint_path is not None:
+            found = comm.is_main and checkpoint_path.is_file()
+            state = comm.broadcast_object(load_checkpoint(checkpoint_path) if found else None)
+        if state is not None:
+            ppo.load_state_dict(state)
+            ppo.metrics = _read_metrics(metrics_path, ppo.iteration) if comm.is_main else []
         start_steps = ppo.env_steps
         # A resumed run takes new env seeds so it does not replay the first episodes.
         ppo.collector.reset(seed + ppo.env_steps)
         completed = True
-        while ppo.iteration < cfg.PPO.MAX_ITERS:
-            if should_stop is not None and should_stop():
+        while ppo.iteration < ppo.max_iters:
+            if comm.any(any(callback.should_stop() for callback in callbacks)):
                 completed = False
                 break
             record = ppo.iterate()
-            if on_iteration is not None:
-                on_iteration(record)
+            for callback in callbacks:
+                callback.on_iteration(record)
             if cfg.CHECKPOINT_PERIOD > 0 and ppo.iteration % cfg.CHECKPOINT_PERIOD == 0:
                 ppo.save(checkpoint_path, metrics_path)
+                for callback in callbacks:
+                    callback.on_checkpoint(ppo.iteration, checkpoint_path)
         ppo.save(checkpoint_path, metrics_path)
-        summary = ppo.episode_log.summary(ppo.pool.episodes_so_far())
+        in_progress = [ep for part in comm.gather_objects(ppo.pool.episodes_so_far()) for ep in part]
+        summary = ppo.episode_log.summary(in_progress)
     finally:
         ppo.pool.close()
     wall_time = time.perf_counter() - started
@@ -258,4 +295,6 @@ def train(
         wall_time=wall_time,
         steps_per_sec=steps / wall_time if wall_time > 0 else 0.0,
         completed=completed,
+        device=str(ppo.device),
+        world_size=comm.world_size,
     )

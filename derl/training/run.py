@@ -6,7 +6,11 @@ Output folder layout (all files written atomically):
 - ``<id>.xml``: the unimal MJCF when training from a genome file;
 - ``model.pt``: checkpoint (``torch.load(weights_only=True)``), ``metrics.jsonl``: one record per
   iteration, ``metrics.json``: the final ``TrainResult`` (``summary`` = means of the last 100
-  episodes of ``return``, every ``__reward__*``, ``x_pos``, ``metric``).
+  episodes of ``return``, every ``__reward__*``, ``x_pos``, ``metric``), env steps and wall time
+  of all ranks together.
+
+Under ``torchrun`` (``tools/train_ddp.sh``) every rank runs ``train_to_folder``; rank 0 alone
+writes the folder.
 """
 
 from __future__ import annotations
@@ -14,19 +18,21 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-import gymnasium as gym
 import numpy as np
 
 from derl.config import CfgNode, dump_config
-from derl.envs.episode_stats import EpisodeStats
 from derl.fileio import atomic_write_text, read_json, write_json
+from derl.ppo.callbacks import Callback
+from derl.ppo.device import learner_device
+from derl.ppo.distributed import ProcessGroup, RankInfo
+from derl.ppo.episode_stats import EpisodeStats
 from derl.ppo.episodes import mean_fields
 from derl.ppo.policy import load_policy
-from derl.ppo.trainer import TrainResult, train
+from derl.ppo.trainer import TrainResult, max_iterations, train
+from derl.training.envs import env_factory
 
 CHECKPOINT_FILE = "model.pt"
 METRICS_LINES_FILE = "metrics.jsonl"
@@ -49,22 +55,7 @@ def genome_to_xml(cfg: CfgNode, genome_path: Path, out_dir: Path) -> Path:
     return xml_path
 
 
-def env_factory(cfg: CfgNode, source: dict[str, str]) -> Callable[[int], gym.Env]:
-    """``make_env(i)`` for ``{"xml": path}`` (a Unimal env) or ``{"env_id": id}`` (any Gymnasium env)."""
-    if "xml" in source:
-        from derl.envs import make_env
-
-        xml_path = source["xml"]
-        if not Path(xml_path).is_file():
-            raise FileNotFoundError(f"unimal MJCF not found: {xml_path}")
-        return lambda _index: make_env(cfg, xml_path)
-    env_id = source["env_id"]
-    if env_id not in gym.registry:
-        raise ValueError(f"unknown Gymnasium env id {env_id!r}")
-    return lambda _index: gym.make(env_id)
-
-
-class ProgressLine:
+class ProgressLine(Callback):
     """A stderr line rewritten in place: iteration, env steps, steps/s, mean return, ETA."""
 
     def __init__(self, max_iters: int, stream: TextIO = sys.stderr):
@@ -72,7 +63,7 @@ class ProgressLine:
         self.started = time.perf_counter()
         self.first_iteration: int | None = None
 
-    def __call__(self, record: dict) -> None:
+    def on_iteration(self, record: dict) -> None:
         if self.first_iteration is None:
             self.first_iteration = record["iteration"] - 1
         elapsed = time.perf_counter() - self.started
@@ -92,20 +83,31 @@ class ProgressLine:
 def train_to_folder(
     cfg: CfgNode, source: dict[str, str], out_dir: Path, resume: bool = False, progress: bool = True
 ) -> TrainResult:
-    """Trains with ``seed = RNG_SEED`` and writes the output folder (module docstring)."""
+    """Trains with ``seed = RNG_SEED`` and writes the output folder (module docstring).
+
+    Joins the ranks ``torchrun`` started, if any (``derl.ppo.distributed``); one rank otherwise.
+    """
+    factory = env_factory(cfg, source)
+    info = RankInfo.from_environ()
+    device = learner_device(cfg.DEVICE, info.local_rank, info.world_size)
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "config.yaml", dump_config(cfg))
-    write_json(out_dir / RUN_FILE, source)
-    result = train(
-        cfg,
-        env_factory(cfg, source),
-        seed=cfg.RNG_SEED,
-        checkpoint_path=out_dir / CHECKPOINT_FILE,
-        metrics_path=out_dir / METRICS_LINES_FILE,
-        resume=resume,
-        on_iteration=ProgressLine(cfg.PPO.MAX_ITERS) if progress else None,
-    )
-    write_json(out_dir / FINAL_METRICS_FILE, dataclasses.asdict(result))
+    with ProcessGroup(device, info) as comm:
+        if comm.is_main:
+            atomic_write_text(out_dir / "config.yaml", dump_config(cfg))
+            write_json(out_dir / RUN_FILE, source)
+        show = progress and comm.is_main
+        result = train(
+            cfg,
+            factory,
+            seed=cfg.RNG_SEED,
+            checkpoint_path=out_dir / CHECKPOINT_FILE,
+            metrics_path=out_dir / METRICS_LINES_FILE,
+            resume=resume,
+            callbacks=[ProgressLine(max_iterations(cfg, comm.world_size))] if show else [],
+            comm=comm,
+        )
+        if comm.is_main:
+            write_json(out_dir / FINAL_METRICS_FILE, dataclasses.asdict(result))
     return result
 
 

@@ -1,0 +1,132 @@
+"""Pictures and videos: headless MuJoCo rendering (``MUJOCO_GL=egl``), PNG, MP4 with a GIF fallback.
+
+Videos are MP4 (H.264, yuv420p) through imageio-ffmpeg's bundled ffmpeg binary; where that is not
+usable they are written as GIF next to the requested path. Every file is written to a temporary
+name in its folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from derl.config import CfgNode, load_config
+
+IMAGE_SIZE = (480, 360)  # width, height of a body picture
+# Free camera for body pictures: seen from the front left, a little from above.
+AZIMUTH, ELEVATION = 135.0, -20.0
+
+
+def _staged(path: Path) -> Path:
+    return path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+
+
+def write_png(frame: np.ndarray, path: str | Path) -> Path:
+    """Writes an ``[H, W, 3]`` uint8 frame as PNG, atomically."""
+    import imageio.v3 as iio
+
+    path = Path(path)
+    staged = _staged(path)
+    iio.imwrite(staged, np.ascontiguousarray(frame), extension=".png")
+    os.replace(staged, path)
+    return path
+
+
+def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Path:
+    """Writes ``frames`` as MP4 (or GIF if ``path`` ends in .gif, or if MP4 fails); returns the file written.
+
+    Frame sizes should be multiples of 16 (MP4 blocks); others are padded by ffmpeg's scaler.
+    """
+    if not frames:
+        raise ValueError(f"no frames to write to {path}")
+    path = Path(path)
+    if path.suffix.lower() != ".gif":
+        try:
+            return _write_mp4(frames, path, fps)
+        except (ImportError, RuntimeError, OSError) as err:
+            print(f"warning: MP4 unavailable ({type(err).__name__}: {err}); writing GIF", flush=True)
+    return _write_gif(frames, path.with_suffix(".gif"), fps)
+
+
+def _write_mp4(frames: Sequence[np.ndarray], path: Path, fps: float) -> Path:
+    import imageio.v2 as imageio
+    import imageio_ffmpeg  # noqa: F401 - the ffmpeg binary; ImportError selects the GIF fallback
+
+    staged = _staged(path)
+    try:
+        with imageio.get_writer(staged, format="FFMPEG", mode="I", fps=fps, codec="libx264",
+                                pixelformat="yuv420p", macro_block_size=16, ffmpeg_log_level="error") as writer:
+            for frame in frames:
+                writer.append_data(np.ascontiguousarray(frame))
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+    return path
+
+
+def _write_gif(frames: Sequence[np.ndarray], path: Path, fps: float) -> Path:
+    import imageio.v3 as iio
+
+    staged = _staged(path)
+    iio.imwrite(staged, np.stack(frames), extension=".gif", duration=1000.0 / fps, loop=0)
+    os.replace(staged, path)
+    return path
+
+
+def read_video(path: str | Path) -> np.ndarray:
+    """All frames of a video file, ``[T, H, W, 3]`` uint8 (for tests and checks)."""
+    path = Path(path)
+    if path.suffix.lower() == ".gif":
+        import imageio.v3 as iio
+
+        return iio.imread(path, index=None)[..., :3]
+    import imageio.v2 as imageio
+
+    with imageio.get_reader(path, format="FFMPEG") as reader:
+        return np.stack([frame for frame in reader])
+
+
+def picture_config(cfg: CfgNode | None = None) -> CfgNode:
+    """``cfg`` (default: the defaults) with a plain floor world: a body picture shows the body only."""
+    tree = (cfg if cfg is not None else load_config()).to_dict()
+    tree["ENV"].update(MODULES=["Floor", "Agent"], TASK="locomotion", KEYS_TO_KEEP=["proprioceptive"])
+    return CfgNode(tree)
+
+
+def render_body(mjcf: str, cfg: CfgNode | None = None, size: tuple[int, int] = IMAGE_SIZE) -> np.ndarray:
+    """A picture ``[H, W, 3]`` of a unimal (MJCF text) standing at its start pose on a floor."""
+    from derl.envs import UnimalEnv
+
+    width, height = size
+    env = UnimalEnv(None, picture_config(cfg), mjcf=mjcf)
+    try:
+        model, data = env.model, env.data
+        mujoco.mj_forward(model, data)
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
+        model.vis.global_.offheight = max(model.vis.global_.offheight, height)
+        renderer = mujoco.Renderer(model, height, width)
+        try:
+            renderer.update_scene(data, camera=_body_camera(model, data, env.head_body))
+            return renderer.render().copy()
+        finally:
+            renderer.close()
+    finally:
+        env.close()
+
+
+def _body_camera(model: mujoco.MjModel, data: mujoco.MjData, head_body: int) -> mujoco.MjvCamera:
+    """A free camera that frames every geom of the agent."""
+    agent = np.flatnonzero(model.body_rootid[model.geom_bodyid] == head_body)
+    centre = data.subtree_com[head_body].copy()
+    reach = max(float(np.linalg.norm(data.geom_xpos[g] - centre) + model.geom_rbound[g]) for g in agent)
+    camera = mujoco.MjvCamera()
+    camera.type = mujoco.mjtCamera.mjCAMERA_FREE
+    camera.lookat[:] = centre
+    half_fov = np.radians(model.vis.global_.fovy / 2)
+    camera.distance = 1.15 * reach / np.sin(half_fov)
+    camera.azimuth, camera.elevation = AZIMUTH, ELEVATION
+    return camera

@@ -1,0 +1,180 @@
+"""The report's figures: plain functions from arrays and records to a matplotlib ``Figure``.
+
+No pyplot and no global state: each function builds a ``Figure`` (Agg canvas) that the caller
+saves with ``save_png``. Fixed-size figures are ``FIGSIZE`` inches at ``DPI`` (800 x 450 pixels).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from derl.analysis.lineage import LineageGraph
+from derl.analysis.stats import window_mean
+
+FIGSIZE = (8.0, 4.5)
+DPI = 100
+INITIAL_COLOUR, CHILD_COLOUR, BEST_COLOUR, WINDOW_COLOUR = "#9e9e9e", "#1f77b4", "#d62728", "#ff7f0e"
+
+
+def new_figure(size: tuple[float, float] = FIGSIZE) -> Figure:
+    figure = Figure(figsize=size, dpi=DPI)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def save_png(figure: Figure, path: str | Path) -> tuple[int, int]:
+    """Saves at ``DPI`` (no tight cropping, so the pixel size is the figure's); returns (width, height)."""
+    figure.savefig(path, dpi=DPI, format="png")
+    width, height = figure.get_size_inches() * DPI
+    return round(width), round(height)
+
+
+def _empty(axes, message: str = "no data yet") -> None:
+    axes.text(0.5, 0.5, message, ha="center", va="center", transform=axes.transAxes, color="gray")
+
+
+def fitness_over_time(order: np.ndarray, fitness: np.ndarray, initial: np.ndarray, best: np.ndarray,
+                      window: np.ndarray, label: str, window_size: int) -> Figure:
+    """Fitness of every morphology against publication order, running best and aging-window mean."""
+    figure = new_figure()
+    axes = figure.add_subplot()
+    if len(order):
+        axes.scatter(order[initial], fitness[initial], s=8, color=INITIAL_COLOUR, label="initial population")
+        axes.scatter(order[~initial], fitness[~initial], s=8, color=CHILD_COLOUR, label="children")
+        axes.plot(order, best, color=BEST_COLOUR, lw=1.5, label="running best")
+        axes.plot(order, window, color=WINDOW_COLOUR, lw=1.5, label=f"mean of last {window_size}")
+        axes.legend(loc="lower right", fontsize=8)
+    else:
+        _empty(axes)
+    axes.set_xlabel("publication order")
+    axes.set_ylabel(label)
+    axes.set_title("Fitness over the search")
+    figure.tight_layout()
+    return figure
+
+
+def distributions(initial: np.ndarray, last: np.ndarray, label: str) -> Figure:
+    """Histograms of the initial population and of the last aging window, with their means."""
+    figure = new_figure()
+    axes = figure.add_subplot()
+    both = np.concatenate([initial, last])
+    if len(both):
+        low, high = float(both.min()), float(both.max())
+        bins = np.linspace(low, high if high > low else low + 1.0, 25)
+        for values, colour, name in ((initial, INITIAL_COLOUR, "initial population"),
+                                     (last, CHILD_COLOUR, "last aging window")):
+            if len(values):
+                axes.hist(values, bins=bins, alpha=0.6, color=colour, label=f"{name} (n={len(values)})")
+                axes.axvline(values.mean(), color=colour, ls="--", lw=1.5)
+        axes.legend(fontsize=8)
+    else:
+        _empty(axes)
+    axes.set_xlabel(label)
+    axes.set_ylabel("morphologies")
+    axes.set_title("Initial population vs last aging window")
+    figure.tight_layout()
+    return figure
+
+
+def morphology_over_time(order: np.ndarray, series: Mapping[str, np.ndarray], window: int) -> Figure:
+    """One panel per body statistic (limbs, DoF, mass) against publication order, with a window mean."""
+    figure = new_figure((FIGSIZE[0], FIGSIZE[1] * 1.5))
+    panels = figure.subplots(len(series), 1, sharex=True, squeeze=False)[:, 0]
+    for axes, (name, values) in zip(panels, series.items(), strict=True):
+        known = np.isfinite(values)
+        if known.any():
+            axes.scatter(order[known], values[known], s=6, color=CHILD_COLOUR, alpha=0.5)
+            axes.plot(order[known], window_mean(values[known], window), color=WINDOW_COLOUR, lw=1.5)
+        else:
+            _empty(axes, "no genome statistics")
+        axes.set_ylabel(name)
+    panels[0].set_title(f"Morphology over the search (line: mean of last {window})")
+    panels[-1].set_xlabel("publication order")
+    figure.tight_layout()
+    return figure
+
+
+def lineage_tree(graph: LineageGraph, positions: Mapping[str, tuple[float, int]], labels: Mapping[str, str],
+                 values: Mapping[str, float], highlight: Sequence[str]) -> Figure:
+    """The family tree of the top morphologies: generations downwards, nodes coloured by fitness."""
+    leaves = max((x for x, _ in positions.values()), default=0) + 1
+    depth = max((d for _, d in positions.values()), default=0) + 1
+    figure = new_figure((max(FIGSIZE[0], 1.3 * leaves), max(FIGSIZE[1], 0.9 * depth + 1)))
+    axes = figure.add_subplot()
+    if not positions:
+        _empty(axes)
+        return figure
+    for node, (x, d) in positions.items():
+        parent = graph.parent.get(node)
+        if parent in positions:
+            px, pd = positions[parent]
+            axes.plot([px, x], [pd, d], color="#bbbbbb", lw=1, zorder=1)
+    nodes = list(positions)
+    finite = [values[n] for n in nodes if math.isfinite(values.get(n, math.nan))]
+    low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    colours = [values.get(n, math.nan) for n in nodes]
+    points = axes.scatter([positions[n][0] for n in nodes], [positions[n][1] for n in nodes], c=colours,
+                          cmap="viridis", vmin=low, vmax=high if high > low else low + 1, s=90, zorder=2,
+                          edgecolors=["#d62728" if n in highlight else "black" for n in nodes],
+                          linewidths=[2.0 if n in highlight else 0.5 for n in nodes])
+    for node in nodes:
+        x, d = positions[node]
+        axes.annotate(labels.get(node, node), (x, d), xytext=(0, 9), textcoords="offset points", ha="center",
+                      va="bottom", fontsize=6,
+                      bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
+    figure.colorbar(points, ax=axes, label="fitness", fraction=0.03)
+    axes.set_ylim(depth - 0.5, -0.9)  # generation 0 at the top, room for the labels above each node
+    axes.set_xlim(-0.6, leaves - 0.4)
+    axes.yaxis.get_major_locator().set_params(integer=True)
+    axes.set_ylabel("generation")
+    axes.set_xticks([])
+    axes.set_title("Lineages of the top K (red ring); labels: id, fitness, mutation", fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+def baldwin(order: np.ndarray, iterations: np.ndarray, line: tuple[float, float] | None, fraction: float) -> Figure:
+    """Iterations to reach ``fraction`` of the final fitness against publication order, with its trend."""
+    figure = new_figure()
+    axes = figure.add_subplot()
+    if len(order):
+        axes.scatter(order, iterations, s=8, color=CHILD_COLOUR, alpha=0.6)
+        if line is not None:
+            slope, intercept = line
+            xs = np.array([order.min(), order.max()], dtype=float)
+            axes.plot(xs, slope * xs + intercept, color=BEST_COLOUR, lw=2,
+                      label=f"trend: {slope:+.4f} iterations per morphology")
+            axes.legend(fontsize=8)
+    else:
+        _empty(axes, "no learning curve with a positive final fitness yet")
+    axes.set_xlabel("publication order")
+    axes.set_ylabel(f"iterations to {fraction:.0%} of final fitness")
+    axes.set_title("Learning speed over the search (morphological Baldwin effect)")
+    figure.tight_layout()
+    return figure
+
+
+def transfer(tasks: Sequence[str], ids: Sequence[str], means: np.ndarray, errors: np.ndarray) -> Figure:
+    """Grouped bars: mean return of each morphology (``means [ids, tasks]``) on each task."""
+    figure = new_figure()
+    axes = figure.add_subplot()
+    if len(tasks) and len(ids):
+        width = 0.8 / len(ids)
+        x = np.arange(len(tasks))
+        for k, morphology_id in enumerate(ids):
+            axes.bar(x + k * width - 0.4 + width / 2, np.nan_to_num(means[k]), width, yerr=np.nan_to_num(errors[k]),
+                     label=morphology_id, capsize=2)
+        axes.set_xticks(x, tasks, rotation=20, fontsize=8)
+        axes.legend(fontsize=7, ncol=min(len(ids), 5))
+    else:
+        _empty(axes)
+    axes.set_ylabel("return (mean over seeds)")
+    axes.set_title("Transfer evaluation")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,387 @@
+"""The static HTML report of a run (``tools/report.py``): one page, plots as PNG, media next to their rows.
+
+Layout of the report folder (default ``OUT_DIR/report``)::
+
+    index.html            opens from disk, no server; every link is relative
+    plots/<name>.png      the figures of derl.analysis.plots
+    media/<id>.png        a picture of each top-K body
+    media/<id>-<N>f.mp4   a video of its trained policy, N frames (.gif where MP4 is unavailable)
+
+Media of a published morphology never change, so existing files are reused. A figure or a
+medium that fails leaves a note in its place; the rest of the report is still written.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from derl.analysis import plots
+from derl.analysis.lineage import tree_layout
+from derl.analysis.records import Morphology
+from derl.analysis.run import RunView
+from derl.analysis.stats import running_best, trend, window_mean
+from derl.fileio import atomic_write_text
+
+SECTIONS = ("summary", "fitness", "distribution", "morphology", "lineage", "baldwin", "top", "transfer",
+            "progress")
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    top_k: int = 10
+    fraction: float = 0.75  # of the final fitness, for the learning-speed (Baldwin) plot
+    video_steps: int = 200  # frames per top-K video (4 s at 50 fps)
+    media: bool = True  # pictures and videos of the top K (needs rendering)
+    seed: int | None = None  # replay seed of the videos (default: the run's RNG_SEED)
+
+
+@dataclass
+class Report:
+    """What was written: the page, its sections, the plots (pixel sizes) and media, timings."""
+
+    index: Path
+    sections: list[str] = field(default_factory=list)
+    plots: dict[str, tuple[int, int]] = field(default_factory=dict)
+    media: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    baldwin_slope: float | None = None
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+class _Writer:
+    def __init__(self, view: RunView, out: Path, options: ReportOptions):
+        self.view, self.out, self.options = view, out, options
+        self.report = Report(out / "index.html")
+        self.parts: list[str] = []
+        (out / "plots").mkdir(parents=True, exist_ok=True)
+        (out / "media").mkdir(parents=True, exist_ok=True)
+
+    def link(self, path: Path) -> str:
+        """``path`` relative to the report folder, with forward slashes (a URL)."""
+        return Path(os.path.relpath(path, self.out)).as_posix()
+
+    def timed(self, name: str, build: Callable[[], None]) -> None:
+        started = time.perf_counter()
+        build()
+        self.report.seconds[name] = round(time.perf_counter() - started, 3)
+
+    def section(self, name: str, title: str, body: str) -> None:
+        self.report.sections.append(name)
+        self.parts.append(f'<section id="{name}"><h2>{_esc(title)}</h2>\n{body}\n</section>')
+
+    def figure(self, name: str, build: Callable[[], Any]) -> str:
+        """Saves ``plots/<name>.png``; returns its ``<img>`` (or a note if the figure failed)."""
+        path = self.out / "plots" / f"{name}.png"
+        try:
+            figure = build()
+            width, height = plots.save_png(figure, path)
+        except Exception as err:  # noqa: BLE001 - one bad figure must not cost the whole report
+            return self.problem(f"plot {name}", err)
+        self.report.plots[name] = (width, height)
+        return f'<img src="{self.link(path)}" width="{width}" height="{height}" alt="{name}">'
+
+    def problem(self, what: str, err: Exception) -> str:
+        message = f"{what}: {type(err).__name__}: {err}".splitlines()[0]
+        self.report.problems.append(message)
+        if os.environ.get("DERL_REPORT_TRACEBACKS"):
+            traceback.print_exc()
+        return f'<p class="note">unavailable ({_esc(message)})</p>'
+
+
+def write_report(view: RunView, out: str | Path | None = None, options: ReportOptions = ReportOptions()) -> Report:
+    """Writes the report of ``view`` into ``out`` (default ``OUT_DIR/report``); returns what it wrote."""
+    out = Path(out) if out is not None else view.run.report_dir()
+    writer = _Writer(view, out, options)
+    started = time.perf_counter()
+    writer.timed("summary", lambda: _summary(writer))
+    writer.timed("fitness", lambda: _fitness(writer))
+    writer.timed("morphology", lambda: _morphology(writer))
+    writer.timed("lineage", lambda: _lineage(writer))
+    writer.timed("baldwin", lambda: _baldwin(writer))
+    writer.timed("top", lambda: _top(writer))
+    writer.timed("transfer", lambda: _transfer(writer))
+    writer.timed("progress", lambda: _progress(writer))
+    page = _PAGE.format(title=_esc(f"derl report: {view.run.root.name}"), body="\n".join(writer.parts),
+                        generated=_esc(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
+    atomic_write_text(writer.report.index, page)
+    writer.report.seconds["total"] = round(time.perf_counter() - started, 3)
+    return writer.report
+
+
+# ---------------------------------------------------------------------- sections
+def _summary(w: _Writer) -> None:
+    view, cfg = w.view, w.view.cfg
+    best = view.top(1)
+    rows = [
+        ("run", str(view.run.root)),
+        ("state", "finished" if view.is_finished() else "in progress"),
+        ("published", f"{len(view)} / {view.total}"),
+        ("training now", str(len(view.in_progress()))),
+        ("failed", str(len(view.run.failed_ids()))),
+        ("task", f"{cfg.ENV.TASK} ({', '.join(cfg.ENV.MODULES)})"),
+        ("selection", f"{cfg.EVO.TOURNAMENT_TYPE} on {', '.join(view.criteria)} "
+                      f"(window {cfg.EVO.AGING_WINDOW_SIZE}, initial population {cfg.EVO.INIT_POPULATION_SIZE})"),
+        ("PPO budget", f"{cfg.PPO.MAX_STATE_ACTION_PAIRS:,} env steps ({cfg.PPO.MAX_ITERS} iterations) per morphology"),
+    ]
+    if best:
+        rows.append(("best", f"{best[0].id}: {view.fitness_key} = {_num(best[0].fitness.get(view.fitness_key))}"))
+    wall = [r.wall_time for r in view.records if r.wall_time is not None]
+    if wall:
+        rows.append(("training time", f"{sum(wall) / 3600:.2f} CPU-hours in all, {np.mean(wall):.1f} s mean"))
+    body = "<table class=\"kv\">" + "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
+    w.section("summary", "Summary", body + "</table>")
+
+
+def _fitness(w: _Writer) -> None:
+    view = w.view
+    fitness = view.fitness()
+    known = np.isfinite(fitness)
+    records = [r for r, ok in zip(view.records, known, strict=True) if ok]
+    values = fitness[known]
+    order = np.array([r.publication for r in records], dtype=float)
+    initial = np.array([r.slot < view.cfg.EVO.INIT_POPULATION_SIZE for r in records], dtype=bool)
+    window = view.cfg.EVO.AGING_WINDOW_SIZE
+    best = running_best(values, view.maximise) if len(values) else values
+    img = w.figure("fitness", lambda: plots.fitness_over_time(order, values, initial, best,
+                                                               window_mean(values, window), view.fitness_key, window))
+    w.section("fitness", "Fitness over the search",
+              f"<p>Every published morphology's {_esc(view.fitness_key)} in publication order, the best so "
+              f"far and the mean of the aging window (last {window}).</p>{img}")
+    first = view.fitness(view.initial())
+    last = view.fitness(view.last_window())
+    first, last = first[np.isfinite(first)], last[np.isfinite(last)]
+    img = w.figure("distribution", lambda: plots.distributions(first, last, view.fitness_key))
+    stats = (f"<p>Initial population: mean {_num(float(first.mean()) if len(first) else None)} (n={len(first)}); "
+             f"last window: mean {_num(float(last.mean()) if len(last) else None)} (n={len(last)}).</p>")
+    w.section("distribution", "Initial population vs last aging window", stats + img)
+
+
+def _morphology(w: _Writer) -> None:
+    view = w.view
+    order = np.array([r.publication for r in view.records], dtype=float)
+
+    def column(get: Callable[[Morphology], float | None]) -> np.ndarray:
+        return np.array([np.nan if get(r) is None else get(r) for r in view.records], dtype=float)
+
+    series = {"limbs": column(lambda r: r.limbs), "DoF": column(lambda r: r.dof),
+              "mass (kg)": column(lambda r: r.mass)}
+    img = w.figure("morphology", lambda: plots.morphology_over_time(order, series, view.cfg.EVO.AGING_WINDOW_SIZE))
+    w.section("morphology", "Morphology over the search", img)
+
+
+def _label(view: RunView, node: str) -> str:
+    record = view.by_id.get(node)
+    if record is None:
+        return node
+    return f"{node}\n{_num(record.fitness.get(view.fitness_key), 2)}\n{record.mutation or 'initial'}"
+
+
+def _lineage(w: _Writer) -> None:
+    view = w.view
+    top = [r.id for r in view.top(w.options.top_k)]
+    graph = view.lineage()
+    family = graph.family(top)
+    positions = tree_layout(graph, family)
+    labels = {node: _label(view, node) for node in family}
+    values = {node: view.by_id[node].fitness.get(view.fitness_key, math.nan) for node in family if node in view.by_id}
+    img = w.figure("lineage", lambda: plots.lineage_tree(graph, positions, labels, values, top))
+    depth = max((len(graph.ancestors(node)) for node in top), default=0)
+    w.section("lineage", f"Family tree of the top {len(top)}",
+              f"<p>{len(family)} morphologies over {depth} generations.</p>{img}")
+
+
+def _baldwin(w: _Writer) -> None:
+    view, fraction = w.view, w.options.fraction
+    speeds = view.learning_speed(fraction)
+    points = [(view.by_id[i].publication, n) for i, n in speeds.items() if n is not None]
+    order = np.array([p for p, _ in points], dtype=float)
+    iterations = np.array([n for _, n in points], dtype=float)
+    line = trend(order, iterations)
+    w.report.baldwin_slope = None if line is None else line[0]
+    img = w.figure("baldwin", lambda: plots.baldwin(order, iterations, line, fraction))
+    slope = "not enough points for a trend" if line is None else (
+        f"trend slope {line[0]:+.5f} iterations per morphology ({'faster' if line[0] < 0 else 'not faster'} "
+        "learning later in the search)")
+    w.section("baldwin", "Learning speed (Baldwin effect)",
+              f"<p>PPO iterations each morphology needed to first reach {fraction:.0%} of its final "
+              f"{_esc(view.fitness_key)} (mean of its last 100 iterations), for the {len(points)} morphologies "
+              f"with a positive final value: {slope}.</p>{img}")
+
+
+def _top(w: _Writer) -> None:
+    view, options = w.view, w.options
+    top = view.top(options.top_k)
+    terms = sorted({key for r in top for key in r.fitness})
+    videos = view.videos()
+    head = ("<tr><th>rank</th><th>morphology</th><th>body</th><th>policy</th>"
+            + "".join(f"<th>{_esc(t)}</th>" for t in terms)
+            + "<th>limbs</th><th>DoF</th><th>mass</th><th>lineage</th><th>files</th></tr>")
+    rows = []
+    for rank, record in enumerate(top, 1):
+        image, video = _media(w, record) if options.media else ("", "")
+        run = view.run
+        files = " ".join(f'<a href="{w.link(path)}">{name}</a>' for name, path in (
+            ("genome", run.genome_path(record.id)), ("xml", run.xml_path(record.id)),
+            ("checkpoint", run.checkpoint_path(record.id)), ("curve", run.metrics_path(record.id))) if path.exists())
+        if record.id in videos:
+            files += f' <a href="{w.link(videos[record.id])}">evolution video</a>'
+        lineage = " → ".join(_esc(node) for node in record.lineage)
+        rows.append(
+            f'<tr id="m{_esc(record.id)}"><td>{rank}</td><td><b>{_esc(record.id)}</b><br>'
+            f'{_esc(record.mutation or "initial")}</td><td>{image}</td><td>{video}</td>'
+            + "".join(f"<td>{_num(record.fitness.get(t))}</td>" for t in terms)
+            + f"<td>{_num(record.limbs)}</td><td>{_num(record.dof)}</td><td>{_num(record.mass, 2)}</td>"
+            f'<td class="lineage">{lineage}</td><td>{files}</td></tr>')
+    body = f'<table class="top">{head}{"".join(rows)}</table>' if rows else "<p>nothing published yet</p>"
+    w.section("top", f"Top {len(top)} by {', '.join(view.criteria)}", body)
+
+
+def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
+    """The picture and policy video of one morphology (reused when already rendered)."""
+    from derl.analysis.media import render_body, write_png
+
+    view, steps = w.view, w.options.video_steps
+    image_path = w.out / "media" / f"{record.id}.png"
+    try:
+        if not image_path.exists():
+            write_png(render_body(view.run.xml_path(record.id).read_text(), view.cfg), image_path)
+        w.report.media[f"{record.id}.png"] = str(image_path)
+        image = f'<img src="{w.link(image_path)}" width="240" alt="{_esc(record.id)}">'
+    except Exception as err:  # noqa: BLE001 - a body that cannot be rendered keeps its row
+        image = w.problem(f"picture of {record.id}", err)
+    if not view.run.checkpoint_path(record.id).exists():
+        return image, '<p class="note">no checkpoint</p>'
+    try:
+        existing = [p for p in (w.out / "media").glob(f"{record.id}-{steps}f.*") if p.suffix in (".mp4", ".gif")]
+        path = existing[0] if existing else Path(view.replay(
+            record.id, seed=w.options.seed, video=w.out / "media" / f"{record.id}-{steps}f.mp4",
+            video_steps=steps).video)
+        w.report.media[path.name] = str(path)
+        if path.suffix == ".gif":
+            return image, f'<img src="{w.link(path)}" width="320" alt="policy of {_esc(record.id)}">'
+        return image, (f'<video src="{w.link(path)}" width="320" height="240" controls loop muted autoplay '
+                       'playsinline></video>')
+    except Exception as err:  # noqa: BLE001
+        return image, w.problem(f"video of {record.id}", err)
+
+
+def eval_rows(data: Any) -> list[dict[str, Any]]:
+    """The rows of ``eval/summary.json``: a list of rows, or an object holding one under ``rows``/``results``."""
+    if isinstance(data, dict):
+        data = next((data[key] for key in ("rows", "results", "cells") if isinstance(data.get(key), list)), [])
+    return [row for row in data if isinstance(row, dict) and "task" in row and "id" in row] if isinstance(
+        data, list) else []
+
+
+def transfer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """``tasks, ids, mean return [ids, tasks], std [ids, tasks], mean metric [ids, tasks]`` over seeds.
+
+    Rows from several runs (``source``) are labelled ``<run folder name>:<id>``.
+    """
+    sources = {str(row.get("source", row.get("run", ""))) for row in rows}
+
+    def label(row: dict[str, Any]) -> str:  # ids repeat across runs: name the run when there are several
+        source = str(row.get("source", row.get("run", "")))
+        return str(row["id"]) if len(sources) == 1 else f"{Path(source).name}:{row['id']}"
+
+    tasks = sorted({str(row["task"]) for row in rows})
+    ids = sorted({label(row) for row in rows})
+    shape = (len(ids), len(tasks))
+    means, stds, metrics = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
+    for i, morphology_id in enumerate(ids):
+        for j, task in enumerate(tasks):
+            cell = [row for row in rows if label(row) == morphology_id and str(row["task"]) == task]
+            returns = [float(row["return"]) for row in cell if isinstance(row.get("return"), int | float)]
+            metric = [float(row["metric"]) for row in cell if isinstance(row.get("metric"), int | float)]
+            if returns:
+                means[i, j], stds[i, j] = np.mean(returns), np.std(returns)
+            if metric:
+                metrics[i, j] = np.mean(metric)
+    return tasks, ids, means, stds, metrics
+
+
+def _transfer(w: _Writer) -> None:
+    try:
+        data = w.view.eval_summary()
+    except ValueError as err:
+        w.section("transfer", "Transfer evaluation", w.problem("eval/summary.json", err))
+        return
+    if data is None:
+        return
+    rows = eval_rows(data)
+    tasks, ids, means, stds, metrics = transfer_table(rows)
+    img = w.figure("transfer", lambda: plots.transfer(tasks, ids, means, stds))
+    head = "<tr><th>morphology</th>" + "".join(f"<th>{_esc(t)}</th>" for t in tasks) + "</tr>"
+    ranks = {}
+    for j in range(len(tasks)):
+        order = sorted(range(len(ids)), key=lambda i, j=j: -np.nan_to_num(means[i, j], nan=-np.inf))
+        ranks.update({(i, j): k + 1 for k, i in enumerate(order)})
+    body_rows = []
+    for i, morphology_id in enumerate(ids):
+        cells = "".join(
+            f"<td>{_num(means[i, j], 1)} ± {_num(stds[i, j], 1)}<br><small>metric {_num(metrics[i, j], 2)}, "
+            f"rank {ranks[(i, j)]}</small></td>" for j in range(len(tasks)))
+        body_rows.append(f"<tr><td>{_esc(morphology_id)}</td>{cells}</tr>")
+    seeds = len({row.get("seed") for row in rows})
+    w.section("transfer", "Transfer evaluation",
+              f"<p>{len(rows)} trainings: {len(ids)} morphologies x {len(tasks)} tasks x {seeds} seed(s); "
+              f"return mean ± std over seeds, rank within the task.</p>"
+              f'<table class="top">{head}{"".join(body_rows)}</table>{img}')
+
+
+def _progress(w: _Writer) -> None:
+    view = w.view
+    training = view.in_progress()
+    failed = view.failed()
+    if not training and not failed:
+        return
+    parts = []
+    if training:
+        total = view.cfg.PPO.MAX_ITERS
+        parts.append("<table><tr><th>morphology</th><th>slot</th><th>worker</th><th>iterations</th></tr>" + "".join(
+            f"<tr><td>{_esc(t.id)}</td><td>{t.slot}</td><td>{t.node}-{t.worker}</td><td>{t.iterations} / {total}</td>"
+            "</tr>" for t in training) + "</table>")
+    if failed:
+        parts.append(f"<p>{len(failed)} failed morphologies (replaced in their slots):</p><ul>" + "".join(
+            f"<li>{_esc(f.get('id'))}: {_esc(f.get('reason'))}</li>" for f in failed[:20]) + "</ul>")
+    w.section("progress", "In progress and failed", "".join(parts))
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; margin: 0.5em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 6px; font-size: 13px; vertical-align: top; }}
+table.kv th {{ text-align: left; background: #f4f4f4; }}
+td.lineage {{ max-width: 18em; font-size: 11px; }}
+.note {{ color: #a33; font-size: 12px; }}
+nav a {{ margin-right: 1em; }}
+</style></head><body>
+<h1>{title}</h1>
+<nav><a href="#fitness">fitness</a><a href="#morphology">morphology</a><a href="#lineage">lineage</a>
+<a href="#baldwin">Baldwin effect</a><a href="#top">top K</a><a href="#transfer">transfer</a></nav>
+{body}
+<footer><p><small>generated {generated} by tools/report.py</small></p></footer>
+</body></html>
+"""

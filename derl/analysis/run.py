@@ -1,0 +1,216 @@
+"""A read-only view of one evolution run (``OUT_DIR``), finished or in progress.
+
+Reads go through ``derl.evolution.storage.RunDir``. Published files never change, so each
+metadata file and genome is read once, each learning curve once per statistic and kept; ``refresh()`` picks up
+what was published since. Nothing is written to the run folder.
+
+    view = RunView("output/quick")
+    best = view.top(1)[0]
+    curve = view.curve(best.id)
+    view.replay(best.id, seed=0)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from derl.analysis.curves import Curve, iterations_to_fraction, read_curve
+from derl.analysis.lineage import LineageGraph
+from derl.analysis.records import Morphology, publication_order, to_record
+from derl.config import CfgNode, ConfigError, load_config
+from derl.evolution.population import parse_id
+from derl.evolution.results import rank
+from derl.evolution.storage import RunDir
+
+
+class RunError(ValueError):
+    """A folder that is not a readable run (one-line message naming the file)."""
+
+
+@dataclass(frozen=True)
+class Training:
+    """A claimed slot whose morphology is not published (training, or waiting to resume)."""
+
+    id: str
+    slot: int
+    node: int
+    worker: int
+    iterations: int  # PPO iterations checkpointed so far
+
+
+class RunView:
+    """Typed records, learning curves, lineage and replays of the run in ``out_dir``."""
+
+    def __init__(self, out_dir: str | Path):
+        self.run = RunDir(out_dir)
+        if not self.run.root.is_dir():
+            raise RunError(f"run folder not found: {self.run.root}")
+        if not (self.run.root / "metadata").is_dir() and not self.run.config_path().is_file():
+            raise RunError(f"{self.run.root} is not an evolution output folder (no metadata/ or config.yaml)")
+        self.cfg = self._load_config()
+        self._metadata: dict[str, dict[str, Any]] = {}
+        self._genomes: dict[str, dict[str, Any] | None] = {}
+        self._speeds: dict[tuple[str, float], dict[str, int | None]] = {}
+        self.records: list[Morphology] = []
+        self.by_id: dict[str, Morphology] = {}
+        self.refresh()
+
+    def _load_config(self) -> CfgNode:
+        path = self.run.config_path()
+        try:
+            return load_config(path if path.is_file() else None)
+        except ConfigError as err:
+            raise RunError(f"{path}: {err}") from None
+
+    # ------------------------------------------------------------------ records
+    def refresh(self) -> None:
+        """Reads the morphologies published since the last call (each file once)."""
+        for morphology_id in self.run.published_ids():
+            if morphology_id in self._metadata:
+                continue
+            try:
+                self._metadata[morphology_id] = self.run.read_metadata(morphology_id)
+            except json.JSONDecodeError as err:
+                raise RunError(f"{self.run.metadata_path(morphology_id)}: not valid JSON ({err})") from None
+            self._genomes[morphology_id] = self._read_genome(morphology_id)
+        ordered = publication_order(list(self._metadata.values()))
+        self.records = [to_record(m, self._genomes[m["id"]], k) for k, m in enumerate(ordered)]
+        self.by_id = {record.id: record for record in self.records}
+
+    def _read_genome(self, morphology_id: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.run.read_genome(morphology_id))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def genome(self, morphology_id: str) -> dict[str, Any] | None:
+        """The genome dict of a published morphology (None if its file is missing)."""
+        return self._genomes.get(morphology_id)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def criteria(self) -> tuple[str, ...]:
+        return tuple(self.cfg.EVO.SELECTION_CRITERIA)
+
+    @property
+    def objectives(self) -> tuple[int, ...]:
+        return tuple(self.cfg.EVO.SELECTION_CRITERIA_OBJ)
+
+    @property
+    def fitness_key(self) -> str:
+        """The first selection criterion: the fitness shown in one-number plots."""
+        return self.criteria[0]
+
+    @property
+    def maximise(self) -> bool:
+        return self.objectives[0] < 0
+
+    def fitness(self, records: list[Morphology] | None = None) -> np.ndarray:
+        """The first criterion of ``records`` (default: all, in publication order); NaN where absent."""
+        chosen = self.records if records is None else records
+        return np.array([r.fitness.get(self.fitness_key, np.nan) for r in chosen], dtype=float)
+
+    def top(self, k: int) -> list[Morphology]:
+        """The ``k`` best by the selection criteria (lexicographic, as ``summary.json``)."""
+        ranked = rank([self._metadata[r.id] for r in self.records], self.criteria, self.objectives)
+        return [self.by_id[m["id"]] for m in ranked[:k]]
+
+    def initial(self) -> list[Morphology]:
+        """The initial population (slots below ``INIT_POPULATION_SIZE``, replacements included)."""
+        size = self.cfg.EVO.INIT_POPULATION_SIZE
+        return [r for r in self.records if r.slot < size]
+
+    def last_window(self) -> list[Morphology]:
+        """The newest ``AGING_WINDOW_SIZE`` published morphologies."""
+        return self.records[-self.cfg.EVO.AGING_WINDOW_SIZE:]
+
+    def lineage(self) -> LineageGraph:
+        return LineageGraph(self.records)
+
+    # ------------------------------------------------------------------ curves
+    def curve(self, morphology_id: str, keys: tuple[str, ...] | None = None) -> Curve:
+        """The learning curve of a morphology (``keys``: only these columns). Read anew at each call:
+        a curve of a running training grows, and thousands of full curves would not fit in memory."""
+        return read_curve(self.run.metrics_path(morphology_id), keys)
+
+    def learning_speed(self, fraction: float, key: str | None = None) -> dict[str, int | None]:
+        """Per published morphology, the iterations to reach ``fraction`` of its final ``key``
+        (default: the fitness key); see ``derl.analysis.curves.iterations_to_fraction``.
+
+        Results are kept per ``(key, fraction)``: each curve is read once.
+        """
+        key = key or self.fitness_key
+        known = self._speeds.setdefault((key, fraction), {})
+        for record in self.records:
+            if record.id not in known:
+                known[record.id] = iterations_to_fraction(self.curve(record.id, (key,)), key, fraction)
+        return {record.id: known[record.id] for record in self.records}
+
+    # ------------------------------------------------------------------ progress
+    def in_progress(self) -> list[Training]:
+        """Claimed slots whose current morphology is neither published nor failed."""
+        trainings = []
+        published_slots = {record.slot for record in self.records}  # a published slot's claim is final
+        for slot in self.run.claimed_slots():
+            if slot in published_slots or (claim := self.run.read_slot(slot)) is None:
+                continue
+            morphology_id = claim["id"]
+            if morphology_id in self._metadata or self.run.is_published(morphology_id):
+                continue
+            if self.run.has_failed(morphology_id):
+                continue
+            trainings.append(Training(morphology_id, claim["slot"], claim["node"], claim["worker"],
+                                      len(self.curve(morphology_id, ()))))
+        return trainings
+
+    def failed(self) -> list[dict[str, Any]]:
+        return [json.loads(self.run.error_path(i).read_text()) for i in sorted(self.run.failed_ids())]
+
+    def summary(self) -> dict[str, Any] | None:
+        return self.run.read_summary()
+
+    def eval_summary(self) -> dict[str, Any] | list | None:
+        """``eval/summary.json`` of the transfer evaluation, or None where there is none."""
+        path = self.run.eval_summary_path()
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise RunError(f"{path}: not valid JSON ({err})") from None
+
+    def videos(self) -> dict[str, Path]:
+        return self.run.videos()
+
+    @property
+    def total(self) -> int:
+        return self.cfg.EVO.SEARCH_SPACE_SIZE
+
+    def is_finished(self) -> bool:
+        return len(self.records) >= self.total
+
+    # ------------------------------------------------------------------ replay
+    def replay(self, morphology_id: str, **kwargs: Any):
+        """``derl.analysis.replay.replay`` of a published morphology (see there for arguments)."""
+        from derl.analysis.replay import replay
+
+        return replay(self, morphology_id, **kwargs)
+
+    def require_published(self, morphology_id: str) -> Morphology:
+        if morphology_id not in self.by_id:
+            self.refresh()
+        if morphology_id not in self.by_id:
+            try:
+                parse_id(morphology_id)
+            except ValueError:
+                raise RunError(f"not a morphology id: {morphology_id!r}") from None
+            raise RunError(f"morphology {morphology_id} is not published in {self.run.root} "
+                           f"(no {self.run.relative(self.run.metadata_path(morphology_id))})")
+        return self.by_id[morphology_id]

@@ -1,0 +1,107 @@
+"""The learner: from a collected rollout to PPO epochs of minibatch steps (DERL_SPEC section 3).
+
+Data-parallel ranks each hold their own rollout. Advantages are normalised with the mean and
+standard deviation of all ranks' advantages together, and after each minibatch's backward pass
+one all-reduce averages the flat gradient buffer, with the minibatch's approximate KL appended:
+every rank then steps with the same gradient (the gradient of the loss on the union of the
+ranks' minibatches) and takes the same KL early-stop decision, on the KL of that union.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from derl.ppo.distributed import Comm
+from derl.ppo.losses import LossCoefs, Minibatch, compute_gae, minibatch_loss
+from derl.ppo.networks import ActorCritic
+from derl.ppo.optim import FlatAdam
+from derl.ppo.rollout import Rollout
+
+STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+def normalize_advantages(advantages: np.ndarray, comm: Comm) -> np.ndarray:
+    """``(A - mean) / (std + 1e-5)`` with the mean and (population) std over all ranks' advantages.
+
+    Two passes in float64 (sum, then squared deviations), so N ranks give what one process
+    computes on the concatenated advantages, to float32 rounding.
+    """
+    count, total = comm.sum(np.array([advantages.size, advantages.sum(dtype=np.float64)]))
+    mean = total / count
+    centred = advantages.astype(np.float64) - mean
+    (squares,) = comm.sum(np.array([np.square(centred).sum()]))
+    return (centred / (np.sqrt(squares / count) + 1e-5)).astype(np.float32)
+
+
+class Learner:
+    """Owns the optimiser; ``update(batch(rollout))`` runs one iteration's PPO epochs."""
+
+    def __init__(self, model: ActorCritic, ppo_cfg, comm: Comm, amp: bool = False):
+        self.model, self.cfg, self.comm, self.amp = model, ppo_cfg, comm, amp
+        self.device = next(model.parameters()).device
+        self.optimizer = FlatAdam(model, lr=ppo_cfg.BASE_LR, eps=ppo_cfg.EPS)
+        comm.broadcast_(self.optimizer.params)  # every rank starts from rank 0's weights
+        self.coefs = LossCoefs.from_cfg(ppo_cfg)
+        self.kl_limit = ppo_cfg.KL_TARGET_COEF * 0.01
+
+    def batch(self, rollout: Rollout) -> Minibatch:
+        """GAE over this rank's rollout, advantages normalised over all ranks, rows on the device."""
+        cfg = self.cfg
+        advantages, returns = compute_gae(
+            rollout.rewards, rollout.values, rollout.bootstrap_value, rollout.terminated, rollout.truncated,
+            rollout.final_values, cfg.GAMMA, cfg.GAE_LAMBDA,
+        )
+        advantages = normalize_advantages(advantages, self.comm)
+
+        def rows(array: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(array.reshape(-1, *array.shape[2:])).to(self.device)
+
+        columns = (rollout.obs, rollout.actions, rollout.log_probs, rollout.values, returns, advantages)
+        return Minibatch(*(rows(column) for column in columns))
+
+    def update(self, batch: Minibatch) -> dict[str, float]:
+        """PPO epochs over ``batch``; returns the mean loss statistics over the minibatches (and ranks).
+
+        The last partial minibatch of an epoch is dropped. DERL's KL early stop ends the whole
+        update before the step of the minibatch whose KL exceeds ``KL_TARGET_COEF * 0.01``.
+        """
+        cfg, total = self.cfg, batch.size
+        size = min(cfg.BATCH_SIZE, total)
+        sums = torch.zeros(len(STAT_NAMES), device=self.device)
+        count, stopped = 0, False
+        for _ in range(cfg.EPOCHS):
+            shuffled = batch.rows(torch.randperm(total, device=self.device))  # one gather per epoch
+            for start in range(0, total - size + 1, size):
+                terms = minibatch_loss(self.model, shuffled.rows(slice(start, start + size)), self.coefs, self.amp)
+                sums += torch.stack([term.detach() for term in terms])
+                count += 1
+                self.optimizer.zero_grad()
+                terms.total.backward()
+                if self._average_gradients(terms.approx_kl) > self.kl_limit:
+                    stopped = True
+                    break
+                self.optimizer.clip_grad_norm(cfg.MAX_GRAD_NORM)
+                self.optimizer.step()
+            if stopped:
+                break
+        means = self.comm.mean_(sums / max(count, 1)).tolist()
+        stats = {name: float(value) for name, value in zip(STAT_NAMES, means, strict=True)}
+        stats["kl_early_stop"] = float(stopped)
+        return stats
+
+    def _average_gradients(self, approx_kl: torch.Tensor) -> float:
+        """Averages the gradients over the ranks, the KL with them (one all-reduce); returns the KL."""
+        if self.comm.world_size == 1:
+            return approx_kl.item()
+        grads = self.optimizer.grads
+        buffer = torch.cat([grads, approx_kl.detach().reshape(1).to(grads.dtype)])
+        self.comm.mean_(buffer)
+        grads.copy_(buffer[:-1])
+        return buffer[-1].item()
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)

@@ -1,0 +1,193 @@
+"""The read side of a run without trainings: records, body statistics, curves, lineage, statistics, RunView."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import pytest
+
+from derl.analysis.curves import Curve, iterations_to_fraction, parse_curve, read_curve
+from derl.analysis.lineage import LineageGraph, tree_layout
+from derl.analysis.records import body_stats, fitness_terms, publication_order, to_record
+from derl.analysis.report import eval_rows, transfer_table
+from derl.analysis.run import RunError, RunView
+from derl.analysis.stats import running_best, trend, window_mean
+from derl.bench.report import build_synthetic_run
+from derl.config import load_preset
+from derl.evolution.results import rank
+from derl.morphology import random_genome, to_mjcf
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_body_stats_match_the_compiled_model():
+    cfg = load_preset("ft")
+    for k in range(5):
+        genome = random_genome(cfg, np.random.default_rng(k), f"g{k}")
+        stats = body_stats(json.loads(genome.to_json()))
+        model = mujoco.MjModel.from_xml_string(to_mjcf(genome, cfg))
+        assert stats.limbs == genome.num_limbs and stats.dof == genome.dof == model.nu
+        # The MJCF writes 8 significant digits, hence the tolerance.
+        assert stats.mass == pytest.approx(model.body_subtreemass[1], rel=1e-6)
+
+
+def test_body_stats_of_a_genome_without_a_body_are_unknown():
+    assert body_stats({"id": "x", "size": 3.0}).limbs is None
+    assert body_stats(None).mass is None
+
+
+def _meta(morphology_id, slot, **extra):
+    return {"id": morphology_id, "slot": slot, "parent_id": None, "lineage": morphology_id, "mutation": None,
+            "return": 1.0, "__reward__forward": 2.0, "wall_time": 5.0, "files": {}, **extra}
+
+
+def test_publication_order_uses_the_publication_number_else_the_time():
+    late_slot = [_meta("000001", 1, publication=0), _meta("000000", 0, publication=1)]
+    assert [m["id"] for m in publication_order(late_slot)] == ["000001", "000000"]
+    by_time = [_meta("000000", 0, published_at=20.0), _meta("000001", 1, published_at=10.0),
+               _meta("000002", 2, published_at=10.0)]
+    assert [m["id"] for m in publication_order(by_time)] == ["000001", "000002", "000000"]
+
+
+def test_fitness_terms_are_the_numeric_results_only():
+    record = to_record(_meta("000004", 4, x_pos=0.5, seed=7, publication=3, node=0), None, 0)
+    assert record.fitness == {"return": 1.0, "__reward__forward": 2.0, "x_pos": 0.5}
+    assert fitness_terms({"id": "a", "flag": True, "metric": 2}) == {"metric": 2.0}
+
+
+def test_iterations_to_fraction_worked_example():
+    # values 1, 2, 4, 4; final = mean of the last 2 = 4; 50% -> 2, first reached at iteration 2.
+    curve = Curve(np.array([1, 2, 3, 4]), {"f": np.array([1.0, 2.0, 4.0, 4.0])})
+    assert iterations_to_fraction(curve, "f", 0.5, window=2) == 2
+    assert iterations_to_fraction(curve, "f", 1.0, window=2) == 3
+    negative = Curve(np.array([1, 2]), {"f": np.array([-3.0, -1.0])})
+    assert iterations_to_fraction(negative, "f", 0.5) is None
+    assert iterations_to_fraction(curve, "missing", 0.5) is None
+
+
+def test_reading_a_few_keys_equals_parsing_every_record(tmp_path):
+    lines = [json.dumps({"iteration": k + 1, "return": 1.5 * k - 3, "__reward__forward": 1e-5 * k, "lr": 3e-4})
+             for k in range(50)]
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    fast, full = read_curve(path, ("return", "__reward__forward")), parse_curve(path.read_text())
+    assert np.array_equal(fast.iterations, full.iterations)
+    for key in ("return", "__reward__forward"):
+        assert np.array_equal(fast.values[key], full.values[key])
+    # A record without the key: the pattern's count does not match, so the records are parsed (NaN there).
+    path.write_text(path.read_text() + json.dumps({"iteration": 51, "lr": 1e-4}) + "\n")
+    partial = read_curve(path, ("return",))
+    assert len(partial) == 51 and math.isnan(partial.values["return"][-1])
+    assert len(read_curve(tmp_path / "absent.jsonl", ("return",))) == 0
+
+
+def test_running_statistics_and_trend():
+    assert window_mean(np.array([1.0, 2.0, 3.0, 4.0]), 2).tolist() == [1.0, 1.5, 2.5, 3.5]
+    assert running_best(np.array([1.0, 3.0, 2.0]), maximise=True).tolist() == [1.0, 3.0, 3.0]
+    assert running_best(np.array([3.0, 1.0, 2.0]), maximise=False).tolist() == [3.0, 1.0, 1.0]
+    slope, intercept = trend(np.array([0, 1, 2, 3]), np.array([10.0, 8.0, 6.0, 4.0]))
+    assert slope == pytest.approx(-2.0) and intercept == pytest.approx(10.0)
+    assert trend(np.array([1.0]), np.array([2.0])) is None
+
+
+def _records(lineages):
+    return [to_record(_meta(chain.split("/")[-1], k, lineage=chain), None, k) for k, chain in enumerate(lineages)]
+
+
+def test_lineage_graph_and_family_tree_layout():
+    graph = LineageGraph(_records(["a", "b", "a/c", "a/d", "a/c/e", "b/f"]))
+    assert graph.roots == ["a", "b"]
+    assert graph.ancestors("e") == ["a", "c", "e"]
+    assert graph.family(["e", "d"]) == {"a", "c", "d", "e"}
+    assert graph.descendants("a") == 3
+    positions = tree_layout(graph, graph.family(["e", "d", "f"]))
+    assert positions["a"][1] == 0 and positions["e"][1] == 2
+    assert positions["a"][0] == (positions["c"][0] + positions["d"][0]) / 2  # a parent over its children
+    assert len({positions[leaf][0] for leaf in ("e", "d", "f")}) == 3  # leaves side by side
+
+
+def test_family_tree_layout_of_a_lineage_deeper_than_the_recursion_limit():
+    chain = "/".join(f"{k:06d}" for k in range(3000))
+    graph = LineageGraph(_records([chain]))
+    positions = tree_layout(graph, graph.family(["002999"]))
+    assert positions["002999"] == (0.0, 2999)
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synthetic") / "run"
+    build_synthetic_run(out, morphologies=30, iterations=20, genomes=4)
+    return out
+
+
+def test_run_view_of_a_synthetic_run(synthetic_run):
+    view = RunView(synthetic_run)
+    assert len(view) == 30 and [r.publication for r in view.records] == list(range(30))
+    assert [r.slot for r in view.records] == list(range(30))  # published_at rises with the slot here
+    assert all(r.limbs and r.dof and r.mass for r in view.records)
+    metadata = [json.loads(p.read_text()) for p in (synthetic_run / "metadata").glob("*.json")]
+    expected = rank(metadata, view.criteria, view.objectives)[:5]
+    assert [r.id for r in view.top(5)] == [m["id"] for m in expected]
+    speeds = view.learning_speed(0.75)
+    assert len(speeds) == 30 and all(n is not None and 1 <= n <= 20 for n in speeds.values())
+    assert view.in_progress() == [] and view.eval_summary() is None
+    graph = view.lineage()
+    assert all(graph.ancestors(r.id) == list(r.lineage) for r in view.records)
+    assert len(view.curve("000003")) == 20
+
+
+def test_run_view_errors_are_one_line(tmp_path, synthetic_run):
+    with pytest.raises(RunError, match="run folder not found"):
+        RunView(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunError, match="not an evolution output folder"):
+        RunView(tmp_path / "empty")
+    with pytest.raises(RunError, match="000099 is not published"):
+        RunView(synthetic_run).require_published("000099")
+    for command in (["tools/report.py", str(tmp_path / "nothing")],
+                    ["tools/replay.py", str(synthetic_run), "000099"],
+                    ["tools/replay.py", str(synthetic_run), "000001"]):  # published, but it has no checkpoint
+        done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
+
+
+def test_transfer_table_means_over_seeds():
+    rows = eval_rows({"rows": [
+        {"id": "a", "task": "patrol", "seed": 0, "return": 10.0, "metric": 1.0},
+        {"id": "a", "task": "patrol", "seed": 1, "return": 20.0, "metric": 3.0},
+        {"id": "b", "task": "incline", "seed": 0, "return": 5.0, "metric": 0.5},
+        {"note": "not a row"},
+    ]})
+    tasks, ids, means, stds, metrics = transfer_table(rows)
+    assert tasks == ["incline", "patrol"] and ids == ["a", "b"]
+    assert means[0, 1] == 15.0 and stds[0, 1] == 5.0 and metrics[0, 1] == 2.0
+    assert math.isnan(means[0, 0]) and means[1, 0] == 5.0
+    two_runs = [{"id": "a", "source": "/x/ft", "task": "t", "return": 1.0},
+                {"id": "a", "source": "/x/vt", "task": "t", "return": 2.0}]
+    assert transfer_table(eval_rows(two_runs))[1] == ["ft:a", "vt:a"]
+    assert eval_rows([{"id": "a", "task": "t"}]) == [{"id": "a", "task": "t"}]
+    assert eval_rows("nonsense") == []
+
+
+def _frames(count: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 255, (48, 64, 3), dtype=np.uint8) for _ in range(count)]
+
+
+def test_videos_are_mp4_with_every_frame_or_gif_when_mp4_fails(tmp_path, monkeypatch):
+    from derl.analysis import media
+
+    path = media.write_video(_frames(7), tmp_path / "a.mp4", fps=50)
+    assert path == tmp_path / "a.mp4" and media.read_video(path).shape == (7, 48, 64, 3)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no ffmpeg here")
+
+    monkeypatch.setattr(media, "_write_mp4", broken)
+    path = media.write_video(_frames(5), tmp_path / "b.mp4", fps=50)
+    assert path == tmp_path / "b.gif" and media.read_video(path).shape == (5, 48, 64, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.gif"]  # nothing staged left

@@ -1,0 +1,35 @@
+"""tools/bench.py learner and ddp, run for real with tiny budgets (the figures themselves are the lead's)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(*args: str) -> dict:
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), *args], capture_output=True,
+                          text=True, timeout=600, check=False, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_learner_bench_reports_every_grid_point():
+    report = _bench("learner", "--env-id", "Pendulum-v1", "--envs", "2,4", "--timesteps", "8",
+                    "--minibatch", "8,16", "--iters", "1")
+    points = report["points"]
+    assert [(p["num_envs"], p["minibatch"]) for p in points] == [(2, 8), (2, 16), (4, 8), (4, 16)]
+    assert all(p["steps_per_sec"] > 0 and 0 < p["learner_share"] < 1 for p in points)
+    # 4 epochs x (2 x 8 rows / 8-row minibatches)
+    assert points[0]["optimizer_steps_per_iter"] == 8 and report["device"] == "cpu"
+
+
+@pytest.mark.slow
+def test_ddp_bench_compares_one_and_two_ranks():
+    report = _bench("ddp", "--env-id", "Pendulum-v1", "--envs", "2", "--timesteps", "16", "--iters", "3",
+                    "--repeats", "1", "--return-steps", "128", "--seeds", "1")
+    assert report["throughput"]["speedup"] > 0
+    assert set(report["returns"]) == {"env_steps", "ranks_1", "ranks_2"}

@@ -1,0 +1,204 @@
+"""The report, replays and videos on a tiny real run (the session fixture ``tiny_run``) and on live runs."""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+
+from derl.analysis import media, plots
+from derl.analysis.report import ReportOptions, write_report
+from derl.analysis.run import RunView
+from tests.conftest import TINY_RUN
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXED_SIZE = tuple(round(v * plots.DPI) for v in plots.FIGSIZE)
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links: list[tuple[str, str]] = []  # (tag, url)
+        self.sections: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "section":
+            self.sections.append(attrs["id"])
+        for name in ("src", "href"):
+            if attrs.get(name) and not attrs[name].startswith("#"):
+                self.links.append((tag, attrs[name]))
+
+
+def _parse(index: Path) -> _Links:
+    parser = _Links()
+    parser.feed(index.read_text())
+    return parser
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()[:24]
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def _run_tool(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done
+
+
+def test_report_of_a_finished_run(tiny_run, tmp_path):
+    out = tmp_path / "report"
+    printed = json.loads(_run_tool("tools/report.py", str(tiny_run), "--out", str(out), "--top", "3",
+                                   "--video-steps", "24").stdout)
+    assert printed["problems"] == []
+    page = _parse(out / "index.html")
+    assert page.sections == ["summary", "fitness", "distribution", "morphology", "lineage", "baldwin", "top"]
+    for _tag, url in page.links:
+        assert (out / url).exists(), url  # every picture, video and file link resolves from disk
+    pngs = [out / url for tag, url in page.links if tag == "img" and url.startswith("plots/")]
+    assert {p.stem for p in pngs} == {"fitness", "distribution", "morphology", "lineage", "baldwin"}
+    for png in pngs:
+        expected = tuple(printed["plots"][png.stem])
+        assert png_size(png) == expected
+        if png.stem in ("fitness", "distribution", "baldwin"):
+            assert expected == FIXED_SIZE
+    videos = [out / url for tag, url in page.links if tag == "video"]
+    bodies = [out / url for tag, url in page.links if tag == "img" and url.startswith("media/")]
+    assert len(videos) == len(bodies) == 3
+    for video in videos:
+        frames = media.read_video(video)
+        assert frames.shape == (24, 240, 320, 3)
+        assert frames.std() > 5 and frames.std(axis=0).mean() > 0.1  # not blank, and it moves
+    for body in bodies:
+        assert png_size(body) == media.IMAGE_SIZE
+    html = (out / "index.html").read_text()
+    view = RunView(tiny_run)
+    for record in view.top(3):
+        assert f'id="m{record.id}"' in html
+        assert f"{os.path.relpath(tiny_run / 'genomes', out)}/{record.id}.json" in html
+    # A second report reuses the media already rendered.
+    again = write_report(view, out, ReportOptions(top_k=3, video_steps=24))
+    assert again.problems == [] and again.seconds["top"] < printed["seconds"]["top"]
+
+
+def test_report_defaults_to_the_run_folder(tiny_run):
+    view = RunView(tiny_run)
+    report = write_report(view, options=ReportOptions(top_k=2, media=False))
+    assert report.index == tiny_run / "report" / "index.html" and report.index.is_file()
+    assert "top" in report.sections and report.problems == []
+
+
+def test_replay_equals_train_ppo_eval_and_is_deterministic(tiny_run, tmp_path):
+    best = RunView(tiny_run).top(1)[0].id
+    replayed = json.loads(_run_tool("tools/replay.py", str(tiny_run), best, "--seed", "5").stdout)
+    evaluated = json.loads(_run_tool(
+        "tools/train_ppo.py", "--eval", str(tiny_run / "models" / f"{best}.pt"), "--cfg", str(tiny_run / "config.yaml"),
+        "--xml", str(tiny_run / "xml" / f"{best}.xml"), "RNG_SEED", "5", "OUT_DIR", str(tmp_path / "eval")).stdout)
+    assert replayed["return"] == evaluated["return"]
+    assert replayed["metric"] == evaluated["metric"] and replayed["length"] == evaluated["lengths"][0]
+    assert replayed["terms"]["__reward__forward"] == evaluated["__reward__forward"]
+    video = tmp_path / "best.mp4"
+    again = RunView(tiny_run).replay(best, seed=5, video=video, video_steps=30)
+    assert again.episode_return == replayed["return"]  # rendering changes nothing
+    assert media.read_video(video).shape[0] == 30 == again.frames
+
+
+def test_replay_with_fewer_steps_and_default_seed(tiny_run, tmp_path):
+    view = RunView(tiny_run)
+    best = view.top(1)[0].id
+    short = json.loads(_run_tool("tools/replay.py", str(tiny_run), best, "--steps", "10", "--video",
+                                 str(tmp_path / "v.gif")).stdout)
+    assert short["length"] <= 10 and short["seed"] == view.cfg.RNG_SEED
+    assert short["video"].endswith(".gif") and media.read_video(short["video"]).shape[0] == 10
+
+
+def test_videos_of_the_last_morphologies_of_the_search(tiny_run):
+    videos = sorted(p.name for p in (tiny_run / "videos").iterdir())
+    assert videos == [f"{TINY_RUN['search'] - 1:06d}.mp4"]  # EVO.VIDEOS_LAST_N 1: the last slot only
+    frames = media.read_video(tiny_run / "videos" / videos[0])
+    assert frames.shape[0] == TINY_RUN["video_length"] and frames.std() > 5
+    assert not list((tiny_run / "tmp").glob("*videos*"))  # nothing left staged
+
+
+def test_report_of_a_run_in_progress(tiny_run, tmp_path):
+    """The run as it looks while the last morphology trains: no metadata yet, a partial curve."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("report", "videos"))
+    last = f"{TINY_RUN['search'] - 1:06d}"
+    (run / "metadata" / f"{last}.json").unlink()
+    curve = run / "metrics" / f"{last}.jsonl"
+    curve.write_text("".join(curve.read_text().splitlines(keepends=True)[:5]))
+    (run / "eval").mkdir()
+    rows = [{"id": i, "source": str(run), "task": task, "seed": seed, "return": 10.0 * k + seed, "metric": 1.0}
+            for k, i in enumerate(["000000", "000001"]) for task in ("patrol", "incline") for seed in (0, 1)]
+    (run / "eval" / "summary.json").write_text(json.dumps({"rows": rows, "ranking": {}}))
+    view = RunView(run)
+    assert len(view) == TINY_RUN["search"] - 1 and not view.is_finished()
+    assert [(t.id, t.iterations) for t in view.in_progress()] == [(last, 5)]
+    report = write_report(view, run / "report", ReportOptions(top_k=2, video_steps=12))
+    assert report.problems == []
+    assert report.sections[-2:] == ["transfer", "progress"]
+    assert png_size(run / "report" / "plots" / "transfer.png") == FIXED_SIZE
+    html = report.index.read_text()
+    assert f"<td>{last}</td>" in html and f"5 / {TINY_RUN['iterations']}" in html and "in progress" in html
+    assert "patrol" in html and "incline" in html
+
+
+def test_report_while_a_search_runs(tmp_path):
+    """Reports taken while a real coordinator and its workers publish (fake training), then at the end."""
+    from tests.test_evolution_protocol import start
+
+    out = tmp_path / "live"
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "10")
+    try:
+        seen = set()
+        deadline = time.monotonic() + 120
+        while coordinator.poll() is None and time.monotonic() < deadline:
+            if (out / "config.yaml").is_file() and (out / "metadata").is_dir():
+                report = write_report(RunView(out), tmp_path / "report", ReportOptions(top_k=3, media=False))
+                assert report.problems == [] and report.index.is_file()
+                seen.add(len(RunView(out)))
+            time.sleep(0.3)
+        assert coordinator.wait(timeout=60) == 0
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+    assert len(seen) >= 2  # reports at different stages of the run
+    final = write_report(RunView(out), tmp_path / "report", ReportOptions(top_k=3))
+    assert "top" in final.sections and RunView(out).is_finished()
+    assert all("picture" in p or "video" in p for p in final.problems)  # fake bodies cannot be rendered
+
+
+def test_morphology_image(tiny_run, tmp_path):
+    out = tmp_path / "body.png"
+    _run_tool("tools/morphology.py", "image", str(tiny_run / "genomes" / "000000.json"), "--out", str(out),
+              "--size", "320", "240")
+    assert png_size(out) == (320, 240)
+    import imageio.v3 as iio
+
+    pixels = iio.imread(out)
+    assert pixels.std() > 10 and np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0).shape[0] > 50
+    bad = subprocess.run([sys.executable, "tools/morphology.py", "image", str(tmp_path / "none.json"), "--out",
+                          str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "genome file not found" in bad.stderr
+
+
+def test_a_video_that_cannot_be_made_never_costs_the_result(tmp_path):
+    """The fake backend has no ``record_video``: every video of EVO.VIDEOS_LAST_N fails, every result stays."""
+    from tests.test_evolution_protocol import assert_complete, start
+
+    out = tmp_path / "run"
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "8", "EVO.VIDEOS_LAST_N", "3")
+    assert coordinator.wait(timeout=120) == 0
+    assert_complete(out, 8)
+    log = (tmp_path / "run-coordinator.log").read_text()
+    assert log.count("no video for") == 3 and not list((out / "videos").iterdir())

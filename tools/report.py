@@ -1,0 +1,50 @@
+"""Static HTML report of an evolution run: fitness, morphology, lineage, Baldwin effect, top K with videos.
+
+    tools/report.py OUT_DIR [--out DIR] [--top K] [--fraction F] [--video-steps N] [--no-media] [--seed S]
+
+Writes DIR/index.html (default OUT_DIR/report/index.html), plots/ and media/ beside it; open the
+page from disk. Works on a run in progress. Prints what it wrote as JSON.
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from derl.analysis.report import ReportOptions, write_report  # noqa: E402
+from derl.analysis.run import RunError, RunView  # noqa: E402
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="tools/report.py", description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path, help="the run's OUT_DIR")
+    parser.add_argument("--out", type=Path, help="report folder (default OUT_DIR/report)")
+    parser.add_argument("--top", type=int, default=10, help="morphologies in the table and family tree")
+    parser.add_argument("--fraction", type=float, default=0.75,
+                        help="fraction of the final fitness for the learning-speed (Baldwin) plot")
+    parser.add_argument("--video-steps", type=int, default=200, help="frames of each top-K video")
+    parser.add_argument("--no-media", action="store_true", help="no body pictures or videos (no rendering)")
+    parser.add_argument("--seed", type=int, help="replay seed of the videos (default: the run's RNG_SEED)")
+    args = parser.parse_args(argv)
+    if args.top < 1 or args.video_steps < 1 or not 0 < args.fraction <= 1:
+        print("error: need --top >= 1, --video-steps >= 1 and 0 < --fraction <= 1", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        view = RunView(args.out_dir)
+    except RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    options = ReportOptions(top_k=args.top, fraction=args.fraction, video_steps=args.video_steps,
+                            media=not args.no_media, seed=args.seed)
+    report = write_report(view, args.out, options)
+    print(json.dumps({"index": str(report.index), "sections": report.sections, "plots": report.plots,
+                      "media": len(report.media), "problems": report.problems, "seconds": report.seconds,
+                      "baldwin_slope": report.baldwin_slope}, indent=2))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
