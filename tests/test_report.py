@@ -64,11 +64,11 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
     for _tag, url in page.links:
         assert (out / url).exists(), url  # every picture, video and file link resolves from disk
     pngs = [out / url for tag, url in page.links if tag == "img" and url.startswith("plots/")]
-    assert {p.stem for p in pngs} == {"fitness", "distribution", "morphology", "lineage", "baldwin"}
+    assert {p.stem for p in pngs} == {"fitness", "distribution", "morphology", "lineage", "baldwin", "top_curves"}
     for png in pngs:
         expected = tuple(printed["plots"][png.stem])
         assert png_size(png) == expected
-        if png.stem in ("fitness", "distribution", "baldwin"):
+        if png.stem in ("fitness", "distribution", "baldwin", "top_curves"):
             assert expected == FIXED_SIZE
     videos = [out / url for tag, url in page.links if tag == "video"]
     bodies = [out / url for tag, url in page.links if tag == "img" and url.startswith("media/")]

@@ -3,7 +3,7 @@
 Layout of the report folder (default ``OUT_DIR/report``)::
 
     index.html            opens from disk, no server; every link is relative
-    plots/<name>.png      the figures of derl.analysis.plots
+    plots/<name>.png      the figures of derl.analysis.plots (top_curves.png: learning curves of the top K)
     media/<id>.png        a picture of each top-K body
     media/<id>-<N>f.mp4   a video of its trained policy, N frames (.gif where MP4 is unavailable)
 
@@ -253,6 +253,10 @@ def _top(w: _Writer) -> None:
             + f"<td>{_num(record.limbs)}</td><td>{_num(record.dof)}</td><td>{_num(record.mass, 2)}</td>"
             f'<td class="lineage">{lineage}</td><td>{files}</td></tr>')
     body = f'<table class="top">{head}{"".join(rows)}</table>' if rows else "<p>nothing published yet</p>"
+    key = view.fitness_key
+    curves = {r.id: (c.iterations, c.values[key]) for r in top if key in (c := view.curve(r.id, (key,))).values}
+    if rows:
+        body += w.figure("top_curves", lambda: plots.learning_curves(curves, key))
     w.section("top", f"Top {len(top)} by {', '.join(view.criteria)}", body)
 
 
