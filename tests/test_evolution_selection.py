@@ -116,7 +116,7 @@ def test_slot_claims_are_exclusive_and_complete(tmp_path):
     run.create()
     assert run.claim_slot(3, {"slot": 3, "node": 0})
     assert not run.claim_slot(3, {"slot": 3, "node": 1})
-    assert run.read_slot(3) == {"slot": 3, "node": 0}
+    assert run.read_slot(3) == {"slot": 3, "node": 0, **run.identity.as_dict()}
     assert [p.name for p in (tmp_path / "slots").iterdir()] == ["000003.json"]
     assert list((tmp_path / "tmp").iterdir()) == []
 

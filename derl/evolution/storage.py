@@ -5,8 +5,10 @@ safe to share between processes and nodes:
 
 - every file written here is staged in ``tmp/`` (``derl.fileio``: temp + fsync +
   rename) and then renamed into place, so these folders never show a partial
-  file; ``models/`` and ``metrics/`` are written by derl.ppo, atomically too
-  (a temporary file next to the target, then a rename);
+  file; staged names carry the host, the pid, a random token of the process and a
+  counter, so no two processes (other hosts, other pid namespaces) or calls share
+  one; ``models/`` and ``metrics/`` are written by derl.ppo, atomically too (a
+  temporary file next to the target, then a rename);
 - claims are published with ``os.link``, which fails if the target exists: an
   exclusive creation whose file is complete from the first moment it is seen;
 - a morphology is published by its ``metadata/<id>.json``, written last;
@@ -20,7 +22,7 @@ Layout::
     xml/<id>.xml                MJCF of the genome
     models/<id>.pt              PPO checkpoint
     metrics/<id>.jsonl          training curves (JSON lines, one record per PPO iteration)
-    slots/<slot>.json           claim of a slot: {slot, id, attempt, node, worker}
+    slots/<slot>.json           claim of a slot: {slot, id, attempt, node, worker, host, pid, token}
     published/<n>.json          publication number n, taken by exclusive creation: {id, node, worker}
     metadata/<id>.json          published result (see derl.evolution.worker.build_metadata)
     error_metadata/<id>.json    failed morphology: {id, slot, attempt, reason, node, worker}
@@ -36,10 +38,13 @@ Layout::
 
 from __future__ import annotations
 
+import itertools
 import os
+import secrets
+import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from derl.fileio import atomic_write_text, read_json, write_json
 
@@ -47,11 +52,33 @@ _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "published", "metada
             "retired", "workers", "videos", "tmp")
 
 
-class RunDir:
-    """One run's ``OUT_DIR``: paths, atomic writes, exclusive claims, listings."""
+class Identity(NamedTuple):
+    """Who writes: unique across hosts and pid namespaces thanks to the random token."""
 
-    def __init__(self, out_dir: str | Path):
+    host: str
+    pid: int
+    token: str
+
+    @staticmethod
+    def current() -> Identity:
+        return Identity(socket.gethostname(), os.getpid(), secrets.token_hex(8))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "token": self.token}
+
+
+class RunDir:
+    """One run's ``OUT_DIR``: paths, atomic writes, exclusive claims, listings.
+
+    Args:
+        identity: this process (``Identity.current()`` unless a test injects one); it
+            names staged files and is recorded in the claims this process makes.
+    """
+
+    def __init__(self, out_dir: str | Path, identity: Identity | None = None):
         self.root = Path(out_dir).resolve()
+        self.identity = identity or Identity.current()
+        self._counter = itertools.count()
 
     def create(self) -> None:
         for folder in _FOLDERS:
@@ -84,7 +111,8 @@ class RunDir:
 
     # Atomic writes, staged outside the target folder.
     def _staged(self, target: Path) -> Path:
-        return self.root / "tmp" / f"{os.getpid()}-{target.parent.name}-{target.name}"
+        me, call = self.identity, next(self._counter)
+        return self.root / "tmp" / f"{me.host}-{me.pid}-{me.token}-{call}-{target.parent.name}-{target.name}"
 
     def _write_text(self, target: Path, text: str) -> None:
         staged = self._staged(target)
@@ -151,8 +179,8 @@ class RunDir:
         return self.root / "slots" / f"{slot:06d}.json"
 
     def claim_slot(self, slot: int, claim: dict[str, Any]) -> bool:
-        """Claims ``slot`` exclusively; False if someone else holds it."""
-        return self._create_json(self._slot_path(slot), claim)
+        """Claims ``slot`` exclusively (the claim records this process); False if someone else holds it."""
+        return self._create_json(self._slot_path(slot), {**claim, **self.identity.as_dict()})
 
     def is_claimed(self, slot: int) -> bool:
         return self._slot_path(slot).exists()
@@ -163,7 +191,7 @@ class RunDir:
 
     def replace_slot(self, slot: int, claim: dict[str, Any]) -> None:
         """Rewrites the claim of a slot this worker owns (a failed morphology is replaced)."""
-        self._write_json(self._slot_path(slot), claim)
+        self._write_json(self._slot_path(slot), {**claim, **self.identity.as_dict()})
 
     def num_claimed_slots(self) -> int:
         return sum(1 for _ in self._json_names("slots"))
