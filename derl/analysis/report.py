@@ -147,7 +147,9 @@ def _summary(w: _Writer) -> None:
         rows.append(("best", f"{best[0].id}: {view.fitness_key} = {_num(best[0].fitness.get(view.fitness_key))}"))
     wall = [r.wall_time for r in view.records if r.wall_time is not None]
     if wall:
-        rows.append(("training time", f"{sum(wall) / 3600:.2f} CPU-hours in all, {np.mean(wall):.1f} s mean"))
+        hours = sum(wall) / 3600
+        total = f"{hours:.1f} worker-hours" if hours >= 1 else f"{hours * 60:.1f} worker-minutes"
+        rows.append(("training time", f"{total} in all, {np.mean(wall):.1f} s per morphology on average"))
     body = "<table class=\"kv\">" + "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
     w.section("summary", "Summary", body + "</table>")
 
