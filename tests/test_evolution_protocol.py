@@ -291,3 +291,7 @@ def test_a_dead_node_loses_its_slots_to_the_survivor(tmp_path):
     log = (tmp_path / "run-node0.log").read_text()
     assert sum("took over slot" in line for line in log.splitlines()) >= len(held)
     assert "last beat" in log
+    status = subprocess.run([sys.executable, "tools/status.py", str(out)], cwd=ROOT, capture_output=True,
+                            text=True)
+    node_lines = {line.split(":")[0].strip(): line for line in status.stdout.splitlines() if "node " in line}
+    assert "STALE" in node_lines["node 1"] and "STALE" not in node_lines["node 0"], status.stdout

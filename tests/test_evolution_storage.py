@@ -2,6 +2,7 @@
 
 import json
 import multiprocessing
+import os
 
 import pytest
 
@@ -126,3 +127,24 @@ def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_
     # The same name going bad again gets its own place in quarantine/.
     (tmp_path / "slots" / "000003.json").write_text("[]")
     assert search.read_slot(3) is None and len(list((tmp_path / "quarantine").iterdir())) == 5
+
+
+def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
+    from derl.config import load_config
+    from derl.evolution.results import PublishedResults
+    from derl.evolution.status import node_lines
+
+    run = RunDir(tmp_path)
+    run.create()
+    for node in (0, 1):
+        run.claim_slot(node, _claim(node, node=node))
+        run.write_worker_state(node, 0, {"node": node, "worker": 0, "slot": node, "id": f"{node:06d}",
+                                         "status": "training"})
+        run.beat(node, 0)
+    old = run.filesystem_now() - 100
+    os.utime(run.heartbeat_path(1, 0), (old, old))
+    os.utime(tmp_path / "slots" / "000001.json", (old, old))
+    lines = node_lines(load_config(None, {"EVO.LEASE_SECONDS": 10}), run, PublishedResults(run))
+    assert len(lines) == 2
+    assert lines[0].startswith("  node 0: last heartbeat 0 s ago, holds slots 0") and "STALE" not in lines[0]
+    assert lines[1].startswith("  node 1: last heartbeat 100 s ago, holds slots 1") and "STALE" in lines[1]
