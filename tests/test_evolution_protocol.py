@@ -295,3 +295,32 @@ def test_a_dead_node_loses_its_slots_to_the_survivor(tmp_path):
                             text=True)
     node_lines = {line.split(":")[0].strip(): line for line in status.stdout.splitlines() if "node " in line}
     assert "STALE" in node_lines["node 1"] and "STALE" not in node_lines["node 0"], status.stdout
+
+
+@pytest.mark.slow
+def test_a_paused_node_that_comes_back_yields_the_slots_it_lost(tmp_path):
+    """Node 1 is SIGSTOPped past its lease; node 0 takes its slots over; SIGCONT: node 1 drops them
+    without publishing, and the search still ends with one result per slot."""
+    out = tmp_path / "run"
+    common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14",
+              "EVO.LEASE_SECONDS", "3")
+    node0 = start(out, "NODE_ID", "0", *common, iterations=60, log_name="node0.log")
+    node1 = start(out, "NODE_ID", "1", *common, iterations=60, log_name="node1.log")
+    while not any(_training(out, f"1-{w}") for w in (0, 1)):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    node1_tree = [node1.pid, *(p.pid for p in psutil.Process(node1.pid).children(recursive=True))]
+    for pid in node1_tree:
+        os.kill(pid, signal.SIGSTOP)
+    log0 = tmp_path / "run-node0.log"
+    deadline = time.monotonic() + 60
+    while "took over slot" not in log0.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in node1_tree:
+        os.kill(pid, signal.SIGCONT)
+    assert node0.wait(timeout=180) == 0 and node1.wait(timeout=180) == 0
+    records = assert_complete(out, 14)
+    taken = [int(line.split("took over slot ")[1].split()[0]) for line in log0.read_text().splitlines()
+             if "took over slot" in line]
+    assert taken and all(next(r for r in records.values() if r["slot"] == s)["node"] == 0 for s in taken)
+    assert "yielding it without publishing" in (tmp_path / "run-node1.log").read_text()

@@ -116,6 +116,9 @@ class Worker:
         self.next_child_slot = num_initial_slots(cfg.EVO)
         self.lease_seconds = cfg.EVO.LEASE_SECONDS
         self.wait_seconds = min(WAIT_POLL_SECONDS, heartbeat_interval(self.lease_seconds))
+        # Scans for slots to take over read a few files per slot in flight: one per heartbeat interval.
+        self.scan_seconds = heartbeat_interval(self.lease_seconds)
+        self._next_scan = 0.0
 
     def _write_state(self, **changes: Any) -> None:
         self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
@@ -164,17 +167,21 @@ class Worker:
             time.sleep(self.wait_seconds)
 
     def _help_unfinished(self, slots: Iterable[int]) -> bool:
-        """Claims or takes over the first of ``slots`` that nobody holds and fills it; False if none."""
+        """Claims or takes over the first of ``slots`` that nobody holds and fills it; False if none.
+
+        Scans at most once per ``scan_seconds`` (False in between), to spare the shared filesystem.
+        """
+        if time.monotonic() < self._next_scan:
+            return False
+        self._next_scan = time.monotonic() + self.scan_seconds
         claimed = set(self.run.claimed_slots())
         now = None
         for slot in slots:
-            if slot not in claimed:
+            claim = self.run.read_slot(slot) if slot in claimed else None
+            if claim is None:  # never claimed, or its claim was quarantined just now
                 if self._claim(slot):
                     self._fill_slot(slot)
                     return True
-                continue
-            claim = self.run.read_slot(slot)
-            if claim is None:
                 continue
             now = now or self.run.beat(self.node, self.worker)  # the shared filesystem's clock
             reason = takeover_reason(self.run, slot, claim, now, self.lease_seconds)
