@@ -199,6 +199,9 @@ def _defaults() -> dict[str, Any]:
             "INIT_METHOD": "limb_count_pop_init",
             # Seconds other nodes wait for node 0 to write the initial population.
             "INIT_WAIT_TIMEOUT": 86400,
+            # Dead nodes: a slot whose owner's heartbeat (a file mtime on the shared folder) is older
+            # than this is taken over by another worker. Keep it well above NFS attribute caching (60 s).
+            "LEASE_SECONDS": 600.0,
             # Morphologies trained in all, initial population included.
             "SEARCH_SPACE_SIZE": 4000,
             # aging_num | aging_percent | vanilla_num | vanilla_percent

@@ -38,8 +38,34 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
+class JsonFileError(json.JSONDecodeError):
+    """A JSON file that does not parse or does not match its schema; the message names the file."""
+
+    def __init__(self, path: str | Path, reason: str):
+        super().__init__(reason, "", 0)
+        self.path = Path(path)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+    def __reduce__(self):
+        return type(self), (self.path, self.reason)
+
+
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text())
+    """The JSON content of ``path``.
+
+    Raises:
+        JsonFileError: not UTF-8 or not JSON (a ``json.JSONDecodeError`` naming the file).
+        OSError: the file cannot be read (FileNotFoundError included).
+    """
+    try:
+        return json.loads(Path(path).read_bytes().decode())
+    except UnicodeDecodeError:
+        raise JsonFileError(path, "not UTF-8 text") from None
+    except json.JSONDecodeError as err:
+        raise JsonFileError(path, f"not valid JSON ({err})") from None
 
 
 def create_exclusive(path: str | Path, text: str = "") -> bool:

@@ -171,3 +171,23 @@ def test_transfer_table_means_over_seeds():
     assert transfer_table(eval_rows(two_runs))[1] == ["ft:a", "vt:a"]
     assert eval_rows([{"id": "a", "task": "t"}]) == [{"id": "a", "task": "t"}]
     assert eval_rows("nonsense") == []
+
+
+def _frames(count: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 255, (48, 64, 3), dtype=np.uint8) for _ in range(count)]
+
+
+def test_videos_are_mp4_with_every_frame_or_gif_when_mp4_fails(tmp_path, monkeypatch):
+    from derl.analysis import media
+
+    path = media.write_video(_frames(7), tmp_path / "a.mp4", fps=50)
+    assert path == tmp_path / "a.mp4" and media.read_video(path).shape == (7, 48, 64, 3)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no ffmpeg here")
+
+    monkeypatch.setattr(media, "_write_mp4", broken)
+    path = media.write_video(_frames(5), tmp_path / "b.mp4", fps=50)
+    assert path == tmp_path / "b.gif" and media.read_video(path).shape == (5, 48, 64, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.gif"]  # nothing staged left

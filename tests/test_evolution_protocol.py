@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import psutil
+import pytest
 
 from derl.evolution.population import parse_id
 
@@ -237,3 +238,60 @@ def test_stop_file_stops_workers_and_the_run_resumes_once_it_is_deleted(tmp_path
     (out / "STOP").unlink()
     assert start(out, iterations=20).wait(timeout=120) == 0
     assert_complete(out, 12)
+
+
+def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_path):
+    out = tmp_path / "run"
+    coordinator = start(out, iterations=20)
+    while len(published(out)) < 4 if (out / "metadata").is_dir() else True:
+        time.sleep(0.1)
+    coordinator.send_signal(signal.SIGTERM)
+    assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
+    victim = sorted(published(out))[0]
+    truncated = out / "metadata" / f"{victim}.json"
+    truncated.write_text(truncated.read_text()[:40])
+    (out / "metadata" / "notes.txt").write_text("a stray file\n")
+    (out / "slots" / "000007.json").write_text("{}")
+
+    assert start(out, iterations=20, log_name="rerun.log").wait(timeout=120) == 0
+    records = assert_complete(out, 12)
+    moved = sorted(p.name for p in (out / "quarantine").iterdir())
+    assert moved == [f"metadata-{victim}.json", "metadata-notes.txt", "slots-000007.json"]
+    log = (tmp_path / "run-rerun.log").read_text()
+    for name in (f"metadata/{victim}.json", "metadata/notes.txt", "slots/000007.json"):
+        assert sum(f"{name} " in line and "moved to quarantine/" in line for line in log.splitlines()) == 1
+    assert records[victim]["slot"] == parse_id(victim)[0]  # republished from its finished checkpoint
+
+
+@pytest.mark.slow
+def test_a_dead_node_loses_its_slots_to_the_survivor(tmp_path):
+    """Node 1 is SIGKILLed for good (coordinator and workers) mid-run; with a 3 s lease, node 0 takes
+    its claimed slots over, resumes them from their checkpoints and finishes the whole search."""
+    out = tmp_path / "run"
+    common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14",
+              "EVO.LEASE_SECONDS", "3")
+    node0 = start(out, "NODE_ID", "0", *common, iterations=40, log_name="node0.log")
+    node1 = start(out, "NODE_ID", "1", *common, iterations=40, log_name="node1.log")
+    while not any(_training(out, f"1-{w}") for w in (0, 1)):
+        time.sleep(0.05)
+    time.sleep(1.0)  # some iterations into its slots: checkpoints exist
+    held = {json.loads((out / "workers" / f"1-{w}.json").read_text())["slot"] for w in (0, 1)} - {None}
+    node1_tree = [node1.pid, *(p.pid for p in psutil.Process(node1.pid).children(recursive=True))]
+    for pid in node1_tree:
+        os.kill(pid, signal.SIGKILL)
+    node1.wait()
+    assert held
+
+    assert node0.wait(timeout=180) == 0
+    records = assert_complete(out, 14)  # one result per slot: nothing published twice
+    for slot in held:
+        record = next(r for r in records.values() if r["slot"] == slot)
+        assert record["node"] == 0
+        assert starts(out)[record["id"]] >= 2  # node 1 started it, node 0 resumed it
+    log = (tmp_path / "run-node0.log").read_text()
+    assert sum("took over slot" in line for line in log.splitlines()) >= len(held)
+    assert "last beat" in log
+    status = subprocess.run([sys.executable, "tools/status.py", str(out)], cwd=ROOT, capture_output=True,
+                            text=True)
+    node_lines = {line.split(":")[0].strip(): line for line in status.stdout.splitlines() if "node " in line}
+    assert "STALE" in node_lines["node 1"] and "STALE" not in node_lines["node 0"], status.stdout

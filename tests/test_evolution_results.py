@@ -14,7 +14,7 @@ FORWARD = [5.0, 9.0, 1.0, 7.0, 3.0, 2.0, 8.0, 4.0, 6.0, 0.5]  # slot k has FORWA
 def publish(run, slot, value):
     morphology_id = slot_id(slot)
     number = run.take_publication_number(morphology_id, node=0, worker=0)
-    run.publish({"id": morphology_id, "slot": slot, "lineage": morphology_id, "__reward__forward": value,
+    run.publish({"id": morphology_id, "slot": slot, "attempt": 0, "lineage": morphology_id, "__reward__forward": value,
                  "publication": number})
     return number
 

@@ -114,9 +114,10 @@ def test_resolve_num_processes():
 def test_slot_claims_are_exclusive_and_complete(tmp_path):
     run = RunDir(tmp_path)
     run.create()
-    assert run.claim_slot(3, {"slot": 3, "node": 0})
-    assert not run.claim_slot(3, {"slot": 3, "node": 1})
-    assert run.read_slot(3) == {"slot": 3, "node": 0}
+    claim = {"slot": 3, "id": "000003", "attempt": 0, "node": 0, "worker": 0}
+    assert run.claim_slot(3, claim)
+    assert not run.claim_slot(3, {**claim, "node": 1})
+    assert run.read_slot(3) == {**claim, **run.identity.as_dict(), "lease": 0}
     assert [p.name for p in (tmp_path / "slots").iterdir()] == ["000003.json"]
     assert list((tmp_path / "tmp").iterdir()) == []
 
@@ -125,7 +126,7 @@ def test_worker_memory_estimate_uses_this_nodes_measured_peak(tmp_path):
     run = RunDir(tmp_path)
     run.create()
     assert worker_memory_estimate(run, 0)[0] == DEFAULT_WORKER_MEMORY_BYTES
-    run.write_worker_state(0, 0, {"node": 0, "peak_rss_bytes": 1000})
-    run.write_worker_state(0, 1, {"node": 0, "peak_rss_bytes": 3000})
-    run.write_worker_state(1, 0, {"node": 1, "peak_rss_bytes": 9000})
+    run.write_worker_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": 1000})
+    run.write_worker_state(0, 1, {"node": 0, "worker": 1, "peak_rss_bytes": 3000})
+    run.write_worker_state(1, 0, {"node": 1, "worker": 0, "peak_rss_bytes": 9000})
     assert worker_memory_estimate(run, 0)[0] == 3600

@@ -64,11 +64,11 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
     for _tag, url in page.links:
         assert (out / url).exists(), url  # every picture, video and file link resolves from disk
     pngs = [out / url for tag, url in page.links if tag == "img" and url.startswith("plots/")]
-    assert {p.stem for p in pngs} == {"fitness", "distribution", "morphology", "lineage", "baldwin"}
+    assert {p.stem for p in pngs} == {"fitness", "distribution", "morphology", "lineage", "baldwin", "top_curves"}
     for png in pngs:
         expected = tuple(printed["plots"][png.stem])
         assert png_size(png) == expected
-        if png.stem in ("fitness", "distribution", "baldwin"):
+        if png.stem in ("fitness", "distribution", "baldwin", "top_curves"):
             assert expected == FIXED_SIZE
     videos = [out / url for tag, url in page.links if tag == "video"]
     bodies = [out / url for tag, url in page.links if tag == "img" and url.startswith("media/")]
@@ -190,3 +190,15 @@ def test_morphology_image(tiny_run, tmp_path):
     bad = subprocess.run([sys.executable, "tools/morphology.py", "image", str(tmp_path / "none.json"), "--out",
                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "genome file not found" in bad.stderr
+
+
+def test_a_video_that_cannot_be_made_never_costs_the_result(tmp_path):
+    """The fake backend has no ``record_video``: every video of EVO.VIDEOS_LAST_N fails, every result stays."""
+    from tests.test_evolution_protocol import assert_complete, start
+
+    out = tmp_path / "run"
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "8", "EVO.VIDEOS_LAST_N", "3")
+    assert coordinator.wait(timeout=120) == 0
+    assert_complete(out, 8)
+    log = (tmp_path / "run-coordinator.log").read_text()
+    assert log.count("no video for") == 3 and not list((out / "videos").iterdir())

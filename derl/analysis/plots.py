@@ -139,6 +139,24 @@ def lineage_tree(graph: LineageGraph, positions: Mapping[str, tuple[float, int]]
     return figure
 
 
+def learning_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], label: str) -> Figure:
+    """Per-iteration ``label`` of each named curve (``id -> (iterations, values)``)."""
+    figure = new_figure()
+    axes = figure.add_subplot()
+    drawn = [(name, it, v) for name, (it, v) in curves.items() if len(it)]
+    for name, iterations, values in drawn:
+        axes.plot(iterations, values, lw=1, label=name)
+    if drawn:
+        axes.legend(fontsize=7, ncol=2)
+    else:
+        _empty(axes)
+    axes.set_xlabel("PPO iteration")
+    axes.set_ylabel(label)
+    axes.set_title("Learning curves of the top K")
+    figure.tight_layout()
+    return figure
+
+
 def baldwin(order: np.ndarray, iterations: np.ndarray, line: tuple[float, float] | None, fraction: float) -> Figure:
     """Iterations to reach ``fraction`` of the final fitness against publication order, with its trend."""
     figure = new_figure()

@@ -3,7 +3,7 @@
 Layout of the report folder (default ``OUT_DIR/report``)::
 
     index.html            opens from disk, no server; every link is relative
-    plots/<name>.png      the figures of derl.analysis.plots
+    plots/<name>.png      the figures of derl.analysis.plots (top_curves.png: learning curves of the top K)
     media/<id>.png        a picture of each top-K body
     media/<id>-<N>f.mp4   a video of its trained policy, N frames (.gif where MP4 is unavailable)
 
@@ -147,7 +147,9 @@ def _summary(w: _Writer) -> None:
         rows.append(("best", f"{best[0].id}: {view.fitness_key} = {_num(best[0].fitness.get(view.fitness_key))}"))
     wall = [r.wall_time for r in view.records if r.wall_time is not None]
     if wall:
-        rows.append(("training time", f"{sum(wall) / 3600:.2f} CPU-hours in all, {np.mean(wall):.1f} s mean"))
+        hours = sum(wall) / 3600
+        total = f"{hours:.1f} worker-hours" if hours >= 1 else f"{hours * 60:.1f} worker-minutes"
+        rows.append(("training time", f"{total} in all, {np.mean(wall):.1f} s per morphology on average"))
     body = "<table class=\"kv\">" + "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
     w.section("summary", "Summary", body + "</table>")
 
@@ -253,6 +255,10 @@ def _top(w: _Writer) -> None:
             + f"<td>{_num(record.limbs)}</td><td>{_num(record.dof)}</td><td>{_num(record.mass, 2)}</td>"
             f'<td class="lineage">{lineage}</td><td>{files}</td></tr>')
     body = f'<table class="top">{head}{"".join(rows)}</table>' if rows else "<p>nothing published yet</p>"
+    key = view.fitness_key
+    curves = {r.id: (c.iterations, c.values[key]) for r in top if key in (c := view.curve(r.id, (key,))).values}
+    if rows:
+        body += w.figure("top_curves", lambda: plots.learning_curves(curves, key))
     w.section("top", f"Top {len(top)} by {', '.join(view.criteria)}", body)
 
 

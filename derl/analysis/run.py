@@ -74,9 +74,12 @@ class RunView:
             if morphology_id in self._metadata:
                 continue
             try:
-                self._metadata[morphology_id] = self.run.read_metadata(morphology_id)
-            except json.JSONDecodeError as err:
-                raise RunError(f"{self.run.metadata_path(morphology_id)}: not valid JSON ({err})") from None
+                metadata = self.run.read_metadata(morphology_id)
+            except json.JSONDecodeError as err:  # derl.fileio.JsonFileError names the file
+                raise RunError(str(err)) from None
+            if metadata is None:
+                continue  # moved to quarantine/ by a worker meanwhile
+            self._metadata[morphology_id] = metadata
             self._genomes[morphology_id] = self._read_genome(morphology_id)
         ordered = publication_order(list(self._metadata.values()))
         self.records = [to_record(m, self._genomes[m["id"]], k) for k, m in enumerate(ordered)]

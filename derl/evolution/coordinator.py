@@ -295,18 +295,18 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     cfg = load_config(cfg_file, overrides)
     validate(cfg)
     available = psutil.virtual_memory().available
-    per_worker, source = worker_memory_estimate(RunDir(cfg.OUT_DIR), cfg.NODE_ID)
+    per_worker, source = worker_memory_estimate(RunDir(cfg.OUT_DIR, quarantine=True), cfg.NODE_ID)
     num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, usable_cores(), available, per_worker)
     if cfg.EVO.NUM_PROCESSES == 0:
         log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, {available / 2**30:.1f} GB free, "
             f"{per_worker / 2**20:.0f} MB per worker, {source})")
-    devices, num = worker_devices(cfg, RunDir(cfg.OUT_DIR), num)
+    devices, num = worker_devices(cfg, RunDir(cfg.OUT_DIR, quarantine=True), num)
     if cfg.DEVICE != "cpu":
         log(f"learner devices of workers 0..{num - 1}: {', '.join(devices)}")
     # Workers get the same config with the resolved values, whatever their working directory.
     node_overrides = [*overrides, "OUT_DIR", str(Path(cfg.OUT_DIR).resolve()), "EVO.NUM_PROCESSES", str(num)]
     cfg = load_config(cfg_file, node_overrides)
-    run = RunDir(cfg.OUT_DIR)
+    run = RunDir(cfg.OUT_DIR, quarantine=True)
     if run.stop_requested():
         raise ValueError(f"{run.root / 'STOP'} exists (a stop was requested); delete it to resume the run")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops preparation like Ctrl-C

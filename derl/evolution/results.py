@@ -25,8 +25,8 @@ class PublishedResults:
 
     def refresh(self) -> None:
         for morphology_id in self.run.published_ids():
-            if morphology_id not in self.by_id:
-                self.by_id[morphology_id] = self.run.read_metadata(morphology_id)
+            if morphology_id not in self.by_id and (metadata := self.run.read_metadata(morphology_id)):
+                self.by_id[morphology_id] = metadata  # None: quarantined meanwhile
 
     def count_slots_below(self, limit: int) -> int:
         """Published morphologies in slots below ``limit`` (``num_initial_slots``: the initial ones)."""

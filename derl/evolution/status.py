@@ -3,19 +3,58 @@
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 
-from derl.config import load_config
+from derl.config import CfgNode, load_config
+from derl.evolution.population import parse_id
 from derl.evolution.results import PublishedResults, rank
 from derl.evolution.storage import RunDir
 
-# A worker whose heartbeat is older than this is not counted as running.
-HEARTBEAT_TIMEOUT_SECONDS = 120.0
-_IDLE = ("finished", "stopped")
+_IDLE = ("finished", "stopped", "fatal")
 
 
-def _is_running(state: dict, now: float) -> bool:
+def _filesystem_now(run: RunDir) -> float:
+    try:
+        return run.filesystem_now()
+    except OSError:  # a read-only view of the folder: this machine's clock is the best left
+        return time.time()
+
+
+def node_lines(cfg: CfgNode, run: RunDir, results: PublishedResults) -> list[str]:
+    """One line per node: its workers' states, its last heartbeat and the unfinished slots it holds.
+
+    Heartbeat ages compare file times on the shared folder. A node whose newest heartbeat is
+    older than ``EVO.LEASE_SECONDS`` is stale: other nodes take its slots over.
+    """
+    now = _filesystem_now(run)
+    done = {parse_id(morphology_id)[0] for morphology_id in results.by_id}
+    held: dict[int, list[int]] = defaultdict(list)
+    for slot in run.claimed_slots():
+        if slot not in done and (claim := run.read_slot(slot)) is not None:
+            held[claim["node"]].append(slot)
+    states: dict[int, list[dict]] = defaultdict(list)
+    for state in run.worker_states():
+        states[state["node"]].append(state)
+    lines = []
+    for node in sorted(set(states) | set(held)):
+        beats = [run.heartbeat_time(node, s["worker"]) for s in states[node]]
+        beats = [b for b in beats if b is not None]
+        age = now - max(beats) if beats else None
+        working = [s for s in states[node] if not str(s.get("status")).startswith(_IDLE)]
+        stale = bool(working or held[node]) and (age is None or age > cfg.EVO.LEASE_SECONDS)
+        statuses = ", ".join(f"{s['worker']}: {s.get('status')} {s.get('id') or ''}".rstrip()
+                             for s in sorted(states[node], key=lambda s: s["worker"]))
+        heartbeat = "never" if age is None else f"{age:.0f} s ago"
+        slots = ", ".join(map(str, held[node])) or "none"
+        flag = f" STALE (older than EVO.LEASE_SECONDS {cfg.EVO.LEASE_SECONDS:g}: its slots are taken over)" \
+            if stale else ""
+        lines.append(f"  node {node}: last heartbeat {heartbeat}, holds slots {slots}; workers {statuses}{flag}")
+    return lines
+
+
+def _is_running(state: dict, heartbeat: float | None, now: float, lease_seconds: float) -> bool:
     idle = str(state.get("status")).startswith(_IDLE)
-    return not idle and now - state["updated"] < HEARTBEAT_TIMEOUT_SECONDS
+    return not idle and heartbeat is not None and now - heartbeat < lease_seconds
 
 
 def status_lines(out_dir: str) -> list[str]:
@@ -28,15 +67,16 @@ def status_lines(out_dir: str) -> list[str]:
     results.refresh()
     evo = cfg.EVO
     done, total = len(results.by_id), evo.SEARCH_SPACE_SIZE
-    now = time.time()
-    running = [state for state in run.worker_states() if _is_running(state, now)]
+    now = _filesystem_now(run)
+    running = [state for state in run.worker_states()
+               if _is_running(state, run.heartbeat_time(state["node"], state["worker"]), now, evo.LEASE_SECONDS)]
     lines = [
         f"run: {run.root}",
         f"done: {done}/{total} ({100 * done / total:.1f}%), failed: {len(run.failed_ids())}, "
         f"claimed slots: {run.num_claimed_slots()}",
         f"running workers: {len(running)}",
-        *(f"  {s['node']}-{s['worker']} pid {s['pid']}: {s['status']} {s.get('id') or ''}".rstrip()
-          for s in sorted(running, key=lambda s: (s["node"], s["worker"]))),
+        "nodes:",
+        *node_lines(cfg, run, results),
     ]
     ranked = rank(list(results.by_id.values()), evo.SELECTION_CRITERIA, evo.SELECTION_CRITERIA_OBJ)
     if ranked:

@@ -5,12 +5,18 @@ safe to share between processes and nodes:
 
 - every file written here is staged in ``tmp/`` (``derl.fileio``: temp + fsync +
   rename) and then renamed into place, so these folders never show a partial
-  file; ``models/`` and ``metrics/`` are written by derl.ppo, atomically too
-  (a temporary file next to the target, then a rename);
+  file; staged names carry the host, the pid, a random token of the process and a
+  counter, so no two processes (other hosts, other pid namespaces) or calls share
+  one; ``models/`` and ``metrics/`` are written by derl.ppo, atomically too (a
+  temporary file next to the target, then a rename);
 - claims are published with ``os.link``, which fails if the target exists: an
   exclusive creation whose file is complete from the first moment it is seen;
-- a morphology is published by its ``metadata/<id>.json``, written last;
-- published files are never rewritten or deleted, so readers may cache them.
+- a morphology is published by its ``metadata/<id>.json``, written last and
+  created exclusively, so no morphology is published twice;
+- published files are never rewritten or deleted, so readers may cache them;
+- a file that does not parse or match its schema (a stray or corrupt file) is moved
+  to ``quarantine/`` with a one-line warning by the search processes
+  (``quarantine=True``); other readers get a ``JsonFileError`` naming the file.
 
 Layout::
 
@@ -20,38 +26,126 @@ Layout::
     xml/<id>.xml                MJCF of the genome
     models/<id>.pt              PPO checkpoint
     metrics/<id>.jsonl          training curves (JSON lines, one record per PPO iteration)
-    slots/<slot>.json           claim of a slot: {slot, id, attempt, node, worker}
+    slots/<slot>.json           claim of a slot: {slot, id, attempt, node, worker, host, pid, token, lease}
+    leases/<slot>-<g>.json      the claim after the g-th takeover of a slot whose owner went silent
     published/<n>.json          publication number n, taken by exclusive creation: {id, node, worker}
     metadata/<id>.json          published result (see derl.evolution.worker.build_metadata)
     error_metadata/<id>.json    failed morphology: {id, slot, attempt, reason, node, worker}
     retired/<id>.json           removed from the vanilla-tournament population
-    workers/<node>-<worker>.json  worker state and heartbeat; .lock: held while it runs
+    workers/<node>-<worker>.json  worker state; .lock: held while it runs; .alive: heartbeat (its mtime)
     videos/<id>.mp4             policy video of one of the last EVO.VIDEOS_LAST_N morphologies (.gif fallback)
     eval/summary.json           transfer evaluation table (tools/evaluate.py)
     report/                     the static HTML report (tools/report.py)
     summary.json                progress, best so far, top-k, morphologies/hour
     STOP                        create it to stop every worker after its current iteration
     tmp/                        staging area for atomic writes
+    quarantine/                 files that did not parse or match their schema, moved out of the way
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
+import secrets
+import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from derl.fileio import atomic_write_text, read_json, write_json
+from derl.evolution.population import parse_id
+from derl.fileio import JsonFileError, atomic_write_text, read_json, write_json
 
-_FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "published", "metadata", "error_metadata",
+_FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
             "retired", "workers", "videos", "tmp")
+_ID = r"\d{6,}(?:-\d+)?"
+# The only names the listed folders may hold; anything else is foreign (hidden names are ignored:
+# NFS keeps deleted open files as .nfsXXXX).
+_NAMES = {
+    "slots": re.compile(r"^\d{6,}\.json$"),
+    "leases": re.compile(r"^\d{6,}-\d+\.json$"),
+    "published": re.compile(r"^\d{8,}\.json$"),
+    "metadata": re.compile(rf"^{_ID}\.json$"),
+    "error_metadata": re.compile(rf"^{_ID}\.json$"),
+    "retired": re.compile(rf"^{_ID}\.json$"),
+    "workers": re.compile(r"^\d+-\d+\.(json|lock|alive)$"),
+}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _id_problem(data: Any, name: str) -> str | None:
+    """Why ``data`` is not a record of morphology ``name`` (id, slot, attempt), or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    if data.get("id") != name:
+        return f"has id {data.get('id')!r}, expected {name!r}"
+    if (data.get("slot"), data.get("attempt")) != parse_id(name):
+        return f"has slot/attempt {data.get('slot')!r}/{data.get('attempt')!r}, expected {parse_id(name)}"
+    return None
+
+
+def claim_problem(data: Any, slot: int) -> str | None:
+    """Why ``data`` is not a claim of ``slot``, or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    if not isinstance(data.get("id"), str) or not re.fullmatch(_ID, data["id"]):
+        return f"has no valid morphology id (id={data.get('id')!r})"
+    if parse_id(data["id"])[0] != slot:
+        return f"claims {data['id']}, not in slot {slot}"
+    missing = [key for key in ("node", "worker") if not _is_int(data.get(key))]
+    return f"lacks integer {', '.join(missing)}" if missing else _id_problem(data, data["id"])
+
+
+def metadata_problem(data: Any, name: str) -> str | None:
+    """Why ``data`` is not the published metadata of ``name``, or None."""
+    problem = _id_problem(data, name)
+    if problem is None and not (_is_int(data.get("publication")) and data["publication"] >= 0):
+        problem = f"has no publication number (publication={data.get('publication')!r})"
+    if problem is None and not isinstance(data.get("lineage"), str):
+        problem = "has no lineage"
+    return problem
+
+
+def worker_state_problem(data: Any, node: int, worker: int) -> str | None:
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    if (data.get("node"), data.get("worker")) != (node, worker):
+        return f"is the state of worker {data.get('node')!r}-{data.get('worker')!r}, expected {node}-{worker}"
+    return None
+
+
+class Identity(NamedTuple):
+    """Who writes: unique across hosts and pid namespaces thanks to the random token."""
+
+    host: str
+    pid: int
+    token: str
+
+    @staticmethod
+    def current() -> Identity:
+        return Identity(socket.gethostname(), os.getpid(), secrets.token_hex(8))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "token": self.token}
 
 
 class RunDir:
-    """One run's ``OUT_DIR``: paths, atomic writes, exclusive claims, listings."""
+    """One run's ``OUT_DIR``: paths, atomic writes, exclusive claims, listings.
 
-    def __init__(self, out_dir: str | Path):
+    Args:
+        identity: this process (``Identity.current()`` unless a test injects one); it
+            names staged files and is recorded in the claims this process makes.
+    """
+
+    def __init__(self, out_dir: str | Path, identity: Identity | None = None, quarantine: bool = False):
         self.root = Path(out_dir).resolve()
+        self.identity = identity or Identity.current()
+        self.quarantine_bad_files = quarantine
+        self._counter = itertools.count()
 
     def create(self) -> None:
         for folder in _FOLDERS:
@@ -84,7 +178,8 @@ class RunDir:
 
     # Atomic writes, staged outside the target folder.
     def _staged(self, target: Path) -> Path:
-        return self.root / "tmp" / f"{os.getpid()}-{target.parent.name}-{target.name}"
+        me, call = self.identity, next(self._counter)
+        return self.root / "tmp" / f"{me.host}-{me.pid}-{me.token}-{call}-{target.parent.name}-{target.name}"
 
     def _write_text(self, target: Path, text: str) -> None:
         staged = self._staged(target)
@@ -108,6 +203,61 @@ class RunDir:
             staged.unlink()
         return True
 
+    # Foreign and corrupt files.
+    def quarantine(self, path: Path, reason: str) -> None:
+        """Moves ``path`` to ``quarantine/`` (its relative path flattened) with a one-line warning."""
+        folder = self.root / "quarantine"
+        folder.mkdir(exist_ok=True)
+        target = folder / self.relative(path).replace(os.sep, "-")
+        if target.exists():
+            target = target.with_name(f"{target.name}.{self.identity.token}-{next(self._counter)}")
+        try:
+            os.rename(path, target)
+        except FileNotFoundError:
+            return  # moved by another process, or gone
+        print(f"warning: {path} {reason}; moved to {self.relative(target)}", file=sys.stderr, flush=True)
+
+    def _bad_file(self, path: Path, reason: str) -> None:
+        if not self.quarantine_bad_files:
+            raise JsonFileError(path, reason)
+        self.quarantine(path, reason)
+
+    def _read_checked(self, path: Path, problem: Callable[[Any], str | None]) -> Any | None:
+        """The JSON content of ``path`` if it parses and ``problem`` finds nothing; None if missing.
+
+        A bad file is quarantined (``quarantine=True``, then None) or raises ``JsonFileError``.
+        """
+        try:
+            data = read_json(path)
+        except FileNotFoundError:
+            return None
+        except JsonFileError as err:
+            self._bad_file(path, err.reason)
+            return None
+        reason = problem(data)
+        if reason is None:
+            return data
+        self._bad_file(path, reason)
+        return None
+
+    def _names(self, folder: str, suffix: str = ".json") -> list[str]:
+        """Stems of the ``suffix`` files of ``folder``; foreign names are quarantined (or skipped)."""
+        names = []
+        try:
+            entries = list(os.scandir(self.root / folder))
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if not _NAMES[folder].match(entry.name):
+                if self.quarantine_bad_files:
+                    self.quarantine(Path(entry.path), f"is not a {folder}/ file name")
+                continue
+            if entry.name.endswith(suffix):
+                names.append(entry.name[: -len(suffix)])
+        return names
+
     # Run-level files.
     def write_config(self, text: str) -> None:
         self._write_text(self.root / "config.yaml", text)
@@ -122,14 +272,19 @@ class RunDir:
         self._write_json(self.root / "summary.json", summary)
 
     def read_summary(self) -> dict[str, Any] | None:
-        path = self.root / "summary.json"
-        return read_json(path) if path.exists() else None
+        return self._read_checked(self.root / "summary.json",
+                                  lambda data: None if isinstance(data, dict) else "is not a JSON object")
 
     # Initial population.
     def init_population_ids(self) -> list[str] | None:
         """The ids of the initial population, or None until node 0 has written all of it."""
-        path = self.root / "init_population.json"
-        return read_json(path)["ids"] if path.exists() else None
+        def problem(data: Any) -> str | None:
+            ids = data.get("ids") if isinstance(data, dict) else None
+            ok = isinstance(ids, list) and all(isinstance(i, str) and re.fullmatch(_ID, i) for i in ids)
+            return None if ok else "has no list of morphology ids"
+
+        data = self._read_checked(self.root / "init_population.json", problem)
+        return None if data is None else data["ids"]
 
     def mark_init_population(self, ids: list[str]) -> None:
         self._write_json(self.root / "init_population.json", {"ids": ids})
@@ -150,33 +305,62 @@ class RunDir:
     def _slot_path(self, slot: int) -> Path:
         return self.root / "slots" / f"{slot:06d}.json"
 
+    def _lease_path(self, slot: int, lease: int) -> Path:
+        return self._slot_path(slot) if lease == 0 else self.root / "leases" / f"{slot:06d}-{lease}.json"
+
+    def _leases(self, slot: int) -> list[int]:
+        prefix = f"{slot:06d}-"
+        return [int(name[len(prefix):]) for name in self._names("leases") if name.startswith(prefix)]
+
     def claim_slot(self, slot: int, claim: dict[str, Any]) -> bool:
-        """Claims ``slot`` exclusively; False if someone else holds it."""
-        return self._create_json(self._slot_path(slot), claim)
+        """Claims ``slot`` exclusively (the claim records this process); False if someone else holds it."""
+        return self._create_json(self._slot_path(slot), {**claim, **self.identity.as_dict(), "lease": 0})
 
     def is_claimed(self, slot: int) -> bool:
-        return self._slot_path(slot).exists()
+        return self._slot_path(slot).exists() or bool(self._leases(slot))
 
     def read_slot(self, slot: int) -> dict[str, Any] | None:
-        path = self._slot_path(slot)
-        return read_json(path) if path.exists() else None
+        """The current claim of ``slot`` (its latest lease: ``lease`` counts takeovers), or None."""
+        for lease in sorted(self._leases(slot), reverse=True) + [0]:
+            claim = self._read_checked(self._lease_path(slot, lease), lambda data: claim_problem(data, slot))
+            if claim is not None:
+                return {**claim, "lease": lease}
+        return None
+
+    def claim_time(self, slot: int, lease: int) -> float | None:
+        """Modification time (shared-filesystem clock) of the claim file of ``slot``'s lease ``lease``."""
+        try:
+            return self._lease_path(slot, lease).stat().st_mtime
+        except FileNotFoundError:
+            return None
 
     def replace_slot(self, slot: int, claim: dict[str, Any]) -> None:
         """Rewrites the claim of a slot this worker owns (a failed morphology is replaced)."""
-        self._write_json(self._slot_path(slot), claim)
+        lease = claim.get("lease", 0)
+        self._write_json(self._lease_path(slot, lease), {**claim, **self.identity.as_dict(), "lease": lease})
+
+    def take_over_slot(self, slot: int, current: dict[str, Any], claim: dict[str, Any]) -> bool:
+        """Takes ``slot`` from the owner of its ``current`` claim, by exclusive creation of the next lease.
+
+        Of all processes that judged the same claim stale, exactly one succeeds. The old owner
+        learns it lost the slot from ``slot_taken_over``.
+        """
+        lease = current["lease"] + 1
+        return self._create_json(self._lease_path(slot, lease), {**claim, **self.identity.as_dict(), "lease": lease})
+
+    def slot_taken_over(self, slot: int, lease: int) -> bool:
+        """True once someone holds a later lease of ``slot`` than ``lease`` (one stat on the shared folder)."""
+        return self._lease_path(slot, lease + 1).exists()
 
     def num_claimed_slots(self) -> int:
-        return sum(1 for _ in self._json_names("slots"))
+        return len(self.claimed_slots())
 
     # Results.
-    def _json_names(self, folder: str) -> list[str]:
-        return [p.stem for p in (self.root / folder).glob("*.json") if not p.name.startswith(".")]
-
     def published_ids(self) -> list[str]:
-        return self._json_names("metadata")
+        return self._names("metadata")
 
     def failed_ids(self) -> list[str]:
-        return self._json_names("error_metadata")
+        return self._names("error_metadata")
 
     def is_published(self, morphology_id: str) -> bool:
         return self.metadata_path(morphology_id).exists()
@@ -184,8 +368,9 @@ class RunDir:
     def has_failed(self, morphology_id: str) -> bool:
         return self.error_path(morphology_id).exists()
 
-    def read_metadata(self, morphology_id: str) -> dict[str, Any]:
-        return read_json(self.metadata_path(morphology_id))
+    def read_metadata(self, morphology_id: str) -> dict[str, Any] | None:
+        """The published metadata of ``morphology_id``; None if missing or quarantined."""
+        return self._read_checked(self.metadata_path(morphology_id), lambda data: metadata_problem(data, morphology_id))
 
     def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
         """The next free publication number, taken by creating ``published/<n>.json`` exclusively.
@@ -197,17 +382,20 @@ class RunDir:
         the morphology takes a new number when it is published again.
         """
         folder = self.root / "published"
-        taken = [int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()]
+        taken = [int(name) for name in self._names("published")]
         number = max(taken, default=-1) + 1
         record = {"id": morphology_id, "node": node, "worker": worker}
         while not self._create_json(folder / f"{number:08d}.json", record):
             number += 1
         return number
 
-    def publish(self, metadata: dict[str, Any]) -> None:
-        """Publishes a finished morphology. Its other files must already be on disk, and
-        ``metadata["publication"]`` must come from ``take_publication_number``."""
-        self._write_json(self.metadata_path(metadata["id"]), metadata)
+    def publish(self, metadata: dict[str, Any]) -> bool:
+        """Publishes a finished morphology (exclusive creation); False if it was already published.
+
+        Its other files must already be on disk, and ``metadata["publication"]`` must come
+        from ``take_publication_number``.
+        """
+        return self._create_json(self.metadata_path(metadata["id"]), metadata)
 
     def record_failure(self, failure: dict[str, Any]) -> None:
         self._write_json(self.error_path(failure["id"]), failure)
@@ -217,11 +405,12 @@ class RunDir:
         self._create_json(self.root / "retired" / f"{morphology_id}.json", {"id": morphology_id})
 
     def retired_ids(self) -> set[str]:
-        return set(self._json_names("retired"))
+        return set(self._names("retired"))
 
     def claimed_slots(self) -> list[int]:
         """Every claimed slot, in order."""
-        return sorted(int(name) for name in self._json_names("slots"))
+        leased = {int(name.split("-")[0]) for name in self._names("leases")}
+        return sorted(leased | {int(name) for name in self._names("slots")})
 
     # Videos and what other tools write.
     def save_video(self, morphology_id: str, write: Callable[[Path], Path]) -> Path:
@@ -259,12 +448,45 @@ class RunDir:
 
     def read_worker_state(self, node: int, worker: int) -> dict[str, Any] | None:
         path = self.root / "workers" / f"{self.worker_name(node, worker)}.json"
-        return read_json(path) if path.exists() else None
+        return self._read_checked(path, lambda data: worker_state_problem(data, node, worker))
 
     def worker_indices(self, node: int) -> list[int]:
         """Every worker index of ``node`` that has ever written its state, in any session."""
         prefix = f"{node}-"
-        return sorted(int(name[len(prefix):]) for name in self._json_names("workers") if name.startswith(prefix))
+        return sorted(int(name[len(prefix):]) for name in self._names("workers") if name.startswith(prefix))
 
     def worker_states(self) -> list[dict[str, Any]]:
-        return [read_json(self.root / "workers" / f"{name}.json") for name in self._json_names("workers")]
+        states = []
+        for name in self._names("workers"):
+            node, worker = (int(part) for part in name.split("-"))
+            if (state := self.read_worker_state(node, worker)) is not None:
+                states.append(state)
+        return states
+
+    # Heartbeats, judged by file times on the shared filesystem (one clock for every node).
+    def heartbeat_path(self, node: int, worker: int) -> Path:
+        return self.root / "workers" / f"{self.worker_name(node, worker)}.alive"
+
+    def beat(self, node: int, worker: int) -> float:
+        """Touches the heartbeat of ``node-worker``; returns its new mtime (the filesystem's "now")."""
+        path = self.heartbeat_path(node, worker)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+        os.utime(path)  # no explicit time: the file server's clock (NFS SET_TO_SERVER_TIME)
+        return path.stat().st_mtime
+
+    def heartbeat_time(self, node: int, worker: int) -> float | None:
+        """The last heartbeat of ``node-worker`` (file mtime), None if it never beat."""
+        try:
+            return self.heartbeat_path(node, worker).stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def filesystem_now(self) -> float:
+        """The shared filesystem's clock: the mtime of a probe file created now in ``tmp/``."""
+        probe = self.root / "tmp" / f"clock-{self.identity.host}-{self.identity.pid}-{self.identity.token}"
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY, 0o644))
+        try:
+            os.utime(probe)
+            return probe.stat().st_mtime
+        finally:
+            probe.unlink(missing_ok=True)

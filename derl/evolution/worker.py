@@ -25,12 +25,14 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from derl.config import CfgNode, load_config_or_exit
 from derl.evolution.backend import Backend, TrainOutcome, load_backend
-from derl.evolution.population import init_claim_order, num_initial_slots, ppo_seed, slot_id, slot_rng
+from derl.evolution.lease import Heartbeat, heartbeat_interval, takeover_reason
+from derl.evolution.population import init_claim_order, num_initial_slots, parse_id, ppo_seed, slot_id, slot_rng
 from derl.evolution.results import PublishedResults, is_finite_summary
 from derl.evolution.storage import RunDir
 
@@ -42,6 +44,8 @@ STOP_POLL_SECONDS = 5.0
 HEARTBEAT_SECONDS = 30.0
 COORDINATOR_PID_VARIABLE = "DERL_EVO_COORDINATOR_PID"
 INIT_POLL_SECONDS = 1.0
+# How often a worker with nothing to claim looks for slots to take over (or a finished search).
+WAIT_POLL_SECONDS = 5.0
 
 
 class Stopped(Exception):
@@ -50,6 +54,10 @@ class Stopped(Exception):
 
 class FatalError(Exception):
     """A problem that restarting the worker would repeat."""
+
+
+class SlotLost(Exception):
+    """Another worker took this slot over (our heartbeat went stale) or published it: yield it."""
 
 
 class StopSignal:
@@ -65,6 +73,9 @@ class StopSignal:
         self.heartbeat = heartbeat
         self.parent = int(os.environ.get(COORDINATOR_PID_VARIABLE, os.getppid()))
         self.requested = False
+        # Set by the worker while it fills a slot: True once another worker has taken the slot over.
+        self.slot_lost: Callable[[], bool] | None = None
+        self.lost = False
         self._last_poll = self._last_beat = time.monotonic()
 
     def handle_signal(self, signum: int, frame: Any) -> None:
@@ -80,11 +91,12 @@ class StopSignal:
         if not self.requested and now - self._last_poll >= STOP_POLL_SECONDS:
             self._last_poll = now
             self.requested = self.run.stop_requested()
-        return self.requested
+            self.lost = self.lost or (self.slot_lost is not None and self.slot_lost())
+        return self.requested or self.lost
 
     def check(self) -> None:
         if self():
-            raise Stopped
+            raise SlotLost if self.lost and not self.requested else Stopped
 
 
 class Worker:
@@ -102,6 +114,8 @@ class Worker:
                                       "peak_gpu_bytes": self.previous.get("peak_gpu_bytes", 0)}
         self.stop = StopSignal(run, self._write_state)
         self.next_child_slot = num_initial_slots(cfg.EVO)
+        self.lease_seconds = cfg.EVO.LEASE_SECONDS
+        self.wait_seconds = min(WAIT_POLL_SECONDS, heartbeat_interval(self.lease_seconds))
 
     def _write_state(self, **changes: Any) -> None:
         self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
@@ -127,7 +141,57 @@ class Worker:
             self._wait_for_initial_population()
         while (slot := self._claim_next_child_slot()) is not None:
             self._fill_slot(slot)
+        self._finish_search()
         self._write_state(slot=None, id=None, status="finished")
+
+    def _finish_search(self) -> None:
+        """Waits until every slot is published, filling what nobody holds any more.
+
+        That is a slot nobody claims (its claim was quarantined) or one whose owner went
+        silent for ``EVO.LEASE_SECONDS`` (a dead node) or works elsewhere (its result was
+        quarantined). Without this, a node that dies for good would hold its slots forever.
+        """
+        total = self.cfg.EVO.SEARCH_SPACE_SIZE
+        while True:
+            self.results.refresh()
+            done = {parse_id(morphology_id)[0] for morphology_id in self.results.by_id}
+            if len(done) >= total:
+                return
+            if self._help_unfinished(slot for slot in range(total) if slot not in done):
+                continue
+            self._write_state(slot=None, id=None, status=f"waiting for {total - len(done)} slots held by others")
+            self.stop.check()
+            time.sleep(self.wait_seconds)
+
+    def _help_unfinished(self, slots: Iterable[int]) -> bool:
+        """Claims or takes over the first of ``slots`` that nobody holds and fills it; False if none."""
+        claimed = set(self.run.claimed_slots())
+        now = None
+        for slot in slots:
+            if slot not in claimed:
+                if self._claim(slot):
+                    self._fill_slot(slot)
+                    return True
+                continue
+            claim = self.run.read_slot(slot)
+            if claim is None:
+                continue
+            now = now or self.run.beat(self.node, self.worker)  # the shared filesystem's clock
+            reason = takeover_reason(self.run, slot, claim, now, self.lease_seconds)
+            if reason is not None and self._take_over(slot, claim, reason):
+                self._fill_slot(slot)
+                return True
+        return False
+
+    def _take_over(self, slot: int, claim: dict[str, Any], reason: str) -> bool:
+        self.stop.check()
+        self._write_state(slot=slot, id=claim["id"], status="taking over")
+        mine = {"slot": slot, "id": claim["id"], "attempt": claim["attempt"], "node": self.node,
+                "worker": self.worker}
+        if not self.run.take_over_slot(slot, claim, mine):
+            return False  # another worker was faster
+        self._log(f"took over slot {slot} ({claim['id']}): {reason}")
+        return True
 
     def _resume(self, slot: int) -> None:
         claim = self.run.read_slot(slot)
@@ -186,6 +250,10 @@ class Worker:
         deadline = time.monotonic() + self.cfg.EVO.INIT_WAIT_TIMEOUT
         self.results.refresh()
         while (published := self.results.count_slots_below(size)) < size:
+            done = {parse_id(morphology_id)[0] for morphology_id in self.results.by_id}
+            if self._help_unfinished(slot for slot in range(size) if slot not in done):  # a dead node's slots
+                self.results.refresh()
+                continue
             status = f"waiting for the initial population ({published}/{size})"
             self._write_state(slot=None, id=None, status=status)
             if time.monotonic() > deadline:
@@ -196,8 +264,25 @@ class Worker:
             self.results.refresh()
 
     def _fill_slot(self, slot: int) -> None:
+        """Publishes one morphology in ``slot``, unless another worker takes the slot over meanwhile."""
+        claim = self.run.read_slot(slot)
+        if claim is None or (claim["node"], claim["worker"]) != (self.node, self.worker):
+            return  # not ours (any more)
+        lease = claim["lease"]
+        self.stop.lost = False
+        self.stop.slot_lost = lambda: self.run.slot_taken_over(slot, lease)
+        try:
+            self._fill_claimed_slot(slot, claim)
+        except SlotLost:
+            self._log(f"slot {slot} was taken over by another worker; yielding it without publishing")
+            self._write_state(slot=None, id=None, status=f"yielded slot {slot}")
+        finally:
+            self.stop.slot_lost = None
+            self.stop.lost = False
+
+    def _fill_claimed_slot(self, slot: int, claim: dict[str, Any]) -> None:
         """Publishes one morphology in ``slot``, replacing failed ones (each recorded in error_metadata/)."""
-        attempt = self.run.read_slot(slot)["attempt"]
+        attempt = claim["attempt"]
         while True:
             morphology_id = slot_id(slot, attempt)
             if self.run.is_published(morphology_id):
@@ -206,18 +291,19 @@ class Worker:
                 try:
                     self._make_and_train(slot, attempt)
                     return
-                except (Stopped, FatalError):
+                except (Stopped, FatalError, SlotLost):
                     raise
                 except Exception as err:  # noqa: BLE001 - any failure of one morphology is recorded, not fatal
-                    if self.stop():
-                        raise Stopped from err  # e.g. env subprocesses killed during shutdown
+                    self.stop.check()  # e.g. env subprocesses killed during shutdown
                     self._record_failure(morphology_id, slot, attempt, err)
             attempt += 1
             if attempt >= MAX_ATTEMPTS:
                 raise FatalError(f"slot {slot}: {MAX_ATTEMPTS} morphologies failed in a row "
                                  "(see error_metadata/)")
+            if self.run.slot_taken_over(slot, claim["lease"]):
+                raise SlotLost
             self.run.replace_slot(slot, {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt,
-                                         "node": self.node, "worker": self.worker})
+                                         "node": self.node, "worker": self.worker, "lease": claim["lease"]})
 
     def _record_failure(self, morphology_id: str, slot: int, attempt: int, err: Exception) -> None:
         reason = f"{type(err).__name__}: {err}".splitlines()[0]
@@ -252,6 +338,7 @@ class Worker:
             metrics_path=self.run.metrics_path(morphology_id), resume=resume, should_stop=self.stop,
         )
         if not outcome.completed:
+            self.stop.check()
             raise Stopped
         if not is_finite_summary(outcome.summary):
             raise ValueError(f"training summary is not finite: {outcome.summary}")
@@ -259,8 +346,11 @@ class Worker:
             self._record_video(morphology_id, seed)
         # Dying between the number and the metadata leaves the number unused (a gap): the
         # resumed worker finds the finished checkpoint and takes a new number.
+        if self.stop.slot_lost is not None and self.stop.slot_lost():
+            raise SlotLost
         publication = self.run.take_publication_number(morphology_id, self.node, self.worker)
-        self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome, publication))
+        if not self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome, publication)):
+            raise SlotLost  # published by the worker that took the slot over
         self._log(f"published {morphology_id}")
 
     def _record_video(self, morphology_id: str, seed: int) -> None:
@@ -362,11 +452,12 @@ def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int
     """Runs worker ``worker`` of node ``cfg.NODE_ID``; returns its exit code."""
     _die_with_parent()
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
-    run = RunDir(cfg.OUT_DIR)
+    run = RunDir(cfg.OUT_DIR, quarantine=True)
     if run.init_population_ids() is None:
         print(f"error: {run.root} has no initial population; start evo_single_proc.py", file=sys.stderr)
         return EXIT_FATAL
     lock = _hold_worker_lock(run, cfg.NODE_ID, worker)
+    heartbeat = Heartbeat(run, cfg.NODE_ID, worker, heartbeat_interval(cfg.EVO.LEASE_SECONDS)).start()
     this = Worker(cfg, run, backend or load_backend(), worker)
     signal.signal(signal.SIGTERM, this.stop.handle_signal)
     signal.signal(signal.SIGINT, this.stop.handle_signal)
@@ -381,6 +472,7 @@ def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int
         this._write_state(status=f"fatal: {err}")
         return EXIT_FATAL
     finally:
+        heartbeat.stop()
         os.close(lock)
 
 

@@ -1,0 +1,77 @@
+"""Dead nodes: worker heartbeats and the takeover of slots whose owner went silent.
+
+Every worker touches ``workers/<node>-<worker>.alive`` from a background thread. A
+slot's owner is alive while that file's mtime is recent; ages are differences of
+file times on the shared filesystem (the heartbeat against a file the judge has
+just touched), so no two machines' clocks are compared. A claimed, unpublished
+slot is free to take over when its owner's heartbeat is older than
+``EVO.LEASE_SECONDS``, or when its owner, alive, works on another slot (its
+result was quarantined, say). The takeover itself is an exclusive creation of the
+slot's next lease (``RunDir.take_over_slot``): one taker wins; the old owner, if it
+comes back, sees the later lease and yields the slot without publishing.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from derl.evolution.storage import RunDir
+
+# Heartbeats at most this far apart, and at least four per lease.
+HEARTBEAT_SECONDS = 30.0
+
+
+def heartbeat_interval(lease_seconds: float) -> float:
+    return min(HEARTBEAT_SECONDS, lease_seconds / 4)
+
+
+def is_stale(now: float, heartbeat: float | None, claimed: float | None, lease_seconds: float) -> bool:
+    """True when neither the owner's heartbeat nor its claim is newer than ``lease_seconds`` before ``now``.
+
+    All three times are file mtimes on the shared filesystem. A claim made after the owner's
+    last heartbeat counts as a sign of life (a fresh claim is never stale).
+    """
+    times = [t for t in (heartbeat, claimed) if t is not None]
+    return not times or now - max(times) > lease_seconds
+
+
+def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, lease_seconds: float) -> str | None:
+    """Why the owner of ``claim`` (the current claim of ``slot``) no longer holds it, or None."""
+    owner = (claim["node"], claim["worker"])
+    name = f"{owner[0]}-{owner[1]}"
+    state = run.read_worker_state(*owner) or {}  # read before the metadata: the owner publishes, then moves on
+    if run.is_published(claim["id"]):
+        return None
+    if state.get("slot") != slot:
+        return f"its owner {name} works on slot {state.get('slot')}"
+    heartbeat = run.heartbeat_time(*owner)
+    if is_stale(now, heartbeat, run.claim_time(slot, claim["lease"]), lease_seconds):
+        age = "never" if heartbeat is None else f"{now - heartbeat:.0f} s ago"
+        return f"its owner {name} last beat {age} (EVO.LEASE_SECONDS {lease_seconds:g})"
+    return None
+
+
+class Heartbeat:
+    """A daemon thread that touches this worker's heartbeat file every ``interval`` seconds."""
+
+    def __init__(self, run: RunDir, node: int, worker: int, interval: float):
+        self.run, self.node, self.worker, self.interval = run, node, worker, interval
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="derl-heartbeat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self.run.beat(self.node, self.worker)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                self.run.beat(self.node, self.worker)
+            except OSError:
+                pass  # a full or flaky filesystem: the next beat retries; a long outage costs the lease

@@ -1,0 +1,150 @@
+"""The shared folder under contention: unique names, exclusive claims, leases, quarantine."""
+
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from derl.evolution.lease import is_stale, takeover_reason
+from derl.evolution.storage import Identity, RunDir
+from derl.fileio import JsonFileError
+
+RACES = 1000
+
+
+def _claimer(out, token, barrier, results):
+    """Races for slots 0..RACES-1 as a process sharing host and pid with its rival (as in two pid
+    namespaces); the barrier lines both up before every slot, so each slot is a real race."""
+    run = RunDir(out, identity=Identity("samehost", 4242, token))
+    won = []
+    for slot in range(RACES):
+        barrier.wait(timeout=60)  # a rival that crashed breaks the barrier instead of hanging
+        if run.claim_slot(slot, {"slot": slot, "id": f"{slot:06d}", "attempt": 0, "node": 0, "worker": 0}):
+            won.append(slot)
+    results.put((token, won))
+
+
+def test_claimers_with_the_same_host_and_pid_never_both_own_a_slot(tmp_path):
+    out = tmp_path / "run"
+    RunDir(out).create()
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(2), context.Queue()
+    procs = [context.Process(target=_claimer, args=(str(out), token, barrier, results))
+             for token in ("a" * 16, "b" * 16)]
+    for proc in procs:
+        proc.start()
+    won = dict(results.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    a, b = (set(slots) for slots in won.values())
+    print("WON", len(a), len(b))
+    assert not a & b and a | b == set(range(RACES))
+    assert min(len(a), len(b)) > RACES // 10  # both won often: the races were real
+    for token, slots in won.items():  # the claim on disk names the process that was told it won
+        for slot in slots:
+            claim = json.loads((out / "slots" / f"{slot:06d}.json").read_text())
+            assert (claim["host"], claim["pid"], claim["token"]) == ("samehost", 4242, token)
+    assert not list((out / "tmp").iterdir())  # every staged file was cleaned up
+
+
+def test_staged_names_are_unique_per_process_and_call(tmp_path):
+    one, two = RunDir(tmp_path, Identity("h", 1, "x")), RunDir(tmp_path, Identity("h", 1, "y"))
+    target = tmp_path / "slots" / "000001.json"
+    names = {one._staged(target), one._staged(target), two._staged(target)}
+    assert len(names) == 3 and all("h-1-" in p.name for p in names)
+
+
+def _claim(slot, node=0, worker=0, attempt=0):
+    morphology_id = f"{slot:06d}" if attempt == 0 else f"{slot:06d}-{attempt}"
+    return {"slot": slot, "id": morphology_id, "attempt": attempt, "node": node, "worker": worker}
+
+
+def test_is_stale_compares_file_times_only():
+    assert not is_stale(now=100.0, heartbeat=95.0, claimed=10.0, lease_seconds=10)
+    assert is_stale(now=100.0, heartbeat=80.0, claimed=10.0, lease_seconds=10)
+    assert not is_stale(now=100.0, heartbeat=80.0, claimed=99.0, lease_seconds=10)  # a fresh claim
+    assert is_stale(now=100.0, heartbeat=None, claimed=None, lease_seconds=10)
+
+
+def test_one_of_many_takers_wins_a_lease_and_the_old_owner_sees_it(tmp_path):
+    run = RunDir(tmp_path)
+    run.create()
+    assert run.claim_slot(4, _claim(4, node=1))
+    current = run.read_slot(4)
+    assert current["lease"] == 0 and not run.slot_taken_over(4, 0)
+    takers = [RunDir(tmp_path, Identity("h", k, f"t{k}")) for k in range(5)]
+    won = [taker.take_over_slot(4, current, _claim(4, node=0, worker=k)) for k, taker in enumerate(takers)]
+    assert won == [True, False, False, False, False]
+    assert run.slot_taken_over(4, 0)  # the old owner (lease 0) yields
+    now = run.read_slot(4)
+    assert (now["lease"], now["node"], now["worker"], now["token"]) == (1, 0, 0, "t0")
+    # The new owner replaces a failed attempt within its own lease; a second takeover makes lease 2.
+    takers[0].replace_slot(4, {**_claim(4, node=0, attempt=1), "lease": 1})
+    assert run.read_slot(4)["attempt"] == 1 and run.read_slot(4)["lease"] == 1
+    assert takers[1].take_over_slot(4, run.read_slot(4), _claim(4, node=2, attempt=1))
+    assert run.read_slot(4)["lease"] == 2 and run.claimed_slots() == [4]
+
+
+def test_takeover_reason_stale_owner_or_owner_elsewhere(tmp_path):
+    run = RunDir(tmp_path)
+    run.create()
+    run.claim_slot(2, _claim(2, node=1))
+    run.write_worker_state(1, 0, {"node": 1, "worker": 0, "slot": 2})
+    claim = run.read_slot(2)
+    beat = run.beat(1, 0)
+    assert takeover_reason(run, 2, claim, now=beat + 5, lease_seconds=10) is None
+    assert "last beat 20 s ago" in takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10)
+    run.write_worker_state(1, 0, {"node": 1, "worker": 0, "slot": 3})  # alive, but on another slot
+    assert "works on slot 3" in takeover_reason(run, 2, claim, now=beat, lease_seconds=10)
+    run.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002", "publication": 0})
+    assert takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10) is None  # done: nothing to take
+    assert not run.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002", "publication": 1})
+
+
+def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_path, capsys):
+    RunDir(tmp_path).create()
+    (tmp_path / "metadata" / "000001.json").write_text('{"id": "000001", "slot"')  # truncated
+    (tmp_path / "metadata" / "notes.txt").write_text("my notes")  # foreign
+    (tmp_path / "slots" / "000003.json").write_text("{}")
+    (tmp_path / "workers" / "0-0.json").write_text('{"node": 5, "worker": 0}')
+    reader = RunDir(tmp_path)
+    with pytest.raises(JsonFileError, match=r"metadata/000001.json: not valid JSON"):
+        reader.read_metadata("000001")
+    with pytest.raises(ValueError, match=r"slots/000003.json: has no valid morphology id"):
+        reader.read_slot(3)
+    search = RunDir(tmp_path, quarantine=True)
+    assert search.published_ids() == ["000001"]  # notes.txt moved out of the way
+    assert search.read_metadata("000001") is None and search.read_slot(3) is None
+    assert search.read_worker_state(0, 0) is None and not search.is_claimed(3)
+    moved = sorted(p.name for p in (tmp_path / "quarantine").iterdir())
+    assert moved == ["metadata-000001.json", "metadata-notes.txt", "slots-000003.json", "workers-0-0.json"]
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 4 and all(line.startswith("warning: ") and "moved to quarantine/" in line
+                                      for line in warnings)
+    assert any("metadata/notes.txt is not a metadata/ file name" in line for line in warnings)
+    # The same name going bad again gets its own place in quarantine/.
+    (tmp_path / "slots" / "000003.json").write_text("[]")
+    assert search.read_slot(3) is None and len(list((tmp_path / "quarantine").iterdir())) == 5
+
+
+def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
+    from derl.config import load_config
+    from derl.evolution.results import PublishedResults
+    from derl.evolution.status import node_lines
+
+    run = RunDir(tmp_path)
+    run.create()
+    for node in (0, 1):
+        run.claim_slot(node, _claim(node, node=node))
+        run.write_worker_state(node, 0, {"node": node, "worker": 0, "slot": node, "id": f"{node:06d}",
+                                         "status": "training"})
+        run.beat(node, 0)
+    old = run.filesystem_now() - 100
+    os.utime(run.heartbeat_path(1, 0), (old, old))
+    os.utime(tmp_path / "slots" / "000001.json", (old, old))
+    lines = node_lines(load_config(None, {"EVO.LEASE_SECONDS": 10}), run, PublishedResults(run))
+    assert len(lines) == 2
+    assert lines[0].startswith("  node 0: last heartbeat 0 s ago, holds slots 0") and "STALE" not in lines[0]
+    assert lines[1].startswith("  node 1: last heartbeat 100 s ago, holds slots 1") and "STALE" in lines[1]
