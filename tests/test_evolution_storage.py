@@ -148,3 +148,15 @@ def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
     assert len(lines) == 2
     assert lines[0].startswith("  node 0: last heartbeat 0 s ago, holds slots 0") and "STALE" not in lines[0]
     assert lines[1].startswith("  node 1: last heartbeat 100 s ago, holds slots 1") and "STALE" in lines[1]
+
+
+def test_a_corrupt_genome_is_quarantined_and_counts_as_missing(tmp_path):
+    search = RunDir(tmp_path, quarantine=True)
+    search.create()
+    search.write_genome("000004", '{"id": "000004", "size": 1.0}\n', "<mujoco/>")
+    assert search.has_genome("000004") and json.loads(search.read_genome("000004"))["size"] == 1.0
+    (tmp_path / "genomes" / "000004.json").write_text('{"id": "000004", "si')
+    assert not search.has_genome("000004")
+    with pytest.raises(FileNotFoundError, match="genomes/000004.json is missing"):
+        search.read_genome("000004")
+    assert [p.name for p in (tmp_path / "quarantine").iterdir()] == ["genomes-000004.json"]

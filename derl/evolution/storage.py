@@ -45,6 +45,7 @@ Layout::
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import secrets
@@ -295,11 +296,27 @@ class RunDir:
         self._write_text(self.xml_path(morphology_id), mjcf)
         self._write_text(self.genome_path(morphology_id), genome_json)
 
+    def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
+        def problem(data: Any) -> str | None:
+            ok = isinstance(data, dict) and data.get("id") == morphology_id
+            return None if ok else f"is not a genome with id {morphology_id!r}"
+
+        return self._read_checked(self.genome_path(morphology_id), problem)
+
     def has_genome(self, morphology_id: str) -> bool:
-        return self.genome_path(morphology_id).exists()
+        """True if the genome exists and parses (a corrupt one is quarantined, then made anew)."""
+        return self._checked_genome(morphology_id) is not None
 
     def read_genome(self, morphology_id: str) -> str:
-        return self.genome_path(morphology_id).read_text()
+        """The genome's JSON text.
+
+        Raises:
+            FileNotFoundError: it is missing, or was just quarantined.
+        """
+        data = self._checked_genome(morphology_id)
+        if data is None:
+            raise FileNotFoundError(f"{self.genome_path(morphology_id)} is missing (see quarantine/)")
+        return json.dumps(data, indent=2) + "\n"
 
     # Slots.
     def _slot_path(self, slot: int) -> Path:
