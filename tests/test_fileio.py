@@ -29,3 +29,17 @@ def test_create_exclusive(tmp_path):
     assert p.read_text() == "me"
     atomic_write_text(tmp_path / "t.txt", "hi")
     assert (tmp_path / "t.txt").read_text() == "hi"
+
+
+def test_json_errors_name_their_file(tmp_path):
+    import json
+
+    from derl.fileio import JsonFileError, read_json
+
+    truncated, binary = tmp_path / "cut.json", tmp_path / "bin.json"
+    truncated.write_text('{"a": ')
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(JsonFileError, match=r"cut.json: not valid JSON \(Expecting value"):
+        read_json(truncated)
+    with pytest.raises(json.JSONDecodeError, match=r"bin.json: not UTF-8 text"):  # callers catching JSONDecodeError
+        read_json(binary)

@@ -26,6 +26,7 @@ from derl.config import CfgNode, ConfigError, load_config
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.evolution.storage import RunDir
+from derl.fileio import read_json
 
 
 class RunError(ValueError):
@@ -174,7 +175,7 @@ class RunView:
         return trainings
 
     def failed(self) -> list[dict[str, Any]]:
-        return [json.loads(self.run.error_path(i).read_text()) for i in sorted(self.run.failed_ids())]
+        return [read_json(self.run.error_path(i)) for i in sorted(self.run.failed_ids())]  # errors name the file
 
     def summary(self) -> dict[str, Any] | None:
         return self.run.read_summary()

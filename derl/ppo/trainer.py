@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from derl.config import CfgNode
-from derl.fileio import atomic_write_text
+from derl.fileio import JsonFileError, atomic_write_text
 from derl.ppo.callbacks import Callback
 from derl.ppo.checkpoint import load_checkpoint, save_checkpoint
 from derl.ppo.device import learner_device
@@ -220,7 +220,10 @@ class PPO:
 def _read_metrics(metrics_path: Path | None, up_to_iteration: int) -> list[dict]:
     if metrics_path is None or not metrics_path.is_file():
         return []
-    records = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    try:
+        records = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    except json.JSONDecodeError as err:
+        raise JsonFileError(metrics_path, f"not valid JSON lines ({err})") from None
     return [record for record in records if record["iteration"] <= up_to_iteration]
 
 
