@@ -4,6 +4,7 @@
 - ``population``: slots, morphology ids, seed streams, the split of the initial population.
 - ``storage``: ``RunDir``, the only code that knows the ``OUT_DIR`` layout.
 - ``results``: published metadata, parent selection, ``summary.json``.
+- ``lease``: heartbeats and the takeover of slots whose owner went silent (dead nodes).
 - ``backend``: genomes and training (derl.morphology, derl.envs, derl.ppo).
 - ``worker``: one worker process; ``coordinator``: one node (``evo_single_proc.py``).
 - ``status``: progress of a run (``tools/status.py``).
