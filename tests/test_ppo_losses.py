@@ -1,5 +1,7 @@
 """GAE and the PPO loss against hand-worked numbers."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -69,7 +71,16 @@ def test_gaussian_log_prob_and_entropy_match_torch():
     actions = torch.randn(5, 3)
     reference = torch.distributions.Normal(mean, log_std.exp())
     torch.testing.assert_close(gaussian_log_prob(actions, mean, log_std), reference.log_prob(actions).sum(-1))
-    torch.testing.assert_close(gaussian_entropy(log_std), reference.entropy()[0].sum())
+    torch.testing.assert_close(gaussian_entropy(log_std), reference.entropy()[0].mean())
+
+
+def test_entropy_is_the_mean_over_action_dimensions():
+    # Each dimension of N(mu, sigma^2) has entropy 0.5*ln(2*pi*e) + ln(sigma):
+    # log_std (0, 0, ln 2) -> 1.41894, 1.41894, 1.41894 + 0.69315 = 2.11209; mean 1.65000.
+    per_dim = 0.5 * math.log(2 * math.pi * math.e)
+    log_std = torch.tensor([0.0, 0.0, math.log(2.0)])
+    assert gaussian_entropy(log_std).item() == pytest.approx(per_dim + math.log(2.0) / 3, rel=1e-6)
+    assert gaussian_entropy(torch.zeros(7)).item() == pytest.approx(1.418939, rel=1e-6)  # any A: a fresh policy
 
 
 def test_ppo_loss_clips_policy_and_value():

@@ -11,6 +11,7 @@ import torch
 from derl.config import load_config
 from derl.ppo import OnIteration, StopWhen, load_policy, train
 from derl.ppo.device import resolve_device
+from derl.ppo.losses import gaussian_log_prob
 from derl.ppo.policy import Policy
 from derl.ppo.trainer import PPO
 from tests.test_ppo_pool import CountingEnv
@@ -109,3 +110,50 @@ def test_device_names():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             resolve_device("cuda:0")
+
+
+class RecordingEnv(CountingEnv):
+    """Keeps every action it receives."""
+
+    def __init__(self, index: int = 0):
+        super().__init__(index, limit=1000, fall_above=math.inf)
+        self.received = []
+
+    def step(self, action):
+        self.received.append(np.array(action, copy=True))
+        return super().step(action)
+
+
+def test_envs_receive_clipped_actions_and_the_rollout_keeps_the_sampled_ones():
+    envs = []
+
+    def make(index):
+        envs.append(RecordingEnv(index))
+        return envs[-1]
+
+    ppo = PPO(_cfg(steps=64), make, seed=0)
+    with torch.no_grad():
+        ppo.model.log_std.fill_(math.log(3.0))  # sigma 3: most samples fall outside [-1, 1]
+    ppo.collector.policy.sync()
+    ppo.collector.reset(0)
+    ppo.collector.collect(ppo.rollout)
+    stored = ppo.rollout.actions  # [T, envs, 1]
+    received = np.stack([np.stack(env.received) for env in envs], axis=1)
+    assert np.abs(stored).max() > 1.0  # the rollout keeps the unclipped samples
+    assert np.abs(received).max() <= 1.0
+    np.testing.assert_array_equal(received, np.clip(stored, -1.0, 1.0))
+    # The stored log-probability is that of the stored (unclipped) action under the policy.
+    obs = torch.from_numpy(ppo.rollout.obs.reshape(-1, ppo.rollout.obs.shape[-1]))
+    with torch.no_grad():
+        expected = gaussian_log_prob(torch.from_numpy(stored.reshape(-1, 1)), ppo.model.action_mean(obs),
+                                     ppo.model.log_std)
+    np.testing.assert_allclose(ppo.rollout.log_probs.reshape(-1), expected.numpy(), rtol=1e-4, atol=1e-4)
+    ppo.pool.close()
+
+
+def test_a_fresh_policy_reports_the_per_dimension_entropy():
+    # log_std starts at 0: each dimension's entropy is 0.5*ln(2*pi*e) = 1.41894, whatever the action size.
+    records = []
+    train(_cfg(iters=1), lambda i: CountingEnv(i, limit=1000, fall_above=math.inf), seed=0,
+          callbacks=[OnIteration(records.append)])
+    assert records[0]["entropy"] == pytest.approx(1.419, abs=2e-3)

@@ -62,8 +62,12 @@ def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, log_std: torch.
 
 
 def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
-    """Entropy of a diagonal Gaussian with state-independent ``log_std``."""
-    return (log_std + 0.5 + LOG_SQRT_2PI).sum(-1)
+    """Entropy of a diagonal Gaussian with state-independent ``log_std``, averaged over the action dimensions.
+
+    DERL's bonus is ``pi.entropy().mean()``: the mean over the batch *and* the dimensions. A sum over the
+    dimensions would make the bonus A times stronger for A actuators and penalise many-jointed bodies.
+    """
+    return (log_std + 0.5 + LOG_SQRT_2PI).mean(-1)
 
 
 class LossTerms(NamedTuple):

@@ -68,6 +68,11 @@ class Collector:
         self.rng = np.random.default_rng(seed)  # action noise
         self._raw = np.zeros((pool.num_envs, pool.layout.size), np.float32)  # current, as the envs gave it
         self._obs = np.zeros_like(self._raw)  # current, normalised
+        # Envs receive actions clipped to the action space (as SB3 and CleanRL); the rollout keeps the
+        # sampled, unclipped action, whose log-probability the loss uses.
+        space = pool.action_space
+        self._low, self._high = np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)
+        self._env_actions = np.zeros((pool.num_envs, space.shape[0]), np.float32)
 
     def reset(self, seed: int | None) -> None:
         obs = self.pool.reset(seed)
@@ -86,7 +91,8 @@ class Collector:
         for t in range(rollout.obs.shape[0]):
             rollout.obs[t] = self._obs
             rollout.actions[t], rollout.log_probs[t], rollout.values[t] = policy.sample(self._obs, self.rng)
-            batch = self.pool.step(rollout.actions[t])
+            np.clip(rollout.actions[t], self._low, self._high, out=self._env_actions)
+            batch = self.pool.step(self._env_actions)
             rollout.terminated[t] = batch.terminated
             rollout.truncated[t] = batch.truncated
             self.obs_norm.update(batch.obs)
