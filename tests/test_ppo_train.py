@@ -38,9 +38,12 @@ def test_pendulum_return_clearly_improves():
     first = []
     result = train(cfg, _pendulum, seed=0, callbacks=[OnIteration(lambda record: first.append(record.get("return")))])
     assert result.completed and result.iterations == 30 and result.env_steps == 30 * 8 * 256
-    initial = next(r for r in first if r is not None)
-    assert result.summary["return"] > -800
-    assert result.summary["return"] > initial + 400
+    # The learning curve's last point (mean of the last 10 episodes) against its first; the fitness
+    # (mean of all 30 points here, fewer than 100) averages the whole curve, early iterations included.
+    curve = [r for r in first if r is not None]
+    assert curve[-1] > -800
+    assert curve[-1] > curve[0] + 400
+    assert curve[0] < result.summary["return"] < curve[-1]
 
 
 def test_checkpoint_round_trip_gives_identical_actions(tmp_path):

@@ -1,4 +1,9 @@
-"""The last 100 finished episodes, and their means: what the evolution's metadata records."""
+"""DERL's learning curve and fitness, from the finished episodes.
+
+Each iteration records a point: the mean of the last ``EPISODES_PER_POINT`` (10) finished episodes. A
+morphology's fitness (the ``summary`` the evolution publishes) is the mean of the last ``POINTS`` (100)
+points, as DERL's metadata (kept as floats; the original truncated to int).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ from collections.abc import Iterable
 
 from derl.ppo.episode_stats import FINAL_KEYS, REWARD_PREFIX
 
-WINDOW = 100
+EPISODES_PER_POINT = 10
+POINTS = 100
 
 
 def is_summary_key(key: str) -> bool:
@@ -29,29 +35,40 @@ def mean_fields(episodes: Iterable[dict[str, float]]) -> dict[str, float]:
 
 
 class EpisodeLog:
-    """Keeps the last ``WINDOW`` finished episodes and counts all of them."""
+    """The last ``EPISODES_PER_POINT`` finished episodes, the last ``POINTS`` points, and a count of all."""
 
     def __init__(self) -> None:
-        self.recent: deque[dict[str, float]] = deque(maxlen=WINDOW)
+        self.recent: deque[dict[str, float]] = deque(maxlen=EPISODES_PER_POINT)
+        self.points: deque[dict[str, float]] = deque(maxlen=POINTS)
         self.finished = 0
 
-    def extend(self, episodes: list[dict[str, float]]) -> None:
+    def add_iteration(self, episodes: list[dict[str, float]]) -> None:
+        """The episodes that ended in one iteration; records the iteration's point once any has ended."""
         self.recent.extend(episodes)
         self.finished += len(episodes)
+        if self.recent:
+            self.points.append(mean_fields(self.recent))
+
+    def current(self) -> dict[str, float]:
+        """The latest point of the learning curve (empty before the first finished episode)."""
+        return dict(self.points[-1]) if self.points else {}
 
     def summary(self, in_progress: list[dict[str, float]] = ()) -> dict[str, float]:
-        """Means over the recent episodes; with none finished, over the episodes in progress.
+        """The fitness: means over the recent points; with no episode finished, over those in progress.
 
         The fallback keeps a run too short to end an episode reporting every field as a finite
         float (spec defect 20), instead of NaN or a missing key.
         """
-        return mean_fields(self.recent if self.recent else in_progress)
+        return mean_fields(self.points if self.points else in_progress)
 
     def state_dict(self) -> dict:
-        return {"recent": [dict(ep) for ep in self.recent], "finished": self.finished}
+        return {"recent": [dict(ep) for ep in self.recent], "points": [dict(p) for p in self.points],
+                "finished": self.finished}
 
     def load_state_dict(self, state: dict) -> None:
-        self.recent = deque(
-            ({k: float(v) for k, v in ep.items()} for ep in state["recent"]), maxlen=WINDOW
-        )
+        def floats(rows: list[dict]) -> list[dict[str, float]]:
+            return [{k: float(v) for k, v in row.items()} for row in rows]
+
+        self.recent = deque(floats(state["recent"]), maxlen=EPISODES_PER_POINT)
+        self.points = deque(floats(state.get("points", [])), maxlen=POINTS)  # older checkpoints had none
         self.finished = int(state["finished"])

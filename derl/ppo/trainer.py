@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainResult:
-    summary: dict[str, float]  # mean of the last 100 episodes: return, __reward__*, x_pos, metric
+    summary: dict[str, float]  # fitness: mean of the last 100 per-iteration means of the last 10 episodes
     env_steps: int  # total over all ranks, including steps before a resume
     iterations: int  # total, including iterations before a resume
     wall_time: float  # seconds spent in this call
@@ -148,7 +148,7 @@ class PPO:
         """One collection + update; returns the iteration's metrics record."""
         lr = self.optimizer.lr = learning_rate(self.cfg, self.iteration, self.comm.world_size)
         started = time.perf_counter()
-        self.episode_log.extend(self.share_across_ranks(self.collector.collect(self.rollout)))
+        self.episode_log.add_iteration(self.share_across_ranks(self.collector.collect(self.rollout)))
         self.env_steps += self.steps_per_iteration
         collected = time.perf_counter()
         stats = self.learner.update(self.learner.batch(self.rollout))
@@ -159,7 +159,7 @@ class PPO:
             "env_steps": self.env_steps,
             "steps_per_sec": self.steps_per_iteration / (updated - started),
             "episodes": self.episode_log.finished,
-            **self.episode_log.summary(),
+            **self.episode_log.current(),
             **stats,
             "lr": lr,
             "collect_seconds": collected - started,
