@@ -5,7 +5,7 @@ from derl.ppo.episode_stats import EpisodeStats
 
 
 class _Counter(gym.Env):
-    """Reward 1 per step, forward term 2, ctrl term -0.5; ends after 3 steps."""
+    """Reward 1 per step, forward term 2, ctrl term -0.5, energy 4; ends after 3 steps."""
 
     observation_space = gym.spaces.Box(-1, 1, (1,))
     action_space = gym.spaces.Box(-1, 1, (1,))
@@ -16,7 +16,7 @@ class _Counter(gym.Env):
 
     def step(self, action):
         self.t += 1
-        info = {"__reward__forward": 2.0, "__reward__ctrl": -0.5, "x_pos": 0.1 * self.t}
+        info = {"__reward__forward": 2.0, "__reward__ctrl": -0.5, "energy": 4.0, "x_pos": 0.1 * self.t}
         return np.zeros(1, np.float32), 1.0, False, self.t == 3, info
 
 
@@ -26,8 +26,8 @@ def test_sums_each_term_and_keeps_final_values():
     infos = [env.step(env.action_space.sample())[-1] for _ in range(3)]
     assert "episode" not in infos[0] and "episode" not in infos[1]
     ep = infos[2]["episode"]
-    assert ep == {"return": 3.0, "__reward__forward": 6.0, "__reward__ctrl": -1.5, "length": 3,
-                  "x_pos": ep["x_pos"]}
+    assert ep == {"return": 3.0, "__reward__forward": 6.0, "__reward__ctrl": -1.5, "energy": 12.0,
+                  "length": 3, "x_pos": ep["x_pos"]}
     assert abs(ep["x_pos"] - 0.3) < 1e-12
     env.reset()
     env.step(env.action_space.sample())

@@ -3,7 +3,8 @@
 When an episode ends (terminated or truncated), ``info["episode"]`` holds:
 
 - ``return``: sum of the rewards; ``length``: number of steps;
-- every ``__reward__*`` key the env reports in ``info``: its sum over the episode;
+- every ``__reward__*`` key and ``energy`` (``SUM_KEYS``) the env reports in ``info``: its sum
+  over the episode;
 - ``x_pos`` and ``metric``, when the env reports them: their value at the last step.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 REWARD_PREFIX = "__reward__"
+SUM_KEYS = ("energy",)  # logged per step, summed per episode, not reward terms
 FINAL_KEYS = ("x_pos", "metric")
 
 
@@ -37,7 +39,7 @@ class EpisodeStats(gym.Wrapper):
         sums = self._sums
         sums["return"] += float(reward)
         for key, value in info.items():
-            if key.startswith(REWARD_PREFIX):
+            if key.startswith(REWARD_PREFIX) or key in SUM_KEYS:
                 sums[key] = sums.get(key, 0.0) + float(value)
         self._length += 1
         self._final = {key: float(info[key]) for key in FINAL_KEYS if key in info}
