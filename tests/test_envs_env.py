@@ -66,7 +66,7 @@ def test_check_env_on_twenty_sampled_morphologies(name, folder):
 
 
 def test_observation_layout_matches_the_morphology():
-    env = UnimalEnv(FIXTURE, env_cfg("mvt"))
+    env = UnimalEnv(FIXTURE, env_cfg("mvt", **{"ENV.KEYS_TO_KEEP": ["proprioceptive", "hfield", "obj", "goal"]}))
     joints, limbs = 6, 4
     sizes = {k: space.shape[0] for k, space in env.observation_space.spaces.items()}
     assert sizes == {"proprioceptive": 2 * joints + 3 * limbs + 16, "hfield": 1410, "obj": 12, "goal": 3}
@@ -143,10 +143,23 @@ def test_pushing_forward_earns_forward_reward_and_the_reward_is_its_terms():
     _, reward, terminated, truncated, info = env.step(action)
     assert info["__reward__forward"] > 0.5 and info["x_pos"] > 0
     assert info["__reward__ctrl"] == pytest.approx(-1e-3 * 0.25 * 6)
-    terms = sum(v for k, v in info.items() if k.startswith("__reward__") and k != "__reward__energy")
-    assert reward == pytest.approx(terms)
-    assert info["__reward__energy"] == int(info["__reward__energy"]) >= 0
+    assert reward == pytest.approx(sum(v for k, v in info.items() if k.startswith("__reward__")))
     assert not terminated and not truncated
+
+
+def test_energy_is_the_actuator_force_in_joint_space():
+    # A motor's force is gear x ctrl on its hinge: with ctrl 0.5 on every motor of the fixture
+    # (gears 200 and 250, one motor per hinge), sum |qfrc_actuator| = 0.5 x sum of the gears per step.
+    env = EpisodeStats(UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.EPISODE_LENGTH": 3})))
+    env.reset(seed=0)
+    gears = env.unwrapped.model.actuator_gear[:, 0]
+    assert set(gears) == {200.0, 250.0}
+    action = np.full(env.action_space.shape, 0.5, dtype=np.float32)
+    for _ in range(3):
+        _, _, _, truncated, info = env.step(action)
+        assert info["energy"] == pytest.approx(0.5 * gears.sum())
+        assert not any(k.startswith("__reward__") and "energy" in k for k in info)
+    assert truncated and info["episode"]["energy"] == pytest.approx(3 * 0.5 * gears.sum())
 
 
 def test_dropping_below_the_fall_height_terminates():
@@ -202,18 +215,70 @@ def test_episode_stats_sum_the_terms():
     assert info["episode"]["x_pos"] == info["x_pos"] and info["episode"]["length"] == 5
 
 
-def test_manipulation_rewards_reaching_the_box():
-    env = UnimalEnv(FIXTURE, env_cfg("mvt"))
+class _BoxDistances:
+    """MVT's distances computed independently of the task: agent sites to box faces, box to goal."""
+
+    def __init__(self, env: UnimalEnv):
+        model = env.model
+        names = [model.site(i).name for i in range(model.nsite)]
+        self.agent = [i for i, n in enumerate(names) if n.startswith(("torso/", "limb/btm/", "limb/mid/"))]
+        self.faces = [i for i, n in enumerate(names) if n.startswith("box/face/")]
+        self.env = env
+
+    def agent_box(self) -> float:
+        xpos = self.env.data.site_xpos
+        return float(np.min(np.linalg.norm(xpos[self.agent][:, None] - xpos[self.faces][None], axis=2)))
+
+    def box_goal(self) -> float:
+        goal = self.env.model.site_pos[self.env.model.site("goal").id]
+        return float(np.linalg.norm(self.env.data.body("box").xpos[:2] - goal[:2]))
+
+
+def test_manipulation_reach_then_push_as_derl():
+    flat = {"TERRAIN.FLAT_LENGTH_RANGE": [30, 30, 1]}  # no obstacle to land the teleported agent in
+    env = UnimalEnv(FIXTURE, env_cfg("mvt", **{"ENV.KEYS_TO_KEEP": ["proprioceptive", "obj", "goal"], **flat}))
     obs, _ = env.reset(seed=0)
-    box = env.data.qpos[env.task._box_qpos:env.task._box_qpos + 3].copy()
-    goal = env.model.site_pos[env.model.site("goal").id]
-    assert goal[0] - box[0] >= env.cfg.OBJECT.CLOSE_PLACEMENT_DIST
+    dist = _BoxDistances(env)
+    qpos, box_qpos = env.data.qpos, env.model.joint("box").qposadr[0]
+    box = qpos[box_qpos:box_qpos + 3].copy()
+    goal = env.model.site_pos[env.model.site("goal").id].copy()
+    assert goal[0] - box[0] >= env.cfg.OBJECT.CLOSE_PLACEMENT_DIST and obs["obj"][0] > 10  # the box lies ahead
     assert obs["goal"] == pytest.approx(obs["obj"][9:12])
-    assert obs["obj"][0] > 10  # the box lies ahead
-    env.data.qpos[0:2] = box[0] - 0.35, box[1]  # teleport next to the box
-    _, reward, _, _, info = env.step(np.zeros(env.action_space.shape))
-    assert info["__reward__manipulation"] > 100  # 100 x the distance gained + 10 on reaching
-    assert "__reward__forward" not in info and info["metric"] == pytest.approx(0.0, abs=0.05)
+    margin = env.cfg.OBJECT.SUCCESS_MARGIN
+    d, g = dist.agent_box(), dist.box_goal()
+    zero = np.zeros(env.action_space.shape)
+
+    def step():
+        nonlocal d, g
+        _, reward, terminated, _, info = env.step(zero)
+        assert not terminated
+        d_before, g_before, d, g = d, g, dist.agent_box(), dist.box_goal()
+        assert info["__reward__manipulation"] == pytest.approx(info["__reward__reach"] + info["__reward__push"])
+        assert reward == pytest.approx(info["__reward__reach"] + info["__reward__push"] + info["__reward__ctrl"])
+        return info, 100 * (d_before - d), 100 * (g_before - g)
+
+    qpos[0:2] = box[0] - 3, box[1]  # approach: reach is 100 x the distance gained, no push yet
+    info, gained, _ = step()
+    assert d > margin and gained > 100 and info["__reward__push"] == 0
+    assert info["__reward__reach"] == pytest.approx(gained)
+    qpos[0:2] = box[0] - 0.55, box[1]  # reach: + 10 once, and push counts from this step
+    info, gained, pushed = step()
+    assert d <= margin and info["__reward__reach"] == pytest.approx(gained + 10)
+    assert info["__reward__push"] == pytest.approx(pushed, abs=1e-9)
+    info, gained, _ = step()  # still within the margin: no second bonus
+    assert d <= margin and info["__reward__reach"] == pytest.approx(gained, abs=1e-9)
+    qpos[0:2] = box[0] - 3, box[1]  # walk away: costs reward
+    info, gained, pushed = step()
+    assert gained < -100 and info["__reward__reach"] == pytest.approx(gained)
+    assert info["__reward__push"] == pytest.approx(pushed, abs=1e-9)
+    qpos[box_qpos:box_qpos + 2] = goal[0] - 1, goal[1]  # push the box towards the goal
+    info, _, pushed = step()
+    assert pushed > 1000 and info["__reward__push"] == pytest.approx(pushed)
+    qpos[box_qpos:box_qpos + 2] = goal[0] - 0.3, goal[1]  # into the goal: + 10 on each step there
+    for _ in range(2):
+        info, _, pushed = step()
+        assert g <= margin and info["__reward__push"] == pytest.approx(pushed + 10)
+    assert "__reward__forward" not in info
 
 
 def test_env_from_a_genome_equals_env_from_its_file(folder):

@@ -2,7 +2,8 @@
 
 A task is a small set of hooks the env calls; tasks register by name in ``TASKS``. The
 control cost and the energy log are the env's own (common to all tasks). Reward terms are
-returned as ``{"__reward__<name>": value}``; the env's reward is their sum plus the control cost.
+returned as ``{"__reward__<name>": value}``; the env's reward is their sum plus the control cost,
+except the task's ``aggregates`` (sums of other terms logged under their own name).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class Task:
 
     #: observation keys (besides proprioceptive/hfield) this task produces, with their sizes
     obs_sizes: dict[str, int] = {}
+    #: logged sums of other terms (name -> its parts): in ``info`` but not added to the reward
+    aggregates: dict[str, tuple[str, ...]] = {}
     #: end the episode when the agent nears a side edge (SIZE[1] - |y| <= 1)
     edge_termination = True
 
@@ -63,17 +66,25 @@ class Locomotion(Task):
 
 
 class Manipulation(Task):
-    """Push a box to a goal (MVT): reach the box first, then push it.
+    """Push a box to a goal (MVT), as DERL's ``ManipulationTask``: reach the box, then push it.
 
     d = least distance between the agent's sites (``torso/*``, ``limb/btm/*``, ``limb/mid/*``)
-    and the box's face sites. Until d <= OBJECT.SUCCESS_MARGIN the term is
-    ``w * (d_before - d_after)`` (+ bonus the step it gets there); afterwards it is
-    ``w * (decrease of the box-goal xy distance)`` + bonus on each step the box is within the
-    margin of the goal, with (w, _, bonus) = ENV.REACH_REWARD_PARAMS. The metric is how much
-    closer to the goal the box is than at the start (metres).
+    and the box's face sites; with (w, _, bonus) = ENV.REACH_REWARD_PARAMS and m =
+    OBJECT.SUCCESS_MARGIN, on every step:
+
+    - ``__reward__reach`` = w * (d_before - d_after), + bonus the first time d <= m (walking
+      away from the box after reaching it costs reward);
+    - ``__reward__push`` = 0 until that first reach; from that step on,
+      w * (decrease of the box-goal xy distance), + bonus on each step the box is within m of
+      the goal;
+    - ``__reward__manipulation`` = reach + push, an aggregate (``aggregates``): DERL's
+      selection criterion, not a third term of the reward.
+
+    The metric is how much closer to the goal the box is than at the start (metres).
     """
 
     obs_sizes = {"obj": 12, "goal": 3}
+    aggregates = {"__reward__manipulation": ("__reward__reach", "__reward__push")}
     edge_termination = False
 
     def __init__(self, env: UnimalEnv):
@@ -142,22 +153,24 @@ class Manipulation(Task):
         return math.sqrt(float((gaps * gaps).sum(axis=2).min()))
 
     def reward(self, x_before: float) -> tuple[float, dict[str, float]]:
-        qpos = self.env.data.qpos
+        agent_dist = self._box_distance()
+        reach = self._weight * (self._agent_dist - agent_dist)
+        self._agent_dist = agent_dist
+        if not self._reached and agent_dist <= self._margin:
+            self._reached = True
+            reach += self._bonus
+        # The box body's position as MuJoCo last computed it, like the agent's sites (and as DERL).
+        box = self.env.data.xpos[self._box_body]
         goal = self.env.model.site_pos[self._goal_site]
-        goal_dist = math.hypot(goal[0] - qpos[self._box_qpos], goal[1] - qpos[self._box_qpos + 1])
+        goal_dist = math.hypot(goal[0] - box[0], goal[1] - box[1])
+        push = 0.0
         if self._reached:
-            term = self._weight * (self._goal_dist - goal_dist)
+            push = self._weight * (self._goal_dist - goal_dist)
             if goal_dist <= self._margin:
-                term += self._bonus
-        else:
-            agent_dist = self._box_distance()
-            term = self._weight * (self._agent_dist - agent_dist)
-            self._agent_dist = agent_dist
-            if agent_dist <= self._margin:
-                self._reached = True
-                term += self._bonus
+                push += self._bonus
         self._goal_dist = goal_dist
-        return term, {"__reward__manipulation": term}
+        return reach + push, {"__reward__reach": reach, "__reward__push": push,
+                              "__reward__manipulation": reach + push}
 
     def observe(self, obs: dict[str, np.ndarray]) -> None:
         data, head = self.env.data, self.env.head_body

@@ -8,8 +8,10 @@ x its start height), nears a side edge (locomotion: SIZE[1] - |y| <= 1), leaves 
 state: ``info["unstable"]``, and non-finite observation values are zeroed).
 
 Reward = task terms (``derl.envs.tasks``) + ``__reward__ctrl`` = -CTRL_COST_WEIGHT * sum(a^2)
-on the raw action. ``info`` also holds ``__reward__energy`` = int(sum |actuator force|), a log
-that is not part of the reward, ``x_pos`` (head x) and ``metric`` (the task metric).
+on the action received: the sum of the ``__reward__*`` values in ``info`` except the task's
+``aggregates`` (MVT's ``__reward__manipulation`` = reach + push). ``info`` also holds ``energy`` =
+sum |qfrc_actuator| (the actuator forces in joint space after the step, DERL's energy; summed
+over the episode by ``EpisodeStats``; not a reward term), ``x_pos`` (head x) and ``metric``.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ class UnimalEnv(gym.Env):
         self._ctrl_weight = float(cfg.ENV.CTRL_COST_WEIGHT)
         self._proprio = Proprioception(model, data, cfg.ENV.OBS_TYPES)
         self._qpos, self._qvel, self._ctrl = data.qpos, data.qvel, data.ctrl
-        self._actuator_force = data.actuator_force
+        self._qfrc_actuator = data.qfrc_actuator
         self._head_xmat = data.xmat[self.head_body]
 
     def _init_heights(self, cfg) -> None:
@@ -194,7 +196,7 @@ class UnimalEnv(gym.Env):
         reward, info = self.task.reward(x_before)
         ctrl_cost = -self._ctrl_weight * float(np.dot(action, action))
         info["__reward__ctrl"] = ctrl_cost
-        info["__reward__energy"] = float(int(sum(map(abs, self._actuator_force.tolist()))))
+        info["energy"] = sum(map(abs, self._qfrc_actuator.tolist()))
         info["x_pos"] = x
         info["metric"] = self.task.metric()
         terminated = self.torso_height <= self.fall_height or out_of_map
