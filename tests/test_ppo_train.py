@@ -58,6 +58,10 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     np.testing.assert_array_equal(before.act(obs), after.act(obs))
     assert after.act(obs[0]).shape == (1,)
+    with torch.no_grad():
+        after.model.mean_head.bias.fill_(5.0)  # Pendulum's torque range is [-2, 2]
+    assert after.act(obs).min() > 2.0  # the actor's mean itself is unbounded
+    np.testing.assert_array_equal(after.act(obs, action_space=ppo.pool.action_space), 2.0)
     ppo.pool.close()
 
 
