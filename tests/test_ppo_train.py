@@ -115,6 +115,14 @@ def test_device_names():
             resolve_device("cuda:0")
 
 
+class ThreeActions(CountingEnv):
+    """CountingEnv with three action dimensions."""
+
+    def __init__(self, index: int = 0):
+        super().__init__(index, limit=1000, fall_above=math.inf)
+        self.action_space = gym.spaces.Box(-2.0, 2.0, (3,), np.float32)
+
+
 class RecordingEnv(CountingEnv):
     """Keeps every action it receives."""
 
@@ -154,9 +162,11 @@ def test_envs_receive_clipped_actions_and_the_rollout_keeps_the_sampled_ones():
     ppo.pool.close()
 
 
-def test_a_fresh_policy_reports_the_per_dimension_entropy():
-    # log_std starts at 0: each dimension's entropy is 0.5*ln(2*pi*e) = 1.41894, whatever the action size.
-    records = []
-    train(_cfg(iters=1), lambda i: CountingEnv(i, limit=1000, fall_above=math.inf), seed=0,
-          callbacks=[OnIteration(records.append)])
-    assert records[0]["entropy"] == pytest.approx(1.419, abs=2e-3)
+def test_a_fresh_policy_reports_the_per_dimension_entropy(tmp_path):
+    # log_std starts at 0: each dimension's entropy is 0.5*ln(2*pi*e) = 1.41894, whatever the action size;
+    # with three actions a sum over the dimensions would read 4.26. The first line of metrics.jsonl shows it.
+    metrics = tmp_path / "metrics.jsonl"
+    train(_cfg(iters=1), lambda i: ThreeActions(i), seed=0,
+          metrics_path=metrics)
+    first = json.loads(metrics.read_text().splitlines()[0])
+    assert first["entropy"] == pytest.approx(1.419, abs=2e-3)
