@@ -49,7 +49,13 @@ class Manipulation(Task):
     Placement: the object ``FORWARD_PLACEMENT_DIST`` metres ahead of the start, the goal as far
     again beyond it, both kept ``2 * PLACEMENT_BUFFER_LEN`` m from the ends (the object at least
     ``CLOSE_PLACEMENT_DIST`` m before the far end) and ``2 * PLACEMENT_BUFFER_WIDTH`` m from the
-    sides. The metric is how much closer to the goal the object is than at the start (metres).
+    sides.
+
+    Metric (DERL's ``ManipulationMetric``, as if the episode ended at this step): before the first
+    reach, 1 - d / (start-goal distance); after it, 1 + a + b + f with a = 1 once the head has been
+    within m of the goal, else 1 - (head-goal distance) / g0, b = 1 once the object has been within
+    m of the goal, else 1 - (object-goal distance) / g0, g0 the object-goal distance at the start,
+    and f = (steps before this one with both done) / EPISODE_LENGTH once both are done.
     """
 
     reward_terms = ("__reward__reach", "__reward__push")
@@ -57,7 +63,7 @@ class Manipulation(Task):
     observables = ("obj", "goal", "hfield")
     grounds = ("Floor", "Terrain")
     needs = ("Objects",)
-    camera = camera_above(4.0, 7.0)
+    camera = camera_above(2.5, 5.0)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -66,8 +72,11 @@ class Manipulation(Task):
         self._weight, _, self._bonus = (float(v) for v in cfg.ENV.REACH_REWARD_PARAMS)
         self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
         self._check_space()
-        self._reached = False
-        self._agent_dist = self._goal_dist = self._start_goal_dist = 0.0
+        self._length = int(cfg.ENV.EPISODE_LENGTH)
+        self._reached = self._object_at_goal = self._head_at_goal = False
+        self._agent_dist = self._goal_dist = self._start_goal_dist = self._head_goal_dist = 0.0
+        self._start_to_goal = 1.0
+        self._success_steps = 0
 
     def make_arena(self) -> Arena:
         if "Floor" in self.cfg.ENV.MODULES:
@@ -120,8 +129,11 @@ class Manipulation(Task):
         super().initialize_episode(scene, rng)
         self.place(scene, rng)
         obj, goal = scene.data.qpos[self.object.qpos:self.object.qpos + 2], self.goal.position
-        self._reached = False
+        self._reached = self._object_at_goal = self._head_at_goal = False
+        self._success_steps = 0
         self._goal_dist = self._start_goal_dist = math.hypot(goal[0] - obj[0], goal[1] - obj[1])
+        start = self.start_pose(0.0)[0]
+        self._start_to_goal = math.hypot(goal[0] - start[0], goal[1] - start[1]) or 1.0
 
     def start(self, scene: Scene) -> None:
         self._agent_dist = self._object_distance(scene)
@@ -133,6 +145,7 @@ class Manipulation(Task):
         return math.sqrt(float((gaps * gaps).sum(axis=2).min()))
 
     def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+        self._success_steps += self._object_at_goal and self._head_at_goal  # the previous step's
         agent_dist = self._object_distance(scene)
         reach = self._weight * (self._agent_dist - agent_dist)
         self._agent_dist = agent_dist
@@ -148,6 +161,10 @@ class Manipulation(Task):
             push = self._weight * (self._goal_dist - goal_dist)
             if goal_dist <= self._margin:
                 push += self._bonus
+                self._object_at_goal = True
+            head = scene.data.xpos[scene.head]
+            self._head_goal_dist = math.hypot(goal[0] - head[0], goal[1] - head[1])
+            self._head_at_goal = self._head_at_goal or self._head_goal_dist <= self._margin
         self._goal_dist = goal_dist
         return reach + push, {"__reward__reach": reach, "__reward__push": push,
                               "__reward__manipulation": reach + push}
@@ -166,7 +183,13 @@ class Manipulation(Task):
         return {**super().obs_sizes(), "obj": 12, "goal": 3}
 
     def metric(self, scene: Scene) -> float:
-        return self._start_goal_dist - self._goal_dist
+        if not self._reached:
+            return 1.0 - self._agent_dist / self._start_to_goal
+        g0 = self._start_goal_dist or 1.0
+        head = 1.0 if self._head_at_goal else 1.0 - self._head_goal_dist / g0
+        obj = 1.0 if self._object_at_goal else 1.0 - self._goal_dist / g0
+        done = self._success_steps / self._length if self._head_at_goal and self._object_at_goal else 0.0
+        return 1.0 + head + obj + done
 
 
 @register("push_box_incline")

@@ -129,7 +129,7 @@ class PointNav(_ReachGoal):
 
     observables = ("goal", "hfield")
     needs = ("Objects",)
-    camera = camera_above(8.0, 8.0)
+    camera = camera_above(3.0, 5.0)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -174,7 +174,7 @@ class Exploration(Task):
 
     reward_terms = ("__reward__explore", "__reward__forward")
     needs = ("Objects",)
-    camera = camera_above(10.0, 8.0)
+    camera = camera_above(3.0, 5.0)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -228,7 +228,7 @@ class EscapeBowl(Task):
     reward_terms = ("__reward__forward", "__reward__escape")
     observables = ("hfield",)
     grounds = ("Bowl",)
-    camera = camera_above(14.0, 14.0)
+    camera = camera_above(3.0, 5.0)
 
     def __init__(self, cfg):
         super().__init__(cfg)

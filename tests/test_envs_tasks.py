@@ -1,0 +1,240 @@
+"""Every registered task: one rule check over its configs (dm_control suite_test style), its defining rule.
+
+The configs are every ``configs/evo`` and ``configs/eval`` file; a task without one fails
+``test_every_registered_task_has_a_config``, so a new task is tested by registering it with a config.
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from derl.config import ConfigError, load_config
+from derl.envs import TASKS, UnimalEnv
+from derl.morphology import random_genome, to_mjcf
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
+CONFIGS = {p.stem: p for d in ("evo", "eval") for p in sorted((ROOT / "configs" / d).glob("*.yml"))
+           if p.stem != "quick"}
+
+
+def task_env(name: str, xml: Path = FIXTURE, **overrides) -> UnimalEnv:
+    return UnimalEnv(xml, load_config(CONFIGS[name], overrides))
+
+
+def sampled_xml(folder: Path, seed: int) -> Path:
+    path = folder / f"sampled-{seed}.xml"
+    if not path.exists():
+        cfg = load_config()
+        path.write_text(to_mjcf(random_genome(cfg, np.random.default_rng(seed), f"test-{seed}"), cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("unimals")
+
+
+def summed_terms(env: UnimalEnv, info: dict) -> float:
+    """The reward as the sum of its terms: every ``__reward__*`` value but the task's aggregates."""
+    aggregates = env.task.aggregates
+    for name, parts in aggregates.items():
+        assert info[name] == pytest.approx(sum(info[p] for p in parts))
+    return sum(v for k, v in info.items() if k.startswith("__reward__") and k not in aggregates)
+
+
+def test_every_registered_task_has_a_config():
+    tasks = {load_config(path).ENV.TASK for path in CONFIGS.values()}
+    assert set(TASKS) <= tasks, f"tasks without a config in configs/: {sorted(set(TASKS) - tasks)}"
+    assert {"patrol", "point_nav", "obstacle", "exploration", "incline", "push_box_incline", "escape_bowl",
+            "manipulation_ball"} <= set(CONFIGS)
+
+
+def _rollout(env: UnimalEnv, seed: int, steps: int):
+    actions = np.random.default_rng(seed).uniform(-1, 1, (steps, env.action_space.shape[0]))
+    obs, _ = env.reset(seed=seed)
+    record = [obs]
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        record.append((obs, reward, info))
+        if terminated or truncated:
+            break
+    return record
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_rules_hold_for_every_task(name, folder):
+    env = task_env(name, sampled_xml(folder, 0), **{"ENV.EPISODE_LENGTH": 40})
+    check_env(env, skip_render_check=True)
+    task = env.task
+    declared = {"proprioceptive": env.observation_space["proprioceptive"].shape[0], **task.obs_sizes()}
+    assert set(env.observation_space.spaces) == set(env.cfg.ENV.KEYS_TO_KEEP)
+    terms = {*task.reward_terms, "__reward__ctrl", *task.aggregates}
+    first = _rollout(env, seed=3, steps=40)
+    for obs in [first[0]] + [step[0] for step in first[1:]]:
+        assert {k: v.shape[0] for k, v in obs.items()} == {k: declared[k] for k in obs}
+        assert all(np.isfinite(v).all() for v in obs.values())
+    for _, reward, info in first[1:]:
+        assert {k for k in info if k.startswith("__reward__")} == terms
+        assert reward == pytest.approx(summed_terms(env, info), abs=1e-9)
+        assert all(math.isfinite(v) for v in info.values())
+    second = _rollout(task_env(name, sampled_xml(folder, 0), **{"ENV.EPISODE_LENGTH": 40}), seed=3, steps=40)
+    assert len(first) == len(second)
+    for a, b in zip(first[1:], second[1:], strict=True):
+        assert a[1] == b[1] and a[2] == b[2]
+        assert all(np.array_equal(a[0][k], b[0][k]) for k in a[0])
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_every_task_renders_headless(name):
+    try:
+        env = UnimalEnv(FIXTURE, load_config(CONFIGS[name]), render_mode="rgb_array", width=64, height=48)
+        env.reset(seed=0)
+        frame = env.render()
+    except Exception as err:  # no usable GL on this machine
+        pytest.skip(f"no headless GL: {err}")
+    assert frame.shape == (48, 64, 3) and frame.std() > 0
+    env.close()
+
+
+def test_config_check_names_the_unknown_key():
+    with pytest.raises(ConfigError, match=r"unknown EVO.SELECTION_CRITERIA \['__reward__foward'\] for task "
+                                          r"locomotion; known: __reward__forward, __reward__stand"):
+        load_config(CONFIGS["ft"], {"EVO.SELECTION_CRITERIA": ["__reward__foward"]})
+    with pytest.raises(ConfigError, match=r"unknown ENV.KEYS_TO_KEEP \['goal'\] for task obstacle; "
+                                          r"known: proprioceptive, hfield \(config .*obstacle.yml\)"):
+        load_config(CONFIGS["obstacle"], {"ENV.KEYS_TO_KEEP": ["proprioceptive", "goal"]})
+    with pytest.raises(ConfigError, match="unknown ENV.TASK 'dance'"):
+        load_config(None, {"ENV.TASK": "dance"})
+    message = ""
+    try:
+        load_config(CONFIGS["patrol"], {"EVO.SELECTION_CRITERIA": ["__reward__forward"]})
+    except ConfigError as err:
+        message = str(err)
+    assert "\n" not in message and "__reward__reach" in message
+
+
+# ---------------------------------------------------------------------------- defining rules
+def _step(env: UnimalEnv):
+    return env.step(np.zeros(env.action_space.shape))
+
+
+def test_patrol_goal_flips_on_reaching_it():
+    env = task_env("patrol")
+    env.reset(seed=0)
+    half = env.cfg.TERRAIN.PATROL_HALF_LEN
+    assert env.data.qpos[0] == pytest.approx(-half, abs=0.01)
+    assert env.task.goal.position[:2].tolist() == [half, 0.0]
+    env.data.qpos[0:2] = half, 0.0
+    obs, reward, _, _, info = _step(env)
+    assert env.task.goal.position[:2].tolist() == [-half, 0.0]  # flipped
+    assert info["__reward__reach"] > 10 and obs["goal"][0] < -half  # the new goal lies behind
+    _, _, _, _, info = _step(env)
+    assert env.task.goal.position[0] == -half and info["metric"] == pytest.approx(
+        1 - env.task.distance / (2 * half) + 1)
+
+
+def test_point_nav_goal_is_drawn_in_its_range():
+    env = task_env("point_nav")
+    goals = []
+    for seed in range(30):
+        env.reset(seed=seed)
+        assert env.data.qpos[0] == pytest.approx(50.0, abs=0.01)  # the arena's centre
+        goals.append(env.task.goal.position[:2].copy())
+    goals = np.array(goals)
+    assert np.all((goals[:, 0] >= 6.5) & (goals[:, 0] < 93.5))
+    assert np.all((goals[:, 1] >= -39.5) & (goals[:, 1] < 39.5))
+    assert np.allclose(goals * 10, np.round(goals * 10))  # DERL's 10 cells/m placement grid
+    assert len({tuple(g) for g in goals}) == 30
+
+
+def test_obstacle_boxes_keep_clear_of_the_ends_and_appear_in_the_height_map():
+    env = task_env("obstacle")
+    extent, model = env.arena.extent, env.model
+    for seed in range(3):
+        obs, _ = env.reset(seed=seed)
+        placed = env.task.placed
+        assert len(placed) >= 40
+        for x, y, half_len, _ in placed:
+            assert x - half_len >= extent.x_min + 10 and x + half_len <= extent.x_max - 10
+            assert env.scene.height_at(x, y) == pytest.approx(extent.ground_z + 2.0)
+        x, y, half_len, half_width = placed[0]
+        geom = model.geom("obstacle/0")
+        assert geom.pos.tolist() == pytest.approx([x, y, extent.ground_z])
+        assert geom.size.tolist() == pytest.approx([half_len, half_width, 2.0])
+    env.data.qpos[0:2] = x - half_len - 1.0, y  # 1 m before the box, facing it: it shows 2 m high ahead
+    obs, *_ = _step(env)
+    assert obs["hfield"].max() >= 1.5
+
+
+def test_exploration_rewards_only_new_cells():
+    env = task_env("exploration")
+    env.reset(seed=0)
+    rewards = []
+    for x, y in ((60.5, 10.5), (60.6, 10.4), (61.5, 10.5), (60.5, 10.5)):
+        env.data.qpos[0:2] = x, y
+        rewards.append(_step(env)[3 + 1]["__reward__explore"])
+    assert rewards == [1.0, 0.0, 1.0, 0.0]
+    assert _step(env)[4]["metric"] == env.task.count == 2
+
+
+def test_incline_reward_is_divided_by_cos_10_degrees():
+    env = task_env("incline")
+    env.reset(seed=0)
+    x_before = float(env.data.qpos[0])
+    env.data.qvel[0] = 1.0
+    _, _, _, _, info = _step(env)
+    expected = (env.data.qpos[0] - x_before) / env.dt / math.cos(math.radians(10))
+    assert info["__reward__forward"] == pytest.approx(expected) and expected > 0.5
+    # The plane rises 10 degrees along +x and the agent starts on it, 2 m from the low end.
+    assert env.scene.height_at(10.0, 0.0) - env.scene.height_at(0.0, 0.0) == pytest.approx(
+        10 * math.tan(math.radians(10)), abs=0.02)
+    assert env.data.qpos[0] == pytest.approx(math.cos(math.radians(10)) * -73, abs=0.05)
+    assert 0 < env.torso_height < 1
+
+
+def test_push_box_incline_box_and_goal_sit_where_the_original_puts_them():
+    env = task_env("push_box_incline")
+    env.reset(seed=0)
+    task, data = env.task, env.data
+    box = data.qpos[task.object.qpos:task.object.qpos + 3]
+    assert box[:2].tolist() == [-35.0, 0.0] and task.goal.position[:2].tolist() == [35.0, 0.0]
+    assert 0.2 < box[2] - env.scene.height_at(-35.0, 0.0) < 0.4  # on the slope, dropped from 0.1 m
+    assert task.goal.position[2] > env.scene.height_at(35.0, 0.0)
+    for _ in range(50):
+        _step(env)
+    assert data.qpos[task.object.qpos] == pytest.approx(-35.0, abs=0.05)  # friction holds it on the slope
+    assert _step(env)[4]["metric"] < 0.1
+
+
+def test_escape_bowl_ends_with_100_at_radius_42():
+    env = task_env("escape_bowl")
+    env.reset(seed=0)
+    assert env.arena.heights.interior.max() == pytest.approx(1.3, abs=0.05)
+    z = float(env.data.qpos[2])
+    env.data.qpos[0:3] = 30.0, 0.0, z + env.scene.height_at(30.0, 0.0)
+    _, _, terminated, _, info = _step(env)
+    assert not terminated and info["__reward__escape"] == 0 and info["metric"] == pytest.approx(30, abs=0.1)
+    env.data.qpos[0:3] = 30.0, 30.0, z + env.scene.height_at(30.0, 30.0)  # radius 42.4
+    _, reward, terminated, _, info = _step(env)
+    assert terminated and info["__reward__escape"] == 100 and reward > 90
+
+
+def test_manipulation_ball_is_reached_and_pushed_as_in_mvt():
+    env = task_env("manipulation_ball")
+    env.reset(seed=0)
+    task, data = env.task, env.data
+    assert env.model.geom("ball").type == 2 and env.model.geom("ball").size[0] == pytest.approx(0.2)
+    ball, goal = data.qpos[task.object.qpos:task.object.qpos + 3].copy(), task.goal.position.copy()
+    assert goal[0] - ball[0] >= 10 and ball[0] >= 4  # the goal lies beyond the ball
+    data.qpos[0:2] = ball[0] - 0.5, ball[1]
+    _, _, _, _, info = _step(env)
+    assert task._reached and info["__reward__reach"] > 10  # gained distance + the bonus
+    before = float(np.linalg.norm(data.body("ball").xpos[:2] - goal[:2]))
+    data.qpos[task.object.qpos:task.object.qpos + 2] = goal[0] - 0.3, goal[1]
+    _, _, _, _, info = _step(env)
+    after = float(np.linalg.norm(data.body("ball").xpos[:2] - goal[:2]))
+    assert after <= 0.5 and info["__reward__push"] == pytest.approx(100 * (before - after) + 10)
