@@ -88,7 +88,6 @@ def _defaults() -> dict[str, Any]:
             "STAND_HEIGHT_RATIO": 0.5,
             # Modules that build the world, in order.
             "MODULES": ["Floor", "Agent"],
-            "WALKER": "",
             "OBS_TYPES": ["position", "velocity", "imu_vel", "touch", "extremities"],
             "KEYS_TO_KEEP": ["proprioceptive"],
             "SKIP_SELF_POS": True,
@@ -447,7 +446,8 @@ def load_config(
             as YAML), or a mapping of keys to already-typed values.
 
     Raises:
-        ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file.
+        ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, an
+            observation key or selection criterion the task does not declare.
     """
     tree = _defaults()
     leaves = [path for path, _ in _flatten(tree)]
@@ -462,7 +462,20 @@ def load_config(
         _set(tree, path, value)
     _check_positive(tree)
     _derive(tree)
-    return CfgNode(tree)
+    cfg = CfgNode(tree)
+    _check_task(cfg, files)
+    return cfg
+
+
+def _check_task(cfg: CfgNode, files: list) -> None:
+    """ENV.TASK, ENV.KEYS_TO_KEEP and EVO.SELECTION_CRITERIA against what the task declares (issue 9)."""
+    from derl.envs.tasks import check_task_config  # lazy: derl.envs imports MuJoCo
+
+    try:
+        check_task_config(cfg)
+    except ValueError as err:
+        where = f" (config {', '.join(str(f) for f in files)})" if files else ""
+        raise ConfigError(f"{err}{where}") from None
 
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "evo"

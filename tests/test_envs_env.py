@@ -130,7 +130,7 @@ def test_each_reset_draws_new_terrain_in_place(name):
 def test_hfield_observation_reads_the_terrain_under_the_agent():
     env = UnimalEnv(FIXTURE, env_cfg("vt"))
     env.reset(seed=0)
-    env._interior[:] = np.arange(env.corridor.shape[0])[:, None] * 0.01  # rises towards +y
+    env.arena.heights.interior[:] = np.arange(env.arena.extent.shape[0])[:, None] * 0.01  # rises towards +y
     obs = env._observe()["hfield"].reshape(47, 30)
     assert obs[0, 6] == pytest.approx(-0.4, abs=1e-5) and obs[-1, 6] == pytest.approx(0.4, abs=1e-5)
 
@@ -165,7 +165,7 @@ def test_energy_is_the_actuator_force_in_joint_space():
 def test_dropping_below_the_fall_height_terminates():
     env = UnimalEnv(FIXTURE, env_cfg("vt"))
     env.reset(seed=0)
-    env.data.qpos[2] = env.corridor.ground_z + 0.5 * env.fall_height
+    env.data.qpos[2] = env.arena.extent.ground_z + 0.5 * env.fall_height
     _, _, terminated, truncated, info = env.step(np.zeros(env.action_space.shape))
     assert terminated and not truncated and "unstable" not in info
 
@@ -174,14 +174,14 @@ def test_side_edge_terminates_locomotion_only():
     for name, expected in (("ft", True), ("mvt", False)):
         env = UnimalEnv(FIXTURE, env_cfg(name))
         env.reset(seed=0)
-        env.data.qpos[1] = env.corridor.half_width - 0.5
+        env.data.qpos[1] = env.arena.extent.half_width - 0.5
         assert env.step(np.zeros(env.action_space.shape))[2] is expected
 
 
 def test_leaving_the_map_ends_cleanly():
     env = UnimalEnv(FIXTURE, env_cfg("vt"))
     env.reset(seed=0)
-    env.data.qpos[0] = env.corridor.x_max + 5
+    env.data.qpos[0] = env.arena.extent.x_max + 5
     obs, _, terminated, _, info = env.step(np.zeros(env.action_space.shape))
     assert terminated and info["out_of_map"]
     assert env.observation_space.contains(obs)
@@ -327,12 +327,12 @@ def test_hfield_surface_is_the_height_map_and_flat_ground_is_the_floor_box():
     env = UnimalEnv(FIXTURE, env_cfg("vt"))
     env.reset(seed=3)
     model, hfield = env.model, env.model.hfield("terrain")
-    rows, cols = env.corridor.shape
+    rows, cols = env.arena.extent.shape
     surface = model.geom("terrain").pos[2] + hfield.size[2] * model.hfield_data.reshape(rows, cols)
-    raised = env._interior > 0
+    raised = env.arena.heights.interior > 0
     assert raised.any()
-    assert np.allclose(surface[raised], env.corridor.ground_z + env._interior[raised], atol=1e-5)
-    assert np.all(surface[~raised] < env.corridor.ground_z)  # sunk under the floor box
+    assert np.allclose(surface[raised], env.arena.extent.ground_z + env.arena.heights.interior[raised], atol=1e-5)
+    assert np.all(surface[~raised] < env.arena.extent.ground_z)  # sunk under the floor box
     for _ in range(10):
         env.step(np.zeros(env.action_space.shape))
     touched = {model.geom(g).name for g in env.data.contact.geom[: env.data.ncon].ravel()}
@@ -344,4 +344,4 @@ def test_world_needs_exactly_one_ground_module():
         UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.MODULES": ["Agent", "Floor", "Terrain"]}))
     env = UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.MODULES": ["Floor", "Agent"]}))
     obs, _ = env.reset(seed=0)
-    assert env.observation_space.contains(obs) and env.corridor.x_min == -75
+    assert env.observation_space.contains(obs) and env.arena.extent.x_min == -75

@@ -92,7 +92,7 @@ def test_vanilla_tournament_retires_losers_for_good(tmp_path):
 
 def test_a_missing_criterion_is_a_one_line_error(tmp_path):
     _, results = published_run(tmp_path)
-    cfg = load_config(None, {"EVO.SELECTION_CRITERIA": ["__reward__manipulation"],
+    cfg = load_config(None, {"ENV.TASK": "manipulation", "EVO.SELECTION_CRITERIA": ["__reward__manipulation"],
                              "EVO.SELECTION_CRITERIA_OBJ": [-1]})
     with pytest.raises(ValueError, match="__reward__manipulation is not in the metadata"):
         results.select_parent(cfg, np.random.default_rng(0))

@@ -58,6 +58,10 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     np.testing.assert_array_equal(before.act(obs), after.act(obs))
     assert after.act(obs[0]).shape == (1,)
+    with torch.no_grad():
+        after.model.mean_head.bias.fill_(5.0)  # Pendulum's torque range is [-2, 2]
+    assert after.act(obs).min() > 2.0  # the actor's mean itself is unbounded
+    np.testing.assert_array_equal(after.act(obs, action_space=ppo.pool.action_space), 2.0)
     ppo.pool.close()
 
 
@@ -115,6 +119,14 @@ def test_device_names():
             resolve_device("cuda:0")
 
 
+class ThreeActions(CountingEnv):
+    """CountingEnv with three action dimensions."""
+
+    def __init__(self, index: int = 0):
+        super().__init__(index, limit=1000, fall_above=math.inf)
+        self.action_space = gym.spaces.Box(-2.0, 2.0, (3,), np.float32)
+
+
 class RecordingEnv(CountingEnv):
     """Keeps every action it receives."""
 
@@ -154,9 +166,11 @@ def test_envs_receive_clipped_actions_and_the_rollout_keeps_the_sampled_ones():
     ppo.pool.close()
 
 
-def test_a_fresh_policy_reports_the_per_dimension_entropy():
-    # log_std starts at 0: each dimension's entropy is 0.5*ln(2*pi*e) = 1.41894, whatever the action size.
-    records = []
-    train(_cfg(iters=1), lambda i: CountingEnv(i, limit=1000, fall_above=math.inf), seed=0,
-          callbacks=[OnIteration(records.append)])
-    assert records[0]["entropy"] == pytest.approx(1.419, abs=2e-3)
+def test_a_fresh_policy_reports_the_per_dimension_entropy(tmp_path):
+    # log_std starts at 0: each dimension's entropy is 0.5*ln(2*pi*e) = 1.41894, whatever the action size;
+    # with three actions a sum over the dimensions would read 4.26. The first line of metrics.jsonl shows it.
+    metrics = tmp_path / "metrics.jsonl"
+    train(_cfg(iters=1), lambda i: ThreeActions(i), seed=0,
+          metrics_path=metrics)
+    first = json.loads(metrics.read_text().splitlines()[0])
+    assert first["entropy"] == pytest.approx(1.419, abs=2e-3)

@@ -140,7 +140,9 @@ def test_report_of_a_run_in_progress(tiny_run, tmp_path):
     rows = [{"id": i, "source": str(run), "task": task, "seed": seed, "return": 10.0 * k + seed, "metric": 1.0}
             for k, i in enumerate(["000000", "000001"]) for task in ("patrol", "incline") for seed in (0, 1)]
     (run / "eval" / "summary.json").write_text(json.dumps({"rows": rows, "ranking": {}}))
+    (run / "metadata" / "000099.json").write_text('{"id": "000099", "slot"')  # a corrupt file is skipped
     view = RunView(run)
+    assert list(view.unreadable) == [str(run / "metadata" / "000099.json")]
     assert len(view) == TINY_RUN["search"] - 1 and not view.is_finished()
     assert [(t.id, t.iterations) for t in view.in_progress()] == [(last, 5)]
     report = write_report(view, run / "report", ReportOptions(top_k=2, video_steps=12))
@@ -149,7 +151,7 @@ def test_report_of_a_run_in_progress(tiny_run, tmp_path):
     assert png_size(run / "report" / "plots" / "transfer.png") == FIXED_SIZE
     html = report.index.read_text()
     assert f"<td>{last}</td>" in html and f"5 / {TINY_RUN['iterations']}" in html and "in progress" in html
-    assert "patrol" in html and "incline" in html
+    assert "patrol" in html and "incline" in html and "unreadable files" in html
 
 
 def test_report_while_a_search_runs(tmp_path):

@@ -72,7 +72,8 @@ def run_policy(cfg: CfgNode, xml_path: Path, checkpoint: Path, seed: int, *, vid
     try:
         obs, _ = env.reset(seed=seed)
         while first is None or len(frames) < video_frames:
-            obs, _, terminated, truncated, info = env.step(policy.act(obs, deterministic=True))
+            action = policy.act(obs, deterministic=True, action_space=env.action_space)
+            obs, _, terminated, truncated, info = env.step(action)
             if len(frames) < video_frames:
                 frames.append(env.render())
             if terminated or truncated:

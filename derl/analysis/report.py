@@ -143,6 +143,9 @@ def _summary(w: _Writer) -> None:
                       f"(window {cfg.EVO.AGING_WINDOW_SIZE}, initial population {cfg.EVO.INIT_POPULATION_SIZE})"),
         ("PPO budget", f"{cfg.PPO.MAX_STATE_ACTION_PAIRS:,} env steps ({cfg.PPO.MAX_ITERS} iterations) per morphology"),
     ]
+    if view.unreadable:
+        rows.append(("unreadable files", f"{len(view.unreadable)} skipped (corrupt or foreign; the search "
+                                         "moves them to quarantine/): " + "; ".join(sorted(view.unreadable))[:500]))
     if best:
         rows.append(("best", f"{best[0].id}: {view.fitness_key} = {_num(best[0].fitness.get(view.fitness_key))}"))
     wall = [r.wall_time for r in view.records if r.wall_time is not None]

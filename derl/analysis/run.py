@@ -56,6 +56,7 @@ class RunView:
         self.cfg = self._load_config()
         self._metadata: dict[str, dict[str, Any]] = {}
         self._genomes: dict[str, dict[str, Any] | None] = {}
+        self.unreadable: dict[str, str] = {}  # path -> reason: files skipped because they did not parse
         self._speeds: dict[tuple[str, float], dict[str, int | None]] = {}
         self.records: list[Morphology] = []
         self.by_id: dict[str, Morphology] = {}
@@ -77,9 +78,12 @@ class RunView:
             try:
                 metadata = self.run.read_metadata(morphology_id)
             except json.JSONDecodeError as err:  # derl.fileio.JsonFileError names the file
-                raise RunError(str(err)) from None
+                # A corrupt or foreign file: the search quarantines it; a reader skips it and retries.
+                self.unreadable[str(self.run.metadata_path(morphology_id))] = str(err)
+                continue
             if metadata is None:
                 continue  # moved to quarantine/ by a worker meanwhile
+            self.unreadable.pop(str(self.run.metadata_path(morphology_id)), None)
             self._metadata[morphology_id] = metadata
             self._genomes[morphology_id] = self._read_genome(morphology_id)
         ordered = publication_order(list(self._metadata.values()))
@@ -175,7 +179,16 @@ class RunView:
         return trainings
 
     def failed(self) -> list[dict[str, Any]]:
-        return [read_json(self.run.error_path(i)) for i in sorted(self.run.failed_ids())]  # errors name the file
+        failures = []
+        for morphology_id in sorted(self.run.failed_ids()):
+            path = self.run.error_path(morphology_id)
+            try:
+                failures.append(read_json(path))
+            except FileNotFoundError:
+                continue
+            except json.JSONDecodeError as err:  # JsonFileError names the file
+                self.unreadable[str(path)] = str(err)
+        return failures
 
     def summary(self) -> dict[str, Any] | None:
         return self.run.read_summary()

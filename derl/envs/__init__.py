@@ -1,9 +1,11 @@
-"""UNIMAL environments (FT, VT, MVT of DERL) on the official MuJoCo bindings.
+"""UNIMAL environments (DERL's FT, VT, MVT and its eight evaluation tasks) on the official MuJoCo bindings.
 
-``make_env(cfg, xml_path, seed)`` builds the env of ``ENV.TASK``/``ENV.MODULES`` for a unimal
-MJCF file (``make_genome_env`` for a ``Genome``); it is also registered as
+``make_env(cfg, xml_path, seed)`` builds the env of ``ENV.TASK`` for a unimal MJCF file
+(``make_genome_env`` for a ``Genome``); it is also registered as
 ``gymnasium.make("Unimal-v0", xml_path=..., cfg=...)``. The three evolution environments are
-the presets ``configs/evo/{ft,vt,mvt}.yml`` (``derl.config.load_preset``). The trainer's
+the presets ``configs/evo/{ft,vt,mvt}.yml`` (``derl.config.load_preset``), the evaluation tasks
+``configs/eval/<task>.yml``. Tasks (``derl.envs.tasks``) own their world; ``check_task_config``
+checks a config's observation keys and selection criteria against its task. The trainer's
 ``derl.ppo.episode_stats.EpisodeStats`` sums the ``__reward__*`` terms of each episode and keeps
 the final ``x_pos``/``metric``.
 """
@@ -14,12 +16,13 @@ from pathlib import Path
 
 import gymnasium as gym
 
+from derl.envs.tasks import TASKS, check_task_config
 from derl.envs.unimal_env import UnimalEnv
 from derl.morphology import to_mjcf
 
 ENV_ID = "Unimal-v0"
 
-__all__ = ["ENV_ID", "UnimalEnv", "make_env", "make_genome_env"]
+__all__ = ["ENV_ID", "TASKS", "UnimalEnv", "check_task_config", "make_env", "make_genome_env"]
 
 
 def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: str | None = None,

@@ -4,7 +4,8 @@ A corridor runs along +x from ``x_min = -START_FLAT`` to ``x_max = 2*SIZE[0] - S
 with ``|y| <= SIZE[1]``; its ground top is at ``z = SIZE[2]``. Heights are sampled on
 MuJoCo's height-field vertex grid: ``NUM_DIVS`` vertices per metre, row ``r`` at
 ``y = -SIZE[1] + r / NUM_DIVS`` (row 0 is -y, as MuJoCo stores it) and column ``c`` at
-``x = x_min + c / NUM_DIVS``. Obstacle types register by name in ``OBSTACLES``.
+``x = x_min + c / NUM_DIVS``. Obstacle types register by name in ``OBSTACLES`` (each with its
+length key, builder and height bound).
 """
 
 from __future__ import annotations
@@ -42,16 +43,33 @@ class Corridor:
 
     @classmethod
     def from_cfg(cls, cfg) -> Corridor:
-        """The Terrain module's corridor, or the Floor module's box (|x| <= SIZE[0], no walls)."""
+        """The ground of ``ENV.MODULES``: the Floor module's box or the Terrain module's corridor."""
+        return cls.floor(cfg) if "Floor" in cfg.ENV.MODULES else cls.terrain(cfg)
+
+    @classmethod
+    def floor(cls, cfg) -> Corridor:
+        """The Floor module's box: |x| <= SIZE[0], no walls."""
+        x, y, z = (float(v) for v in cfg.TERRAIN.SIZE)
+        return cls(-x, x, y, z, int(cfg.HFIELD.NUM_DIVS), False)
+
+    @classmethod
+    def terrain(cls, cfg) -> Corridor:
+        """The Terrain module's corridor: x from -START_FLAT to 2 SIZE[0] - START_FLAT."""
         size = cfg.TERRAIN.SIZE
-        if "Floor" in cfg.ENV.MODULES:
-            x, y, z = (float(v) for v in size)
-            return cls(-x, x, y, z, int(cfg.HFIELD.NUM_DIVS), False)
         start_flat = float(cfg.TERRAIN.START_FLAT)
         if min(size) <= 0 or start_flat < 0 or 2 * size[0] <= start_flat:
             raise ValueError(f"TERRAIN.SIZE {list(size)} and START_FLAT {start_flat} give an empty corridor")
         return cls(-start_flat, 2.0 * size[0] - start_flat, float(size[1]), float(size[2]),
                    int(cfg.HFIELD.NUM_DIVS), bool(cfg.TERRAIN.BOUNDARY_WALLS))
+
+    @classmethod
+    def arena(cls, cfg) -> Corridor:
+        """DERL's flat arena of the evaluation tasks: x in [0, 2 SIZE[0]], |y| <= SIZE[1]."""
+        size = cfg.TERRAIN.SIZE
+        if min(size) <= 0:
+            raise ValueError(f"TERRAIN.SIZE {list(size)} must be positive")
+        return cls(0.0, 2.0 * size[0], float(size[1]), float(size[2]), int(cfg.HFIELD.NUM_DIVS),
+                   bool(cfg.TERRAIN.BOUNDARY_WALLS))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -89,11 +107,23 @@ def rugged_square(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.nda
     return np.repeat(profiles, widths, axis=0)[:rows]
 
 
-# name -> (TERRAIN key of its half-length range, builder(cfg, rng, rows, cols) -> heights)
-OBSTACLES: dict[str, tuple[str, Callable[..., np.ndarray]]] = {
-    "curve_slope": ("HFIELD_LENGTH_RANGE", curve_slope),
-    "steps": ("STEP_LENGTH_RANGE", steps),
-    "rugged_square": ("HFIELD_LENGTH_RANGE", rugged_square),
+@dataclass(frozen=True)
+class TerrainType:
+    """An obstacle type: the TERRAIN key of its half-length range, its builder and its height bound."""
+
+    length_key: str
+    build: Callable[..., np.ndarray]  # (cfg, rng, rows, cols) -> heights
+    height_bound: Callable[..., float]  # (cfg) -> the highest height it can draw
+
+
+# Obstacle types of the corridor (TERRAIN.TYPES), by name.
+OBSTACLES: dict[str, TerrainType] = {
+    "curve_slope": TerrainType("HFIELD_LENGTH_RANGE", curve_slope,
+                               lambda cfg: float(max(value_range(cfg.TERRAIN.CURVE_HEIGHT_RANGE)))),
+    "steps": TerrainType("STEP_LENGTH_RANGE", steps,
+                         lambda cfg: (cfg.TERRAIN.NUM_STEPS // 2 - 1) * cfg.TERRAIN.STEP_HEIGHT),
+    "rugged_square": TerrainType("HFIELD_LENGTH_RANGE", rugged_square,
+                                 lambda cfg: min(2.0, float(max(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE))))),
 }
 
 
@@ -116,18 +146,13 @@ def obstacles_fit(cfg) -> bool:
     divs = corridor.divs
     start = round(2 * (0.0 - corridor.x_min) * divs)
     flat = round(2 * min(value_range(cfg.TERRAIN.FLAT_LENGTH_RANGE)) * divs)
-    shortest = min(round(2 * min(value_range(cfg.TERRAIN[OBSTACLES[t][0]])) * divs) for t in types)
+    shortest = min(round(2 * min(value_range(cfg.TERRAIN[OBSTACLES[t].length_key])) * divs) for t in types)
     return start + flat + shortest <= corridor.shape[1] - 1
 
 
 def max_height(cfg) -> float:
     """An upper bound on any height map drawn for this config (the hfield's z scale)."""
-    bounds = {
-        "curve_slope": max(value_range(cfg.TERRAIN.CURVE_HEIGHT_RANGE)),
-        "steps": (cfg.TERRAIN.NUM_STEPS // 2 - 1) * cfg.TERRAIN.STEP_HEIGHT,
-        "rugged_square": min(2.0, max(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE))),
-    }
-    return max([bounds[t] for t in obstacle_types(cfg)] + [1e-3])
+    return max([OBSTACLES[t].height_bound(cfg) for t in obstacle_types(cfg)] + [1e-3])
 
 
 def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarray:
@@ -148,10 +173,10 @@ def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarra
     while col < cols - 1:
         col += round(2 * rng.choice(flat_choices) * divs)
         kind = types[rng.integers(len(types))]
-        length_key, build = OBSTACLES[kind]
-        length = round(2 * rng.choice(value_range(cfg.TERRAIN[length_key])) * divs)
+        obstacle = OBSTACLES[kind]
+        length = round(2 * rng.choice(value_range(cfg.TERRAIN[obstacle.length_key])) * divs)
         if col + length > cols - 1:
             break
-        heights[:, col:col + length + 1] = build(cfg, rng, rows, length + 1)
+        heights[:, col:col + length + 1] = obstacle.build(cfg, rng, rows, length + 1)
         col += length
     return heights

@@ -32,14 +32,20 @@ class Policy:
         return array.reshape(-1, self.layout.size), array.ndim == 1
 
     @torch.no_grad()
-    def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
-        """Action(s) for one observation or a batch; the mean action when ``deterministic``."""
+    def act(self, obs: Any, deterministic: bool = True, action_space: Any = None) -> np.ndarray:
+        """Action(s) for one observation or a batch; the mean action when ``deterministic``.
+
+        With a Box ``action_space``, clipped to its bounds, as in training: the actor's mean is
+        unbounded, and an env must never receive an action outside its space.
+        """
         flat, single = self._flatten(obs)
         tensor = torch.from_numpy(self.obs_norm.normalize(flat)).to(self.device)
         action = self.model.action_mean(tensor)
         if not deterministic:
             action = action + self.model.log_std.exp() * torch.randn_like(action)
         action = action.cpu().numpy()
+        if action_space is not None:
+            action = np.clip(action, action_space.low, action_space.high).astype(np.float32)
         return action[0] if single else action
 
 

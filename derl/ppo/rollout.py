@@ -20,7 +20,7 @@ from derl.ppo.pool import EnvPool, SubprocEnvPool
 @dataclass
 class Rollout:
     obs: np.ndarray  # float32 [T, N, D], normalised
-    actions: np.ndarray  # float32 [T, N, A], as sent to the envs (unclipped, as in DERL)
+    actions: np.ndarray  # float32 [T, N, A], as sampled (the envs receive them clipped)
     log_probs: np.ndarray  # float32 [T, N]
     values: np.ndarray  # float32 [T, N]
     rewards: np.ndarray  # float32 [T, N], normalised

@@ -129,7 +129,8 @@ def evaluate(cfg: CfgNode, checkpoint: Path, source: dict[str, str] | None, epis
         for k in range(episodes):
             obs, _ = env.reset(seed=seed + k)
             while True:
-                obs, _, terminated, truncated, info = env.step(policy.act(obs, deterministic=True))
+                action = policy.act(obs, deterministic=True, action_space=env.action_space)
+                obs, _, terminated, truncated, info = env.step(action)
                 if terminated or truncated:
                     finished.append(info["episode"])
                     break

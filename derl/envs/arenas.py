@@ -1,0 +1,214 @@
+"""Arenas: the ground a task puts the agent on, as MJCF plus the ground's height map.
+
+An arena builds its MJCF (floor box, height field, walls), binds to the compiled model, draws
+the episode's terrain in place at each reset (nothing is recompiled) and says how high the
+head is above the ground under it. Tasks choose their arena (``Task.make_arena``):
+
+- ``FloorArena``: one box, half-sizes ``TERRAIN.SIZE``, top at ``SIZE[2]`` (DERL's Floor).
+- ``CorridorArena``: DERL's Terrain. Layout ``corridor``: ``x`` from ``-START_FLAT`` to
+  ``2*SIZE[0] - START_FLAT``, obstacles of ``derl.envs.terrain`` in one height field, optionally
+  tilted by ``TERRAIN.INCLINE_ANGLE`` (a plane rising along +x for a negative angle, as DERL's
+  incline tasks); layout ``arena``: a flat square ``x`` in ``[0, 2*SIZE[0]]`` (DERL's eval arenas).
+  Walls when ``TERRAIN.BOUNDARY_WALLS``.
+- ``BowlArena``: DERL's Bowl, a bumpy ring-shaped rise around the origin, ground at z = 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+from lxml import etree
+
+from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
+from derl.envs.observations import HeightPatch
+from derl.envs.scene import HeightMap
+from derl.envs.terrain import WALL_HALF_THICKNESS, WALL_HEIGHT, Corridor, draw_heights, max_height, obstacles_fit
+
+HFIELD_BASE_THICKNESS = 0.1
+# The corridor's height field lies this far below the floor box where the terrain is flat, so that
+# bodies on flat ground touch only the box (cheap contacts); obstacle vertices are raised by as much.
+HFIELD_SINK = 0.05
+# DERL's bowl: bumps drawn on a grid of BOWL_BUMP_SCALE metres, values U(BOWL_SMOOTHNESS, 1).
+BOWL_BUMP_SCALE = 2.0
+BOWL_SMOOTHNESS = 0.15
+BOWL_MIN_RADIUS = 0.04
+
+
+def height_map(extent: Corridor, cfg, observe_hfield: bool) -> HeightMap:
+    """A height map over ``extent``, padded enough for the height-field observation if observed."""
+    walls = int(cfg.HFIELD.PADDING)
+    pad = walls + 1
+    if observe_hfield:
+        pad += HeightPatch.reach_for(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS)
+    return HeightMap(extent, pad, walls, float(cfg.HFIELD.GAP_DEPTH))
+
+
+class Arena:
+    """The ground: ``extent`` (where it lies), ``heights`` (its map, or None for a flat box)."""
+
+    extent: Corridor
+    heights: HeightMap | None = None
+
+    def build(self, root: etree._Element, worldbody: etree._Element) -> None:
+        """Adds the arena's MJCF."""
+
+    def bind(self, model: mujoco.MjModel) -> None:
+        """Looks up what the arena changes per episode in the compiled model."""
+
+    def initialize_episode(self, rng: np.random.Generator) -> None:
+        """Draws the episode's terrain in place (height map and height-field data)."""
+
+    def clearance(self, x: float, y: float, z: float) -> tuple[float, bool]:
+        """(height of z above the ground under (x, y), whether (x, y) is off the map)."""
+        extent = self.extent
+        z -= extent.ground_z
+        if not (extent.x_min <= x <= extent.x_max and -extent.half_width <= y <= extent.half_width):
+            return z, True
+        if self.heights is None:
+            return z, False
+        row, col = extent.cell(x, y)
+        return z - float(self.heights.interior[row, col]), False
+
+
+class FloorArena(Arena):
+    """DERL's Floor: one box of half-sizes ``TERRAIN.SIZE`` centred at the origin."""
+
+    def __init__(self, cfg, observe_hfield: bool = False):
+        self._size = tuple(float(v) for v in cfg.TERRAIN.SIZE)
+        self.extent = Corridor.floor(cfg)
+        self.heights = height_map(self.extent, cfg, observe_hfield) if observe_hfield else None
+
+    def build(self, root: etree._Element, worldbody: etree._Element) -> None:
+        sub(worldbody, "geom", name="floor", type="box", pos="0 0 0", size=fmt(*self._size), material="ground")
+
+
+class CorridorArena(Arena):
+    """DERL's Terrain module: a corridor of obstacles or a flat arena, with walls (see the module doc).
+
+    Args:
+        cfg: the config (TERRAIN, HFIELD).
+        layout: ``corridor`` or ``arena``.
+        need_map: keep a height map even when the ground is flat (placement, obstacles, observation).
+        observe_hfield: the height-field observation is kept (the map is padded for it).
+    """
+
+    def __init__(self, cfg, layout: str = "corridor", need_map: bool = False, observe_hfield: bool = False):
+        if layout not in ("corridor", "arena"):
+            raise ValueError(f"unknown arena layout {layout!r}")
+        self._cfg = cfg
+        self.extent = Corridor.terrain(cfg) if layout == "corridor" else Corridor.arena(cfg)
+        self.incline = float(cfg.TERRAIN.INCLINE_ANGLE) if layout == "corridor" else 0.0
+        self._obstacles = layout == "corridor" and obstacles_fit(cfg)
+        if self.incline and self._obstacles:
+            raise ValueError("TERRAIN.INCLINE_ANGLE needs a corridor without obstacles "
+                             "(START_FLAT = SIZE[0], as DERL's incline tasks)")
+        keep = self._obstacles or bool(self.incline) or need_map or observe_hfield
+        self.heights = height_map(self.extent, cfg, observe_hfield) if keep else None
+        self._hfield = None
+        if self.incline and self.heights is not None:
+            self.heights.interior[:] = self._incline_heights()[None, :]
+
+    def _incline_heights(self) -> np.ndarray:
+        """Height above ``ground_z`` of the tilted floor box's top at each column."""
+        extent = self.extent
+        x = extent.x_min + np.arange(extent.shape[1]) / extent.divs
+        theta = math.radians(self.incline)  # about +y: x tilts towards -z by theta
+        return (extent.ground_z - math.sin(theta) * x) / math.cos(theta) - extent.ground_z
+
+    def build(self, root: etree._Element, worldbody: etree._Element) -> None:
+        extent = self.extent
+        half_len = (extent.x_max - extent.x_min) / 2
+        centre = (extent.x_max + extent.x_min) / 2
+        floor = sub(worldbody, "geom", name="floor", type="box", pos=fmt(centre, 0, 0),
+                    size=fmt(half_len, extent.half_width, extent.ground_z), material="ground")
+        if self.incline:
+            floor.set("quat", y_rotation_quat(self.incline))
+        if self._obstacles:
+            rows, cols = extent.shape
+            sub(child(root, "asset"), "hfield", name="terrain", nrow=str(rows), ncol=str(cols),
+                size=fmt(half_len, extent.half_width, max_height(self._cfg) + HFIELD_SINK, HFIELD_BASE_THICKNESS))
+            sub(worldbody, "geom", name="terrain", type="hfield", hfield="terrain",
+                pos=fmt(centre, 0, extent.ground_z - HFIELD_SINK), material="ground")
+        if extent.walls:
+            t, h, z = WALL_HALF_THICKNESS, WALL_HEIGHT, extent.ground_z
+            width = extent.half_width
+            walls = {
+                "wall/back": (fmt(extent.x_min - t, 0, z), fmt(t, width + 2 * t, h)),
+                "wall/front": (fmt(extent.x_max + t, 0, z), fmt(t, width + 2 * t, h)),
+                "wall/left": (fmt(centre, width + t, z), fmt(half_len, t, h)),
+                "wall/right": (fmt(centre, -width - t, z), fmt(half_len, t, h)),
+            }
+            for name, (pos, half_sizes) in walls.items():
+                sub(worldbody, "geom", name=name, type="box", pos=pos, size=half_sizes, rgba=".5 .5 .5 .3")
+
+    def bind(self, model: mujoco.MjModel) -> None:
+        if not self._obstacles:
+            return
+        self._hfield = model.hfield("terrain")
+        rows, cols, adr = self._hfield.nrow[0], self._hfield.ncol[0], self._hfield.adr[0]
+        self._hfield_data = model.hfield_data[adr:adr + rows * cols].reshape(rows, cols)
+        self._raised = np.zeros((rows, cols), dtype=bool)
+
+    def initialize_episode(self, rng: np.random.Generator) -> None:
+        if self._hfield is None:
+            return
+        interior = self.heights.interior
+        interior[:] = draw_heights(self._cfg, self.extent, rng)
+        # Flat vertices stay sunk below the floor box; obstacle vertices are raised to their height.
+        # Heights stay within [0, max_height] by construction, so the data stays in [0, 1].
+        elevation = self._hfield_data
+        np.greater(interior, 0, out=self._raised)
+        np.add(interior, HFIELD_SINK, out=elevation)
+        elevation *= self._raised
+        elevation *= 1.0 / self._hfield.size[2]
+
+
+def bowl_heights(side: float, divs: int, max_z: float, rng: np.random.Generator) -> np.ndarray:
+    """DERL's bowl on a square vertex grid of half-side ``side``: (1/2 - cos(2 pi rho)/2) x bumps x max_z.
+
+    rho is the distance from the centre over ``side``, clipped to [0.04, 1] (the rise peaks at half
+    the radius and falls back to 0 at the edge); the bumps are U(0.15, 1) on a 2 m grid, smoothed by
+    cubic spline zoom (clipped to [0, 1] so the map stays within the height field's scale).
+    """
+    from scipy import ndimage  # lazy: only the bowl needs it
+
+    n = round(2 * side * divs) + 1
+    axis = np.linspace(-1.0, 1.0, n)
+    rho = np.clip(np.hypot(axis[:, None], axis[None, :]), BOWL_MIN_RADIUS, 1.0)
+    shape = 0.5 - np.cos(2 * np.pi * rho) / 2
+    bump_cells = int(2 * side / BOWL_BUMP_SCALE)
+    bumps = rng.uniform(BOWL_SMOOTHNESS, 1.0, (bump_cells, bump_cells))
+    smooth = np.clip(ndimage.zoom(bumps, n / bump_cells), 0.0, 1.0)[:n, :n]
+    return smooth * shape * max_z
+
+
+class BowlArena(Arena):
+    """DERL's Bowl: a height field of half-side ``SIZE[0]`` around the origin, re-drawn each episode."""
+
+    def __init__(self, cfg, observe_hfield: bool = False):
+        side = float(cfg.TERRAIN.SIZE[0])
+        self.extent = Corridor(-side, side, side, 0.0, int(cfg.HFIELD.NUM_DIVS), False)
+        self.heights = height_map(self.extent, cfg, observe_hfield)
+        self._max_z = float(cfg.TERRAIN.BOWL_MAX_Z)
+        if self._max_z <= 0:
+            raise ValueError(f"TERRAIN.BOWL_MAX_Z must be > 0, got {self._max_z}")
+
+    def build(self, root: etree._Element, worldbody: etree._Element) -> None:
+        extent = self.extent
+        rows, cols = extent.shape
+        sub(child(root, "asset"), "hfield", name="terrain", nrow=str(rows), ncol=str(cols),
+            size=fmt(extent.x_max, extent.half_width, self._max_z, HFIELD_BASE_THICKNESS))
+        sub(worldbody, "geom", name="terrain", type="hfield", hfield="terrain", pos="0 0 0", material="ground")
+
+    def bind(self, model: mujoco.MjModel) -> None:
+        hfield = model.hfield("terrain")
+        rows, cols, adr = hfield.nrow[0], hfield.ncol[0], hfield.adr[0]
+        self._hfield_data = model.hfield_data[adr:adr + rows * cols].reshape(rows, cols)
+
+    def initialize_episode(self, rng: np.random.Generator) -> None:
+        extent = self.extent
+        heights = bowl_heights(extent.x_max, extent.divs, self._max_z, rng)
+        self.heights.interior[:] = heights
+        self._hfield_data[:] = heights / self._max_z

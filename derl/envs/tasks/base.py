@@ -1,0 +1,161 @@
+"""The task interface: a task owns its world (arena, props), observations, reward, termination, metric.
+
+dm_control's composer is the model. The env calls these hooks, each with a ``Scene`` (model,
+data, dt, head id, height map), never with the env:
+
+- ``__init__(cfg)``: reads the config and makes the arena (``make_arena``) and props;
+- ``start_pose(head_height)`` and ``build(root, worldbody)``: the head's start pose and the MJCF the
+  task adds (arena, props), before compiling;
+- ``bind(scene)``: looks up ids in the compiled model;
+- ``initialize_episode(scene, rng)``: draws the episode (terrain, props, goals) with the env's
+  generator, before the reset noise; ``start(scene)``: reads the start state after it;
+- ``before_step(scene)``, ``reward(scene) -> (reward, terms)``, ``terminate(scene)``,
+  ``observe(scene, obs)``, ``metric(scene)``: each step, in that order.
+
+A task declares, as class attributes, its ``reward_terms`` (``__reward__*`` names; the env's reward
+is their sum plus ``__reward__ctrl``), its ``aggregates`` (logged sums of terms, not added again)
+and its ``observables`` (observation keys besides ``proprioceptive``). Tasks register by name
+with ``@register("name")``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from lxml import etree
+
+from derl.envs.arenas import Arena
+from derl.envs.mjcf import fmt
+from derl.envs.observations import HeightPatch
+from derl.envs.scene import Scene
+
+CTRL_TERM = "__reward__ctrl"
+GROUND_MODULES = ("Floor", "Terrain", "Bowl")
+KNOWN_MODULES = ("Agent", *GROUND_MODULES, "Objects", "PatrolGoals")
+EDGE_MARGIN = 1.0
+# Summary fields every run reports besides the reward terms (derl.ppo.episodes): valid selection criteria.
+SUMMARY_FIELDS = ("return", "energy", "x_pos", "metric")
+
+
+@dataclass(frozen=True)
+class Camera:
+    """The ``track`` camera: on the head (``trackcom``: follows the agent) or fixed in the world."""
+
+    pos: str = "0 -4 1.5"
+    xyaxes: str = "1 0 0 0 0.35 1"
+    mode: str = "trackcom"
+    on_head: bool = True
+
+
+class Task:
+    """Hooks with neutral defaults; subclasses override what they need (see the module docstring)."""
+
+    name: ClassVar[str] = ""  # set by @register
+    reward_terms: ClassVar[tuple[str, ...]] = ()
+    aggregates: ClassVar[dict[str, tuple[str, ...]]] = {}
+    observables: ClassVar[tuple[str, ...]] = ()
+    #: ground modules the task accepts in ENV.MODULES, and the other modules it needs
+    grounds: ClassVar[tuple[str, ...]] = ("Terrain",)
+    needs: ClassVar[tuple[str, ...]] = ()
+    #: end the episode when the head nears a side edge (SIZE[1] - |y| <= 1)
+    edge_termination: ClassVar[bool] = False
+    camera: ClassVar[Camera] = Camera()
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        check_modules(type(self), cfg.ENV.MODULES)
+        self.observe_hfield = "hfield" in self.observables and "hfield" in cfg.ENV.KEYS_TO_KEEP
+        self.arena = self.make_arena()
+        self._patch: HeightPatch | None = None
+        if self.observe_hfield:
+            width = self.arena.heights.padded.shape[1]
+            self._patch = HeightPatch(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS, width)
+
+    # ------------------------------------------------------------------ world
+    def make_arena(self) -> Arena:
+        """The task's ground (``derl.envs.arenas``)."""
+        raise NotImplementedError
+
+    def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
+        """The head's start position and quaternion (None: as the unimal file has it)."""
+        return (0.0, 0.0, head_height + self.arena.extent.ground_z), None
+
+    def build(self, root: etree._Element, worldbody: etree._Element) -> None:
+        """Adds the arena's and the props' MJCF."""
+        self.arena.build(root, worldbody)
+
+    def obs_sizes(self) -> dict[str, int]:
+        """Sizes of the observation keys the task produces (besides ``proprioceptive``)."""
+        return {"hfield": self._patch.size} if self._patch is not None else {}
+
+    def bind(self, scene: Scene) -> None:
+        """Looks up ids in the compiled model."""
+        self.arena.bind(scene.model)
+
+    # ------------------------------------------------------------------ episode
+    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
+        """Draws the episode's terrain (and, in subclasses, props and goals)."""
+        self.arena.initialize_episode(rng)
+
+    def start(self, scene: Scene) -> None:
+        """Reads the start state (positions forwarded, noise included) before the first step."""
+
+    def before_step(self, scene: Scene) -> None:
+        """Records what the reward compares against, before the physics steps."""
+
+    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+        """The task's reward (control cost excluded) and its ``__reward__*`` terms."""
+        raise NotImplementedError
+
+    def terminate(self, scene: Scene) -> bool:
+        """Task-specific end of the episode (falls and leaving the map are the env's)."""
+        if not self.edge_termination:
+            return False
+        return self.arena.extent.half_width - abs(float(scene.data.qpos[1])) <= EDGE_MARGIN
+
+    def observe(self, scene: Scene, obs: dict[str, np.ndarray]) -> None:
+        """Adds the task's observation keys to ``obs``."""
+        if self._patch is not None:
+            obs["hfield"] = self._height_patch(scene)
+
+    def metric(self, scene: Scene) -> float:
+        """The task's human-readable score, reported in ``info["metric"]`` after every step."""
+        return float(scene.data.qpos[0])
+
+    # ------------------------------------------------------------------ helpers
+    def _height_patch(self, scene: Scene) -> np.ndarray:
+        qpos, heights = scene.data.qpos, self.arena.heights
+        row, col = heights.padded_cell(float(qpos[0]), float(qpos[1]))
+        xmat = scene.data.xmat[scene.head]
+        return self._patch(heights.flat, row, col, math.atan2(xmat[3], xmat[0]))
+
+    def goal_in_head_frame(self, scene: Scene, goal: np.ndarray) -> np.ndarray:
+        """``goal - head`` in the head frame (3 values)."""
+        data = scene.data
+        return (goal - data.xpos[scene.head]) @ data.xmat[scene.head].reshape(3, 3)
+
+
+def check_modules(task: type[Task], modules) -> tuple[str, ...]:
+    """Validates ENV.MODULES for a task; returns them as a tuple."""
+    modules = tuple(modules)
+    unknown = sorted(set(modules) - set(KNOWN_MODULES))
+    if unknown:
+        raise ValueError(f"unknown ENV.MODULES {unknown}; known: {list(KNOWN_MODULES)}")
+    if "Agent" not in modules:
+        raise ValueError("ENV.MODULES must include Agent")
+    grounds = [m for m in modules if m in GROUND_MODULES]
+    if len(grounds) != 1 or grounds[0] not in task.grounds:
+        raise ValueError(f"ENV.MODULES needs exactly one of {' and '.join(task.grounds)}")
+    missing = [m for m in task.needs if m not in modules]
+    if missing:
+        raise ValueError(f"ENV.MODULES needs {' and '.join(missing)} for this task")
+    return modules
+
+
+def camera_above(height: float, back: float) -> Camera:
+    """A tracking camera ``back`` metres behind and ``height`` above the agent, looking down at it."""
+    return Camera(pos=fmt(0, -back, height), xyaxes=fmt(1, 0, 0, 0, height / math.hypot(height, back),
+                                                        back / math.hypot(height, back)))

@@ -1,0 +1,149 @@
+"""Moving along +x: ``locomotion`` (FT, VT), ``obstacle`` and ``incline``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from lxml import etree
+
+from derl.envs.arenas import Arena, CorridorArena, FloorArena
+from derl.envs.mjcf import y_rotation_quat
+from derl.envs.placement import PlacementGrid
+from derl.envs.props import StaticBoxes
+from derl.envs.scene import Scene
+from derl.envs.tasks.base import Task
+from derl.envs.tasks.registry import register
+from derl.envs.terrain import value_range
+
+OBSTACLE_HALF_HEIGHT = 2.0  # DERL's obstacle boxes: half-height 2 (2 m above the ground, as the walls)
+
+
+@register("locomotion")
+class Locomotion(Task):
+    """Move along +x: ``FORWARD_REWARD_WEIGHT * dx/dt`` (+ stand term, weight 0 in DERL).
+
+    The world is the Floor box or the Terrain corridor (``ENV.MODULES``); the metric is the head's x.
+    """
+
+    reward_terms = ("__reward__forward", "__reward__stand")
+    observables = ("hfield",)
+    grounds = ("Floor", "Terrain")
+    edge_termination = True
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
+        self._stand_weight = float(cfg.ENV.STAND_REWARD_WEIGHT)
+        self._x_before = 0.0
+
+    def make_arena(self) -> Arena:
+        if "Floor" in self.cfg.ENV.MODULES:
+            return FloorArena(self.cfg, self.observe_hfield)
+        return CorridorArena(self.cfg, observe_hfield=self.observe_hfield)
+
+    def before_step(self, scene: Scene) -> None:
+        self._x_before = scene.data.qpos[0]
+
+    def _forward(self, scene: Scene) -> float:
+        return self._forward_weight * float(scene.data.qpos[0] - self._x_before) / scene.dt
+
+    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+        forward = self._forward(scene)
+        stand = self._stand_weight * scene.torso_height if self._stand_weight else 0.0
+        return forward + stand, {"__reward__forward": forward, "__reward__stand": stand}
+
+
+@register("obstacle")
+class Obstacle(Locomotion):
+    """DERL's obstacle task: a flat corridor with ``OBJECT.NUM_OBSTACLES`` fixed boxes, move along +x.
+
+    Each episode places the boxes (half-extents from OBJECT.OBSTACLE_LEN_RANGE x OBSTACLE_WIDTH_RANGE,
+    half-height 2, standing on the ground) uniformly on a 10 cells/m grid without overlap, at least
+    ``2 * PLACEMENT_BUFFER_LEN`` m from both ends of the corridor (DERL: 10 m) and
+    ``2 * PLACEMENT_BUFFER_WIDTH`` m from the sides; a box that finds no free spot in 10 tries is
+    left out. The boxes are written into the height map (2 m high), which the ``hfield``
+    observation reads.
+    """
+
+    grounds = ("Terrain",)
+    needs = ("Objects",)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._boxes = StaticBoxes(int(cfg.OBJECT.NUM_OBSTACLES))
+        self._lengths = value_range(cfg.OBJECT.OBSTACLE_LEN_RANGE)
+        self._widths = value_range(cfg.OBJECT.OBSTACLE_WIDTH_RANGE)
+        self.placed: list[tuple[float, float, float, float]] = []  # (x, y, half-length, half-width)
+
+    def make_arena(self) -> Arena:
+        return CorridorArena(self.cfg, need_map=True, observe_hfield=self.observe_hfield)
+
+    def build(self, root: etree._Element, worldbody: etree._Element) -> None:
+        super().build(root, worldbody)
+        self._boxes.build(worldbody)
+
+    def bind(self, scene: Scene) -> None:
+        super().bind(scene)
+        self._boxes.bind(scene.model)
+
+    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, rng)
+        heights = self.arena.heights
+        heights.interior[:] = 0.0
+        grid = PlacementGrid(self.arena.extent, self.cfg)
+        ground = self.arena.extent.ground_z
+        self.placed = []
+        for k in range(self._boxes.count):
+            half = (float(rng.choice(self._lengths)), float(rng.choice(self._widths)))
+            spot = grid.place_uniform(half, rng)
+            if spot is None:
+                self._boxes.hide(k)
+                continue
+            x, y = spot
+            self._boxes.set(k, (x, y, ground), (*half, OBSTACLE_HALF_HEIGHT))
+            r0, c0 = heights.cell(x - half[0], y - half[1])
+            r1, c1 = heights.cell(x + half[0], y + half[1])
+            heights.interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
+            self.placed.append((x, y, *half))
+
+
+@register("incline")
+class Incline(Locomotion):
+    """DERL's incline: a plane tilted by ``TERRAIN.INCLINE_ANGLE`` (-10: rising along +x), no walls.
+
+    The agent starts 2 m from the low end, tilted with the plane; reward ``(dx/dt) / cos(angle)``
+    (the speed along the slope); metric: distance travelled up the slope.
+    """
+
+    grounds = ("Terrain",)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._cos = math.cos(math.radians(float(cfg.TERRAIN.INCLINE_ANGLE)))
+        self._start_x = 0.0
+
+    def make_arena(self) -> Arena:
+        return CorridorArena(self.cfg, observe_hfield=self.observe_hfield)
+
+    def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
+        return incline_start(self.cfg, head_height)
+
+    def start(self, scene: Scene) -> None:
+        self._start_x = incline_start(self.cfg, 0.0)[0][0]
+
+    def _forward(self, scene: Scene) -> float:
+        return super()._forward(scene) / self._cos
+
+    def metric(self, scene: Scene) -> float:
+        return (float(scene.data.qpos[0]) - self._start_x) / self._cos
+
+
+def incline_start(cfg, head_height: float) -> tuple[tuple[float, float, float], str | None]:
+    """DERL's start on an incline: 2 m from the corridor's start end, on the plane, tilted with it."""
+    angle = float(cfg.TERRAIN.INCLINE_ANGLE)
+    half_len, ground = float(cfg.TERRAIN.SIZE[0]), float(cfg.TERRAIN.SIZE[2])
+    alpha = math.radians(abs(angle))
+    rise = math.sin(alpha) * (half_len - 2.0)
+    z = head_height + ground + (rise if angle > 0 else -rise)
+    return (math.cos(alpha) * (2.0 - half_len), 0.0, z), y_rotation_quat(angle)

@@ -1,0 +1,213 @@
+"""Reach an object, then push it to a goal: ``manipulation`` (MVT, manipulation_ball), ``push_box_incline``."""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+from lxml import etree
+
+from derl.envs.arenas import Arena, CorridorArena, FloorArena
+from derl.envs.observations import head_frame, names_with_prefix
+from derl.envs.props import Ball, Box, GoalMarker
+from derl.envs.scene import Scene
+from derl.envs.tasks.base import Task, camera_above
+from derl.envs.tasks.locomotion import incline_start
+from derl.envs.tasks.registry import register
+
+AGENT_SITE_PREFIXES = ("torso/", "limb/btm/", "limb/mid/")
+GOAL_HALF_SIDE = 0.5  # DERL's goal footprint (placement) and marker height above the ground
+GOAL_LIFT = 0.11
+
+
+def make_object(cfg) -> Box | Ball:
+    """The OBJECT.TYPE prop: a box (BOX_SIDE, BOX_MASS) or a ball (BALL_RADIUS)."""
+    if cfg.OBJECT.TYPE == "box":
+        return Box(cfg.OBJECT.BOX_SIDE, cfg.OBJECT.BOX_MASS)
+    if cfg.OBJECT.TYPE == "ball":
+        return Ball(cfg.OBJECT.BALL_RADIUS)
+    raise ValueError(f"OBJECT.TYPE {cfg.OBJECT.TYPE!r} is not supported; use box or ball")
+
+
+@register("manipulation")
+class Manipulation(Task):
+    """Push an object to a goal (MVT; manipulation_ball with ``OBJECT.TYPE ball``), as DERL's task.
+
+    d = least distance between the agent's sites (``torso/*``, ``limb/btm/*``, ``limb/mid/*``)
+    and the object's points (a box's face centres, a ball's centre); with (w, _, bonus) =
+    ENV.REACH_REWARD_PARAMS and m = OBJECT.SUCCESS_MARGIN, on every step:
+
+    - ``__reward__reach`` = w * (d_before - d_after), + bonus the first time d <= m (walking
+      away from the object after reaching it costs reward);
+    - ``__reward__push`` = 0 until that first reach; from that step on,
+      w * (decrease of the object-goal xy distance), + bonus on each step the object is within m
+      of the goal;
+    - ``__reward__manipulation`` = reach + push, an aggregate (``aggregates``): DERL's
+      selection criterion, not a third term of the reward.
+
+    Placement: the object ``FORWARD_PLACEMENT_DIST`` metres ahead of the start, the goal as far
+    again beyond it, both kept ``2 * PLACEMENT_BUFFER_LEN`` m from the ends (the object at least
+    ``CLOSE_PLACEMENT_DIST`` m before the far end) and ``2 * PLACEMENT_BUFFER_WIDTH`` m from the
+    sides. The metric is how much closer to the goal the object is than at the start (metres).
+    """
+
+    reward_terms = ("__reward__reach", "__reward__push")
+    aggregates = {"__reward__manipulation": ("__reward__reach", "__reward__push")}
+    observables = ("obj", "goal", "hfield")
+    grounds = ("Floor", "Terrain")
+    needs = ("Objects",)
+    camera = camera_above(4.0, 7.0)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.object = make_object(cfg)
+        self.goal = GoalMarker()
+        self._weight, _, self._bonus = (float(v) for v in cfg.ENV.REACH_REWARD_PARAMS)
+        self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
+        self._check_space()
+        self._reached = False
+        self._agent_dist = self._goal_dist = self._start_goal_dist = 0.0
+
+    def make_arena(self) -> Arena:
+        if "Floor" in self.cfg.ENV.MODULES:
+            return FloorArena(self.cfg, self.observe_hfield)
+        return CorridorArena(self.cfg, observe_hfield=self.observe_hfield)
+
+    def _check_space(self) -> None:
+        cfg, extent = self.cfg, self.arena.extent
+        low, high = cfg.OBJECT.FORWARD_PLACEMENT_DIST
+        self._ahead = (float(low), float(high))
+        self._x_span = (extent.x_min + 2 * cfg.OBJECT.PLACEMENT_BUFFER_LEN,
+                        extent.x_max - 2 * cfg.OBJECT.PLACEMENT_BUFFER_LEN)
+        self._min_gap = float(cfg.OBJECT.CLOSE_PLACEMENT_DIST)
+        self._y_half = max(0.0, extent.half_width - 2 * cfg.OBJECT.PLACEMENT_BUFFER_WIDTH)
+        if self._x_span[1] - self._min_gap < self._x_span[0]:
+            raise ValueError("TERRAIN.SIZE is too short to place the object and its goal "
+                             "(see OBJECT.PLACEMENT_BUFFER_LEN, CLOSE_PLACEMENT_DIST)")
+
+    def build(self, root: etree._Element, worldbody: etree._Element) -> None:
+        super().build(root, worldbody)
+        self.object.build(worldbody)
+        self.goal.build(worldbody)
+
+    def bind(self, scene: Scene) -> None:
+        super().bind(scene)
+        model = scene.model
+        self.object.bind(model)
+        self.goal.bind(model)
+        agent = sum((names_with_prefix(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite, p)
+                     for p in AGENT_SITE_PREFIXES), [])
+        self._num_agent_sites = len(agent)
+        self._sites = np.concatenate([np.array(agent, dtype=np.intp), self.object.points])  # agent, then object
+
+    def _ground(self, scene: Scene, x: float, y: float, half: float) -> float:
+        """Highest ground under a square of half-side ``half`` centred at (x, y)."""
+        heights = scene.heights
+        return scene.ground_z if heights is None else heights.max_under(x, y, half, half)
+
+    def place(self, scene: Scene, rng: np.random.Generator) -> None:
+        """Puts the object and the goal for the episode."""
+        x_lo, x_hi = self._x_span
+        obj_x = float(np.clip(rng.uniform(*self._ahead), x_lo, x_hi - self._min_gap))
+        goal_x = min(obj_x + rng.uniform(*self._ahead), x_hi)
+        obj_y, goal_y = rng.uniform(-self._y_half, self._y_half, size=2)
+        half = self.object.half_height
+        self.object.place(scene.data, obj_x, obj_y, self._ground(scene, obj_x, obj_y, half) + half + 0.1)
+        self.goal.place(goal_x, goal_y, self._ground(scene, goal_x, goal_y, 0.0))
+
+    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, rng)
+        self.place(scene, rng)
+        obj, goal = scene.data.qpos[self.object.qpos:self.object.qpos + 2], self.goal.position
+        self._reached = False
+        self._goal_dist = self._start_goal_dist = math.hypot(goal[0] - obj[0], goal[1] - obj[1])
+
+    def start(self, scene: Scene) -> None:
+        self._agent_dist = self._object_distance(scene)
+
+    def _object_distance(self, scene: Scene) -> float:
+        points = scene.data.site_xpos.take(self._sites, axis=0)
+        split = self._num_agent_sites
+        gaps = points[:split, None, :] - points[None, split:, :]
+        return math.sqrt(float((gaps * gaps).sum(axis=2).min()))
+
+    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+        agent_dist = self._object_distance(scene)
+        reach = self._weight * (self._agent_dist - agent_dist)
+        self._agent_dist = agent_dist
+        if not self._reached and agent_dist <= self._margin:
+            self._reached = True
+            reach += self._bonus
+        # The object body's position as MuJoCo last computed it, like the agent's sites (and as DERL).
+        obj = scene.data.xpos[self.object.body]
+        goal = self.goal.position
+        goal_dist = math.hypot(goal[0] - obj[0], goal[1] - obj[1])
+        push = 0.0
+        if self._reached:
+            push = self._weight * (self._goal_dist - goal_dist)
+            if goal_dist <= self._margin:
+                push += self._bonus
+        self._goal_dist = goal_dist
+        return reach + push, {"__reward__reach": reach, "__reward__push": push,
+                              "__reward__manipulation": reach + push}
+
+    def observe(self, scene: Scene, obs: dict[str, np.ndarray]) -> None:
+        super().observe(scene, obs)
+        data, head = scene.data, scene.head
+        head_pos = data.xpos[head]
+        pos, vel, spin = self.object.state(data)
+        world = np.stack([pos - head_pos, vel - data.qvel[0:3], spin, self.goal.position - head_pos])
+        local = head_frame(world, data.xmat[head])
+        obs["obj"] = local.ravel()
+        obs["goal"] = local[3].copy()
+
+    def obs_sizes(self) -> dict[str, int]:
+        return {**super().obs_sizes(), "obj": 12, "goal": 3}
+
+    def metric(self, scene: Scene) -> float:
+        return self._start_goal_dist - self._goal_dist
+
+
+@register("push_box_incline")
+class PushBoxIncline(Manipulation):
+    """DERL's push_box_incline: push a box up a tilted plane from ``OBJECT.BOX_POS`` to ``GOAL_POS``.
+
+    The plane and start are the incline task's (``TERRAIN.INCLINE_ANGLE``); reach and push as
+    ``manipulation``; no side-edge termination. Metric: the box's distance from where it started,
+    along the slope (xy distance / cos(angle)).
+    """
+
+    grounds = ("Terrain",)
+    observables = ("obj", "goal")
+
+    def __init__(self, cfg):
+        for key in ("BOX_POS", "GOAL_POS"):
+            if len(cfg.OBJECT[key]) != 2:
+                raise ValueError(f"OBJECT.{key} must be [x, y] for push_box_incline, got {list(cfg.OBJECT[key])}")
+        super().__init__(cfg)
+        self._cos = math.cos(math.radians(float(cfg.TERRAIN.INCLINE_ANGLE)))
+        self._box_start = np.array(cfg.OBJECT.BOX_POS, dtype=float)
+
+    def make_arena(self) -> Arena:
+        return CorridorArena(self.cfg)
+
+    def _check_space(self) -> None:
+        extent = self.arena.extent
+        for key in ("BOX_POS", "GOAL_POS"):
+            x, y = self.cfg.OBJECT[key]
+            if not (extent.x_min <= x <= extent.x_max and abs(y) <= extent.half_width):
+                raise ValueError(f"OBJECT.{key} {[x, y]} lies outside the incline")
+
+    def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
+        return incline_start(self.cfg, head_height)
+
+    def place(self, scene: Scene, rng: np.random.Generator) -> None:
+        (box_x, box_y), (goal_x, goal_y) = self.cfg.OBJECT.BOX_POS, self.cfg.OBJECT.GOAL_POS
+        half = self.object.half_height
+        self.object.place(scene.data, box_x, box_y, self._ground(scene, box_x, box_y, half) + half + 0.1)
+        self.goal.place(goal_x, goal_y, self._ground(scene, goal_x, goal_y, GOAL_HALF_SIDE) + GOAL_LIFT)
+
+    def metric(self, scene: Scene) -> float:
+        box = scene.data.xpos[self.object.body, :2]
+        return float(np.linalg.norm(box - self._box_start)) / self._cos

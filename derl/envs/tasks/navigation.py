@@ -1,0 +1,258 @@
+"""Going places: ``patrol``, ``point_nav``, ``exploration`` and ``escape_bowl`` (DERL's evaluation tasks)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from lxml import etree
+
+from derl.envs.arenas import Arena, BowlArena, CorridorArena, FloorArena
+from derl.envs.mjcf import fmt
+from derl.envs.placement import PlacementGrid
+from derl.envs.props import GoalMarker
+from derl.envs.scene import Scene
+from derl.envs.tasks.base import Camera, Task, camera_above
+from derl.envs.tasks.registry import register
+
+GOAL_HALF_SIDE = 0.5  # DERL's goal footprint when placing it
+GOAL_LIFT = 0.11  # DERL's goal marker: 0.01 half-height + 0.1 above the ground
+ESCAPE_MARGIN = 8.0  # escape_bowl ends this far inside the bowl's edge
+ESCAPE_BONUS = 100.0
+
+
+class _ReachGoal(Task):
+    """DERL's ReachReward towards one goal point: ``__reward__reach`` = w * (d_before - d_after) + c,
+    + bonus on each step with d_after <= OBJECT.SUCCESS_MARGIN ((w, c, bonus) = ENV.REACH_REWARD_PARAMS),
+    d being the head's xy distance to the goal."""
+
+    reward_terms = ("__reward__reach",)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.goal = GoalMarker()
+        self._scale, self._step_reward, self._bonus = (float(v) for v in cfg.ENV.REACH_REWARD_PARAMS)
+        self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
+        self._xy_before = np.zeros(2)
+        self.distance = 0.0  # head-goal xy distance after the last step
+        self.success = False  # whether the last step ended within the margin
+
+    def build(self, root: etree._Element, worldbody: etree._Element) -> None:
+        super().build(root, worldbody)
+        self.goal.build(worldbody)
+
+    def bind(self, scene: Scene) -> None:
+        super().bind(scene)
+        self.goal.bind(scene.model)
+
+    def before_step(self, scene: Scene) -> None:
+        self._xy_before = scene.head_xy()
+
+    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+        goal = self.goal.position[:2]
+        before = float(np.linalg.norm(goal - self._xy_before))
+        self.distance = float(np.linalg.norm(goal - scene.data.xpos[scene.head, :2]))
+        reach = (before - self.distance) * self._scale + self._step_reward
+        self.success = self.distance <= self._margin
+        if self.success:
+            reach += self._bonus
+        return reach, {"__reward__reach": reach}
+
+    def observe(self, scene: Scene, obs: dict[str, np.ndarray]) -> None:
+        super().observe(scene, obs)
+        obs["goal"] = self.goal_in_head_frame(scene, self.goal.position)
+
+    def obs_sizes(self) -> dict[str, int]:
+        return {**super().obs_sizes(), "goal": 3}
+
+
+@register("patrol")
+class Patrol(_ReachGoal):
+    """DERL's patrol: run back and forth between (+L, 0) and (-L, 0), L = TERRAIN.PATROL_HALF_LEN.
+
+    Floor world; the agent starts at (-L, 0), the first goal is (+L, 0) and the goal flips to the
+    other end on each step that ends within the margin of it (the reward of that step counts towards
+    the goal reached). Metric: 1 - (final distance to the goal) / 2L + the number of flips before
+    the last step.
+    """
+
+    observables = ("goal",)
+    grounds = ("Floor",)
+    needs = ("PatrolGoals",)
+    camera = Camera(pos="0 -16 9", xyaxes=fmt(1, 0, 0, 0, 9 / math.hypot(9, 16), 16 / math.hypot(9, 16)),
+                    mode="fixed", on_head=False)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._half_len = float(cfg.TERRAIN.PATROL_HALF_LEN)
+        if not 0 < self._half_len < float(cfg.TERRAIN.SIZE[0]):
+            raise ValueError(f"TERRAIN.PATROL_HALF_LEN {self._half_len} must lie in (0, SIZE[0])")
+        self.flips = 0
+        self._flipped = False
+
+    def make_arena(self) -> Arena:
+        return FloorArena(self.cfg)
+
+    def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
+        return (-self._half_len, 0.0, head_height + self.arena.extent.ground_z), None
+
+    def _set_goal(self, sign: float) -> None:
+        self.goal.place(sign * self._half_len, 0.0, self.arena.extent.ground_z + 0.1)
+
+    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, rng)
+        self._set_goal(1.0)
+        self.flips, self._flipped = 0, False
+
+    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+        reward, terms = super().reward(scene)
+        self._flipped = self.success
+        if self.success:
+            self._set_goal(-math.copysign(1.0, self.goal.position[0]))
+            self.flips += 1
+        return reward, terms
+
+    def metric(self, scene: Scene) -> float:
+        return 1.0 - self.distance / (2 * self._half_len) + self.flips - self._flipped
+
+
+@register("point_nav")
+class PointNav(_ReachGoal):
+    """DERL's point_nav: reach a goal drawn uniformly in a flat walled arena, starting at its centre.
+
+    The arena spans x in [0, 2 SIZE[0]], |y| <= SIZE[1]; the goal is drawn as DERL's placement
+    (a 1 m footprint on the 10 cells/m grid, ``2 * PLACEMENT_BUFFER_LEN`` m from the x ends and
+    ``2 * PLACEMENT_BUFFER_WIDTH`` m from the sides: x in [6.5, 93.5), y in [-39.5, 39.5) for DERL's
+    100 x 100 m arena). Metric: 1 - (final distance) / (start distance) + (steps within the margin
+    before the last) / EPISODE_LENGTH.
+    """
+
+    observables = ("goal", "hfield")
+    needs = ("Objects",)
+    camera = camera_above(8.0, 8.0)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._start_dist = 1.0
+        self._success_steps = 0
+        self._length = int(cfg.ENV.EPISODE_LENGTH)
+
+    def make_arena(self) -> Arena:
+        return CorridorArena(self.cfg, layout="arena", observe_hfield=self.observe_hfield)
+
+    def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
+        extent = self.arena.extent
+        return ((extent.x_min + extent.x_max) / 2, 0.0, head_height + extent.ground_z), None
+
+    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, rng)
+        spot = PlacementGrid(self.arena.extent, self.cfg).place_uniform((GOAL_HALF_SIDE, GOAL_HALF_SIDE), rng)
+        x, y = spot  # the first try never overlaps: the grid is empty
+        heights = scene.heights
+        ground = heights.max_under(x, y, GOAL_HALF_SIDE, GOAL_HALF_SIDE) if heights is not None else scene.ground_z
+        self.goal.place(x, y, ground + GOAL_LIFT)
+        start = self.start_pose(0.0)[0]
+        self._start_dist = math.hypot(x - start[0], y - start[1])
+        self._success_steps = 0
+        self.success = False
+
+    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+        self._success_steps += self.success  # the previous step's: the last step is not counted
+        return super().reward(scene)
+
+    def metric(self, scene: Scene) -> float:
+        return 1.0 - self.distance / self._start_dist + self._success_steps / self._length
+
+
+@register("exploration")
+class Exploration(Task):
+    """DERL's exploration: +1 for each new 1 m x 1 m cell of a flat walled arena the head enters.
+
+    Starts at the centre of the arena (x in [0, 2 SIZE[0]], |y| <= SIZE[1]); ``__reward__forward`` =
+    FORWARD_REWARD_WEIGHT x the head's xy speed (0 in DERL's config). Metric: cells visited.
+    """
+
+    reward_terms = ("__reward__explore", "__reward__forward")
+    needs = ("Objects",)
+    camera = camera_above(10.0, 8.0)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        extent = self.arena.extent
+        self._visited = np.zeros((int(2 * extent.half_width), int(extent.x_max - extent.x_min)), dtype=bool)
+        self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
+        self._xy_before = np.zeros(2)
+        self.count = 0
+
+    def make_arena(self) -> Arena:
+        return CorridorArena(self.cfg, layout="arena")
+
+    def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
+        extent = self.arena.extent
+        return ((extent.x_min + extent.x_max) / 2, 0.0, head_height + extent.ground_z), None
+
+    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, rng)
+        self._visited[:] = False
+        self.count = 0
+
+    def before_step(self, scene: Scene) -> None:
+        self._xy_before = scene.head_xy()
+
+    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+        xy = scene.data.xpos[scene.head, :2]
+        forward = self._forward_weight * float(np.linalg.norm(xy - self._xy_before)) / scene.dt
+        extent = self.arena.extent
+        row, col = math.floor(xy[1] + extent.half_width), math.floor(xy[0] - extent.x_min)
+        explore = 0.0
+        rows, cols = self._visited.shape
+        if 0 <= row < rows and 0 <= col < cols and not self._visited[row, col]:
+            self._visited[row, col] = True
+            self.count += 1
+            explore = 1.0
+        return explore + forward, {"__reward__explore": explore, "__reward__forward": forward}
+
+    def metric(self, scene: Scene) -> float:
+        return float(self.count)
+
+
+@register("escape_bowl")
+class EscapeBowl(Task):
+    """DERL's escape_bowl: climb out of a bumpy bowl (``BowlArena``), starting at its centre.
+
+    ``__reward__forward`` = FORWARD_REWARD_WEIGHT x the increase of the head's distance from the
+    centre (metres, not per second); reaching radius ``SIZE[0] - 8`` ends the episode with
+    ``__reward__escape`` = +100. Metric: the head's distance from the centre.
+    """
+
+    reward_terms = ("__reward__forward", "__reward__escape")
+    observables = ("hfield",)
+    grounds = ("Bowl",)
+    camera = camera_above(14.0, 14.0)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
+        self._escape_radius = float(cfg.TERRAIN.SIZE[0]) - ESCAPE_MARGIN
+        if self._escape_radius <= 0:
+            raise ValueError(f"TERRAIN.SIZE[0] must exceed {ESCAPE_MARGIN} for escape_bowl")
+        self._radius_before = 0.0
+        self.radius = 0.0
+
+    def make_arena(self) -> Arena:
+        return BowlArena(self.cfg, self.observe_hfield)
+
+    def before_step(self, scene: Scene) -> None:
+        self._radius_before = float(np.linalg.norm(scene.data.xpos[scene.head, :2]))
+
+    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+        self.radius = float(np.linalg.norm(scene.data.xpos[scene.head, :2]))
+        forward = self._forward_weight * (self.radius - self._radius_before)
+        escape = ESCAPE_BONUS if self.radius >= self._escape_radius else 0.0
+        return forward + escape, {"__reward__forward": forward, "__reward__escape": escape}
+
+    def terminate(self, scene: Scene) -> bool:
+        return self.radius >= self._escape_radius
+
+    def metric(self, scene: Scene) -> float:
+        return self.radius

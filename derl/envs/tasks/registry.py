@@ -1,0 +1,58 @@
+"""The task registry, and the config check against what a task declares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from derl.envs.tasks.base import CTRL_TERM, SUMMARY_FIELDS, Task
+
+TASKS: dict[str, type[Task]] = {}
+
+
+def register(name: str) -> Callable[[type[Task]], type[Task]]:
+    """Class decorator: ``ENV.TASK name`` builds this task."""
+
+    def add(cls: type[Task]) -> type[Task]:
+        if name in TASKS:
+            raise ValueError(f"task {name!r} is registered twice")
+        TASKS[name] = cls
+        cls.name = name
+        return cls
+
+    return add
+
+
+def task_class(cfg) -> type[Task]:
+    """The class of ``cfg.ENV.TASK``; an unknown name is a one-line error."""
+    name = cfg.ENV.TASK
+    if name not in TASKS:
+        raise ValueError(f"unknown ENV.TASK {name!r}; known: {', '.join(sorted(TASKS))}")
+    return TASKS[name]
+
+
+def make_task(cfg) -> Task:
+    """A new task of ``cfg.ENV.TASK`` for the config."""
+    return task_class(cfg)(cfg)
+
+
+def check_task_config(cfg) -> None:
+    """Checks ``ENV.TASK``, ``ENV.KEYS_TO_KEEP`` and ``EVO.SELECTION_CRITERIA`` against the task.
+
+    Observation keys must be ``proprioceptive`` or keys the task declares; selection criteria must
+    be reward terms the task reports (``__reward__ctrl`` and its aggregates included) or a summary
+    field (``return``, ``energy``, ``x_pos``, ``metric``).
+
+    Raises:
+        ValueError: one line naming the unknown key and what the task offers.
+    """
+    cls = task_class(cfg)
+    observables = ("proprioceptive", *cls.observables)
+    unknown = [k for k in cfg.ENV.KEYS_TO_KEEP if k not in observables]
+    if unknown:
+        raise ValueError(f"unknown ENV.KEYS_TO_KEEP {unknown} for task {cfg.ENV.TASK}; "
+                         f"known: {', '.join(observables)}")
+    criteria = (*cls.reward_terms, CTRL_TERM, *cls.aggregates, *SUMMARY_FIELDS)
+    unknown = [k for k in cfg.EVO.SELECTION_CRITERIA if k not in criteria]
+    if unknown:
+        raise ValueError(f"unknown EVO.SELECTION_CRITERIA {unknown} for task {cfg.ENV.TASK}; "
+                         f"known: {', '.join(criteria)}")

@@ -1,0 +1,92 @@
+"""FT, VT and MVT replay seeded episodes recorded before the task layer was reshaped (issue 9).
+
+``python tests/test_envs_replay.py`` re-records the fixtures; do so only for a deliberate change of
+behaviour, and say which in the commit.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from derl.config import load_preset
+from derl.envs import UnimalEnv
+
+ASSETS = Path(__file__).parent / "assets" / "envs"
+FIXTURE = ASSETS / "quadruped.xml"
+CASES = {
+    "ft": {},
+    "vt": {},
+    "mvt": {"ENV.KEYS_TO_KEEP": ["proprioceptive", "hfield", "obj", "goal"]},
+}
+EPISODES, STEPS = 2, 40
+
+
+def _box_qpos(env: UnimalEnv) -> int:
+    return int(env.model.jnt_qposadr[env.model.body("box").jntadr[0]])
+
+
+def _onto_terrain(env: UnimalEnv) -> None:
+    env.data.qpos[0] += 20.0  # the obstacles of the second episode's terrain
+
+
+def _next_to_box(env: UnimalEnv) -> None:
+    box = env.data.qpos[_box_qpos(env):][:2]
+    env.data.qpos[0:3] = box[0] - 0.6, box[1], env.data.qpos[2] + 1.0  # dropped: clear of any obstacle
+
+
+def _box_towards_goal(env: UnimalEnv) -> None:
+    goal = env.model.site_pos[env.model.site("goal").id]
+    env.data.qpos[_box_qpos(env):][:3] = goal[0] - 0.5, goal[1], goal[2] + 1.0
+
+
+# (episode, step) -> a teleport before that step, to reach every reward branch
+SCRIPTS = {
+    "ft": {},
+    "vt": {(1, 5): _onto_terrain},
+    "mvt": {(0, 5): _next_to_box, (0, 20): _box_towards_goal, (1, 10): _next_to_box},
+}
+
+
+def record(name: str) -> dict[str, np.ndarray]:
+    """Two seeded episodes of random actions: observations, rewards, info values, flags."""
+    env = UnimalEnv(FIXTURE, load_preset(name, {"ENV.EPISODE_LENGTH": STEPS, **CASES[name]}), seed=11)
+    actions = np.random.default_rng(5).uniform(-1.2, 1.2, (EPISODES * STEPS, env.action_space.shape[0]))
+    columns: dict[str, list] = {}
+
+    def add(key: str, value) -> None:
+        columns.setdefault(key, []).append(np.asarray(value, dtype=np.float64))
+
+    steps = iter(actions)
+    for episode in range(EPISODES):
+        obs, _ = env.reset()
+        for key, value in obs.items():
+            add(f"reset/{key}", value)
+        done, step = False, 0
+        while not done:
+            if (episode, step) in SCRIPTS[name]:
+                SCRIPTS[name][episode, step](env)
+            step += 1
+            obs, reward, terminated, truncated, info = env.step(next(steps))
+            for key, value in obs.items():
+                add(f"obs/{key}", value)
+            for key, value in info.items():
+                add(f"info/{key}", value)
+            add("reward", reward)
+            add("done", (terminated, truncated))
+            done = terminated or truncated
+    return {key: np.stack(values) for key, values in columns.items()}
+
+
+def test_replays_match_the_recording():
+    for name in CASES:
+        expected = np.load(ASSETS / f"replay_{name}.npz")
+        got = record(name)
+        assert sorted(got) == sorted(expected.files), name
+        for key in expected.files:
+            np.testing.assert_array_equal(got[key], expected[key], err_msg=f"{name} {key}")
+
+
+if __name__ == "__main__":
+    for case in sys.argv[1:] or CASES:
+        np.savez_compressed(ASSETS / f"replay_{case}.npz", **record(case))
