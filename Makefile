@@ -8,11 +8,13 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# Re-install whenever requirements.txt changes.
-$(STAMP): requirements.txt
+# Re-install whenever requirements.txt or pyproject.toml changes. derl itself is installed editable
+# (-e: this checkout's code, no copy), without build isolation: setuptools comes from requirements.txt.
+$(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	touch $(STAMP)
 
 lint: setup

@@ -1,4 +1,9 @@
-"""Shared test set-up: the repository root is importable, rendering is headless."""
+"""Shared test set-up: this checkout is the one imported, rendering is headless.
+
+pytest puts the repository root on ``sys.path`` (``pythonpath`` in pyproject.toml); subprocesses
+(tools, evo_single_proc.py, workers) get it through ``PYTHONPATH``, so they run this checkout's
+code even when the virtual environment's editable install points at another checkout.
+"""
 
 import os
 import subprocess
@@ -8,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 # The shared tiny real run (tests/test_report.py): its overrides, read by the tests.

@@ -10,9 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from derl.fileio import atomic_write_text  # noqa: E402
+from derl.fileio import atomic_write_text
 
 BENCHMARKS = ("env", "ppo", "evolve", "report", "learner", "ddp")
 

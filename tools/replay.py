@@ -15,7 +15,6 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from derl.analysis.run import RunError, RunView  # noqa: E402

@@ -12,7 +12,6 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from derl.analysis.report import ReportOptions, write_report  # noqa: E402

@@ -2,11 +2,8 @@
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from derl.evolution.status import status_lines  # noqa: E402
+from derl.evolution.status import status_lines
 
 
 def main(argv: list[str]) -> int:

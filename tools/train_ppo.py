@@ -16,11 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from derl.config import load_config_or_exit  # noqa: E402
-from derl.ppo.distributed import RankInfo  # noqa: E402
-from derl.training.run import evaluate, genome_to_xml, train_to_folder  # noqa: E402
+from derl.config import load_config_or_exit
+from derl.ppo.distributed import RankInfo
+from derl.training.run import evaluate, genome_to_xml, train_to_folder
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -213,7 +213,7 @@ def _child(spec: dict) -> dict:
 
 # ----------------------------------------------------------------------------- parent
 def _spawn(spec: dict) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "derl.bench.ppo", json.dumps(spec)],
         cwd=ROOT, env=env, capture_output=True, text=True, check=False,

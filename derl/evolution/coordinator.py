@@ -40,7 +40,6 @@ INIT_POLL_SECONDS = 1.0
 GRACE_SECONDS = 10.0
 # Restarts of one worker before the coordinator gives up (a crash loop is a bug, not bad luck).
 MAX_RESTARTS = 50
-REPO_ROOT = Path(__file__).resolve().parents[2]
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -160,8 +159,7 @@ class Coordinator:
         self.signalled = signum
 
     def _start(self, worker: int) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                                        os.environ.get("PYTHONPATH")])))
+        env = dict(os.environ)  # derl is installed (`make setup`: pip install -e .)
         env[COORDINATOR_PID_VARIABLE] = str(os.getpid())
         for variable in _THREAD_VARIABLES:  # one worker per core: no BLAS/OpenMP thread pools fighting
             env.setdefault(variable, str(self.cfg.TORCH_THREADS))
