@@ -14,10 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_bench_reports_ratio_and_reset_cost_per_env():
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    args = parser.parse_args(["--envs", "ft,vt", "--morphologies", "1", "--steps", "60", "--rounds", "2",
-                              "--resets", "2"])
+    args = parser.parse_args(["--envs", "ft,vt,escape_bowl", "--morphologies", "1", "--steps", "60",
+                              "--rounds", "2", "--resets", "2"])
     result = bench.run(args)
-    for name in ("ft", "vt"):
+    assert set(bench.env_configs()) >= {"ft", "vt", "mvt", "patrol", "point_nav", "obstacle", "exploration",
+                                        "incline", "push_box_incline", "escape_bowl", "manipulation_ball"}
+    for name in ("ft", "vt", "escape_bowl"):
         row = result[name]["per_morphology"][0]
         assert row["env_steps_per_sec"] > 0 and row["physics_steps_per_sec"] > 0
         assert abs(row["ratio"] - row["env_steps_per_sec"] / row["physics_steps_per_sec"]) < 1e-2
@@ -28,4 +30,4 @@ def test_bench_reports_ratio_and_reset_cost_per_env():
 def test_bench_script_rejects_an_unknown_env():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "env", "--envs", "ocean"],
                           capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode != 0 and "unknown preset 'ocean'" in done.stderr
+    assert done.returncode != 0 and "unknown env 'ocean'" in done.stderr

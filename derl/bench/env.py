@@ -1,4 +1,5 @@
-"""Env throughput against the physics limit, for FT, VT and MVT on sampled morphologies.
+"""Env throughput against the physics limit, for every task (FT, VT, MVT and the eight evaluation
+tasks) on sampled morphologies.
 
 For each env and each morphology (``random_genome`` with seeds seed..seed+n-1) the same
 random actions are played twice in alternating rounds: through ``UnimalEnv.step`` and through
@@ -21,15 +22,25 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from derl.config import ConfigError, load_preset
+from derl.config import PRESET_DIR, ConfigError, load_config
 from derl.envs import UnimalEnv
 from derl.envs.unimal_env import FRAME_SKIP
 from derl.envs.world import build_xml
 from derl.morphology import random_genome, to_mjcf
 
+EVAL_DIR = PRESET_DIR.parent / "eval"
+
+
+def env_configs() -> dict[str, Path]:
+    """Bench names: the evolution presets (ft, vt, mvt) and every ``configs/eval`` task."""
+    names = {name: PRESET_DIR / f"{name}.yml" for name in ("ft", "vt", "mvt")}
+    names.update({path.stem: path for path in sorted(EVAL_DIR.glob("*.yml"))})
+    return names
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--envs", default="ft,vt,mvt", help="comma-separated names among ft, vt, mvt")
+    parser.add_argument("--envs", default="all",
+                        help="comma-separated names among ft, vt, mvt and the configs/eval tasks, or all")
     parser.add_argument("--morphologies", type=int, default=5, help="sampled morphologies per env")
     parser.add_argument("--steps", type=int, default=3000, help="env steps per morphology")
     parser.add_argument("--rounds", type=int, default=5, help="alternating env/physics rounds")
@@ -109,9 +120,13 @@ def _summary(rows: list[dict]) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    names = [name.strip() for name in args.envs.split(",") if name.strip()]
+    known = env_configs()
+    names = list(known) if args.envs == "all" else [n.strip() for n in args.envs.split(",") if n.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SystemExit(f"error: unknown env {unknown[0]!r}; known: {', '.join(known)} (or all)")
     try:
-        configs = {name: load_preset(name) for name in names}
+        configs = {name: load_config(known[name]) for name in names}
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
     result: dict = {"steps": args.steps, "morphologies": args.morphologies, "frame_skip": FRAME_SKIP}

@@ -89,6 +89,7 @@ class Scene:
         """Ground z under (x, y)."""
         return self.ground_z if self.heights is None else self.heights.height_at(x, y)
 
-    def head_xy(self) -> np.ndarray:
-        """The head's (x, y) as MuJoCo last computed it (a copy)."""
-        return self.data.xpos[self.head, :2].copy()
+    def head_xy(self) -> tuple[float, float]:
+        """The head's (x, y) as MuJoCo last computed it."""
+        x, y, _ = self.data.xpos[self.head].tolist()
+        return x, y

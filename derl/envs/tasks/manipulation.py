@@ -77,6 +77,7 @@ class Manipulation(Task):
         self._agent_dist = self._goal_dist = self._start_goal_dist = self._head_goal_dist = 0.0
         self._start_to_goal = 1.0
         self._success_steps = 0
+        self._world = np.zeros((4, 3))  # object and goal, relative to the head, world frame
 
     def make_arena(self) -> Arena:
         if "Floor" in self.cfg.ENV.MODULES:
@@ -174,7 +175,11 @@ class Manipulation(Task):
         data, head = scene.data, scene.head
         head_pos = data.xpos[head]
         pos, vel, spin = self.object.state(data)
-        world = np.stack([pos - head_pos, vel - data.qvel[0:3], spin, self.goal.position - head_pos])
+        world = self._world
+        np.subtract(pos, head_pos, out=world[0])
+        np.subtract(vel, data.qvel[0:3], out=world[1])
+        world[2] = spin
+        np.subtract(self.goal.position, head_pos, out=world[3])
         local = head_frame(world, data.xmat[head])
         obs["obj"] = local.ravel()
         obs["goal"] = local[3].copy()

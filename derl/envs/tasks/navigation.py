@@ -33,7 +33,7 @@ class _ReachGoal(Task):
         self.goal = GoalMarker()
         self._scale, self._step_reward, self._bonus = (float(v) for v in cfg.ENV.REACH_REWARD_PARAMS)
         self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
-        self._xy_before = np.zeros(2)
+        self._xy_before = (0.0, 0.0)
         self.distance = 0.0  # head-goal xy distance after the last step
         self.success = False  # whether the last step ended within the margin
 
@@ -49,9 +49,10 @@ class _ReachGoal(Task):
         self._xy_before = scene.head_xy()
 
     def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
-        goal = self.goal.position[:2]
-        before = float(np.linalg.norm(goal - self._xy_before))
-        self.distance = float(np.linalg.norm(goal - scene.data.xpos[scene.head, :2]))
+        goal_x, goal_y = self.goal.position[0], self.goal.position[1]
+        (x0, y0), (x, y) = self._xy_before, scene.head_xy()
+        before = math.hypot(goal_x - x0, goal_y - y0)
+        self.distance = math.hypot(goal_x - x, goal_y - y)
         reach = (before - self.distance) * self._scale + self._step_reward
         self.success = self.distance <= self._margin
         if self.success:
@@ -181,7 +182,7 @@ class Exploration(Task):
         extent = self.arena.extent
         self._visited = np.zeros((int(2 * extent.half_width), int(extent.x_max - extent.x_min)), dtype=bool)
         self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
-        self._xy_before = np.zeros(2)
+        self._xy_before = (0.0, 0.0)
         self.count = 0
 
     def make_arena(self) -> Arena:
@@ -200,10 +201,10 @@ class Exploration(Task):
         self._xy_before = scene.head_xy()
 
     def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
-        xy = scene.data.xpos[scene.head, :2]
-        forward = self._forward_weight * float(np.linalg.norm(xy - self._xy_before)) / scene.dt
+        (x0, y0), (x, y) = self._xy_before, scene.head_xy()
+        forward = self._forward_weight * math.hypot(x - x0, y - y0) / scene.dt
         extent = self.arena.extent
-        row, col = math.floor(xy[1] + extent.half_width), math.floor(xy[0] - extent.x_min)
+        row, col = math.floor(y + extent.half_width), math.floor(x - extent.x_min)
         explore = 0.0
         rows, cols = self._visited.shape
         if 0 <= row < rows and 0 <= col < cols and not self._visited[row, col]:
@@ -243,10 +244,10 @@ class EscapeBowl(Task):
         return BowlArena(self.cfg, self.observe_hfield)
 
     def before_step(self, scene: Scene) -> None:
-        self._radius_before = float(np.linalg.norm(scene.data.xpos[scene.head, :2]))
+        self._radius_before = math.hypot(*scene.head_xy())
 
     def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
-        self.radius = float(np.linalg.norm(scene.data.xpos[scene.head, :2]))
+        self.radius = math.hypot(*scene.head_xy())
         forward = self._forward_weight * (self.radius - self._radius_before)
         escape = ESCAPE_BONUS if self.radius >= self._escape_radius else 0.0
         return forward + escape, {"__reward__forward": forward, "__reward__escape": escape}
