@@ -18,7 +18,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         return run_node(args.cfg, args.overrides)
-    except (ConfigError, ValueError, TimeoutError) as err:
+    except (ConfigError, ValueError, TimeoutError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

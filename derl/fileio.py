@@ -3,6 +3,13 @@
 Every file another process may read is written to a temporary file in the same
 folder, flushed to disk, then renamed over the target with ``os.replace``: a
 reader sees the old file or the new one, never half of one.
+
+Files get the mode a plain ``open(path, "w")`` would give them, ``0o666`` less the
+process's umask (``tempfile.mkstemp`` alone makes them ``0o600``, unreadable by the
+other users of a shared filesystem): with the usual umask 022 they are 0644, readable
+by the group; with umask 002 (a group sharing one output folder) 0664. The umask
+stays the operator's choice, as for every other program writing there; folders are
+made by ``mkdir`` and follow it the same way (0755 or 0775).
 """
 
 from __future__ import annotations
@@ -13,12 +20,28 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+FILE_MODE = 0o666
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it (Linux ``/proc``; elsewhere set and restored)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Writes ``data`` to ``path`` atomically (temp file + fsync + rename)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -71,7 +94,7 @@ def read_json(path: str | Path) -> Any:
 def create_exclusive(path: str | Path, text: str = "") -> bool:
     """Creates ``path`` only if it does not exist (O_EXCL). Returns False if it did."""
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)  # less the umask
     except FileExistsError:
         return False
     with os.fdopen(fd, "w") as f:

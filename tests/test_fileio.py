@@ -1,4 +1,6 @@
 import math
+import os
+import stat
 
 import pytest
 
@@ -43,3 +45,18 @@ def test_json_errors_name_their_file(tmp_path):
         read_json(truncated)
     with pytest.raises(json.JSONDecodeError, match=r"bin.json: not UTF-8 text"):  # callers catching JSONDecodeError
         read_json(binary)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_written_files_get_the_mode_of_a_plain_open(tmp_path, umask, mode):
+    """Group-readable under the usual umasks (mkstemp alone would give 0o600 whatever the umask)."""
+    previous = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "a.txt", "x")
+        create_exclusive(tmp_path / "b.txt", "x")
+        (tmp_path / "folder").mkdir()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == mode
+    assert stat.S_IMODE((tmp_path / "b.txt").stat().st_mode) == mode
+    assert stat.S_IMODE((tmp_path / "folder").stat().st_mode) == mode | (mode & 0o444) >> 2  # r -> x

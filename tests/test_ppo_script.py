@@ -33,8 +33,8 @@ def test_train_from_genome_resume_and_eval(tmp_path):
         assert (out / name).is_file(), name
     torch.load(out / "model.pt", weights_only=True)
 
-    resumed = _run("--genome", str(genome_file), "--out", str(out), "--resume", "--quiet", *TINY,
-                   "MAX_STATE_ACTION_PAIRS", "128")
+    # As in the README: the folder's config.yaml and run.json, plus the overrides given now.
+    resumed = _run("--out", str(out), "--resume", "--quiet", "MAX_STATE_ACTION_PAIRS", "128")
     assert resumed.returncode == 0, resumed.stderr
     final = json.loads((out / "metrics.json").read_text())
     assert final["iterations"] == 4 and final["env_steps"] == 128 and final["completed"]
@@ -51,4 +51,5 @@ def test_train_from_genome_resume_and_eval(tmp_path):
 def test_missing_env_source_is_a_one_line_error(tmp_path):
     result = _run("--out", str(tmp_path), *TINY)
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: give one of --xml, --genome or --env-id (or --eval CKPT)"
+    assert result.stderr.strip() == ("error: give one of --xml, --genome or --env-id "
+                                    "(or --eval CKPT, or --out DIR --resume)")

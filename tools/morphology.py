@@ -59,7 +59,7 @@ def main(argv: list[str]) -> None:
             print(cli.image(cfg, args.genome, args.out, tuple(args.size)))
         else:
             print(json.dumps(cli.stats(args.dir), indent=2))
-    except cli.InputError as err:
+    except (ValueError, OSError) as err:  # cli.InputError, unwritable --out
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     try:
         result = RunView(args.out_dir).replay(args.id, seed=args.seed, steps=args.steps, video=args.video)
-    except (RunError, FileNotFoundError) as err:
+    except (RunError, ValueError, OSError) as err:  # CheckpointError, malformed MJCF, missing files
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     print(json.dumps(result.to_json(), indent=2))

@@ -32,14 +32,13 @@ def main(argv: list[str]) -> None:
     if args.top < 1 or args.video_steps < 1 or not 0 < args.fraction <= 1:
         print("error: need --top >= 1, --video-steps >= 1 and 0 < --fraction <= 1", file=sys.stderr)
         raise SystemExit(2)
-    try:
-        view = RunView(args.out_dir)
-    except RunError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
     options = ReportOptions(top_k=args.top, fraction=args.fraction, video_steps=args.video_steps,
                             media=not args.no_media, seed=args.seed)
-    report = write_report(view, args.out, options)
+    try:
+        report = write_report(RunView(args.out_dir), args.out, options)
+    except (RunError, OSError) as err:  # not a run folder, unwritable --out
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(json.dumps({"index": str(report.index), "sections": report.sections, "plots": report.plots,
                       "media": len(report.media), "problems": report.problems, "seconds": report.seconds,
                       "baldwin_slope": report.baldwin_slope}, indent=2))

@@ -2,10 +2,11 @@
 
     tools/train_ppo.py --cfg CFG [--cfg CFG ...] (--xml F | --genome F | --env-id ID) [--out DIR] [--resume]
         [KEY VALUE ...]
+    tools/train_ppo.py --out DIR --resume [KEY VALUE ...]
     tools/train_ppo.py --eval CKPT [--cfg CFG] [--episodes N] [KEY VALUE ...]
 
---eval uses the config.yaml and run.json next to CKPT unless --cfg / --xml / --genome / --env-id
-say otherwise.
+--eval uses the config.yaml and run.json next to CKPT, --resume those in --out, unless --cfg / --xml /
+--genome / --env-id say otherwise.
 The output folder (default OUT_DIR) gets config.yaml, run.json, model.pt, metrics.jsonl and
 metrics.json (see derl/training/run.py). --eval prints the deterministic return as JSON.
 Under torchrun (tools/train_ddp.sh) each rank runs this script; rank 0 writes the folder and prints.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from derl.config import load_config_or_exit
 from derl.ppo.distributed import RankInfo
-from derl.training.run import evaluate, genome_to_xml, train_to_folder
+from derl.training.run import evaluate, genome_to_xml, saved_source, train_to_folder
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -43,8 +44,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     cfg_file = args.cfg
-    if cfg_file is None and args.eval is not None and (args.eval.parent / "config.yaml").is_file():
-        cfg_file = [args.eval.parent / "config.yaml"]  # replay in the world the policy was trained in
+    # Replay in the world the policy was trained in; resume the run as it was started.
+    saved = args.eval.parent if args.eval is not None else args.out if args.resume else None
+    if cfg_file is None and saved is not None and (saved / "config.yaml").is_file():
+        cfg_file = [saved / "config.yaml"]
     cfg = load_config_or_exit(cfg_file, args.overrides)
     out = args.out or Path(cfg.OUT_DIR)
     try:
@@ -57,15 +60,17 @@ def main(argv: list[str]) -> None:
                 source = {"env_id": args.env_id}
             print(json.dumps(evaluate(cfg, args.eval, source, args.episodes, cfg.RNG_SEED), indent=2))
             return
-        if not (args.xml or args.genome or args.env_id):
-            raise ValueError("give one of --xml, --genome or --env-id (or --eval CKPT)")
+        if not (args.xml or args.genome or args.env_id or args.resume):
+            raise ValueError("give one of --xml, --genome or --env-id (or --eval CKPT, or --out DIR --resume)")
         out.mkdir(parents=True, exist_ok=True)
         if args.env_id:
             source = {"env_id": args.env_id}
+        elif not (args.xml or args.genome):
+            source = saved_source(out)  # --resume alone: the run recorded in --out
         else:
             source = {"xml": str((args.xml or genome_to_xml(cfg, args.genome, out)).resolve())}
         result = train_to_folder(cfg, source, out, resume=args.resume, progress=not args.quiet)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:  # CheckpointError, GenomeError, missing or unwritable files
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     if RankInfo.from_environ().is_main:

@@ -60,7 +60,10 @@ def head_height(unimal_xml: str | bytes) -> float:
 def _parse(unimal_xml: str | bytes) -> tuple[etree._Element, etree._Element, float]:
     if isinstance(unimal_xml, str):
         unimal_xml = unimal_xml.encode()
-    root = etree.fromstring(unimal_xml, etree.XMLParser(remove_comments=True))
+    try:
+        root = etree.fromstring(unimal_xml, etree.XMLParser(remove_comments=True))
+    except etree.XMLSyntaxError as err:
+        raise ValueError(f"unimal MJCF is not well-formed XML: {err}") from None
     worldbody = root.find("worldbody")
     head = worldbody.find("body[@name='torso/0']") if worldbody is not None else None
     if head is None:

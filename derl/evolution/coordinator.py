@@ -314,8 +314,9 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     published = len(run.published_ids())
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
         log(f"search complete: {published} morphologies in {run.root} (see summary.json)")
-    elif run.stop_requested():
+    elif run.stop_requested() and code == 0:
         log(f"stopped by {run.root / 'STOP'}: delete it and run the same command to resume")
+        return EXIT_STOPPED
     elif code == 0:
         log(f"node {cfg.NODE_ID} has no work left; {published}/{cfg.EVO.SEARCH_SPACE_SIZE} published so far")
     return code

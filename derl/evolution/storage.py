@@ -487,7 +487,7 @@ class RunDir:
     def beat(self, node: int, worker: int) -> float:
         """Touches the heartbeat of ``node-worker``; returns its new mtime (the filesystem's "now")."""
         path = self.heartbeat_path(node, worker)
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o666))  # less the umask
         os.utime(path)  # no explicit time: the file server's clock (NFS SET_TO_SERVER_TIME)
         return path.stat().st_mtime
 
@@ -501,7 +501,7 @@ class RunDir:
     def filesystem_now(self) -> float:
         """The shared filesystem's clock: the mtime of a probe file created now in ``tmp/``."""
         probe = self.root / "tmp" / f"clock-{self.identity.host}-{self.identity.pid}-{self.identity.token}"
-        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY, 0o644))
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY, 0o666))  # less the umask
         try:
             os.utime(probe)
             return probe.stat().st_mtime

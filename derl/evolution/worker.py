@@ -436,7 +436,7 @@ def _die_with_parent() -> None:
 
 def _try_worker_lock(run: RunDir, node: int, worker: int) -> int | None:
     """The lock of worker ``node-worker`` if no process holds it (None if one does)."""
-    fd = os.open(run.worker_lock_path(node, worker), os.O_CREAT | os.O_RDWR, 0o644)
+    fd = os.open(run.worker_lock_path(node, worker), os.O_CREAT | os.O_RDWR, 0o666)  # less the umask
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -450,7 +450,7 @@ def _hold_worker_lock(run: RunDir, node: int, worker: int) -> int:
     fd = _try_worker_lock(run, node, worker)
     if fd is None:
         print(f"[worker {node}-{worker}] waiting for the previous worker {node}-{worker} to exit", flush=True)
-        fd = os.open(run.worker_lock_path(node, worker), os.O_CREAT | os.O_RDWR, 0o644)
+        fd = os.open(run.worker_lock_path(node, worker), os.O_CREAT | os.O_RDWR, 0o666)  # less the umask
         fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 

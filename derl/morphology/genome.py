@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -203,6 +204,7 @@ def validate(genome: Genome) -> None:
     Raises:
         GenomeError: naming the first broken rule.
     """
+    _check_values(genome)
     plane_parents: set[int | None] = {None}
     pair_parents: set[int] = set()
     seen: set[int] = set()
@@ -230,3 +232,41 @@ def validate(genome: Genome) -> None:
             raise GenomeError(f"{name}: needs one or two joints with axes among {AXES}")
         seen.update(group.ids)
         (pair_parents if group.is_pair else plane_parents).add(group.ids[0])
+
+
+# A genome id names files (``<id>.json``, ``<id>.xml``): letters, digits, ``.``, ``_`` and ``-``, not
+# starting with a dot, so no id is a path outside the folder it is written to.
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_id(value: str, name: str = "id") -> str:
+    """``value`` if it is a valid genome id (``ID_PATTERN``); raises ``GenomeError`` otherwise."""
+    if not ID_PATTERN.fullmatch(value):
+        raise GenomeError(f"genome {name} {value!r} is not a valid id (letters, digits, '.', '_', '-'; "
+                          "no leading dot, at most 128 characters)")
+    return value
+
+
+def _check_values(genome: Genome) -> None:
+    """Ids usable as file names; sizes, densities and gears finite and positive; angles finite."""
+    check_id(genome.id)
+    if genome.parent_id is not None:
+        check_id(genome.parent_id, "parent_id")
+    positive = [("head_radius", genome.head_radius), ("head_density", genome.head_density),
+                ("limb_density", genome.limb_density)]
+    finite = []
+    for group in genome.groups:
+        name = f"limb group {list(group.ids)}"
+        positive += [(f"{name} radius", group.radius), (f"{name} length", group.length)]
+        finite += [(f"{name} theta", group.theta), (f"{name} phi", group.phi)]
+        for joint in group.joints:
+            positive.append((f"{name} joint gear", joint.gear))
+            finite += [(f"{name} joint range", value) for value in joint.range]
+            if joint.range[0] > joint.range[1]:
+                raise GenomeError(f"genome {genome.id}: {name} joint range {list(joint.range)} is reversed")
+    for name, value in positive:
+        if not (math.isfinite(value) and value > 0):
+            raise GenomeError(f"genome {genome.id}: {name} must be a positive number, got {value!r}")
+    for name, value in finite:
+        if not math.isfinite(value):
+            raise GenomeError(f"genome {genome.id}: {name} must be finite, got {value!r}")

@@ -8,6 +8,7 @@ stored as tensors; nothing is pickled beyond what the weights-only loader accept
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,32 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+class CheckpointError(ValueError):
+    """A file that is not a readable derl checkpoint, or one that does not fit the run (message names it)."""
+
+
+# Keys every derl checkpoint has (``derl.ppo.trainer.PPO.state_dict``); a file without them is not ours.
+CHECKPOINT_KEYS = ("version", "model_spec", "model")
+
+
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Loads a checkpoint with the weights-only unpickler; tensors land on ``device``."""
+    """Loads a checkpoint with the weights-only unpickler; tensors land on ``device``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: the file does not load (truncated, corrupt, not torch) or is not derl's.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    return torch.load(path, map_location=device, weights_only=True)
+    try:
+        with warnings.catch_warnings():  # torch warns about pickle protocols before it fails on a foreign file
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location=device, weights_only=True)
+    except OSError:
+        raise
+    except Exception as err:  # noqa: BLE001 - torch raises pickle, zip, EOF and runtime errors alike
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__})") from None
+    if not isinstance(state, dict) or not all(key in state for key in CHECKPOINT_KEYS):
+        raise CheckpointError(f"{path}: not a derl checkpoint (needs {', '.join(CHECKPOINT_KEYS)})")
+    return state

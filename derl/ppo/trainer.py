@@ -35,7 +35,7 @@ import torch
 from derl.config import CfgNode
 from derl.fileio import JsonFileError, atomic_write_text
 from derl.ppo.callbacks import Callback
-from derl.ppo.checkpoint import load_checkpoint, save_checkpoint
+from derl.ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from derl.ppo.device import learner_device
 from derl.ppo.distributed import Comm, merge_statistics
 from derl.ppo.episodes import EpisodeLog
@@ -189,9 +189,9 @@ class PPO:
         """Restores a checkpoint of any world size (a rank beyond the saved ones keeps its fresh
         action noise); version 1 (single-process) checkpoints load too."""
         if state.get("version") not in (1, CHECKPOINT_VERSION):
-            raise ValueError(f"checkpoint version {state.get('version')} is not {CHECKPOINT_VERSION}")
+            raise CheckpointError(f"checkpoint version {state.get('version')} is not {CHECKPOINT_VERSION}")
         if state["model_spec"] != self.model_spec:
-            raise ValueError("checkpoint was trained on different observation/action sizes or MODEL keys")
+            raise CheckpointError("checkpoint was trained on different observation/action sizes or MODEL keys")
         self.model.load_state_dict(state["model"])
         self.learner.load_state_dict(state["optimizer"])
         self.obs_norm.load_state_dict(state["obs_norm"])
@@ -267,7 +267,10 @@ def train(
             found = comm.is_main and checkpoint_path.is_file()
             state = comm.broadcast_object(load_checkpoint(checkpoint_path) if found else None)
         if state is not None:
-            ppo.load_state_dict(state)
+            try:
+                ppo.load_state_dict(state)
+            except CheckpointError as err:
+                raise CheckpointError(f"{checkpoint_path}: {err}") from None
             ppo.metrics = _read_metrics(metrics_path, ppo.iteration) if comm.is_main else []
         start_steps = ppo.env_steps
         # A resumed run takes new env seeds so it does not replay the first episodes.

@@ -55,6 +55,17 @@ def genome_to_xml(cfg: CfgNode, genome_path: Path, out_dir: Path) -> Path:
     return xml_path
 
 
+def saved_source(folder: Path) -> dict[str, str]:
+    """The env source (``xml`` or ``env_id``) that ``train_to_folder`` recorded in ``folder/run.json``."""
+    run_file = folder / RUN_FILE
+    if not run_file.is_file():
+        raise FileNotFoundError(f"no {RUN_FILE} in {folder}: give --xml, --genome or --env-id")
+    source = read_json(run_file)
+    if not (isinstance(source, dict) and len(source) == 1 and isinstance(source.get("xml", source.get("env_id")), str)):
+        raise ValueError(f"{run_file}: not a run.json of tools/train_ppo.py (one of xml, env_id)")
+    return source
+
+
 class ProgressLine(Callback):
     """A stderr line rewritten in place: iteration, env steps, steps/s, mean return, ETA."""
 
@@ -118,10 +129,7 @@ def evaluate(cfg: CfgNode, checkpoint: Path, source: dict[str, str] | None, epis
     each episode's return, and the means of the ``__reward__*``/``x_pos``/``metric`` fields.
     """
     if source is None:
-        run_file = checkpoint.parent / RUN_FILE
-        if not run_file.is_file():
-            raise FileNotFoundError(f"no {RUN_FILE} next to {checkpoint}: give --xml, --genome or --env-id")
-        source = read_json(run_file)
+        source = saved_source(checkpoint.parent)
     policy = load_policy(checkpoint)
     env = EpisodeStats(env_factory(cfg, source)(0))
     finished = []
