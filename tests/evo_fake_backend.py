@@ -3,9 +3,11 @@
 Selected in worker processes with ``DERL_EVO_BACKEND=tests.evo_fake_backend:FakeBackend``.
 A genome is a number; "training" takes ``PPO.MAX_ITERS`` iterations of ``ITERATION_SECONDS``,
 checkpoints after each one (so a resumed run continues), and fails on purpose for
-slots with ``slot % 7 == 5`` at attempt 0 (to exercise ``error_metadata/``).
-Every training start is logged as ``<OUT_DIR>/fake_starts/<id>.<pid>`` so tests can
-check that no morphology is trained by two processes.
+slots with ``slot % 7 == 5`` at attempts below ``DERL_FAKE_FAILING_ATTEMPTS`` (default 1, to
+exercise ``error_metadata/``).
+Every training start is logged as ``<OUT_DIR>/fake_starts/<id>.<pid>`` (holding the iteration it
+starts from) so tests can check that no morphology is trained by two processes, and that a resumed
+one continues from its checkpoint.
 """
 
 import json
@@ -51,13 +53,13 @@ class FakeBackend:
     def train(self, cfg, xml_path, *, seed, checkpoint_path, metrics_path, resume, should_stop):
         genome_id = Path(xml_path).stem
         out_dir = Path(xml_path).parents[1]
+        done = json.loads(checkpoint_path.read_text())["iteration"] if resume else 0
         (out_dir / "fake_starts").mkdir(exist_ok=True)
-        create_exclusive(out_dir / "fake_starts" / f"{genome_id}.{os.getpid()}")
+        create_exclusive(out_dir / "fake_starts" / f"{genome_id}.{os.getpid()}", str(done))
         slot, attempt = parse_id(genome_id)
-        if slot % 7 == 5 and attempt == 0:
+        if slot % 7 == 5 and attempt < int(os.environ.get("DERL_FAKE_FAILING_ATTEMPTS", "1")):
             raise RuntimeError("injected MuJoCo failure")
         size = json.loads((out_dir / "genomes" / f"{genome_id}.json").read_text())["size"]
-        done = json.loads(checkpoint_path.read_text())["iteration"] if resume else 0
         start = time.monotonic()
         while done < cfg.PPO.MAX_ITERS:
             if should_stop():

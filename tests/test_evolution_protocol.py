@@ -28,7 +28,8 @@ ENV = dict(os.environ, DERL_EVO_BACKEND="tests.evo_fake_backend:FakeBackend", PY
 ITERATIONS = 10
 
 
-def start(out_dir: Path, *extra: str, iterations: int = ITERATIONS, log_name: str = "coordinator.log"):
+def start(out_dir: Path, *extra: str, iterations: int = ITERATIONS, log_name: str = "coordinator.log",
+          env: dict[str, str] | None = None):
     args = [
         "OUT_DIR", str(out_dir), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
         "EVO.SEARCH_SPACE_SIZE", "12", "EVO.AGING_WINDOW_SIZE", "6", "PPO.MAX_STATE_ACTION_PAIRS",
@@ -37,7 +38,7 @@ def start(out_dir: Path, *extra: str, iterations: int = ITERATIONS, log_name: st
     ]
     out_dir.mkdir(parents=True, exist_ok=True)
     log = open(out_dir.parent / f"{out_dir.name}-{log_name}", "a")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([sys.executable, "evo_single_proc.py", *args], cwd=ROOT, env=ENV, stdout=log,
+    return subprocess.Popen([sys.executable, "evo_single_proc.py", *args], cwd=ROOT, env=env or ENV, stdout=log,
                             stderr=subprocess.STDOUT)
 
 

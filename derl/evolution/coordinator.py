@@ -2,9 +2,11 @@
 
 It prepares ``OUT_DIR`` (node 0 writes ``config.yaml`` and the initial
 population; other nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker
-processes, each in its own session (process group), restarts one that dies,
-rewrites ``summary.json`` every few seconds, and returns when every worker has
-run out of work. On SIGINT/SIGTERM it stops every process group it started:
+processes, each in its own session (process group), restarts one that dies
+after a back-off that doubles while it keeps failing (``derl.evolution.failures``;
+the node stops once one has failed for ``EVO.LEASE_SECONDS``, after which other
+nodes take its slots over anyway), rewrites ``summary.json`` every few seconds,
+and returns when every worker has run out of work. On SIGINT/SIGTERM it stops every process group it started:
 SIGTERM, a grace period, then SIGKILL. Workers also receive SIGTERM if the
 coordinator itself is killed (``PR_SET_PDEATHSIG``), so none is left orphaned.
 """
@@ -23,10 +25,11 @@ import psutil
 
 from derl.config import CfgNode, dump_config, load_config
 from derl.evolution.backend import Backend, load_backend
+from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
 from derl.evolution.population import num_initial_slots, slot_id
 from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.storage import RunDir
-from derl.evolution.worker import COORDINATOR_PID_VARIABLE, EXIT_FATAL, EXIT_STOPPED
+from derl.evolution.worker import COORDINATOR_PID_VARIABLE, EXIT_ENVIRONMENT, EXIT_FATAL, EXIT_STOPPED
 
 # Peak resident memory of one worker before any was measured in this OUT_DIR: the largest preset
 # measured (ft.yml, 32 envs: 1.23 GB; vt 0.74 GB; mvt 0.53 GB) plus a margin.
@@ -38,8 +41,6 @@ POLL_SECONDS = 1.0
 SUMMARY_SECONDS = 10.0
 INIT_POLL_SECONDS = 1.0
 GRACE_SECONDS = 10.0
-# Restarts of one worker before the coordinator gives up (a crash loop is a bug, not bad luck).
-MAX_RESTARTS = 50
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -150,7 +151,9 @@ class Coordinator:
         self.worker_args = list(worker_args)
         self.devices = list(devices)  # worker w's DEVICE override; empty: the config's DEVICE
         self.procs: dict[int, subprocess.Popen] = {}
-        self.restarts = dict.fromkeys(range(cfg.EVO.NUM_PROCESSES), 0)
+        self.started: dict[int, float] = {}  # monotonic start time of each running worker
+        self.streaks: dict[int, Streak] = {}  # each failing worker's failures in a row
+        self.restart_at: dict[int, float] = {}  # workers waiting out their back-off: when to restart
         self.signalled: int | None = None
         self.results = PublishedResults(run)
         self.logged_progress: tuple[int, int] | None = None
@@ -167,6 +170,7 @@ class Coordinator:
         if self.devices:
             command += ["DEVICE", self.devices[worker]]
         self.procs[worker] = subprocess.Popen(command, env=env, start_new_session=True)
+        self.started[worker] = time.monotonic()
 
     def _kill_group(self, proc: subprocess.Popen, sig: int) -> None:
         try:
@@ -189,42 +193,62 @@ class Coordinator:
             self.stop_all()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        self._write_summary(session)
+        self._try_write_summary(session)
         return code
 
     def _supervise(self, session: dict[str, float]) -> int:
         last_summary = time.monotonic()
-        while self.procs:
+        while self.procs or self.restart_at:
             if self.signalled is not None:
                 log(f"received signal {self.signalled}: stopping all workers")
                 return 128 + self.signalled
             for worker, proc in list(self.procs.items()):
                 code = proc.poll()
-                if code is not None and self._on_exit(worker, proc, code):
-                    return 1
+                if code is not None and (node_code := self._on_exit(worker, proc, code)) is not None:
+                    return node_code
+            self._restart_due()
             if time.monotonic() - last_summary >= SUMMARY_SECONDS:
-                self._write_summary(session)
+                self._try_write_summary(session)
                 last_summary = time.monotonic()
             time.sleep(POLL_SECONDS)
         return 0
 
-    def _on_exit(self, worker: int, proc: subprocess.Popen, code: int) -> bool:
-        """Handles a worker's exit; True if the whole node must stop."""
+    def _on_exit(self, worker: int, proc: subprocess.Popen, code: int) -> int | None:
+        """Handles a worker's exit; the node's exit code if the whole node must stop, else None."""
         self._kill_group(proc, signal.SIGKILL)  # env subprocesses a dead worker may leave behind
         del self.procs[worker]
         if code in (0, EXIT_STOPPED):
             log(f"worker {worker} {'finished' if code == 0 else 'stopped'}")
-            return False
+            return None
         if code == EXIT_FATAL:
             log(f"worker {worker} hit a fatal error; stopping the node")
-            return True
-        self.restarts[worker] += 1
-        if self.restarts[worker] > MAX_RESTARTS:
-            log(f"worker {worker} died {self.restarts[worker]} times; stopping the node")
-            return True
-        log(f"worker {worker} died (exit {code}); restart {self.restarts[worker]}")
-        self._start(worker)
-        return False
+            return EXIT_FATAL
+        now = time.monotonic()
+        limit = self.cfg.EVO.LEASE_SECONDS
+        # A run shorter than the lease or the longest back-off is part of the same crash loop.
+        healthy = max(limit, MAX_DELAY_SECONDS)
+        streak = self.streaks[worker] = next_streak(self.streaks.get(worker), now, now - self.started[worker], healthy)
+        what = "stopped by a failure that is not a morphology's" if code == EXIT_ENVIRONMENT else "died"
+        if gives_up(streak, now, limit):
+            log(f"worker {worker} {what} (exit {code}) and has been failing for {now - streak.since:.0f} s "
+                f"({streak.failures} times in a row, EVO.LEASE_SECONDS {limit:g}): stopping node "
+                f"{self.cfg.NODE_ID}; fix the cause in the worker's last error line and run the same command "
+                "to resume")
+            return EXIT_ENVIRONMENT
+        delay = restart_delay(streak.failures)
+        log(f"worker {worker} {what} (exit {code}), failure {streak.failures} in a row; restarting it in {delay:g} s")
+        self.restart_at[worker] = now + delay
+        return None
+
+    def _restart_due(self) -> None:
+        """Restarts the workers whose back-off is over (none once a stop was requested)."""
+        due = [worker for worker, at in self.restart_at.items() if at <= time.monotonic()]
+        if due and self.run.stop_requested():
+            self.restart_at.clear()
+            return
+        for worker in due:
+            del self.restart_at[worker]
+            self._start(worker)
 
     def stop_all(self) -> None:
         """SIGTERM to every worker group, then SIGKILL to what is left after the grace period."""
@@ -251,6 +275,13 @@ class Coordinator:
             except psutil.NoSuchProcess:
                 pass
         self.procs.clear()
+
+    def _try_write_summary(self, session: dict[str, float]) -> None:
+        """``_write_summary``, logging instead of failing when the filesystem refuses (a full disk)."""
+        try:
+            self._write_summary(session)
+        except OSError as err:
+            log(f"summary.json not updated: {err}")
 
     def _write_summary(self, session: dict[str, float]) -> None:
         self.results.refresh()
@@ -285,10 +316,10 @@ class Coordinator:
 
 
 def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
-    """Everything ``evo_single_proc.py`` does for one node; returns the exit code.
+    """Everything ``evo_single_proc.py`` does for one node; returns the exit code (README: exit codes).
 
     Raises:
-        ConfigError, ValueError, TimeoutError: with a one-line message for the user.
+        ConfigError, ValueError, TimeoutError, OSError: while preparing the run, with a one-line message.
     """
     cfg = load_config(cfg_file, overrides)
     validate(cfg)

@@ -185,12 +185,21 @@ class RunDir:
     def _write_text(self, target: Path, text: str) -> None:
         staged = self._staged(target)
         atomic_write_text(staged, text)
-        os.replace(staged, target)
+        self._move_staged(staged, target)
 
     def _write_json(self, target: Path, obj: Any) -> None:
         staged = self._staged(target)
         write_json(staged, obj)
-        os.replace(staged, target)
+        self._move_staged(staged, target)
+
+    @staticmethod
+    def _move_staged(staged: Path, target: Path) -> None:
+        """Renames a staged file into place; if that fails (I/O error, full disk), removes it."""
+        try:
+            os.replace(staged, target)
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
 
     def _create_json(self, target: Path, obj: Any) -> bool:
         """Creates ``target`` with ``obj`` unless it exists; True if this call created it."""
@@ -437,9 +446,15 @@ class RunDir:
         wrote (its suffix may differ: the GIF fallback), which is then renamed into place.
         """
         self.video_path(morphology_id).parent.mkdir(exist_ok=True)
-        written = write(self._staged(self.video_path(morphology_id)))
+        staged = self._staged(self.video_path(morphology_id))
+        try:
+            written = write(staged)
+        except BaseException:  # no half-written video left in tmp/ (a full disk, a failed encoder)
+            for leftover in staged.parent.glob(f"{staged.stem}.*"):
+                leftover.unlink(missing_ok=True)
+            raise
         target = self.video_path(morphology_id, written.suffix)
-        os.replace(written, target)
+        self._move_staged(written, target)
         return target
 
     def videos(self) -> dict[str, Path]:

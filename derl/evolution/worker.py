@@ -10,12 +10,16 @@ nobody has claimed), then, once every initial morphology is published,
 tournament children until all ``SEARCH_SPACE_SIZE`` slots are claimed.
 
 Exit codes: 0 no slot left, ``EXIT_STOPPED`` stopped on request (signal, STOP
-file, coordinator gone), ``EXIT_FATAL`` a problem a restart cannot fix.
+file, coordinator gone), ``EXIT_FATAL`` a problem a restart cannot fix,
+``EXIT_ENVIRONMENT`` a failure that is not the morphology's (``derl.evolution.failures``:
+a full disk, an I/O error, a missing device, a bug); its slot and checkpoint stay as they
+were and the coordinator restarts the worker after a back-off.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -31,6 +35,7 @@ from typing import Any
 
 from derl.config import CfgNode, load_config_or_exit
 from derl.evolution.backend import Backend, TrainOutcome, load_backend
+from derl.evolution.failures import classify, describe
 from derl.evolution.lease import Heartbeat, heartbeat_interval, takeover_reason
 from derl.evolution.population import init_claim_order, num_initial_slots, parse_id, ppo_seed, slot_id, slot_rng
 from derl.evolution.results import PublishedResults, is_finite_summary
@@ -38,7 +43,9 @@ from derl.evolution.storage import RunDir
 
 EXIT_FATAL = 3
 EXIT_STOPPED = 4
-# Replacements of a failed morphology in one slot before the run is declared broken.
+EXIT_ENVIRONMENT = 5
+# Morphologies that may fail in a row in one slot, in one worker's hands, before the run is declared
+# broken (only failures of the morphology itself count: derl.evolution.failures).
 MAX_ATTEMPTS = 10
 STOP_POLL_SECONDS = 5.0
 HEARTBEAT_SECONDS = 30.0
@@ -288,8 +295,14 @@ class Worker:
             self.stop.lost = False
 
     def _fill_claimed_slot(self, slot: int, claim: dict[str, Any]) -> None:
-        """Publishes one morphology in ``slot``, replacing failed ones (each recorded in error_metadata/)."""
+        """Publishes one morphology in ``slot``, replacing failed ones (each recorded in error_metadata/).
+
+        ``MAX_ATTEMPTS`` failures in a row here stop the node (exit ``EXIT_FATAL``): every new body
+        failing means the search is broken. The count starts afresh with each fill, so a rerun after
+        the cause is fixed, or a node that takes the slot over, tries again with the next attempts.
+        """
         attempt = claim["attempt"]
+        failed_here = 0
         while True:
             morphology_id = slot_id(slot, attempt)
             if self.run.is_published(morphology_id):
@@ -300,13 +313,17 @@ class Worker:
                     return
                 except (Stopped, FatalError, SlotLost):
                     raise
-                except Exception as err:  # noqa: BLE001 - any failure of one morphology is recorded, not fatal
+                except Exception as err:  # noqa: BLE001 - a failure of the morphology is recorded, not fatal
                     self.stop.check()  # e.g. env subprocesses killed during shutdown
+                    if classify(err) != "morphology":
+                        raise  # the node's problem: the slot keeps its attempt (see run_worker)
                     self._record_failure(morphology_id, slot, attempt, err)
+                    failed_here += 1
             attempt += 1
-            if attempt >= MAX_ATTEMPTS:
-                raise FatalError(f"slot {slot}: {MAX_ATTEMPTS} morphologies failed in a row "
-                                 "(see error_metadata/)")
+            if failed_here >= MAX_ATTEMPTS:
+                raise FatalError(f"slot {slot}: {MAX_ATTEMPTS} morphologies failed in a row (attempts "
+                                 f"{attempt - MAX_ATTEMPTS}-{attempt - 1}, see error_metadata/); every new body "
+                                 "fails, so the search looks broken: rerun to try the next attempts")
             if self.run.slot_taken_over(slot, claim["lease"]):
                 raise SlotLost
             self.run.replace_slot(slot, {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt,
@@ -456,7 +473,25 @@ def _hold_worker_lock(run: RunDir, node: int, worker: int) -> int:
 
 
 def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int:
-    """Runs worker ``worker`` of node ``cfg.NODE_ID``; returns its exit code."""
+    """Runs worker ``worker`` of node ``cfg.NODE_ID``; returns its exit code.
+
+    A failure that is not a morphology's (those are recorded per slot) stops the worker with one
+    line on stderr (and the traceback of a bug) and ``EXIT_ENVIRONMENT``; nothing else is written,
+    so its slot keeps its attempt and its checkpoint.
+    """
+    try:
+        return _run_worker(cfg, worker, backend)
+    except Exception as err:  # noqa: BLE001 - see the docstring
+        cause = classify(err)
+        if cause != "environment":
+            traceback.print_exc()
+        print(f"[worker {cfg.NODE_ID}-{worker}] error: {describe(err)} ({cause} failure, not the morphology's: "
+              "the slot and its checkpoint are kept; the coordinator restarts the worker)",
+              file=sys.stderr, flush=True)
+        return EXIT_ENVIRONMENT
+
+
+def _run_worker(cfg: CfgNode, worker: int, backend: Backend | None) -> int:
     _die_with_parent()
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
     run = RunDir(cfg.OUT_DIR, quarantine=True)
@@ -472,15 +507,24 @@ def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int
         this.run_all()
         return 0
     except Stopped:
-        this._write_state(status="stopped")
+        _try_write_state(this, status="stopped")
         return EXIT_STOPPED
     except FatalError as err:
         print(f"[worker {cfg.NODE_ID}-{worker}] fatal: {err}", file=sys.stderr, flush=True)
-        this._write_state(status=f"fatal: {err}")
+        _try_write_state(this, status=f"fatal: {err}")
         return EXIT_FATAL
+    except Exception as err:
+        _try_write_state(this, status=f"stopped by a {classify(err)} failure: {describe(err)}")
+        raise
     finally:
         heartbeat.stop()
         os.close(lock)
+
+
+def _try_write_state(worker: Worker, **changes: Any) -> None:
+    """Records the worker's last status if the filesystem lets it (a full disk may not)."""
+    with contextlib.suppress(OSError):
+        worker._write_state(**changes)
 
 
 def main(argv: list[str] | None = None) -> None:

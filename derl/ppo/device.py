@@ -9,6 +9,10 @@ import subprocess
 import torch
 
 
+class DeviceError(ValueError):
+    """A ``DEVICE`` this machine does not have (a problem of the node, not of what trains on it)."""
+
+
 def resolve_device(name: str) -> torch.device:
     """``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA if available, else CPU).
 
@@ -21,12 +25,12 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cpu")
     match = re.fullmatch(r"cuda(?::(\d+))?", name)
     if match is None:
-        raise ValueError(f"DEVICE must be cpu, cuda, cuda:N or auto, got {name!r}")
+        raise DeviceError(f"DEVICE must be cpu, cuda, cuda:N or auto, got {name!r}")
     if not torch.cuda.is_available():
-        raise ValueError(f"DEVICE {name} requested but CUDA is not available on this machine")
+        raise DeviceError(f"DEVICE {name} requested but CUDA is not available on this machine")
     index = int(match.group(1) or 0)
     if index >= torch.cuda.device_count():
-        raise ValueError(f"DEVICE {name}: only {torch.cuda.device_count()} CUDA device(s) present")
+        raise DeviceError(f"DEVICE {name}: only {torch.cuda.device_count()} CUDA device(s) present")
     return torch.device("cuda", index)
 
 
@@ -48,7 +52,7 @@ def assign_device(name: str, index: int, gpu_count: int) -> str:
             raise ValueError("DEVICE cuda requested but no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
         return f"cuda:{index % gpu_count}"
     if re.fullmatch(r"cuda:\d+", name) is None:
-        raise ValueError(f"DEVICE must be cpu, cuda, cuda:N or auto, got {name!r}")
+        raise DeviceError(f"DEVICE must be cpu, cuda, cuda:N or auto, got {name!r}")
     return name
 
 

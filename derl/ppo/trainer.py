@@ -206,15 +206,19 @@ class PPO:
         self._mark_shared_statistics()
 
     def save(self, checkpoint_path: Path | None, metrics_path: Path | None) -> None:
-        """Writes the checkpoint and the metrics lines (rank 0); every rank must call it."""
+        """Writes the metrics lines, then the checkpoint (rank 0); every rank must call it.
+
+        In that order a write that fails in between (a full disk) leaves metrics ahead of the
+        checkpoint, which a resume trims (``_read_metrics``), never behind it (a gap in the curve).
+        """
         state = self.state_dict() if checkpoint_path is not None else None
         if not self.comm.is_main:
             return
-        if state is not None:
-            save_checkpoint(checkpoint_path, state)
         if metrics_path is not None:
             lines = "".join(json.dumps(record, allow_nan=False) + "\n" for record in self.metrics)
             atomic_write_text(metrics_path, lines)
+        if state is not None:
+            save_checkpoint(checkpoint_path, state)
 
 
 def _read_metrics(metrics_path: Path | None, up_to_iteration: int) -> list[dict]:

@@ -1,0 +1,108 @@
+"""Whose fault a failure is, and how long a coordinator waits before restarting a failing worker.
+
+Only a failure of the morphology itself costs its slot an attempt: MuJoCo rejecting or blowing up
+the body, non-finite training values, an invalid genome. Everything else is the node's problem
+(a full disk, an I/O error, a missing GPU or module, a corrupt checkpoint, a bug in derl): the
+worker stops without recording anything, its slot and checkpoint stay as they were, and the
+coordinator restarts it after a back-off, so that the run resumes once the cause is gone.
+Pure functions: ``derl.evolution.worker`` and ``coordinator`` apply them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Literal, NamedTuple
+
+from derl.config import ConfigError
+
+Cause = Literal["morphology", "environment", "bug"]
+
+# The node, not the morphology: I/O (ENOSPC, EIO, NFS), resources, installation, files and settings.
+ENVIRONMENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, EOFError, MemoryError, ImportError, ConfigError, json.JSONDecodeError,
+)
+# Matched by class name (theirs or a base's), so that classifying imports neither torch nor mujoco.
+ENVIRONMENT_ERROR_NAMES = frozenset({"derl.ppo.checkpoint.CheckpointError", "derl.ppo.device.DeviceError"})
+# What simulating or training a bad body raises: MuJoCo's compiler and mju_error (ValueError,
+# mujoco.FatalError, RuntimeError), non-finite values (ValueError, ArithmeticError).
+MORPHOLOGY_ERRORS: tuple[type[BaseException], ...] = (ValueError, ArithmeticError, RuntimeError)
+MORPHOLOGY_ERROR_NAMES = frozenset({"mujoco.FatalError"})
+# torch reports device problems as RuntimeError (or AssertionError when built without CUDA).
+DEVICE_WORDS = ("CUDA", "cuda", "cuDNN", "CUBLAS", "NCCL", "out of memory", "no kernel image", "device-side")
+
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and the exceptions it was raised from or while handling."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _names(err: BaseException) -> set[str]:
+    return {f"{kind.__module__}.{kind.__qualname__}" for kind in type(err).__mro__}
+
+
+def _is_environment_error(err: BaseException) -> bool:
+    return isinstance(err, ENVIRONMENT_ERRORS) or bool(_names(err) & ENVIRONMENT_ERROR_NAMES) or _is_device_error(err)
+
+
+def _is_device_error(err: BaseException) -> bool:
+    return isinstance(err, RuntimeError | AssertionError) and any(word in str(err) for word in DEVICE_WORDS)
+
+
+def classify(err: BaseException) -> Cause:
+    """Whose fault ``err`` is: ``morphology`` (costs the slot an attempt), ``environment`` or ``bug``.
+
+    An environment error anywhere in the chain (``raise ... from``) makes the whole failure the
+    environment's. A ``NotImplementedError`` or an exception outside both lists (``TypeError``,
+    ``KeyError``, ...) is a bug of derl: it must be fixed, not paid for with slots.
+    """
+    if any(_is_environment_error(e) for e in _chain(err)):
+        return "environment"
+    if isinstance(err, NotImplementedError):
+        return "bug"
+    if isinstance(err, MORPHOLOGY_ERRORS) or _names(err) & MORPHOLOGY_ERROR_NAMES:
+        return "morphology"
+    return "bug"
+
+
+def describe(err: BaseException) -> str:
+    """``Type: message`` on one line (the first line of the message)."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+# Back-off between restarts of a worker that keeps failing: 1 s, doubling, at most this long.
+FIRST_DELAY_SECONDS = 1.0
+MAX_DELAY_SECONDS = 60.0
+
+
+class Streak(NamedTuple):
+    """Consecutive failures of one worker: how many, and when (monotonic seconds) the first happened."""
+
+    failures: int
+    since: float
+
+
+def next_streak(streak: Streak | None, now: float, ran_seconds: float, healthy_seconds: float) -> Streak:
+    """The streak after a worker that ran ``ran_seconds`` failed at ``now``.
+
+    A run of at least ``healthy_seconds`` ends the previous streak: this failure starts a new one.
+    """
+    if streak is None or ran_seconds >= healthy_seconds:
+        return Streak(1, now)
+    return Streak(streak.failures + 1, streak.since)
+
+
+def restart_delay(failures: int, first: float = FIRST_DELAY_SECONDS, cap: float = MAX_DELAY_SECONDS) -> float:
+    """Seconds to wait before restarting after the ``failures``-th failure in a row: first * 2**(n-1), capped."""
+    return min(cap, first * 2.0 ** max(failures - 1, 0))
+
+
+def gives_up(streak: Streak, now: float, limit_seconds: float) -> bool:
+    """True once a worker has been failing (restarts and waits included) for ``limit_seconds`` or more."""
+    return now - streak.since >= limit_seconds

@@ -1,0 +1,191 @@
+"""Failures classified (issue 12 item 1): whose fault a failure is, the restart back-off, and a full disk
+during training with real processes (fault injected through ``tests/full_disk/sitecustomize.py``)."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mujoco
+import pytest
+import torch
+
+from derl.config import ConfigError
+from derl.evolution.failures import Streak, classify, describe, gives_up, next_streak, restart_delay
+from derl.evolution.worker import EXIT_ENVIRONMENT, EXIT_FATAL
+from derl.fileio import JsonFileError
+from derl.morphology.genome import GenomeError
+from derl.ppo.checkpoint import CheckpointError
+from derl.ppo.device import DeviceError
+from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
+from tests.test_evolution_run import tiny_search
+
+
+def _raised_from(err: BaseException, cause: BaseException) -> BaseException:
+    try:
+        raise err from cause
+    except BaseException as raised:  # noqa: BLE001 - the exception with its __cause__ set
+        return raised
+
+
+@pytest.mark.parametrize("err, cause", [
+    (OSError(errno.ENOSPC, "No space left on device"), "environment"),
+    (OSError(errno.EIO, "Input/output error"), "environment"),
+    (FileNotFoundError("genomes/000001.json"), "environment"),
+    (MemoryError(), "environment"),
+    (ModuleNotFoundError("No module named 'mujoco'"), "environment"),
+    (ConfigError("unknown key"), "environment"),
+    (DeviceError("DEVICE cuda requested but CUDA is not available on this machine"), "environment"),
+    (RuntimeError("CUDA error: out of memory"), "environment"),
+    (AssertionError("Torch not compiled with CUDA enabled"), "environment"),
+    (CheckpointError("models/000001.pt: not a readable checkpoint (UnpicklingError)"), "environment"),
+    (JsonFileError("metrics/000001.jsonl", "not valid JSON"), "environment"),
+    (EOFError(), "environment"),  # an env subprocess that vanished (OOM killer)
+    (_raised_from(RuntimeError("checkpoint write failed"), OSError(errno.ENOSPC, "full")), "environment"),
+    (ValueError("training summary is not finite: {'return': nan}"), "morphology"),
+    (ValueError("XML Error: size 0 of capsule"), "morphology"),
+    (GenomeError("genome g: limb group [0] radius must be a positive number"), "morphology"),
+    (mujoco.FatalError("mj_stackAlloc: insufficient memory"), "morphology"),
+    (FloatingPointError("overflow"), "morphology"),
+    (RuntimeError("injected MuJoCo failure"), "morphology"),
+    (TypeError("unsupported operand"), "bug"),
+    (KeyError("limb"), "bug"),
+    (NotImplementedError(), "bug"),
+])
+def test_only_the_morphologys_own_failures_count_against_its_slot(err, cause):
+    assert classify(err) == cause
+
+
+def test_describe_is_one_line():
+    assert describe(OSError(errno.ENOSPC, "No space left on device", "/out/models/x.pt")) == (
+        "OSError: [Errno 28] No space left on device: '/out/models/x.pt'")
+    assert describe(RuntimeError("env subprocess failed:\nTraceback ...")) == "RuntimeError: env subprocess failed:"
+    assert describe(KeyError()) == "KeyError"
+
+
+def test_restart_delay_doubles_from_one_second_up_to_its_cap():
+    assert [restart_delay(n) for n in range(1, 10)] == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert [restart_delay(n, first=0.5, cap=3) for n in (1, 2, 3, 4)] == [0.5, 1, 2, 3]
+
+
+def test_a_streak_grows_while_runs_are_short_and_gives_up_after_the_limit():
+    limit = 600.0
+    streak = next_streak(None, now=1000.0, ran_seconds=5000.0, healthy_seconds=limit)
+    assert streak == Streak(1, 1000.0)
+    # Each restart dies within seconds: the streak keeps its start, the delays add up.
+    now = 1000.0
+    for failures in range(2, 12):
+        now += restart_delay(failures - 1) + 2.0
+        streak = next_streak(streak, now, ran_seconds=2.0, healthy_seconds=limit)
+        assert streak == Streak(failures, 1000.0)
+    assert now - 1000.0 < limit and not gives_up(streak, now, limit)
+    assert gives_up(streak, 1000.0 + limit, limit)
+    # A run that lasted the whole limit was healthy: its failure starts a new streak.
+    assert next_streak(streak, now + limit, ran_seconds=limit, healthy_seconds=limit) == Streak(1, now + limit)
+
+
+def _in_training(out: Path) -> dict[str, int]:
+    """Iteration of each checkpoint whose morphology is not published yet."""
+    done = published(out)
+    found = {}
+    for path in (out / "models").glob("*.pt"):
+        try:
+            found[path.stem] = json.loads(path.read_text())["iteration"]
+        except (OSError, ValueError):
+            pass
+    return {key: value for key, value in found.items() if key not in done}
+
+
+@pytest.mark.slow  # 20-40 s on 2 busy cores
+def test_a_full_disk_costs_no_attempt_and_loses_nothing(tmp_path):
+    """Real processes (fake training): the disk fills while two workers train. Each stops with one line,
+    the coordinator backs off and stops the node (exit 5) after EVO.LEASE_SECONDS of failures; nothing
+    partial is left, no attempt was counted and every checkpoint is intact. Once space is freed, a
+    rerun resumes those checkpoints and completes the search with every slot at its first attempt."""
+    out, flag = tmp_path / "run", tmp_path / "disk-full"
+    env = dict(ENV, DERL_TEST_FULL_DISK=str(flag),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "full_disk"), ENV["PYTHONPATH"]]))
+    small = ("EVO.LEASE_SECONDS", "4", "EVO.SEARCH_SPACE_SIZE", "6")  # slot 5, a child, fails once by design
+    node = start(out, *small, iterations=20, env=env)
+    while not any(iteration >= 3 for iteration in _in_training(out).values()):
+        time.sleep(0.05)
+    flag.write_text(str(out))
+    assert node.wait(timeout=120) == EXIT_ENVIRONMENT
+    log = (tmp_path / "run-coordinator.log").read_text()
+    assert "Traceback" not in log
+    errors = [line for line in log.splitlines() if "error: OSError: [Errno 28] No space left on device" in line]
+    assert errors and all("environment failure" in line for line in errors)
+    assert "restarting it in 1 s" in log and "stopping node 0" in log
+
+    assert list((out / "tmp").iterdir()) == []  # no staged file left
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]  # no partial checkpoint
+    reasons = [json.loads(p.read_text())["reason"] for p in (out / "error_metadata").glob("*.json")]
+    assert all("injected MuJoCo failure" in reason for reason in reasons)  # the full disk counted nothing
+    claims = [json.loads(p.read_text()) for p in (out / "slots").glob("*.json")]
+    assert all(claim["attempt"] == int(claim["slot"] % 7 == 5 and claim["attempt"]) for claim in claims)
+    interrupted = _in_training(out)  # parses: every checkpoint intact
+    assert interrupted and all(iteration > 0 for iteration in interrupted.values())
+
+    flag.unlink()  # space freed
+    assert start(out, *small, iterations=20, env=env, log_name="rerun.log").wait(timeout=120) == 0
+    records = assert_complete(out, 6)
+    assert {r["slot"]: r["attempt"] for r in records.values()} == {s: int(s == 5) for s in range(6)}
+    for morphology_id, iteration in interrupted.items():
+        resumed_from = [int(p.read_text()) for p in (out / "fake_starts").glob(f"{morphology_id}.*")]
+        assert max(resumed_from) >= iteration  # resumed from its checkpoint, not from scratch
+    assert list((out / "tmp").iterdir()) == []
+
+
+@pytest.mark.slow  # 20-30 s on 2 busy cores
+def test_a_slot_whose_bodies_keep_failing_stops_the_node_and_a_rerun_tries_the_next_attempts(tmp_path):
+    """Slot 5's first 12 morphologies fail by themselves: after 10 in a row the node stops (exit 3,
+    one line); the rerun (as a node taking the slot over would) starts a new count, and attempt 12
+    is published."""
+    out = tmp_path / "run"
+    env = dict(ENV, DERL_FAKE_FAILING_ATTEMPTS="12")
+    small = ("EVO.SEARCH_SPACE_SIZE", "6")
+    assert start(out, *small, iterations=2, env=env).wait(timeout=120) == EXIT_FATAL
+    log = (tmp_path / "run-coordinator.log").read_text()
+    assert "slot 5: 10 morphologies failed in a row (attempts 0-9" in log and "Traceback" not in log
+    failed = {p.stem for p in (out / "error_metadata").glob("*.json")}
+    assert failed == {"000005", *(f"000005-{attempt}" for attempt in range(1, 10))}
+    assert start(out, *small, iterations=2, env=env, log_name="rerun.log").wait(timeout=120) == 0
+    records = assert_complete(out, 6)
+    assert next(r for r in records.values() if r["slot"] == 5)["id"] == "000005-12"
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_real_training_keeps_every_checkpoint_and_a_rerun_completes(tmp_path):
+    """The same with real PPO (derl.ppo checkpoints every iteration): the node stops with exit 5, every
+    checkpoint loads, nothing counted as failed; after freeing space every morphology is published at
+    attempt 0 with its whole budget and an unbroken learning curve."""
+    out, flag = tmp_path / "run", tmp_path / "disk-full"
+    env = dict(os.environ, DERL_TEST_FULL_DISK=str(flag),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "full_disk"), str(ROOT)]))
+    command = [sys.executable, "evo_single_proc.py",
+               *tiny_search(out, 4, 512 * 12, "CHECKPOINT_PERIOD", "1", "EVO.LEASE_SECONDS", "4")]
+    with open(tmp_path / "node.log", "w") as log:
+        node = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        while not list((out / "models").glob("*.pt")) if (out / "models").is_dir() else True:
+            time.sleep(0.1)
+        flag.write_text(str(out))
+        assert node.wait(timeout=300) == EXIT_ENVIRONMENT
+    text = (tmp_path / "node.log").read_text()
+    assert "No space left on device" in text and "Traceback" not in text, text[-3000:]
+    assert list((out / "tmp").iterdir()) == [] and not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    assert list((out / "error_metadata").iterdir()) == []
+    checkpoints = {p.stem: torch.load(p, weights_only=True)["iteration"] for p in (out / "models").glob("*.pt")}
+    assert checkpoints and all(iteration >= 1 for iteration in checkpoints.values())
+
+    flag.unlink()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in (out / "metadata").glob("*.json")]
+    assert sorted((r["slot"], r["attempt"]) for r in records) == [(slot, 0) for slot in range(4)]
+    assert all(r["env_steps"] == 512 * 12 for r in records)
+    for record in records:
+        lines = (out / record["files"]["metrics"]).read_text().splitlines()
+        assert [json.loads(line)["iteration"] for line in lines] == list(range(1, 13))
