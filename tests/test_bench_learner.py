@@ -30,6 +30,10 @@ def test_learner_bench_reports_every_grid_point():
 @pytest.mark.slow
 def test_ddp_bench_compares_one_and_two_ranks():
     report = _bench("ddp", "--env-id", "Pendulum-v1", "--envs", "2", "--timesteps", "16", "--iters", "3",
-                    "--repeats", "1", "--return-steps", "128", "--seeds", "1")
+                    "--repeats", "1", "--return-steps", "128", "--seeds", "1", "--return-split",
+                    "PPO.LR_SCALING", "sqrt")
     assert report["throughput"]["speedup"] > 0
-    assert set(report["returns"]) == {"env_steps", "ranks_1", "ranks_2"}
+    returns = report["returns"]
+    assert set(returns) == {"env_steps", "split", "ranks_1", "ranks_2"}
+    # --return-split: two ranks share the one-rank batch
+    assert returns["ranks_1"]["num_envs_per_rank"] == 2 and returns["ranks_2"]["num_envs_per_rank"] == 1

@@ -12,7 +12,11 @@ steps its own envs on its own core, so the ideal is N.
 
 Returns (``--return-steps B``): for each of ``--seeds`` seeds, 1 rank and N ranks each train for
 B env steps in total (``PPO.MAX_STATE_ACTION_PAIRS`` is the total over the ranks) and report the
-mean return of the last 100 episodes.
+mean return of the last 100 episodes. With the same per-rank settings N ranks learn from an N times
+larger batch, so they make N times fewer updates; ``--return-split`` instead gives each of the N
+ranks ``--envs / N`` envs, the one-rank global batch and number of updates (what to use when the
+aim is the same learning, faster). Trailing ``KEY VALUE`` pairs (e.g. ``PPO.LR_SCALING sqrt``)
+apply to every run.
 """
 
 from __future__ import annotations
@@ -41,7 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="alternating throughput runs per rank count")
     parser.add_argument("--return-steps", type=int, default=0, help="total env steps of a return run (0: skip)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per rank count for the return runs")
+    parser.add_argument("--return-split", action="store_true",
+                        help="return runs: N ranks share the one-rank batch (--envs / N envs per rank)")
     parser.add_argument("--env-id", help="a Gymnasium env id instead of the FT unimal env")
+    parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides for every run")
 
 
 def _train(args: argparse.Namespace, source: list[str], ranks: int, out: Path, overrides: dict) -> dict:
@@ -49,7 +56,7 @@ def _train(args: argparse.Namespace, source: list[str], ranks: int, out: Path, o
     cfg = [] if args.env_id else ["--cfg", str(FT_CONFIG)]
     keys = {"PPO.NUM_ENVS": args.envs, "PPO.TIMESTEPS": args.timesteps, "TORCH_THREADS": 1,
             "CHECKPOINT_PERIOD": 0, "DEVICE": args.device, **overrides}
-    pairs = [str(item) for key, value in keys.items() for item in (key, value)]
+    pairs = [str(item) for key, value in keys.items() for item in (key, value)] + args.overrides
     command = [str(ROOT / "tools" / "train_ddp.sh"), "--nproc", str(ranks), *source, *cfg,
                "--out", str(out), "--quiet", *pairs]
     env = dict(os.environ, PYTHON=sys.executable)
@@ -91,14 +98,15 @@ def _throughput(args: argparse.Namespace, source: list[str], folder: Path) -> di
 
 
 def _returns(args: argparse.Namespace, source: list[str], folder: Path) -> dict:
-    report: dict = {"env_steps": args.return_steps}
+    report: dict = {"env_steps": args.return_steps, "split": args.return_split}
     for ranks in (1, args.ranks):
+        envs = args.envs // ranks if args.return_split else args.envs
         finals = []
         for seed in range(args.seeds):
-            overrides = {"PPO.MAX_STATE_ACTION_PAIRS": args.return_steps, "RNG_SEED": seed}
+            overrides = {"PPO.MAX_STATE_ACTION_PAIRS": args.return_steps, "RNG_SEED": seed, "PPO.NUM_ENVS": envs}
             result = _train(args, source, ranks, folder / f"return-{ranks}-{seed}", overrides)
             finals.append(result["final"]["summary"].get("return"))
-        report[f"ranks_{ranks}"] = {"final_returns": finals, "mean": float(np.mean(finals)),
+        report[f"ranks_{ranks}"] = {"num_envs_per_rank": envs, "final_returns": finals, "mean": float(np.mean(finals)),
                                     "std": float(np.std(finals))}
     return report
 
@@ -106,6 +114,10 @@ def _returns(args: argparse.Namespace, source: list[str], folder: Path) -> dict:
 def run(args: argparse.Namespace) -> dict:
     if args.ranks < 2:
         raise SystemExit("error: --ranks must be at least 2")
+    if len(args.overrides) % 2:
+        raise SystemExit(f"error: overrides come in KEY VALUE pairs, got {' '.join(args.overrides)}")
+    if args.return_split and args.envs % args.ranks:
+        raise SystemExit(f"error: --return-split needs --envs ({args.envs}) divisible by --ranks ({args.ranks})")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if args.env_id:
