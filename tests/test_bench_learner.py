@@ -35,5 +35,7 @@ def test_ddp_bench_compares_one_and_two_ranks():
     assert report["throughput"]["speedup"] > 0
     returns = report["returns"]
     assert set(returns) == {"env_steps", "split", "ranks_1", "ranks_2"}
-    # --return-split: two ranks share the one-rank batch
-    assert returns["ranks_1"]["num_envs_per_rank"] == 2 and returns["ranks_2"]["num_envs_per_rank"] == 1
+    # --return-split: two ranks share the one-rank batch and minibatches
+    one, two = returns["ranks_1"], returns["ranks_2"]
+    assert (one["num_envs_per_rank"], one["batch_size_per_rank"]) == (2, 512)
+    assert (two["num_envs_per_rank"], two["batch_size_per_rank"]) == (1, 256)

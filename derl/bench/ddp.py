@@ -14,9 +14,9 @@ Returns (``--return-steps B``): for each of ``--seeds`` seeds, 1 rank and N rank
 B env steps in total (``PPO.MAX_STATE_ACTION_PAIRS`` is the total over the ranks) and report the
 mean return of the last 100 episodes. With the same per-rank settings N ranks learn from an N times
 larger batch, so they make N times fewer updates; ``--return-split`` instead gives each of the N
-ranks ``--envs / N`` envs, the one-rank global batch and number of updates (what to use when the
-aim is the same learning, faster). Trailing ``KEY VALUE`` pairs (e.g. ``PPO.LR_SCALING sqrt``)
-apply to every run.
+ranks ``--envs / N`` envs and ``PPO.BATCH_SIZE / N`` rows per minibatch: the one-rank batch,
+minibatches and number of updates (what to use when the aim is the same learning, faster).
+Trailing ``KEY VALUE`` pairs (e.g. ``PPO.LR_SCALING sqrt``) apply to every run.
 """
 
 from __future__ import annotations
@@ -49,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="return runs: N ranks share the one-rank batch (--envs / N envs per rank)")
     parser.add_argument("--env-id", help="a Gymnasium env id instead of the FT unimal env")
     parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides for every run")
+
+
+def _config(args: argparse.Namespace):
+    """The config every run starts from (before the per-run keys)."""
+    from derl.config import load_config
+
+    return load_config(None if args.env_id else FT_CONFIG, args.overrides)
 
 
 def _train(args: argparse.Namespace, source: list[str], ranks: int, out: Path, overrides: dict) -> dict:
@@ -99,15 +106,18 @@ def _throughput(args: argparse.Namespace, source: list[str], folder: Path) -> di
 
 def _returns(args: argparse.Namespace, source: list[str], folder: Path) -> dict:
     report: dict = {"env_steps": args.return_steps, "split": args.return_split}
+    minibatch = _config(args).PPO.BATCH_SIZE
     for ranks in (1, args.ranks):
-        envs = args.envs // ranks if args.return_split else args.envs
+        share = ranks if args.return_split else 1
+        envs, rows = args.envs // share, minibatch // share
         finals = []
         for seed in range(args.seeds):
-            overrides = {"PPO.MAX_STATE_ACTION_PAIRS": args.return_steps, "RNG_SEED": seed, "PPO.NUM_ENVS": envs}
+            overrides = {"PPO.MAX_STATE_ACTION_PAIRS": args.return_steps, "RNG_SEED": seed, "PPO.NUM_ENVS": envs,
+                         "PPO.BATCH_SIZE": rows}
             result = _train(args, source, ranks, folder / f"return-{ranks}-{seed}", overrides)
             finals.append(result["final"]["summary"].get("return"))
-        report[f"ranks_{ranks}"] = {"num_envs_per_rank": envs, "final_returns": finals, "mean": float(np.mean(finals)),
-                                    "std": float(np.std(finals))}
+        report[f"ranks_{ranks}"] = {"num_envs_per_rank": envs, "batch_size_per_rank": rows, "final_returns": finals,
+                                    "mean": float(np.mean(finals)), "std": float(np.std(finals))}
     return report
 
 
@@ -116,8 +126,8 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit("error: --ranks must be at least 2")
     if len(args.overrides) % 2:
         raise SystemExit(f"error: overrides come in KEY VALUE pairs, got {' '.join(args.overrides)}")
-    if args.return_split and args.envs % args.ranks:
-        raise SystemExit(f"error: --return-split needs --envs ({args.envs}) divisible by --ranks ({args.ranks})")
+    if args.return_split and (args.envs % args.ranks or _config(args).PPO.BATCH_SIZE % args.ranks):
+        raise SystemExit(f"error: --return-split needs --envs and PPO.BATCH_SIZE divisible by --ranks ({args.ranks})")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if args.env_id:
