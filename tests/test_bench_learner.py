@@ -1,4 +1,4 @@
-"""tools/bench.py learner and ddp, run for real with tiny budgets (the figures themselves are the lead's)."""
+"""tools/bench.py learner, ddp and memory, run for real with tiny budgets (the figures themselves are the lead's)."""
 
 import json
 import subprocess
@@ -39,3 +39,11 @@ def test_ddp_bench_compares_one_and_two_ranks():
     one, two = returns["ranks_1"], returns["ranks_2"]
     assert (one["num_envs_per_rank"], one["batch_size_per_rank"]) == (2, 512)
     assert (two["num_envs_per_rank"], two["batch_size_per_rank"]) == (1, 256)
+
+
+@pytest.mark.slow
+def test_memory_bench_samples_the_worker_after_each_publication():
+    report = _bench("memory", "--morphologies", "4", "--init", "2", "--baseline", "2", "--steps", "4096")
+    sizes = report["rss_mb_by_published"]
+    assert report["rss_mb_after_baseline"] > 50 and report["growth"] > 0
+    assert {"2", "3"} <= set(sizes)  # JSON keys; the worker exits after the last publication
