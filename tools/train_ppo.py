@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
     saved = args.eval.parent if args.eval is not None else args.out if args.resume else None
     if cfg_file is None and saved is not None and (saved / "config.yaml").is_file():
         cfg_file = [saved / "config.yaml"]
-    cfg = load_config_or_exit(cfg_file, args.overrides)
+    cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None)
     out = args.out or Path(cfg.OUT_DIR)
     try:
         if args.eval is not None:
