@@ -24,10 +24,19 @@ from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published,
 from tests.test_evolution_run import tiny_search
 
 
-def _raised_from(err: BaseException, cause: BaseException) -> BaseException:
+def _raised(err: BaseException, context: BaseException, cause: BaseException | None = None,
+            from_none: bool = False) -> BaseException:
+    """``err`` raised while handling ``context``: plainly, ``from cause`` or ``from None``."""
     try:
-        raise err from cause
-    except BaseException as raised:  # noqa: BLE001 - the exception with its __cause__ set
+        try:
+            raise context
+        except BaseException:  # noqa: BLE001
+            if from_none:
+                raise err from None
+            if cause is not None:
+                raise err from cause
+            raise err  # noqa: B904 - the implicit chain is what is tested
+    except BaseException as raised:  # noqa: BLE001 - the exception with its __cause__ and __context__ set
         return raised
 
 
@@ -44,7 +53,10 @@ def _raised_from(err: BaseException, cause: BaseException) -> BaseException:
     (CheckpointError("models/000001.pt: not a readable checkpoint (UnpicklingError)"), "environment"),
     (JsonFileError("metrics/000001.jsonl", "not valid JSON"), "environment"),
     (EOFError(), "environment"),  # an env subprocess that vanished (OOM killer)
-    (_raised_from(RuntimeError("checkpoint write failed"), OSError(errno.ENOSPC, "full")), "environment"),
+    (_raised(RuntimeError("write failed"), KeyError(), cause=OSError(errno.ENOSPC, "full")), "environment"),
+    (_raised(RuntimeError("while handling"), OSError(errno.EIO, "I/O")), "environment"),
+    # The worker turns a parent genome lost to quarantine/ into a failure of the child (another parent next).
+    (_raised(ValueError("parent genome unavailable"), FileNotFoundError("x"), from_none=True), "morphology"),
     (ValueError("training summary is not finite: {'return': nan}"), "morphology"),
     (ValueError("XML Error: size 0 of capsule"), "morphology"),
     (GenomeError("genome g: limb group [0] radius must be a positive number"), "morphology"),

@@ -33,13 +33,14 @@ DEVICE_WORDS = ("CUDA", "cuda", "cuDNN", "CUBLAS", "NCCL", "out of memory", "no 
 
 
 def _chain(err: BaseException) -> Iterator[BaseException]:
-    """``err`` and the exceptions it was raised from or while handling."""
+    """``err`` and the exceptions it was raised from or while handling (unless ``raise ... from None``)."""
     seen: set[int] = set()
     current: BaseException | None = err
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.__cause__ or current.__context__
+        hidden = current.__suppress_context__
+        current = current.__cause__ if current.__cause__ is not None else None if hidden else current.__context__
 
 
 def _names(err: BaseException) -> set[str]:

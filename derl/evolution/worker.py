@@ -343,7 +343,11 @@ class Worker:
         if slot >= num_initial_slots(self.cfg.EVO):
             self.results.refresh()
             parent_id = self.results.select_parent(self.cfg, rng)
-            genome = self.backend.mutate(self.cfg, self.run.read_genome(parent_id), rng, morphology_id)
+            try:
+                parent = self.run.read_genome(parent_id)
+            except FileNotFoundError as err:  # quarantined: this child cannot be made; the next attempt
+                raise ValueError(f"parent genome unavailable: {err}") from None  # draws another parent
+            genome = self.backend.mutate(self.cfg, parent, rng, morphology_id)
         else:  # a replacement of a failed initial morphology
             genome = self.backend.random_genome(self.cfg, rng, morphology_id)
         self.run.write_genome(morphology_id, genome, self.backend.to_mjcf(self.cfg, genome))
