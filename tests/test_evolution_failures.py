@@ -111,22 +111,79 @@ def _in_training(out: Path) -> dict[str, int]:
     return {key: value for key, value in found.items() if key not in done}
 
 
+class InjectedFullDisk:
+    """ENOSPC from every fsync under ``out`` while a flag file exists (``tests/full_disk/sitecustomize.py``)."""
+
+    def __init__(self, tmp_path: Path):
+        self.out, self.flag = tmp_path / "run", tmp_path / "disk-full"
+        self.env = dict(ENV, DERL_TEST_FULL_DISK=str(self.flag),
+                        PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "full_disk"), ENV["PYTHONPATH"]]))
+
+    def fill(self) -> None:
+        self.flag.write_text(str(self.out))
+
+    def free(self) -> None:
+        self.flag.unlink()
+
+    def close(self) -> None:
+        pass
+
+
+class TmpfsFullDisk:
+    """A real full disk: ``out`` is a 16 MB tmpfs (needs mount rights), filled up by a filler file."""
+
+    def __init__(self, tmp_path: Path):
+        self.out, self.env = tmp_path / "disk", ENV
+        self.out.mkdir()
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(self.out)],
+                                 capture_output=True, text=True)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        self.filler = self.out / "filler"
+
+    def fill(self) -> None:
+        with open(self.filler, "wb", buffering=0) as filler:
+            try:
+                while True:
+                    filler.write(b"\0" * 4096)
+            except OSError as err:
+                assert err.errno == errno.ENOSPC
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+    def close(self) -> None:
+        subprocess.run(["umount", "--lazy", str(self.out)], check=True)  # lazy: a failed test may leave a process
+
+
 @pytest.mark.slow  # 20-40 s on 2 busy cores
-def test_a_full_disk_costs_no_attempt_and_loses_nothing(tmp_path):
+@pytest.mark.parametrize("disk", [InjectedFullDisk, TmpfsFullDisk])
+def test_a_full_disk_costs_no_attempt_and_loses_nothing(tmp_path, disk):
     """Real processes (fake training): the disk fills while two workers train. Each stops with one line,
     the coordinator backs off and stops the node (exit 5) after EVO.LEASE_SECONDS of failures; nothing
     partial is left, no attempt was counted and every checkpoint is intact. Once space is freed, a
     rerun resumes those checkpoints and completes the search with every slot at its first attempt."""
-    out, flag = tmp_path / "run", tmp_path / "disk-full"
-    env = dict(ENV, DERL_TEST_FULL_DISK=str(flag),
-               PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "full_disk"), ENV["PYTHONPATH"]]))
+    disk = disk(tmp_path)
+    try:
+        _full_disk_then_rerun(tmp_path, disk)
+    finally:
+        disk.close()
+
+
+def _full_disk_then_rerun(tmp_path: Path, disk: InjectedFullDisk | TmpfsFullDisk) -> None:
+    out = disk.out
     small = ("EVO.LEASE_SECONDS", "4", "EVO.SEARCH_SPACE_SIZE", "6")  # slot 5, a child, fails once by design
-    node = start(out, *small, iterations=20, env=env)
-    while not any(iteration >= 3 for iteration in _in_training(out).values()):
-        time.sleep(0.05)
-    flag.write_text(str(out))
-    assert node.wait(timeout=120) == EXIT_ENVIRONMENT
-    log = (tmp_path / "run-coordinator.log").read_text()
+    node = start(out, *small, iterations=20, env=disk.env)
+    try:
+        while not any(iteration >= 3 for iteration in _in_training(out).values()):
+            time.sleep(0.05)
+        disk.fill()
+        assert node.wait(timeout=120) == EXIT_ENVIRONMENT
+    finally:
+        if node.poll() is None:  # a failed assertion: stop the node (and its workers) before unmounting
+            node.terminate()
+            node.wait()
+    log = (tmp_path / f"{out.name}-coordinator.log").read_text()
     assert "Traceback" not in log
     errors = [line for line in log.splitlines() if "error: OSError: [Errno 28] No space left on device" in line]
     assert errors and all("environment failure" in line for line in errors)
@@ -136,13 +193,14 @@ def test_a_full_disk_costs_no_attempt_and_loses_nothing(tmp_path):
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]  # no partial checkpoint
     reasons = [json.loads(p.read_text())["reason"] for p in (out / "error_metadata").glob("*.json")]
     assert all("injected MuJoCo failure" in reason for reason in reasons)  # the full disk counted nothing
-    claims = [json.loads(p.read_text()) for p in (out / "slots").glob("*.json")]
-    assert all(claim["attempt"] == int(claim["slot"] % 7 == 5 and claim["attempt"]) for claim in claims)
+    claims = {claim["slot"]: claim["attempt"] for claim in map(json.loads, map(Path.read_text,
+                                                                                (out / "slots").glob("*.json")))}
+    assert all(attempt == 0 for slot, attempt in claims.items() if slot != 5) and claims.get(5, 0) <= 1
     interrupted = _in_training(out)  # parses: every checkpoint intact
     assert interrupted and all(iteration > 0 for iteration in interrupted.values())
 
-    flag.unlink()  # space freed
-    assert start(out, *small, iterations=20, env=env, log_name="rerun.log").wait(timeout=120) == 0
+    disk.free()
+    assert start(out, *small, iterations=20, env=disk.env, log_name="rerun.log").wait(timeout=120) == 0
     records = assert_complete(out, 6)
     assert {r["slot"]: r["attempt"] for r in records.values()} == {s: int(s == 5) for s in range(6)}
     for morphology_id, iteration in interrupted.items():
