@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="speed runs per trainer, alternating")
     parser.add_argument("--return-iters", type=int, default=0, help="iterations per return run (0: skip)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per trainer for the return runs")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of the SB3 comparison: derl's us per env step per component "
+                             "(derl/bench/ppo_profile.py)")
 
 
 # ----------------------------------------------------------------------------- child process
@@ -202,9 +205,18 @@ def _run_sb3(case: dict, iters: int, seed: int) -> dict:
     }
 
 
+def _run_profiled(case: dict, iters: int, seed: int) -> dict:
+    from derl.bench.ppo_profile import profile_run
+
+    cfg = _config(case, iters)
+    return profile_run(cfg, _env_factory(case, cfg, flat=False), seed)
+
+
 def _child(spec: dict) -> dict:
     if spec["trainer"] == "ours":
         out = _run_ours(spec["case"], spec["iters"], spec["seed"], spec.get("record", False))
+    elif spec["trainer"] == "profile":
+        out = _run_profiled(spec["case"], spec["iters"], spec["seed"])
     else:
         out = _run_sb3(spec["case"], spec["iters"], spec["seed"])
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -276,6 +288,17 @@ def _speed(case: dict, args: argparse.Namespace) -> dict:
     return report
 
 
+def _profile(case: dict, args: argparse.Namespace) -> dict:
+    """The instrumented run, the least disturbed of ``--repeats`` plain runs, the physics replay."""
+    from derl.bench.ppo_profile import summarise
+
+    spec = {"case": case, "iters": args.iters, "seed": 0}
+    profiled = _spawn({"trainer": "profile", **spec})
+    plain = min((_spawn({"trainer": "ours", **spec}) for _ in range(args.repeats)), key=lambda r: r["cpu_seconds"])
+    physics = _spawn({"trainer": "ours", "record": True, **spec})
+    return summarise(profiled, plain, physics["physics_steps"] / physics["physics_seconds"])
+
+
 def _returns(case: dict, args: argparse.Namespace) -> dict:
     report = {"env_steps": args.return_iters * 32 * 128}
     for trainer, name in (("ours", "derl"), ("sb3", "sb3")):
@@ -291,7 +314,8 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         for name in args.envs.split(","):
             case = _ft_case(args, Path(folder)) if name == "ft" else {"kind": "gym", "env_id": name}
-            entry = {"case": {k: v for k, v in case.items() if k != "xml" or args.xml}, **_speed(case, args)}
+            measure = _profile if args.profile else _speed
+            entry = {"case": {k: v for k, v in case.items() if k != "xml" or args.xml}, **measure(case, args)}
             if args.return_iters > 0:
                 entry["returns"] = _returns(case, args)
             results["cases"][name] = entry
