@@ -1,4 +1,4 @@
-"""tools/bench.py learner and ddp, run for real with tiny budgets (the figures themselves are the lead's)."""
+"""tools/bench.py learner, ddp and memory, run for real with tiny budgets (the figures themselves are the lead's)."""
 
 import json
 import subprocess
@@ -30,6 +30,20 @@ def test_learner_bench_reports_every_grid_point():
 @pytest.mark.slow
 def test_ddp_bench_compares_one_and_two_ranks():
     report = _bench("ddp", "--env-id", "Pendulum-v1", "--envs", "2", "--timesteps", "16", "--iters", "3",
-                    "--repeats", "1", "--return-steps", "128", "--seeds", "1")
+                    "--repeats", "1", "--return-steps", "128", "--seeds", "1", "--return-split",
+                    "PPO.LR_SCALING", "sqrt")
     assert report["throughput"]["speedup"] > 0
-    assert set(report["returns"]) == {"env_steps", "ranks_1", "ranks_2"}
+    returns = report["returns"]
+    assert set(returns) == {"env_steps", "split", "ranks_1", "ranks_2"}
+    # --return-split: two ranks share the one-rank batch and minibatches
+    one, two = returns["ranks_1"], returns["ranks_2"]
+    assert (one["num_envs_per_rank"], one["batch_size_per_rank"]) == (2, 512)
+    assert (two["num_envs_per_rank"], two["batch_size_per_rank"]) == (1, 256)
+
+
+@pytest.mark.slow
+def test_memory_bench_samples_the_worker_after_each_publication():
+    report = _bench("memory", "--morphologies", "4", "--init", "2", "--baseline", "2", "--steps", "4096")
+    sizes = report["rss_mb_by_published"]
+    assert report["rss_mb_after_baseline"] > 50 and report["growth"] > 0
+    assert {"2", "3"} <= set(sizes)  # JSON keys; the worker exits after the last publication

@@ -12,7 +12,11 @@ steps its own envs on its own core, so the ideal is N.
 
 Returns (``--return-steps B``): for each of ``--seeds`` seeds, 1 rank and N ranks each train for
 B env steps in total (``PPO.MAX_STATE_ACTION_PAIRS`` is the total over the ranks) and report the
-mean return of the last 100 episodes.
+mean return of the last 100 episodes. With the same per-rank settings N ranks learn from an N times
+larger batch, so they make N times fewer updates; ``--return-split`` instead gives each of the N
+ranks ``--envs / N`` envs and ``PPO.BATCH_SIZE / N`` rows per minibatch: the one-rank batch,
+minibatches and number of updates (what to use when the aim is the same learning, faster).
+Trailing ``KEY VALUE`` pairs (e.g. ``PPO.LR_SCALING sqrt``) apply to every run.
 """
 
 from __future__ import annotations
@@ -41,7 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="alternating throughput runs per rank count")
     parser.add_argument("--return-steps", type=int, default=0, help="total env steps of a return run (0: skip)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per rank count for the return runs")
+    parser.add_argument("--return-split", action="store_true",
+                        help="return runs: N ranks share the one-rank batch (--envs / N envs per rank)")
     parser.add_argument("--env-id", help="a Gymnasium env id instead of the FT unimal env")
+    parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides for every run")
+
+
+def _config(args: argparse.Namespace):
+    """The config every run starts from (before the per-run keys)."""
+    from derl.config import load_config
+
+    return load_config(None if args.env_id else FT_CONFIG, args.overrides)
 
 
 def _train(args: argparse.Namespace, source: list[str], ranks: int, out: Path, overrides: dict) -> dict:
@@ -49,7 +63,7 @@ def _train(args: argparse.Namespace, source: list[str], ranks: int, out: Path, o
     cfg = [] if args.env_id else ["--cfg", str(FT_CONFIG)]
     keys = {"PPO.NUM_ENVS": args.envs, "PPO.TIMESTEPS": args.timesteps, "TORCH_THREADS": 1,
             "CHECKPOINT_PERIOD": 0, "DEVICE": args.device, **overrides}
-    pairs = [str(item) for key, value in keys.items() for item in (key, value)]
+    pairs = [str(item) for key, value in keys.items() for item in (key, value)] + args.overrides
     command = [str(ROOT / "tools" / "train_ddp.sh"), "--nproc", str(ranks), *source, *cfg,
                "--out", str(out), "--quiet", *pairs]
     env = dict(os.environ, PYTHON=sys.executable)
@@ -91,21 +105,29 @@ def _throughput(args: argparse.Namespace, source: list[str], folder: Path) -> di
 
 
 def _returns(args: argparse.Namespace, source: list[str], folder: Path) -> dict:
-    report: dict = {"env_steps": args.return_steps}
+    report: dict = {"env_steps": args.return_steps, "split": args.return_split}
+    minibatch = _config(args).PPO.BATCH_SIZE
     for ranks in (1, args.ranks):
+        share = ranks if args.return_split else 1
+        envs, rows = args.envs // share, minibatch // share
         finals = []
         for seed in range(args.seeds):
-            overrides = {"PPO.MAX_STATE_ACTION_PAIRS": args.return_steps, "RNG_SEED": seed}
+            overrides = {"PPO.MAX_STATE_ACTION_PAIRS": args.return_steps, "RNG_SEED": seed, "PPO.NUM_ENVS": envs,
+                         "PPO.BATCH_SIZE": rows}
             result = _train(args, source, ranks, folder / f"return-{ranks}-{seed}", overrides)
             finals.append(result["final"]["summary"].get("return"))
-        report[f"ranks_{ranks}"] = {"final_returns": finals, "mean": float(np.mean(finals)),
-                                    "std": float(np.std(finals))}
+        report[f"ranks_{ranks}"] = {"num_envs_per_rank": envs, "batch_size_per_rank": rows, "final_returns": finals,
+                                    "mean": float(np.mean(finals)), "std": float(np.std(finals))}
     return report
 
 
 def run(args: argparse.Namespace) -> dict:
     if args.ranks < 2:
         raise SystemExit("error: --ranks must be at least 2")
+    if len(args.overrides) % 2:
+        raise SystemExit(f"error: overrides come in KEY VALUE pairs, got {' '.join(args.overrides)}")
+    if args.return_split and (args.envs % args.ranks or _config(args).PPO.BATCH_SIZE % args.ranks):
+        raise SystemExit(f"error: --return-split needs --envs and PPO.BATCH_SIZE divisible by --ranks ({args.ranks})")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if args.env_id:
