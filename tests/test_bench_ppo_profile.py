@@ -50,7 +50,7 @@ def test_profile_of_a_short_unimal_training_adds_up_and_restores_the_code():
     profiled = profile_run(cfg, UnimalEnvFactory(cfg, str(QUADRUPED)), seed=0)
     assert mujoco.mj_step is step and EpisodeStats.step is own_step
     assert profiled["env_steps"] == 128
-    report = summarise(profiled, {"cpu_seconds": profiled["cpu_seconds"], "env_steps": 128}, 1e4)
+    report = summarise(profiled, {"cpu_seconds": profiled["cpu_seconds"], "env_steps": 128}, 1e4, 5e3)
     parts = report["us_per_env_step"]
     for name in ("physics", "env_python", "env_reset", "episode_bookkeeping", "pool", "policy_forward",
                  "normalisation", "collector", "gae", "update", "setup_envs", "setup_learner", "other"):
@@ -60,3 +60,24 @@ def test_profile_of_a_short_unimal_training_adds_up_and_restores_the_code():
     total_cpu_us = 1e6 * profiled["cpu_seconds"] / 128
     assert abs(report["profiled_us_per_env_step"] - total_cpu_us) < 0.01 * total_cpu_us
     assert report["physics_replay_us_per_env_step"] == 100.0 and 0 < report["setup_share_of_5e6_steps"] < 1
+    assert report["lockstep_physics_replay_us_per_env_step"] == 200.0
+
+
+def test_physics_replays_step_every_recorded_action(monkeypatch):
+    from derl.bench.ppo import _lockstep_physics_seconds, _physics_seconds, _StateRecorder
+    from derl.envs import make_env
+
+    cfg = load_preset("ft", {"ENV.EPISODE_LENGTH": 5})
+    recorders = [_StateRecorder(make_env(cfg, str(QUADRUPED)), []) for _ in range(2)]
+    counted = []
+    original = mujoco.mj_step
+    for k, recorder in enumerate(recorders):
+        recorder.reset(seed=k)
+        for _ in range(7 + k):  # an episode end, then a second episode
+            *_, terminated, truncated, _info = recorder.step(recorder.action_space.sample())
+            if terminated or truncated:
+                recorder.reset()
+    monkeypatch.setattr(mujoco, "mj_step", lambda *args: (counted.append(1), original(*args)))
+    seconds, steps = _physics_seconds(recorders)
+    assert seconds > 0 and steps == len(counted) == 15
+    assert _lockstep_physics_seconds(recorders) > 0 and len(counted) == 30  # the same 15 steps again

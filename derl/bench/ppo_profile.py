@@ -31,6 +31,10 @@ timers (CPU time), the honest total; the timers themselves cost the difference.
 Worker start-up (``setup``) is the CPU time of building the pool, model and normalisers and of
 the first reset, with its share of a ``PPO.MAX_STATE_ACTION_PAIRS`` (5e6) training at the plain
 rate.
+
+``physics_replay_us_per_env_step`` is ``mj_step`` replaying the run's trajectories one env at a
+time, ``lockstep_physics_replay_us_per_env_step`` the same with the envs in lockstep, the physics
+limit of a lockstep trainer (see ``derl.bench.ppo``).
 """
 
 from __future__ import annotations
@@ -143,7 +147,7 @@ def profile_run(cfg, make: Callable[[int], gym.Env], seed: int) -> dict:
             "exclusive": dict(profiler.exclusive), "inclusive": dict(profiler.inclusive)}
 
 
-def summarise(profiled: dict, plain: dict, physics_replay_rate: float) -> dict:
+def summarise(profiled: dict, plain: dict, physics_replay_rate: float, lockstep_rate: float) -> dict:
     """us per env step per component (CPU-scaled), the plain total, the start-up and its share."""
     steps = profiled["env_steps"]
     scale = 1e6 * profiled["cpu_seconds"] / profiled["wall_seconds"] / steps
@@ -163,6 +167,8 @@ def summarise(profiled: dict, plain: dict, physics_replay_rate: float) -> dict:
         "plain_us_per_env_step": round(plain_us, 2),
         "physics_replay_us_per_env_step": round(1e6 / physics_replay_rate, 2),
         "plain_vs_physics_alone": round(1e6 / physics_replay_rate / plain_us, 3),
+        "lockstep_physics_replay_us_per_env_step": round(1e6 / lockstep_rate, 2),
+        "plain_vs_lockstep_physics": round(1e6 / lockstep_rate / plain_us, 3),
         "setup_seconds": round(setup_cpu, 3),
         "setup_share_of_5e6_steps": round(setup_cpu / full_training, 5),
     }
