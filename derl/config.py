@@ -16,7 +16,6 @@ Usage::
 from __future__ import annotations
 
 import difflib
-import math
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -26,7 +25,16 @@ import yaml
 
 
 class ConfigError(ValueError):
-    """A bad config file, key or value. The message is one line for the user."""
+    """A bad config file, key or value. The message is one line for the user.
+
+    ``keys`` are the dotted keys at fault (``key`` the first): ``load_config`` adds where the first
+    of them that was set came from (a file, the command line), else that it is a default value.
+    """
+
+    def __init__(self, message: str, *keys: str):
+        super().__init__(message)
+        self.keys = keys
+        self.key = keys[0] if keys else None
 
 
 def _defaults() -> dict[str, Any]:
@@ -39,13 +47,10 @@ def _defaults() -> dict[str, Any]:
             "GEOM_CONDIM": 3,
             "GEOM_FRICTION": [0.7, 0.1, 0.1],
             "FILTER_PARENT": "enable",
-            "SHADOWCLIP": 0.5,
         },
         "BODY": {
             # Vertical gap between the lowest point of the unimal and the floor.
             "FLOOR_OFFSET": 0.2,
-            # Plane of bilateral symmetry: (1, 0, 1) is the xz plane.
-            "SYMMETRY_PLANE": [1, 0, 1],
             # Hinge ranges in degrees, one pair drawn per joint.
             "JOINT_ANGLE_LIST": [
                 [-30, 0], [0, 30], [-30, 30], [-45, 45], [-45, 0], [0, 45],
@@ -58,10 +63,6 @@ def _defaults() -> dict[str, Any]:
         },
         "TORSO": {
             "HEAD_RADIUS_RANGE": [0.10],
-            "NUM_TORSO_RANGE": [0],
-            "RADIUS_RANGE": [0.2],
-            "HEIGHT_RANGE": [0.15],
-            "CONDIM": 3,
             "DENSITY_RANGE": [500, 1000, 100],
         },
         "LIMB": {
@@ -74,14 +75,10 @@ def _defaults() -> dict[str, Any]:
         },
         "ENV": {
             "FORWARD_REWARD_WEIGHT": 1.0,
-            "AVOID_REWARD_WEIGHT": 100.0,
             "CTRL_COST_WEIGHT": 1e-3,
-            "HEALTHY_REWARD": 0.0,
             "STAND_REWARD_WEIGHT": 0.0,
             # ReachReward: [distance-gain weight, unused, bonus per step at the goal].
             "REACH_REWARD_PARAMS": [100.0, 0.0, 10.0],
-            "STATE_RANGE": [-100.0, 100.0],
-            "Z_RANGE": [-0.1, math.inf],
             "RESET_NOISE_SCALE": 5e-3,
             "EPISODE_LENGTH": 1000,  # env steps before an episode is truncated (time limit)
             # Falling: head height below this fraction of its starting height.
@@ -90,18 +87,14 @@ def _defaults() -> dict[str, Any]:
             "MODULES": ["Floor", "Agent"],
             "OBS_TYPES": ["position", "velocity", "imu_vel", "touch", "extremities"],
             "KEYS_TO_KEEP": ["proprioceptive"],
-            "SKIP_SELF_POS": True,
             "TASK": "locomotion",
-            "WRAPPERS": [],
         },
         # Sizes are half-extents (MuJoCo box convention); x length, y width, z height.
         "TERRAIN": {
             "SIZE": [25, 20, 1],
             "START_FLAT": 2,
-            "CENTER_FLAT": 2,
             "TYPES": ["curve_slope"],
             "FLAT_LENGTH_RANGE": [1, 3, 1],
-            "WALL_LENGTH": 0.1,
             "HFIELD_LENGTH_RANGE": [4, 8, 4],
             "CURVE_HEIGHT_RANGE": [0.6, 1.2, 0.1],
             "BOUNDARY_WALLS": True,
@@ -130,22 +123,12 @@ def _defaults() -> dict[str, Any]:
             "BOX_MASS": 1.0,
         },
         "HFIELD": {
-            "DIM": 2,
             # Observed patch in metres: [behind, front, right, left].
             "OBS_SIZE": [1, 4, 4, 4],
-            "ADAPTIVE_OBS": False,
-            "ADAPTIVE_OBS_SIZE": [0.10, 0.50, 1.5, 5.0],
             "PADDING": 10,
             "GAP_DEPTH": -10,
             # Cells per metre.
             "NUM_DIVS": 10,
-            "VIZ": False,
-        },
-        "IMAGE": {
-            "SAVE": False,
-            "WIDTH": 1920,
-            "HEIGHT": 1080,
-            "CAMERA": "side",
         },
         "PPO": {
             "GAMMA": 0.99,
@@ -174,12 +157,9 @@ def _defaults() -> dict[str, Any]:
             "LR_SCALING": "none",
             "AMP": False,
             "VIDEO_LENGTH": 1000,  # frames of an EVO.VIDEOS_LAST_N video
-            "XML_PATH": "",
-            "CHECKPOINT_PATH": "",
         },
         "MODEL": {
             "PRO_HIDDEN_DIMS": [64, 64],
-            "EX_HIDDEN_DIMS": [64, 64],
             "OBS_FEAT_HIDDEN_DIMS": [64],
         },
         "VECENV": {
@@ -195,7 +175,6 @@ def _defaults() -> dict[str, Any]:
             # Workers on this node; 0 = as many as the node can hold.
             "NUM_PROCESSES": 0,
             "INIT_POPULATION_SIZE": 576,
-            "INIT_METHOD": "limb_count_pop_init",
             # Seconds other nodes wait for node 0 to write the initial population.
             "INIT_WAIT_TIMEOUT": 86400,
             # Dead nodes: a slot whose owner's heartbeat (a file mtime on the shared folder) is older
@@ -217,21 +196,12 @@ def _defaults() -> dict[str, Any]:
             # Record a policy video (PPO.VIDEO_LENGTH frames) of each of the last N slots into videos/.
             "VIDEOS_LAST_N": 0,
         },
-        "CUDNN": {
-            "BENCHMARK": False,
-            "DETERMINISTIC": True,
-        },
         "OUT_DIR": "output/default",
-        "CFG_DEST": "config.yaml",
         "RNG_SEED": 1,
-        "ENV_NAME": "Unimal-v0",
         # cpu | cuda | cuda:N | auto. Only the learner moves; envs stay on the CPU.
         "DEVICE": "cpu",
         "TORCH_THREADS": 1,
-        "LOG_DEST": "stdout",
-        "LOG_PERIOD": -1,
         "CHECKPOINT_PERIOD": 100,
-        "EVAL_PERIOD": -1,
         "NODE_ID": 0,
         "NUM_NODES": 1,
     }
@@ -239,21 +209,6 @@ def _defaults() -> dict[str, Any]:
 
 # Keys computed from others; setting them by hand is an error.
 DERIVED_KEYS = ("PPO.MAX_ITERS",)
-
-# Counts that must be at least 1.
-POSITIVE_KEYS = (
-    "PPO.NUM_ENVS", "PPO.TIMESTEPS", "PPO.EPOCHS", "PPO.BATCH_SIZE", "PPO.MAX_STATE_ACTION_PAIRS",
-    "ENV.EPISODE_LENGTH", "EVO.INIT_POPULATION_SIZE", "EVO.SEARCH_SPACE_SIZE", "NUM_NODES", "TORCH_THREADS",
-)
-
-
-def _check_positive(tree: dict[str, Any]) -> None:
-    for path in POSITIVE_KEYS:
-        section, _, leaf = path.rpartition(".")
-        value = tree[section][leaf] if section else tree[leaf]
-        if value < 1:
-            raise ConfigError(f"config key {path} must be at least 1, got {value}")
-
 
 def _derive(tree: dict[str, Any]) -> None:
     ppo = tree["PPO"]
@@ -436,46 +391,54 @@ def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any]) -> list[
 def load_config(
     cfg_file: str | Path | Sequence[str | Path] | None = None,
     overrides: Sequence[str] | Mapping[str, Any] = (),
+    this_node: bool = False,
 ) -> CfgNode:
-    """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen tree.
+    """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen, checked tree.
 
     Args:
         cfg_file: optional YAML file with a (partial) tree of keys, or several applied in order
             (a task preset, then ``configs/gpu_server.yml``).
         overrides: ``["KEY", "VALUE", ...]`` strings from the command line (values parsed
             as YAML), or a mapping of keys to already-typed values.
+        this_node: the config will train here: also check that ``DEVICE`` exists on this machine.
 
     Raises:
-        ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, an
-            observation key or selection criterion the task does not declare.
+        ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any
+            value ``derl.config_check.check_config`` rejects (named with the file that set it).
     """
     tree = _defaults()
     leaves = [path for path, _ in _flatten(tree)]
     files = [] if cfg_file is None else [cfg_file] if isinstance(cfg_file, str | Path) else list(cfg_file)
-    file_pairs = [pair for path in files for pair in _flatten(_read_yaml(path))]
-    for key, value in file_pairs + _pairs_from_overrides(overrides):
-        path = _resolve_key(str(key), leaves)
-        if path in DERIVED_KEYS:
-            if (key, value) in file_pairs:
-                continue  # a dumped config carries the derived value; it is recomputed
-            raise ConfigError(f"config key {path} is derived and cannot be set")
-        _set(tree, path, value)
-    _check_positive(tree)
-    _derive(tree)
-    cfg = CfgNode(tree)
-    _check_task(cfg, files)
-    return cfg
-
-
-def _check_task(cfg: CfgNode, files: list) -> None:
-    """ENV.TASK, ENV.KEYS_TO_KEEP and EVO.SELECTION_CRITERIA against what the task declares (issue 9)."""
-    from derl.envs.tasks import check_task_config  # lazy: derl.envs imports MuJoCo
+    file_pairs = [(key, value, str(path)) for path in files for key, value in _flatten(_read_yaml(path))]
+    origins: dict[str, str] = {}
+    for key, value, origin in file_pairs + [(k, v, "command line") for k, v in _pairs_from_overrides(overrides)]:
+        try:
+            path = _resolve_key(str(key), leaves)
+            if path in DERIVED_KEYS:
+                if origin != "command line":
+                    continue  # a dumped config carries the derived value; it is recomputed
+                raise ConfigError(f"config key {path} is derived and cannot be set")
+            _set(tree, path, value)
+        except ConfigError as err:
+            raise ConfigError(f"{err} (set in {origin})" if origin != "command line" else str(err)) from None
+        origins[path] = origin
+    from derl.config_check import check_config  # lazy: it imports the registries (MuJoCo)
 
     try:
-        check_task_config(cfg)
-    except ValueError as err:
-        where = f" (config {', '.join(str(f) for f in files)})" if files else ""
-        raise ConfigError(f"{err}{where}") from None
+        check_config(CfgNode(tree), this_node)  # before deriving: derived keys divide by checked counts
+    except ConfigError as err:
+        raise ConfigError(f"{err} ({_origin(err.keys, origins)})", *err.keys) from None
+    _derive(tree)
+    return CfgNode(tree)
+
+
+def _origin(keys: Sequence[str], origins: Mapping[str, str]) -> str:
+    set_keys = [key for key in keys if key in origins]
+    return _origin_text(origins[set_keys[0]]) if set_keys else "default value"
+
+
+def _origin_text(origin: str) -> str:
+    return "set on the command line" if origin == "command line" else f"set in {origin}"
 
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "evo"
@@ -495,10 +458,11 @@ def dump_config(cfg: CfgNode) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)
 
 
-def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str]) -> CfgNode:
+def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str],
+                        this_node: bool = False) -> CfgNode:
     """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
     try:
-        return load_config(cfg_file, overrides)
+        return load_config(cfg_file, overrides, this_node)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

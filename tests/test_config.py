@@ -63,8 +63,8 @@ def test_dump_and_load_round_trip(tmp_path):
         (["IS_EVO", "3"], "config key EVO.IS_EVO expects bool, got 3"),
         (["PPO.MAX_ITERS", "3"], "config key PPO.MAX_ITERS is derived"),
         (["NUM_PROCESSES"], "KEY VALUE pairs"),
-        (["PPO.EPOCHS", "0"], "config key PPO.EPOCHS must be at least 1, got 0"),
-        (["NUM_ENVS", "0"], "config key PPO.NUM_ENVS must be at least 1, got 0"),
+        (["PPO.EPOCHS", "0"], "config key PPO.EPOCHS must be positive, got 0"),
+        (["NUM_ENVS", "0"], "config key PPO.NUM_ENVS must be positive, got 0"),
     ],
 )
 def test_bad_overrides(overrides, message):

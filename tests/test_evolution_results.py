@@ -100,7 +100,7 @@ def test_a_missing_criterion_is_a_one_line_error(tmp_path):
 
 def test_summary_ranks_by_the_criteria(tmp_path):
     run, results = published_run(tmp_path)
-    cfg = config(SEARCH_SPACE_SIZE=20)
+    cfg = config(SEARCH_SPACE_SIZE=20, INIT_POPULATION_SIZE=10)
     summary = summarize(cfg, run, results, {"started": 0.0, "published_at_start": 0})
     assert summary["published"] == 10 and summary["total"] == 20
     assert summary["best"]["id"] == "000001"

@@ -6,13 +6,22 @@ import json
 import numpy as np
 import pytest
 
-from derl.config import load_config
+from derl.config import CfgNode, load_config
 from derl.morphology import Genome, GenomeError, Joint, LimbGroup, mutate, random_genome
 from derl.morphology import mutations as ops
 from derl.morphology.genome import direction, validate
 from derl.morphology.geometry import capsule_frame, mirror, mirror_axis, place_limbs
 
 CFG = load_config()
+
+
+def with_ops(*mutation_ops: str, **sections: dict) -> CfgNode:
+    """CFG with only ``mutation_ops``: a tree load_config refuses for a search (no grow_limb, unknown ops)."""
+    tree = CFG.to_dict()
+    tree["EVO"]["MUTATION_OPS"] = list(mutation_ops)
+    for section, keys in sections.items():
+        tree[section].update(keys)
+    return CfgNode(tree)
 
 
 def joints(axes="x", lo=-30, hi=30, gear=200):
@@ -126,10 +135,10 @@ def test_applicable_ops_follow_the_original_preconditions():
     two = dataclasses.replace(walker(), groups=walker().groups[:1])
     assert ops.applicable_ops(two, CFG) == [op for op in everything if op != "delete_limb"]
     assert ops.applicable_ops(walker(), CFG) == everything
-    full = load_config(overrides={"LIMB.MAX_LIMBS": 5})
+    full = load_config(overrides={"LIMB.MAX_LIMBS": 5, "LIMB.NUM_LIMBS_RANGE": [2, 5, 1]})
     assert "grow_limb" not in ops.applicable_ops(walker(), full)
     with pytest.raises(ValueError, match="unknown mutation op 'shrink'"):
-        ops.applicable_ops(walker(), load_config(overrides={"EVO.MUTATION_OPS": ["shrink"]}))
+        ops.applicable_ops(walker(), with_ops("shrink"))
 
 
 def test_growth_sites_weigh_each_limb_of_a_pair_as_in_derl():
@@ -148,7 +157,7 @@ def test_growth_sites_weigh_each_limb_of_a_pair_as_in_derl():
 
 
 def test_grow_limb_respects_max_limbs_and_symmetry_rules():
-    six = load_config(overrides={"LIMB.MAX_LIMBS": 6})
+    six = load_config(overrides={"LIMB.MAX_LIMBS": 6, "LIMB.NUM_LIMBS_RANGE": [2, 6, 1]})
     for seed in range(30):
         child = ops.grow_limb(walker(), six, rng(seed))
         if child is None:
@@ -156,7 +165,8 @@ def test_grow_limb_respects_max_limbs_and_symmetry_rules():
         new = child.groups[-1]
         validate(child)
         assert child.num_limbs == 6 and new.ids == (5,) and new.parent in (None, 4)
-    assert ops.grow_limb(walker(), load_config(overrides={"LIMB.MAX_LIMBS": 5}), rng()) is None
+    five = load_config(overrides={"LIMB.MAX_LIMBS": 5, "LIMB.NUM_LIMBS_RANGE": [2, 5, 1]})
+    assert ops.grow_limb(walker(), five, rng()) is None
 
 
 def test_grow_limb_on_a_pair_grows_a_mirrored_pair():
@@ -279,11 +289,10 @@ def test_mutate_records_lineage_and_always_changes_the_genome():
 
 
 def test_mutate_redraws_until_different_and_gives_up_loudly():
-    fixed = load_config(overrides={"EVO.MUTATION_OPS": ["density"], "TORSO.DENSITY_RANGE": [700],
-                                   "LIMB.DENSITY_RANGE": [600]})
+    fixed = with_ops("density", TORSO={"DENSITY_RANGE": [700]}, LIMB={"DENSITY_RANGE": [600]})
     with pytest.raises(RuntimeError, match="left it unchanged"):
         mutate(walker(), fixed, rng(), "c")
-    only_delete = load_config(overrides={"EVO.MUTATION_OPS": ["delete_limb"]})
+    only_delete = with_ops("delete_limb")
     two = dataclasses.replace(walker(), groups=walker().groups[:1])
     with pytest.raises(ValueError, match="no op of EVO.MUTATION_OPS applies to 2 limbs"):
         mutate(two, only_delete, rng(), "c")

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
     cfg_file = args.cfg
     if cfg_file is None and args.eval is not None and (args.eval.parent / "config.yaml").is_file():
         cfg_file = [args.eval.parent / "config.yaml"]  # replay in the world the policy was trained in
-    cfg = load_config_or_exit(cfg_file, args.overrides)
+    cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None)
     out = args.out or Path(cfg.OUT_DIR)
     try:
         if args.eval is not None:

@@ -99,15 +99,6 @@ def worker_devices(cfg: CfgNode, run: RunDir, num: int) -> tuple[list[str], int]
     return [assign_device(cfg.DEVICE, worker, gpus) for worker in range(num)], num
 
 
-def validate(cfg: CfgNode) -> None:
-    evo = cfg.EVO
-    if not 0 <= cfg.NODE_ID < cfg.NUM_NODES:
-        raise ValueError(f"NODE_ID {cfg.NODE_ID} is out of range for NUM_NODES {cfg.NUM_NODES}")
-    if not 1 <= evo.INIT_POPULATION_SIZE <= evo.SEARCH_SPACE_SIZE:
-        raise ValueError(f"EVO.INIT_POPULATION_SIZE ({evo.INIT_POPULATION_SIZE}) must be between 1 and "
-                         f"EVO.SEARCH_SPACE_SIZE ({evo.SEARCH_SPACE_SIZE})")
-
-
 def log(message: str) -> None:
     print(f"[coordinator {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -290,8 +281,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     Raises:
         ConfigError, ValueError, TimeoutError: with a one-line message for the user.
     """
-    cfg = load_config(cfg_file, overrides)
-    validate(cfg)
+    cfg = load_config(cfg_file, overrides, this_node=True)
     available = psutil.virtual_memory().available
     per_worker, source = worker_memory_estimate(RunDir(cfg.OUT_DIR, quarantine=True), cfg.NODE_ID)
     num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, usable_cores(), available, per_worker)

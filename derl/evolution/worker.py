@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cfg", type=Path, help="YAML config file")
     parser.add_argument("overrides", nargs="*", help="KEY VALUE pairs")
     args = parser.parse_args(argv)
-    cfg = load_config_or_exit(args.cfg, args.overrides)
+    cfg = load_config_or_exit(args.cfg, args.overrides, this_node=True)
     raise SystemExit(run_worker(cfg, args.worker))
 
 

@@ -46,7 +46,7 @@ from derl.ppo.pool import make_pool
 from derl.ppo.rollout import Collector, Rollout
 
 CHECKPOINT_VERSION = 2  # 2: one action-noise generator state per rank
-LR_SCALINGS = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}
+LR_SCALINGS = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}  # names: config_check.LR_SCALING_NAMES
 log = logging.getLogger(__name__)
 
 
@@ -75,8 +75,6 @@ def learning_rate(cfg: CfgNode, iteration: int, world_size: int = 1) -> float:
 
     Evaluated at the start of ``iteration``.
     """
-    if cfg.PPO.LR_SCALING not in LR_SCALINGS:
-        raise ValueError(f"PPO.LR_SCALING must be one of {', '.join(LR_SCALINGS)}, got {cfg.PPO.LR_SCALING!r}")
     lr = cfg.PPO.BASE_LR * LR_SCALINGS[cfg.PPO.LR_SCALING](world_size)
     if not cfg.PPO.LINEAR_LR_DECAY:
         return lr

@@ -21,13 +21,16 @@ GOAL_HALF_SIDE = 0.5  # DERL's goal footprint (placement) and marker height abov
 GOAL_LIFT = 0.11
 
 
+# OBJECT.TYPE -> the prop it builds.
+OBJECTS = {
+    "box": lambda cfg: Box(cfg.OBJECT.BOX_SIDE, cfg.OBJECT.BOX_MASS),
+    "ball": lambda cfg: Ball(cfg.OBJECT.BALL_RADIUS),
+}
+
+
 def make_object(cfg) -> Box | Ball:
-    """The OBJECT.TYPE prop: a box (BOX_SIDE, BOX_MASS) or a ball (BALL_RADIUS)."""
-    if cfg.OBJECT.TYPE == "box":
-        return Box(cfg.OBJECT.BOX_SIDE, cfg.OBJECT.BOX_MASS)
-    if cfg.OBJECT.TYPE == "ball":
-        return Ball(cfg.OBJECT.BALL_RADIUS)
-    raise ValueError(f"OBJECT.TYPE {cfg.OBJECT.TYPE!r} is not supported; use box or ball")
+    """The OBJECT.TYPE prop: a box (BOX_SIDE, BOX_MASS) or a ball (BALL_RADIUS); checked at config load."""
+    return OBJECTS[cfg.OBJECT.TYPE](cfg)
 
 
 @register("manipulation")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from derl.config import ConfigError
 from derl.envs.tasks.base import CTRL_TERM, SUMMARY_FIELDS, Task
 
 TASKS: dict[str, type[Task]] = {}
@@ -26,7 +27,7 @@ def task_class(cfg) -> type[Task]:
     """The class of ``cfg.ENV.TASK``; an unknown name is a one-line error."""
     name = cfg.ENV.TASK
     if name not in TASKS:
-        raise ValueError(f"unknown ENV.TASK {name!r}; known: {', '.join(sorted(TASKS))}")
+        raise ConfigError(f"unknown ENV.TASK {name!r}; known: {', '.join(sorted(TASKS))}", "ENV.TASK")
     return TASKS[name]
 
 
@@ -43,16 +44,16 @@ def check_task_config(cfg) -> None:
     field (``return``, ``energy``, ``x_pos``, ``metric``).
 
     Raises:
-        ValueError: one line naming the unknown key and what the task offers.
+        ConfigError: one line naming the unknown key and what the task offers (a ValueError).
     """
     cls = task_class(cfg)
     observables = ("proprioceptive", *cls.observables)
     unknown = [k for k in cfg.ENV.KEYS_TO_KEEP if k not in observables]
     if unknown:
-        raise ValueError(f"unknown ENV.KEYS_TO_KEEP {unknown} for task {cfg.ENV.TASK}; "
-                         f"known: {', '.join(observables)}")
+        raise ConfigError(f"unknown ENV.KEYS_TO_KEEP {unknown} for task {cfg.ENV.TASK}; "
+                          f"known: {', '.join(observables)}", "ENV.KEYS_TO_KEEP")
     criteria = (*cls.reward_terms, CTRL_TERM, *cls.aggregates, *SUMMARY_FIELDS)
     unknown = [k for k in cfg.EVO.SELECTION_CRITERIA if k not in criteria]
     if unknown:
-        raise ValueError(f"unknown EVO.SELECTION_CRITERIA {unknown} for task {cfg.ENV.TASK}; "
-                         f"known: {', '.join(criteria)}")
+        raise ConfigError(f"unknown EVO.SELECTION_CRITERIA {unknown} for task {cfg.ENV.TASK}; "
+                          f"known: {', '.join(criteria)}", "EVO.SELECTION_CRITERIA")

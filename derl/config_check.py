@@ -1,0 +1,185 @@
+"""The one validation of a loaded config: everything checkable before anything trains.
+
+``load_config`` calls ``check_config`` on every tree it loads, so a typo in a
+selection criterion, a tournament type, a mutation op, a device name or a range
+(``GAMMA nan``, a negative learning rate) stops ``evo_single_proc.py``,
+``tools/train_ppo.py`` and every worker at start-up in one line, instead of after
+the initial population has trained. The rules live next to what they protect: the
+task registry names the reward terms, ``derl.morphology.mutations`` the operators,
+``derl.evolution.selection`` the tournaments, ``derl.envs.terrain`` the obstacles.
+
+``this_node=True`` adds what depends on the machine: ``DEVICE`` must exist here.
+Readers of a finished run (reports, status) leave it off, so a GPU run's config
+still loads on a laptop.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from derl.config import CfgNode, ConfigError
+
+# Counts that must be at least 1.
+POSITIVE_KEYS = (
+    "PPO.NUM_ENVS", "PPO.TIMESTEPS", "PPO.EPOCHS", "PPO.BATCH_SIZE", "PPO.MAX_STATE_ACTION_PAIRS", "PPO.VIDEO_LENGTH",
+    "ENV.EPISODE_LENGTH", "EVO.INIT_POPULATION_SIZE", "EVO.SEARCH_SPACE_SIZE", "EVO.AGING_WINDOW_SIZE",
+    "EVO.NUM_PARTICIPANTS", "LIMB.MAX_LIMBS", "VECENV.IN_SERIES", "HFIELD.NUM_DIVS", "NUM_NODES", "TORCH_THREADS",
+    "PPO.MAX_GRAD_NORM", "PPO.BASE_LR", "PPO.EPS", "PPO.CLIP_EPS", "PPO.KL_TARGET_COEF", "EVO.LEASE_SECONDS",
+)
+# Values that may be 0 but not negative.
+NON_NEGATIVE_KEYS = (
+    "NODE_ID", "EVO.NUM_PROCESSES", "EVO.INIT_WAIT_TIMEOUT", "EVO.VIDEOS_LAST_N", "CHECKPOINT_PERIOD",
+    "PPO.VALUE_COEF", "PPO.ENTROPY_COEF", "ENV.CTRL_COST_WEIGHT", "ENV.RESET_NOISE_SCALE",
+)
+# Probabilities and fractions.
+UNIT_INTERVAL_KEYS = ("PPO.GAMMA", "PPO.GAE_LAMBDA", "ENV.STAND_HEIGHT_RATIO")
+# Choices whose implementation lives in torch modules (derl.ppo imports torch); tests keep them equal.
+VECENV_TYPES = ("DummyVecEnv", "SubprocVecEnv")
+LR_SCALING_NAMES = ("none", "sqrt", "linear")
+DEVICE_PATTERN = re.compile(r"cpu|auto|cuda(:\d+)?")
+# [value] or [start, stop, step] ranges expanded by the morphology and terrain code.
+RANGE_KEYS = (
+    "BODY.MOTOR_GEAR_RANGE", "TORSO.HEAD_RADIUS_RANGE", "TORSO.DENSITY_RANGE", "LIMB.RADIUS_RANGE",
+    "LIMB.HEIGHT_RANGE", "LIMB.DENSITY_RANGE", "LIMB.NUM_LIMBS_RANGE", "TERRAIN.FLAT_LENGTH_RANGE",
+    "TERRAIN.HFIELD_LENGTH_RANGE", "TERRAIN.CURVE_HEIGHT_RANGE", "TERRAIN.STEP_LENGTH_RANGE",
+    "TERRAIN.RUGGED_SQUARE_CLIP_RANGE", "OBJECT.OBSTACLE_LEN_RANGE", "OBJECT.OBSTACLE_WIDTH_RANGE",
+)
+
+
+def check_config(cfg: CfgNode, this_node: bool = False) -> None:
+    """Raises ``ConfigError`` (with ``key`` set) for the first value that cannot work.
+
+    Args:
+        this_node: also check what depends on this machine (``DEVICE`` is available).
+    """
+    _check_numbers(cfg)
+    _check_evolution(cfg)
+    _check_choices(cfg)
+    _check_world(cfg)
+    if this_node:
+        check_device_here(cfg.DEVICE)
+
+
+def _leaves(node: CfgNode, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in node.items():
+        if isinstance(value, CfgNode):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _numbers(value: Any) -> Iterator[float]:
+    if isinstance(value, tuple):
+        for item in value:
+            yield from _numbers(item)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield value
+
+
+def _check_numbers(cfg: CfgNode) -> None:
+    for key, value in _leaves(cfg):
+        if not all(math.isfinite(v) for v in _numbers(value)):
+            raise ConfigError(f"config key {key} must be finite, got {_show(value)}", key)
+    for key in POSITIVE_KEYS:
+        if not cfg.get_path(key) > 0:
+            raise ConfigError(f"config key {key} must be positive, got {cfg.get_path(key)}", key)
+    for key in NON_NEGATIVE_KEYS:
+        if cfg.get_path(key) < 0:
+            raise ConfigError(f"config key {key} must not be negative, got {cfg.get_path(key)}", key)
+    for key in UNIT_INTERVAL_KEYS:
+        if not 0 <= cfg.get_path(key) <= 1:
+            raise ConfigError(f"config key {key} must lie in [0, 1], got {cfg.get_path(key)}", key)
+    if not 0 < cfg.EVO.PERCENT_PARTICIPANTS <= 100:
+        raise ConfigError(f"config key EVO.PERCENT_PARTICIPANTS must lie in (0, 100], "
+                          f"got {cfg.EVO.PERCENT_PARTICIPANTS}", "EVO.PERCENT_PARTICIPANTS")
+    if not cfg.NODE_ID < cfg.NUM_NODES:
+        raise ConfigError(f"config key NODE_ID {cfg.NODE_ID} is out of range for NUM_NODES {cfg.NUM_NODES}",
+                          "NODE_ID", "NUM_NODES")
+
+
+def _check_evolution(cfg: CfgNode) -> None:
+    from derl.evolution.selection import TOURNAMENT_TYPES
+    from derl.morphology.mutations import OPERATORS
+
+    evo = cfg.EVO
+    if evo.IS_EVO and evo.INIT_POPULATION_SIZE > evo.SEARCH_SPACE_SIZE:
+        raise ConfigError(f"config key EVO.INIT_POPULATION_SIZE ({evo.INIT_POPULATION_SIZE}) must not exceed "
+                          f"EVO.SEARCH_SPACE_SIZE ({evo.SEARCH_SPACE_SIZE})", "EVO.INIT_POPULATION_SIZE",
+                          "EVO.SEARCH_SPACE_SIZE")
+    _one_of("EVO.TOURNAMENT_TYPE", evo.TOURNAMENT_TYPE, TOURNAMENT_TYPES)
+    if not evo.MUTATION_OPS:
+        raise ConfigError("config key EVO.MUTATION_OPS is empty", "EVO.MUTATION_OPS")
+    for op in evo.MUTATION_OPS:
+        _one_of("EVO.MUTATION_OPS", op, tuple(OPERATORS))
+    if "grow_limb" not in evo.MUTATION_OPS:
+        raise ConfigError("config key EVO.MUTATION_OPS must include grow_limb (random genomes grow from a torso)",
+                          "EVO.MUTATION_OPS")
+    criteria, objectives = evo.SELECTION_CRITERIA, evo.SELECTION_CRITERIA_OBJ
+    if not criteria or len(set(criteria)) != len(criteria):
+        raise ConfigError(f"config key EVO.SELECTION_CRITERIA must name distinct criteria, got {list(criteria)}",
+                          "EVO.SELECTION_CRITERIA")
+    if len(objectives) != len(criteria):
+        raise ConfigError(f"config key EVO.SELECTION_CRITERIA_OBJ has {len(objectives)} values for "
+                          f"{len(criteria)} EVO.SELECTION_CRITERIA; give one per criterion",
+                          "EVO.SELECTION_CRITERIA_OBJ", "EVO.SELECTION_CRITERIA")
+    if any(obj not in (-1, 1) for obj in objectives):
+        raise ConfigError(f"config key EVO.SELECTION_CRITERIA_OBJ must hold -1 (maximise) or 1 (minimise), "
+                          f"got {list(objectives)}", "EVO.SELECTION_CRITERIA_OBJ")
+
+
+def _check_choices(cfg: CfgNode) -> None:
+    _one_of("VECENV.TYPE", cfg.VECENV.TYPE, VECENV_TYPES)
+    _one_of("PPO.LR_SCALING", cfg.PPO.LR_SCALING, LR_SCALING_NAMES)
+    if not DEVICE_PATTERN.fullmatch(cfg.DEVICE):
+        raise ConfigError(f"config key DEVICE must be cpu, cuda, cuda:N or auto, got {cfg.DEVICE!r}", "DEVICE")
+
+
+def _check_world(cfg: CfgNode) -> None:
+    """The task (criteria and observations against its reward terms), terrain, objects and ranges."""
+    from derl.envs.observations import OBS_TYPES
+    from derl.envs.tasks import check_task_config
+    from derl.envs.tasks.manipulation import OBJECTS
+    from derl.envs.terrain import OBSTACLES
+    from derl.morphology.mutations import expand_range
+
+    check_task_config(cfg)  # ENV.TASK, and the criteria and observations against its declarations
+    for obs_type in cfg.ENV.OBS_TYPES:
+        _one_of("ENV.OBS_TYPES", obs_type, OBS_TYPES)
+    for terrain_type in cfg.TERRAIN.TYPES:
+        _one_of("TERRAIN.TYPES", terrain_type, (*OBSTACLES, "flat"))
+    _one_of("OBJECT.TYPE", cfg.OBJECT.TYPE, tuple(OBJECTS))
+    for key in RANGE_KEYS:
+        try:
+            expand_range(cfg.get_path(key), key)
+        except ValueError as err:
+            raise ConfigError(str(err), key) from None
+    limbs = expand_range(cfg.LIMB.NUM_LIMBS_RANGE, "LIMB.NUM_LIMBS_RANGE")
+    if min(limbs) < 1 or max(limbs) > cfg.LIMB.MAX_LIMBS:
+        raise ConfigError(f"config key LIMB.NUM_LIMBS_RANGE {list(cfg.LIMB.NUM_LIMBS_RANGE)} must lie within "
+                          f"1..LIMB.MAX_LIMBS ({cfg.LIMB.MAX_LIMBS})", "LIMB.NUM_LIMBS_RANGE",
+                          "LIMB.MAX_LIMBS")
+
+
+def check_device_here(device: str) -> None:
+    """``DEVICE`` exists on this machine: ``cuda`` without a visible GPU is an error (torch only for CUDA)."""
+    if device in ("cpu", "auto"):
+        return
+    from derl.ppo.device import visible_gpu_count
+
+    gpus = visible_gpu_count()
+    index = int(device.partition(":")[2] or 0)
+    if index >= gpus:
+        found = f"only {gpus} CUDA device(s) are visible" if gpus else "no CUDA device is visible on this node"
+        raise ConfigError(f"config key DEVICE {device}: {found} (use DEVICE cpu or auto)", "DEVICE")
+
+
+def _one_of(key: str, value: Any, known: tuple[str, ...]) -> None:
+    if value not in known:
+        raise ConfigError(f"config key {key}: unknown value {value!r}; use one of {', '.join(known)}", key)
+
+
+def _show(value: Any) -> str:
+    return str(list(value)) if isinstance(value, tuple) else str(value)

@@ -1,0 +1,207 @@
+"""The one validation of a loaded config (derl.config_check) and the rule that no key is inert."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from derl.config import ConfigError, _defaults, _flatten, load_config
+from derl.config_check import LR_SCALING_NAMES, VECENV_TYPES
+from tests.conftest import ROOT
+
+# Keys of the DERL tree that nothing in derl implemented; setting one is an unknown-key error (issue 12 item 3).
+REMOVED_KEYS = (
+    "XML.SHADOWCLIP", "BODY.SYMMETRY_PLANE", "TORSO.NUM_TORSO_RANGE", "TORSO.RADIUS_RANGE", "TORSO.HEIGHT_RANGE",
+    "TORSO.CONDIM", "ENV.AVOID_REWARD_WEIGHT", "ENV.HEALTHY_REWARD", "ENV.STATE_RANGE", "ENV.Z_RANGE",
+    "ENV.SKIP_SELF_POS", "ENV.WRAPPERS", "TERRAIN.CENTER_FLAT", "TERRAIN.WALL_LENGTH", "HFIELD.DIM",
+    "HFIELD.ADAPTIVE_OBS", "HFIELD.ADAPTIVE_OBS_SIZE", "HFIELD.VIZ", "IMAGE.SAVE", "IMAGE.WIDTH", "IMAGE.HEIGHT",
+    "IMAGE.CAMERA", "PPO.XML_PATH", "PPO.CHECKPOINT_PATH", "MODEL.EX_HIDDEN_DIMS", "EVO.INIT_METHOD",
+    "CUDNN.BENCHMARK", "CUDNN.DETERMINISTIC", "CFG_DEST", "ENV_NAME", "LOG_DEST", "LOG_PERIOD", "EVAL_PERIOD",
+)
+# Modules whose mention of a key is not a use: the tree itself and its validation.
+NOT_READERS = ("derl/config.py", "derl/config_check.py")
+
+
+@pytest.mark.parametrize("overrides, key, text", [
+    (["PPO.GAMMA", "nan"], "PPO.GAMMA", "must be finite"),
+    (["PPO.GAMMA", "1.5"], "PPO.GAMMA", "[0, 1]"),
+    (["PPO.BASE_LR", "-3e-4"], "PPO.BASE_LR", "must be positive"),
+    (["PPO.CLIP_EPS", "0"], "PPO.CLIP_EPS", "must be positive"),
+    (["PPO.ENTROPY_COEF", "-0.1"], "PPO.ENTROPY_COEF", "must not be negative"),
+    (["EVO.PERCENT_PARTICIPANTS", "120"], "EVO.PERCENT_PARTICIPANTS", "(0, 100]"),
+    (["EVO.NUM_PARTICIPANTS", "0"], "EVO.NUM_PARTICIPANTS", "must be positive"),
+    (["EVO.AGING_WINDOW_SIZE", "0"], "EVO.AGING_WINDOW_SIZE", "must be positive"),
+    (["EVO.NUM_PROCESSES", "-1"], "EVO.NUM_PROCESSES", "must not be negative"),
+    (["EVO.TOURNAMENT_TYPE", "aging"], "EVO.TOURNAMENT_TYPE", "use one of aging_num"),
+    (["EVO.MUTATION_OPS", "[grow_limb, shrink]"], "EVO.MUTATION_OPS", "'shrink'"),
+    (["EVO.MUTATION_OPS", "[gear]"], "EVO.MUTATION_OPS", "must include grow_limb"),
+    (["EVO.SELECTION_CRITERIA", "[__reward__fwd]", "SELECTION_CRITERIA_OBJ", "[-1]"], "EVO.SELECTION_CRITERIA",
+     "__reward__fwd"),
+    (["EVO.SELECTION_CRITERIA", "[__reward__forward]"], "EVO.SELECTION_CRITERIA_OBJ", "2 values for 1"),
+    (["EVO.SELECTION_CRITERIA_OBJ", "[-1, 0]"], "EVO.SELECTION_CRITERIA_OBJ", "-1 (maximise) or 1"),
+    (["EVO.INIT_POPULATION_SIZE", "10", "SEARCH_SPACE_SIZE", "5"], "EVO.INIT_POPULATION_SIZE", "must not exceed"),
+    (["NODE_ID", "2", "NUM_NODES", "2"], "NODE_ID", "out of range"),
+    (["ENV.TASK", "locomotoin"], "ENV.TASK", "unknown ENV.TASK"),
+    (["ENV.KEYS_TO_KEEP", "[proprioceptive, eyes]"], "ENV.KEYS_TO_KEEP", "unknown ENV.KEYS_TO_KEEP"),
+    (["ENV.OBS_TYPES", "[position, speed]"], "ENV.OBS_TYPES", "'speed'"),
+    (["TERRAIN.TYPES", "[hills]"], "TERRAIN.TYPES", "'hills'"),
+    (["OBJECT.TYPE", "cube"], "OBJECT.TYPE", "'cube'"),
+    (["VECENV.TYPE", "SubprocEnv"], "VECENV.TYPE", "DummyVecEnv, SubprocVecEnv"),
+    (["PPO.LR_SCALING", "square"], "PPO.LR_SCALING", "none, sqrt, linear"),
+    (["DEVICE", "gpu"], "DEVICE", "cpu, cuda, cuda:N or auto"),
+    (["LIMB.HEIGHT_RANGE", "[0.4, 0.2, 0.1]"], "LIMB.HEIGHT_RANGE", "[start, stop, step>0]"),
+    (["LIMB.NUM_LIMBS_RANGE", "[2, 12, 1]"], "LIMB.NUM_LIMBS_RANGE", "1..LIMB.MAX_LIMBS"),
+    (["TERRAIN.SIZE", "[25, .inf, 1]"], "TERRAIN.SIZE", "must be finite"),
+])
+def test_bad_values_are_one_line_naming_the_key_and_where_it_was_set(overrides, key, text):
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, overrides)
+    message = str(caught.value)
+    assert caught.value.key == key and key in message and text in message
+    assert message.endswith("(set on the command line)") and "\n" not in message
+
+
+def test_an_error_names_the_file_that_set_the_key(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("EVO:\n  TOURNAMENT_TYPE: aging_nmu\n")
+    with pytest.raises(ConfigError, match=rf"EVO.TOURNAMENT_TYPE.*\(set in {bad}\)$"):
+        load_config(bad)
+    bad.write_text("PPO:\n  GAMMA: abc\n")
+    with pytest.raises(ConfigError, match=rf"PPO.GAMMA expects float.*\(set in {bad}\)$"):
+        load_config(bad)
+
+
+def test_a_conflict_between_two_keys_names_where_the_one_set_came_from(tmp_path):
+    preset = tmp_path / "preset.yml"
+    preset.write_text("EVO:\n  SELECTION_CRITERIA: [__reward__forward, __reward__stand, return]\n")
+    with pytest.raises(ConfigError, match=rf"SELECTION_CRITERIA_OBJ has 2 values for 3 .*\(set in {preset}\)$"):
+        load_config(preset)
+    with pytest.raises(ConfigError, match=r"INIT_POPULATION_SIZE \(576\) must not exceed .*\(set on the command"):
+        load_config(None, ["SEARCH_SPACE_SIZE", "100"])
+
+
+def test_cuda_on_a_node_without_it_is_an_error_only_where_it_would_train():
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert load_config(None, ["DEVICE", "cuda"]).DEVICE == "cuda"  # a report of a GPU run still loads
+    with pytest.raises(ConfigError, match=r"^config key DEVICE cuda: no CUDA device is visible"):
+        load_config(None, ["DEVICE", "cuda"], this_node=True)
+    assert load_config(None, ["DEVICE", "auto"], this_node=True).DEVICE == "auto"
+
+
+def test_every_preset_and_task_config_passes():
+    for path in sorted((ROOT / "configs").rglob("*.yml")):
+        load_config(path)
+
+
+def test_choice_tables_match_their_implementations():
+    from derl.ppo.pool import make_pool
+    from derl.ppo.trainer import LR_SCALINGS
+
+    assert set(LR_SCALINGS) == set(LR_SCALING_NAMES)
+    with pytest.raises(ValueError, match="VECENV.TYPE must be " + " or ".join(VECENV_TYPES)):
+        make_pool(lambda index: None, 1, "nope", 1)
+
+
+@pytest.mark.parametrize("key", REMOVED_KEYS)
+def test_removed_keys_are_unknown(key):
+    with pytest.raises(ConfigError, match=rf"^unknown config key '{key}'"):
+        load_config(None, [key, "1"])
+
+
+def test_setting_a_removed_key_exits_2_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml",
+                           "OUT_DIR", str(tmp_path / "out"), "TERRAIN.CENTER_FLAT", "0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: unknown config key 'TERRAIN.CENTER_FLAT'") and done.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key, value, text", [
+    ("EVO.SELECTION_CRITERIA", "[__reward__forwrd]", "unknown EVO.SELECTION_CRITERIA ['__reward__forwrd']"),
+    ("EVO.TOURNAMENT_TYPE", "agingnum", "config key EVO.TOURNAMENT_TYPE: unknown value 'agingnum'"),
+    ("DEVICE", "cuda:7", "config key DEVICE cuda:7:"),
+])
+def test_a_config_typo_stops_evo_single_proc_before_anything_is_written(tmp_path, key, value, text):
+    if key == "DEVICE":
+        torch = pytest.importorskip("torch")
+        if torch.cuda.device_count() > 7:
+            pytest.skip("this machine has cuda:7")
+    done = subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml",
+                           "OUT_DIR", str(tmp_path / "out"), key, value],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {text}") and done.stderr.count("\n") == 1
+    assert done.stdout == "" and not (tmp_path / "out").exists()
+
+
+def _section_of(node: ast.expr, aliases: dict[str, str]) -> str | None:
+    """The config section an attribute is read from: ``cfg.PPO.X`` -> PPO, ``evo.X`` with ``evo = cfg.EVO``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id)
+    return None
+
+
+def inert_keys(leaves: list[str], sources: list[Path]) -> list[str]:
+    """The leaf keys (dotted paths) that no source reads, by a static scan of attribute chains.
+
+    ``SECTION.LEAF`` counts as read where code has ``<...>.SECTION.LEAF``, ``alias.LEAF`` with
+    ``alias = <...>.SECTION`` in the same module, or the leaf name as a string (a key looked up
+    by name, e.g. ``cfg.TERRAIN[length_key]``). A leaf name that no other section has also counts
+    when read from any object that is not another section (a function given ``cfg.PPO`` as ``cfg``).
+    A top-level key counts when read as an attribute anywhere.
+    """
+    sections = {path.split(".")[0] for path in leaves if "." in path}
+    names = [path.rsplit(".", 1)[-1] for path in leaves]
+    reads: set[tuple[str | None, str]] = set()
+    strings: set[str] = set()
+    for source in sources:
+        tree = ast.parse(source.read_text(), str(source))
+        aliases = {target.id: node.value.attr for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                   and isinstance(node.value, ast.Attribute) and node.value.attr in sections
+                   for target in node.targets if isinstance(target, ast.Name)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                reads.add((_section_of(node.value, aliases), node.attr))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                strings.add(node.value)
+    read_leaves = {leaf for _, leaf in reads}
+    inert = []
+    for path in leaves:
+        section, _, leaf = path.rpartition(".")
+        if not section:
+            found = leaf in read_leaves
+        else:
+            unique = names.count(leaf) == 1
+            found = (section, leaf) in reads or leaf in strings or (
+                unique and any(name == leaf and sec not in sections for sec, name in reads))
+        if not found:
+            inert.append(path)
+    return inert
+
+
+def _reader_sources() -> list[Path]:
+    files = [*(ROOT / "derl").rglob("*.py"), *(ROOT / "tools").glob("*.py"), ROOT / "evo_single_proc.py"]
+    return sorted(f for f in files if str(f.relative_to(ROOT)) not in NOT_READERS)
+
+
+def test_no_config_key_is_inert():
+    leaves = [path for path, _ in _flatten(_defaults())]
+    assert inert_keys(leaves, _reader_sources()) == []
+
+
+def test_the_inert_key_scan_finds_a_key_nothing_reads(tmp_path):
+    leaves = [path for path, _ in _flatten(_defaults())]
+    added = ["PPO.NOBODY_READS_THIS", "TORSO.RADIUS_RANGE", "TORSO.CONDIM", "TOP_LEVEL_NOBODY_READS"]
+    assert inert_keys(leaves + added, _reader_sources()) == added
+    reader = tmp_path / "reader.py"
+    reader.write_text("def f(cfg):\n    torso = cfg.TORSO\n    return torso.RADIUS_RANGE, cfg.PPO.NOBODY_READS_THIS\n")
+    assert inert_keys(leaves + added, [*_reader_sources(), reader]) == added[2:]
