@@ -113,6 +113,21 @@ def test_killed_evaluation_finishes_without_retraining(tiny_run, tmp_path):
     assert before and len(after) == 20 and after[:len(before)] == before  # resumed at its checkpoint
 
 
+
+@pytest.mark.slow
+def test_evaluation_with_two_data_parallel_ranks(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    done = _evaluate(run, "--tasks", "point_nav", "--top", "1", "--nproc", "2")
+    out, _ = done.communicate(timeout=300)
+    assert done.returncode == 0, out
+    best = RunView(run).top(1)[0].id
+    result = json.loads((run / "eval" / "point_nav" / f"{best}-s0" / "metrics.json").read_text())
+    # 20 iterations of 64 env steps for one rank; two ranks share that total: 10 iterations each.
+    assert (result["world_size"], result["iterations"], result["env_steps"]) == (2, 10, 1280)
+    rows = json.loads((run / "eval" / "summary.json").read_text())["rows"]
+    assert [(row["id"], row["task"]) for row in rows] == [(best, "point_nav")]
+
 def test_bad_input_is_one_line_and_exit_2(tiny_run, tmp_path, capsys):
     tool = runpy.run_path(str(ROOT / "tools" / "evaluate.py"))
     for args in (["--tasks", "nope"], ["--tasks", "patrol", "--ids", "000000,../x"], ["--tasks", "patrol", "FOO", "1"],

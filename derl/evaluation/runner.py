@@ -11,7 +11,6 @@ them, taking over those whose owner died (``derl.evaluation.store``). One line p
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from derl.config import load_config
+from derl.evaluation.cell import die_with_parent
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.lease import heartbeat_interval
@@ -31,12 +31,6 @@ POLL_SECONDS = 0.5
 # Seconds a stopping training gets between SIGTERM and SIGKILL.
 GRACE_SECONDS = 10.0
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def _die_with_parent() -> None:
-    """Runs in the training process: Linux kills it when the evaluation process dies."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def log(message: str) -> None:
@@ -54,10 +48,11 @@ class _Training:
 class Evaluation:
     """The cells of one ``tools/evaluate.py`` call on this node."""
 
-    def __init__(self, cells: Sequence[Cell], overrides: Sequence[str], workers: int):
+    def __init__(self, cells: Sequence[Cell], overrides: Sequence[str], workers: int, nproc: int = 1):
         self.cells = list(cells)
         self.overrides = list(overrides)
         self.workers = workers
+        self.nproc = nproc
         self.stores = {run: EvalDir(run, load_config(run / "config.yaml").EVO.LEASE_SECONDS)
                        for run in dict.fromkeys(cell.run for cell in cells)}
         self.interval = min(heartbeat_interval(store.lease_seconds) for store in self.stores.values())
@@ -80,8 +75,10 @@ class Evaluation:
             env.setdefault(variable, "1")
         command = [sys.executable, "-m", "derl.evaluation.cell", str(cell.run), cell.task, cell.id,
                    str(cell.seed), str(out_dir), *self.overrides]
+        if self.nproc > 1:  # data-parallel ranks, as tools/train_ddp.sh starts them
+            command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)]
         self.attempts[cell] += 1
-        proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=die_with_parent)
         self.running[cell] = _Training(cell, generation, proc)
 
     def _kill(self, training: _Training, sig: int) -> None:
@@ -200,6 +197,7 @@ def _num(value) -> str:
     return f"{value:.2f}" if isinstance(value, int | float) else "-"
 
 
-def evaluate(cells: Sequence[Cell], overrides: Sequence[str], workers: int) -> int:
-    """Trains every unfinished cell and writes each run's ``eval/summary.json``; returns the exit code."""
-    return Evaluation(cells, overrides, workers).run()
+def evaluate(cells: Sequence[Cell], overrides: Sequence[str], workers: int, nproc: int = 1) -> int:
+    """Trains every unfinished cell (``nproc`` data-parallel ranks each) and writes each run's
+    ``eval/summary.json``; returns the exit code."""
+    return Evaluation(cells, overrides, workers, nproc).run()
