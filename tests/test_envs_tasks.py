@@ -151,6 +151,16 @@ def test_point_nav_goal_is_drawn_in_its_range():
     assert len({tuple(g) for g in goals}) == 30
 
 
+
+def test_point_nav_goal_drawn_on_the_start_gives_a_finite_metric():
+    # A 6 x 6 m arena whose goal cells (x in [2.5, 3.5), |y| < 0.5) include the start (3, 0): seed 16 draws it.
+    env = task_env("point_nav", **{"TERRAIN.SIZE": [3, 3, 1], "OBJECT.PLACEMENT_BUFFER_LEN": 1,
+                                   "OBJECT.PLACEMENT_BUFFER_WIDTH": 1, "ENV.EPISODE_LENGTH": 5})
+    env.reset(seed=16)
+    assert tuple(env.task.goal.position[:2]) == pytest.approx((3.0, 0.0))
+    info = env.step(np.zeros(env.action_space.shape))[-1]
+    assert math.isfinite(info["metric"]) and info["metric"] > 0.9
+
 def test_obstacle_boxes_keep_clear_of_the_ends_and_appear_in_the_height_map():
     env = task_env("obstacle")
     extent, model = env.arena.extent, env.model
@@ -238,3 +248,31 @@ def test_manipulation_ball_is_reached_and_pushed_as_in_mvt():
     _, _, _, _, info = _step(env)
     after = float(np.linalg.norm(data.body("ball").xpos[:2] - goal[:2]))
     assert after <= 0.5 and info["__reward__push"] == pytest.approx(100 * (before - after) + 10)
+
+
+@pytest.mark.slow
+def test_a_thousand_random_episodes_over_every_task_and_twenty_morphologies(folder):
+    """50 episodes per morphology, going round every task's config; random actions, 100 steps at
+    most. No exception, every observation and reward finite."""
+    morphologies, per_morphology = 20, 50
+    names = list(CONFIGS)
+    rng = np.random.default_rng(0)
+    played = set()
+    for m in range(morphologies):
+        envs: dict[str, UnimalEnv] = {}
+        for k in range(per_morphology):
+            name = names[k % len(names)]
+            if name not in envs:
+                envs[name] = task_env(name, sampled_xml(folder, 100 + m), **{"ENV.EPISODE_LENGTH": 100})
+            env = envs[name]
+            obs, _ = env.reset(seed=m * per_morphology + k)
+            done = False
+            while not done:
+                assert all(np.isfinite(v).all() for v in obs.values()), (m, name)
+                obs, reward, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.action_space.shape))
+                assert np.isfinite(reward), (m, name)
+                done = terminated or truncated
+            played.add((m, name))
+        for env in envs.values():
+            env.close()
+    assert len(played) == morphologies * len(names)  # every morphology on every task

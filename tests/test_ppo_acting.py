@@ -33,7 +33,7 @@ def test_numpy_forward_matches_torch(layout):
     np.testing.assert_allclose(values, value.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_numpy_weights_follow_optimizer_steps_on_cpu():
+def test_numpy_weights_follow_optimizer_steps_after_sync():
     layout = ObsLayout(("proprioceptive",), (3,), False)
     model = ActorCritic(layout, action_dim=2)
     optimizer = FlatAdam(model, lr=0.1, eps=1e-8)
@@ -42,6 +42,8 @@ def test_numpy_weights_follow_optimizer_steps_on_cpu():
     before = fast.value(obs).copy()
     model.value(torch.from_numpy(obs)).sum().backward()
     optimizer.step()
+    np.testing.assert_array_equal(fast.value(obs), before)  # a copy, until the next rollout
+    fast.sync()
     with torch.no_grad():
         np.testing.assert_allclose(fast.value(obs), model.value(torch.from_numpy(obs)).numpy(), rtol=1e-5)
     assert not np.allclose(fast.value(obs), before)

@@ -14,6 +14,9 @@ collection/update split, and peak RSS of the worker process. The run with the le
 ``--repeats`` counts; all are listed. ``physics_steps_per_cpu_sec`` replays derl's run (same seed,
 so the same trajectories) through ``mj_step`` x frame_skip alone; ``vs_physics_alone`` is a
 trainer's end-to-end rate over it (1.0 would mean the learner and the env's Python cost nothing).
+``lockstep_physics_steps_per_cpu_sec`` replays the same steps with the 32 envs in lockstep, as a
+trainer steps them: ``mj_step`` is slower there (the envs' data leave the caches between their steps),
+so ``derl_vs_lockstep_physics`` is the share of a lockstep trainer's own physics limit.
 
 ``--return-iters N`` also trains both for N iterations with ``--seeds`` seeds each and reports the
 mean return of the last 100 episodes at that equal env-step budget. Needs ``requirements-bench.txt``.
@@ -50,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="speed runs per trainer, alternating")
     parser.add_argument("--return-iters", type=int, default=0, help="iterations per return run (0: skip)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per trainer for the return runs")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of the SB3 comparison: derl's us per env step per component "
+                             "(derl/bench/ppo_profile.py)")
 
 
 # ----------------------------------------------------------------------------- child process
@@ -115,6 +121,37 @@ def _physics_seconds(recorders: list[_StateRecorder]) -> tuple[float, int]:
     return total, steps
 
 
+def _lockstep_physics_seconds(recorders: list[_StateRecorder]) -> float:
+    """The same replay with the envs in lockstep, one step of each in turn, as the trainer runs them.
+
+    Each env's state then leaves the CPU caches between two of its steps (32 envs' MuJoCo data
+    and models do not fit in L2), which costs ``mj_step`` itself time: this is the physics limit
+    of a lockstep trainer, ``_physics_seconds`` that of one env stepped alone.
+    """
+    envs = []
+    for recorder in recorders:
+        model = recorder.unwrapped.model
+        frame_skip = round(recorder.unwrapped.dt / model.opt.timestep)
+        envs.append((model, mujoco.MjData(model), frame_skip, iter(recorder.log), recorder._signature))
+    total = 0.0
+    while envs:
+        stepped = []
+        for env in envs:
+            model, data, frame_skip, entries, signature = env
+            for entry in entries:
+                if entry.shape[0] != model.nu:
+                    mujoco.mj_setState(model, data, entry, signature)
+                    continue
+                data.ctrl[:] = entry
+                started = time.process_time()
+                mujoco.mj_step(model, data, frame_skip)
+                total += time.process_time() - started
+                stepped.append(env)
+                break
+        envs = stepped
+    return total
+
+
 def _run_ours(case: dict, iters: int, seed: int, record: bool) -> dict:
     from derl.ppo import OnIteration, train
 
@@ -145,6 +182,7 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool) -> dict:
     }
     if record:
         out["physics_seconds"], out["physics_steps"] = _physics_seconds(recorded)
+        out["lockstep_physics_seconds"] = _lockstep_physics_seconds(recorded)
     return out
 
 
@@ -202,9 +240,18 @@ def _run_sb3(case: dict, iters: int, seed: int) -> dict:
     }
 
 
+def _run_profiled(case: dict, iters: int, seed: int) -> dict:
+    from derl.bench.ppo_profile import profile_run
+
+    cfg = _config(case, iters)
+    return profile_run(cfg, _env_factory(case, cfg, flat=False), seed)
+
+
 def _child(spec: dict) -> dict:
     if spec["trainer"] == "ours":
         out = _run_ours(spec["case"], spec["iters"], spec["seed"], spec.get("record", False))
+    elif spec["trainer"] == "profile":
+        out = _run_profiled(spec["case"], spec["iters"], spec["seed"])
     else:
         out = _run_sb3(spec["case"], spec["iters"], spec["seed"])
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -269,11 +316,26 @@ def _speed(case: dict, args: argparse.Namespace) -> dict:
     physics_rate = physics["physics_steps"] / physics["physics_seconds"]
     report = {name: _summarise(trainer_runs, physics_rate) for name, trainer_runs in runs.items()}
     report["physics_steps_per_cpu_sec"] = round(physics_rate, 1)
+    lockstep_rate = physics["physics_steps"] / physics["lockstep_physics_seconds"]
+    report["lockstep_physics_steps_per_cpu_sec"] = round(lockstep_rate, 1)
+    report["derl_vs_lockstep_physics"] = round(report["derl"]["steps_per_cpu_sec"] / lockstep_rate, 3)
     derl, sb3 = report["derl"], report["sb3"]
     report["speedup_derl_over_sb3"] = round(derl["steps_per_cpu_sec"] / sb3["steps_per_cpu_sec"], 3)
     report["wall_speedup_derl_over_sb3"] = round(derl["steps_per_sec"] / sb3["steps_per_sec"], 3)
     report["loop_speedup_derl_over_sb3"] = round(derl["loop_steps_per_sec"] / sb3["loop_steps_per_sec"], 3)
     return report
+
+
+def _profile(case: dict, args: argparse.Namespace) -> dict:
+    """The instrumented run, the least disturbed of ``--repeats`` plain runs, the physics replay."""
+    from derl.bench.ppo_profile import summarise
+
+    spec = {"case": case, "iters": args.iters, "seed": 0}
+    profiled = _spawn({"trainer": "profile", **spec})
+    plain = min((_spawn({"trainer": "ours", **spec}) for _ in range(args.repeats)), key=lambda r: r["cpu_seconds"])
+    physics = _spawn({"trainer": "ours", "record": True, **spec})
+    return summarise(profiled, plain, physics["physics_steps"] / physics["physics_seconds"],
+                     physics["physics_steps"] / physics["lockstep_physics_seconds"])
 
 
 def _returns(case: dict, args: argparse.Namespace) -> dict:
@@ -291,7 +353,8 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         for name in args.envs.split(","):
             case = _ft_case(args, Path(folder)) if name == "ft" else {"kind": "gym", "env_id": name}
-            entry = {"case": {k: v for k, v in case.items() if k != "xml" or args.xml}, **_speed(case, args)}
+            measure = _profile if args.profile else _speed
+            entry = {"case": {k: v for k, v in case.items() if k != "xml" or args.xml}, **measure(case, args)}
             if args.return_iters > 0:
                 entry["returns"] = _returns(case, args)
             results["cases"][name] = entry

@@ -35,7 +35,7 @@ Layout::
     retired/<id>.json           removed from the vanilla-tournament population
     workers/<node>-<worker>.json  worker state; .lock: held while it runs; .alive: heartbeat (its mtime)
     videos/<id>.mp4             policy video of one of the last EVO.VIDEOS_LAST_N morphologies (.gif fallback)
-    eval/summary.json           transfer evaluation table (tools/evaluate.py)
+    eval/                       transfer evaluation (tools/evaluate.py; layout in derl.evaluation.store)
     report/                     the static HTML report (tools/report.py)
     summary.json                progress, best so far, top-k, morphologies/hour
     STOP                        create it to stop every worker after its current iteration

@@ -2,54 +2,75 @@
 
 At a batch of 32 observations a torch op costs several microseconds of dispatch, more than its
 arithmetic; NumPy's small matrix products and ``tanh`` cost a fraction of that. The learner keeps
-the torch model (``derl.ppo.networks``); collection reads its weights through NumPy arrays. On the
-CPU these are views of the parameters, so every optimiser step is seen at once; on a GPU they are
-copies, refreshed by ``sync()`` before each rollout. Acting therefore always happens on the CPU,
-next to the envs, and never moves a tensor per step.
+the torch model (``derl.ppo.networks``); collection reads a copy of its weights, refreshed by
+``sync()`` before each rollout. Acting therefore always happens on the CPU, next to the envs, and
+never moves a tensor per step.
+
+Actor and critic have the same shape (same keys, same hidden sizes), so they run as one network
+of twice the width: a first layer reading an observation key computes both encoders' units at
+once (weights side by side), deeper layers are block-diagonal (actor block, critic block) and the
+two heads are one ``[features, A + 1]`` product whose last column is the value. Three matrix
+products per step instead of six (one key), each on C-contiguous weights: transposed views of
+the torch weights take NumPy's slow strided path (about 9 us against 4 us for a [32, 80] x
+[80, 64] product). The zeros of the block-diagonal weights add exact zeros, so the outputs are the
+separate networks' to float rounding.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 
 from derl.ppo.losses import LOG_SQRT_2PI
-from derl.ppo.networks import ActorCritic, Encoder
+from derl.ppo.networks import ActorCritic
 
-Layer = tuple[np.ndarray, np.ndarray]  # (weight transposed [in, out], bias [out])
-
-
-def _layers(modules) -> list[Layer]:
-    return [(_array(m.weight).T, _array(m.bias)) for m in modules]
+Layer = tuple[np.ndarray, np.ndarray]  # (weight transposed [in, out], C-contiguous; bias [out])
 
 
 def _array(param: torch.Tensor) -> np.ndarray:
-    return param.detach().cpu().numpy()  # a view on the CPU, a copy elsewhere
+    return param.detach().cpu().numpy().astype(np.float32, copy=True)
+
+
+def _side_by_side(actor: nn.Linear, critic: nn.Linear) -> Layer:
+    """Both layers on the same input: ``[in, out_a + out_c]``."""
+    weight = np.concatenate([_array(actor.weight).T, _array(critic.weight).T], axis=1)
+    return np.ascontiguousarray(weight), np.concatenate([_array(actor.bias), _array(critic.bias)])
+
+
+def _block_diagonal(actor: nn.Linear, critic: nn.Linear) -> Layer:
+    """Actor on the first ``in_a`` inputs, critic on the rest: ``[in_a + in_c, out_a + out_c]``."""
+    (out_a, in_a), (out_c, in_c) = actor.weight.shape, critic.weight.shape
+    weight = np.zeros((in_a + in_c, out_a + out_c), np.float32)
+    weight[:in_a, :out_a] = _array(actor.weight).T
+    weight[in_a:, out_a:] = _array(critic.weight).T
+    return weight, np.concatenate([_array(actor.bias), _array(critic.bias)])
+
+
+def _combine(actor: nn.Linear, critic: nn.Linear, widths: list[tuple[int, int]]) -> Layer:
+    """The combining layer's input is ``[actor_k, critic_k]`` per key k (widths ``(a_k, c_k)``);
+    the actor reads the actor parts in key order, the critic the critic parts."""
+    out_a, out_c = actor.weight.shape[0], critic.weight.shape[0]
+    weight = np.zeros((sum(a + c for a, c in widths), out_a + out_c), np.float32)
+    actor_t, critic_t = _array(actor.weight).T, _array(critic.weight).T
+    row = row_a = row_c = 0
+    for a, c in widths:
+        weight[row:row + a, :out_a] = actor_t[row_a:row_a + a]
+        weight[row + a:row + a + c, out_a:] = critic_t[row_c:row_c + c]
+        row, row_a, row_c = row + a + c, row_a + a, row_c + c
+    return weight, np.concatenate([_array(actor.bias), _array(critic.bias)])
 
 
 def _tanh_mlp(layers: list[Layer], x: np.ndarray) -> np.ndarray:
-    for weight_t, bias in layers:
-        x = x @ weight_t
+    for weight, bias in layers:
+        x = x @ weight
         x += bias
         np.tanh(x, out=x)
     return x
 
 
-class _NumpyEncoder:
-    def __init__(self, encoder: Encoder):
-        self.slices = encoder.slices
-        self.per_key = [_layers(mlp) for mlp in encoder.per_key]
-        self.combine = _layers(encoder.combine) if encoder.combine is not None else None
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        if self.combine is None:
-            return _tanh_mlp(self.per_key[0], obs)
-        parts = [_tanh_mlp(mlp, obs[:, part]) for mlp, part in zip(self.per_key, self.slices, strict=True)]
-        return _tanh_mlp(self.combine, np.concatenate(parts, axis=1))
-
-
 class NumpyActorCritic:
-    """Reads an ``ActorCritic``'s weights; ``sync()`` after the model's parameters change off-CPU."""
+    """A copy of an ``ActorCritic``'s weights as one joint network; ``sync()`` after they change."""
 
     def __init__(self, model: ActorCritic):
         self.model = model
@@ -57,19 +78,42 @@ class NumpyActorCritic:
 
     def sync(self) -> None:
         model = self.model
-        self.actor = _NumpyEncoder(model.actor_encoder)
-        self.critic = _NumpyEncoder(model.critic_encoder)
-        (self.mean_head,) = _layers([model.mean_head])
-        (self.value_head,) = _layers([model.value_head])
+        actor, critic = model.actor_encoder, model.critic_encoder
+        self.slices = actor.slices
+        self.per_key = []
+        for mlp_a, mlp_c in zip(actor.per_key, critic.per_key, strict=True):
+            first = _side_by_side(mlp_a[0], mlp_c[0])
+            rest = [_block_diagonal(a, c) for a, c in zip(mlp_a[1:], mlp_c[1:], strict=True)]
+            self.per_key.append([first, *rest])
+        self.combine: list[Layer] | None = None
+        if actor.combine is not None:
+            widths = [(mlp_a[-1].out_features, mlp_c[-1].out_features)
+                      for mlp_a, mlp_c in zip(actor.per_key, critic.per_key, strict=True)]
+            first = _combine(actor.combine[0], critic.combine[0], widths)
+            rest = [_block_diagonal(a, c) for a, c in zip(actor.combine[1:], critic.combine[1:], strict=True)]
+            self.combine = [first, *rest]
+        self.heads = _block_diagonal(model.mean_head, model.value_head)
         self.log_std = _array(model.log_std)
+        self.std = np.exp(self.log_std)
+        self.log_prob_offset = np.float32(self.log_std.sum() + LOG_SQRT_2PI * len(self.log_std))
+
+    def _heads(self, obs: np.ndarray) -> np.ndarray:
+        """``[n, A + 1]``: the action means, then the value."""
+        if self.combine is None:
+            features = _tanh_mlp(self.per_key[0], obs)
+        else:
+            parts = [_tanh_mlp(mlp, obs[:, part]) for mlp, part in zip(self.per_key, self.slices, strict=True)]
+            features = _tanh_mlp(self.combine, np.concatenate(parts, axis=1))
+        weight, bias = self.heads
+        out = features @ weight
+        out += bias
+        return out
 
     def action_mean(self, obs: np.ndarray) -> np.ndarray:
-        weight_t, bias = self.mean_head
-        return self.actor(obs) @ weight_t + bias
+        return self._heads(obs)[:, :-1]
 
     def value(self, obs: np.ndarray) -> np.ndarray:
-        weight_t, bias = self.value_head
-        return (self.critic(obs) @ weight_t + bias)[:, 0]
+        return self._heads(obs)[:, -1]
 
     def sample(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Gaussian actions, their log-probabilities and the values: ``[n, A]``, ``[n]``, ``[n]``.
@@ -77,8 +121,11 @@ class NumpyActorCritic:
         The log-probability is computed from the standard-normal noise ``z``:
         ``log N(mean + std z; mean, std) = -z²/2 - log std - log sqrt(2 pi)``, summed over actions.
         """
-        noise = rng.standard_normal((obs.shape[0], self.log_std.shape[0]), dtype=np.float32)
-        actions = self.action_mean(obs) + np.exp(self.log_std) * noise
-        normaliser = self.log_std.sum() + LOG_SQRT_2PI * noise.shape[1]
-        log_probs = -0.5 * np.einsum("ij,ij->i", noise, noise) - normaliser
-        return actions, log_probs, self.value(obs)
+        out = self._heads(obs)
+        noise = rng.standard_normal((obs.shape[0], self.std.shape[0]), dtype=np.float32)
+        actions = out[:, :-1]
+        actions += self.std * noise
+        log_probs = np.einsum("ij,ij->i", noise, noise)
+        log_probs *= -0.5
+        log_probs -= self.log_prob_offset
+        return actions, log_probs, out[:, -1]

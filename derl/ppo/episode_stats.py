@@ -19,34 +19,48 @@ SUM_KEYS = ("energy",)  # logged per step, summed per episode, not reward terms
 FINAL_KEYS = ("x_pos", "metric")
 
 
+def _is_summed(key: str) -> bool:
+    return key.startswith(REWARD_PREFIX) or key in SUM_KEYS
+
+
 class EpisodeStats(gym.Wrapper):
-    """Adds ``info["episode"]`` (see the module docstring) at the end of each episode."""
+    """Adds ``info["episode"]`` (see the module docstring) at the end of each episode.
+
+    Called once per env step: which ``info`` keys are summed is decided once per key name (a dict
+    lookup afterwards), and the final values are read from the last step's ``info`` only when the
+    episode's statistics are asked for.
+    """
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self._sums: dict[str, float] = {}
         self._length = 0
-        self._final: dict[str, float] = {}
+        self._last_info: dict[str, Any] = {}
+        self._summed: dict[str, bool] = {}  # info key -> whether it is summed
 
     def reset(self, **kwargs) -> tuple[Any, dict]:
         self._sums = {"return": 0.0}
         self._length = 0
-        self._final = {}
+        self._last_info = {}
         return self.env.reset(**kwargs)
 
     def step(self, action) -> tuple[Any, float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        sums = self._sums
+        sums, summed = self._sums, self._summed
         sums["return"] += float(reward)
         for key, value in info.items():
-            if key.startswith(REWARD_PREFIX) or key in SUM_KEYS:
+            is_summed = summed.get(key)
+            if is_summed is None:
+                is_summed = summed[key] = _is_summed(key)
+            if is_summed:
                 sums[key] = sums.get(key, 0.0) + float(value)
         self._length += 1
-        self._final = {key: float(info[key]) for key in FINAL_KEYS if key in info}
+        self._last_info = info
         if terminated or truncated:
             info["episode"] = self.episode_so_far()
         return obs, reward, terminated, truncated, info
 
     def episode_so_far(self) -> dict[str, float]:
         """The statistics of the current episode up to its last step (as ``info["episode"]``)."""
-        return dict(self._sums, length=self._length, **self._final)
+        info = self._last_info
+        return dict(self._sums, length=self._length, **{key: float(info[key]) for key in FINAL_KEYS if key in info})

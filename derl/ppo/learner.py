@@ -79,7 +79,8 @@ class Learner:
             shuffled = batch.rows(torch.randperm(total, device=self.device))  # one gather per epoch
             for start in range(0, total - size + 1, size):
                 terms = minibatch_loss(self.model, shuffled.rows(slice(start, start + size)), self.coefs, self.amp)
-                sums += torch.stack([term.detach() for term in terms])
+                with torch.no_grad():
+                    sums += torch.stack(terms)
                 count += 1
                 self.optimizer.zero_grad()
                 terms.total.backward()

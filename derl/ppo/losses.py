@@ -149,9 +149,12 @@ def minibatch_loss(model, batch: Minibatch, coefs: LossCoefs, amp: bool = False)
     With ``amp`` the networks' forward pass runs under bf16 autocast (CUDA only); the
     log-probabilities, ratios and losses are computed in float32 from its outputs.
     """
-    with torch.autocast(batch.obs.device.type, dtype=torch.bfloat16, enabled=amp):
+    if amp:
+        with torch.autocast(batch.obs.device.type, dtype=torch.bfloat16):
+            mean, value = model(batch.obs)
+        mean, value = mean.float(), value.float()
+    else:  # no autocast context: a few microseconds per minibatch
         mean, value = model(batch.obs)
-    mean, value = mean.float(), value.float()
     log_prob = gaussian_log_prob(batch.actions, mean, model.log_std)
     return ppo_loss(
         log_prob, batch.log_probs, batch.advantages, value, batch.values, batch.returns,

@@ -58,6 +58,10 @@ class ObsLayout:
         if not self.is_dict:
             row[:] = obs if np.ndim(obs) == 1 else np.ravel(obs)
             return
+        if len(self.keys) == 1:  # FT: proprioceptive only
+            value = obs[self.keys[0]]
+            row[:] = value if value.ndim == 1 else value.ravel()
+            return
         for key, part in zip(self.keys, self.slices, strict=True):
             value = obs[key]
             row[part] = value if value.ndim == 1 else value.ravel()

@@ -79,17 +79,18 @@ class EnvPool:
         """Steps every env with its row of ``actions``. Returned arrays are reused next step."""
         write, episodes = self.layout.write, []
         obs_buf, final_buf = self._obs, self._final_obs
-        for row, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, info = env.step(actions[row])
-            self._rewards[row] = reward
-            self._terminated[row] = terminated
-            self._truncated[row] = truncated
+        rewards, terminated_buf, truncated_buf = self._rewards, self._terminated, self._truncated
+        for row, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
+            obs, reward, terminated, truncated, info = env.step(action)
+            rewards[row] = reward
+            terminated_buf[row] = terminated
+            truncated_buf[row] = truncated
             if terminated or truncated:
                 write(obs, final_buf[row])
                 episodes.append(info["episode"])
                 obs, _ = env.reset()
             write(obs, obs_buf[row])
-        return StepBatch(obs_buf, self._rewards, self._terminated, self._truncated, final_buf, episodes)
+        return StepBatch(obs_buf, rewards, terminated_buf, truncated_buf, final_buf, episodes)
 
     def episodes_so_far(self) -> list[dict[str, float]]:
         return [env.episode_so_far() for env in self.envs]

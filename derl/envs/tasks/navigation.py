@@ -125,7 +125,7 @@ class PointNav(_ReachGoal):
     (a 1 m footprint on the 10 cells/m grid, ``2 * PLACEMENT_BUFFER_LEN`` m from the x ends and
     ``2 * PLACEMENT_BUFFER_WIDTH`` m from the sides: x in [6.5, 93.5), y in [-39.5, 39.5) for DERL's
     100 x 100 m arena). Metric: 1 - (final distance) / (start distance) + (steps within the margin
-    before the last) / EPISODE_LENGTH.
+    before the last) / EPISODE_LENGTH; the start distance is at least ``SUCCESS_MARGIN``.
     """
 
     observables = ("goal", "hfield")
@@ -153,7 +153,8 @@ class PointNav(_ReachGoal):
         ground = heights.max_under(x, y, GOAL_HALF_SIDE, GOAL_HALF_SIDE) if heights is not None else scene.ground_z
         self.goal.place(x, y, ground + GOAL_LIFT)
         start = self.start_pose(0.0)[0]
-        self._start_dist = math.hypot(x - start[0], y - start[1])
+        # A goal drawn on the start (possible on the placement grid) would divide by zero in the metric.
+        self._start_dist = max(math.hypot(x - start[0], y - start[1]), self._margin)
         self._success_steps = 0
         self.success = False
 

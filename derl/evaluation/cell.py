@@ -1,0 +1,42 @@
+"""The training process of one cell, started by ``derl.evaluation.runner``.
+
+    python -m derl.evaluation.cell RUN_DIR TASK ID SEED OUT_DIR [KEY VALUE ...]
+
+Trains from scratch, or from the cell's checkpoint if a killed training left one
+(``train_to_folder(resume=True)``). Exit 0 once ``OUT_DIR/metrics.json`` is written. Under
+``torchrun`` (``tools/evaluate.py --nproc N``) every rank runs this; rank 0 writes the folder.
+Each process dies with its parent (the evaluation, or torchrun's agent for a rank).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from pathlib import Path
+
+from derl.evaluation.plan import Cell, cell_config
+from derl.evolution.storage import RunDir
+from derl.training.run import train_to_folder
+
+
+def die_with_parent() -> None:
+    """Asks Linux to kill this process when its parent dies (no orphaned trainings)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def main(argv: list[str]) -> None:
+    die_with_parent()
+    if os.getppid() == 1:  # the parent died before the line above
+        raise SystemExit(1)
+    run, task, morphology_id, seed, out_dir, *overrides = argv
+    cell = Cell(Path(run), task, morphology_id, int(seed))
+    cfg = cell_config(cell, Path(out_dir), overrides)
+    train_to_folder(cfg, {"xml": str(RunDir(cell.run).xml_path(cell.id))}, Path(out_dir), resume=True,
+                    progress=False)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,163 @@
+"""``OUT_DIR/eval/``: the layout of a run's transfer evaluation, its claims and its summary table.
+
+Layout::
+
+    eval/<task>/<id>-s<seed>/          one training (derl.training.run.train_to_folder: config.yaml,
+                                        run.json, model.pt, metrics.jsonl; metrics.json once finished)
+    eval/claims/<task>/<id>-s<seed>-<g>.json  who trains the cell: {host, pid, token}, g-th claim
+    eval/summary.json, summary.csv     every finished cell and a per-task ranking
+
+A cell is finished when its ``metrics.json`` exists: train_to_folder writes it last. A cell is
+claimed by creating ``<id>-s<seed>-0.json`` exclusively (``derl.fileio.create_exclusive``); the
+claiming process touches it while the training runs (its mtime is the heartbeat). A claim is
+stale when its process is gone (same host, pid not running) or, from any host, when its mtime is
+older than the run's ``EVO.LEASE_SECONDS`` on the shared filesystem's clock (the rule of
+``derl.evolution.lease.is_stale``). A stale claim is taken over by creating the next claim
+``g + 1`` exclusively: of several takers one wins, and the old owner, if it comes back, sees the
+later claim and stops (``lost``). The training itself continues from the cell's checkpoint.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from derl.evaluation.plan import Cell
+from derl.evolution.lease import is_stale
+from derl.evolution.storage import Identity, RunDir
+from derl.fileio import JsonFileError, atomic_write_text, create_exclusive, read_json, write_json
+from derl.training.run import FINAL_METRICS_FILE
+
+COLUMNS = ("id", "source", "task", "seed", "return", "metric", "env_steps", "iterations")
+_CELL_NAME = re.compile(r"^(\d{6,}(?:-\d+)?)-s(\d+)$")
+
+
+class EvalDir:
+    """The ``eval/`` folder of the run in ``run_root``; claims record ``identity``."""
+
+    def __init__(self, run_root: Path, lease_seconds: float, identity: Identity | None = None):
+        self.run = RunDir(run_root)
+        self.root = self.run.root / "eval"
+        self.lease_seconds = lease_seconds
+        self.identity = identity or Identity.current()
+
+    def cell_dir(self, cell: Cell) -> Path:
+        return self.root / cell.task / cell.name
+
+    def result(self, cell: Cell) -> dict[str, Any] | None:
+        """The final ``TrainResult`` of a finished cell, or None."""
+        try:
+            return read_json(self.cell_dir(cell) / FINAL_METRICS_FILE)
+        except FileNotFoundError:
+            return None
+
+    # Claims.
+    def _claim_path(self, cell: Cell, generation: int) -> Path:
+        return self.root / "claims" / cell.task / f"{cell.name}-{generation}.json"
+
+    def _generation(self, cell: Cell) -> int | None:
+        """The latest claim's number, or None if the cell was never claimed."""
+        folder = self.root / "claims" / cell.task
+        prefix = f"{cell.name}-"
+        numbers = [int(path.stem[len(prefix):]) for path in folder.glob(f"{cell.name}-*.json")
+                   if path.stem[len(prefix):].isdigit()] if folder.is_dir() else []
+        return max(numbers, default=None)
+
+    def _is_stale(self, path: Path) -> bool:
+        try:
+            mtime = path.stat().st_mtime
+            owner = read_json(path)
+        except FileNotFoundError:
+            return False  # replaced meanwhile: judge again later
+        except JsonFileError:
+            owner = {}  # being written right now (create_exclusive writes after creating)
+        if owner.get("host") == self.identity.host and isinstance(owner.get("pid"), int):
+            if not _pid_running(owner["pid"]):
+                return True
+        return is_stale(self.run.filesystem_now(), mtime, None, self.lease_seconds)
+
+    def claim(self, cell: Cell) -> int | None:
+        """Claims ``cell`` (or takes over its stale claim); the claim's number, or None if held elsewhere."""
+        generation = self._generation(cell)
+        if generation is not None and not self._is_stale(self._claim_path(cell, generation)):
+            return None
+        mine = 0 if generation is None else generation + 1
+        path = self._claim_path(cell, mine)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return mine if create_exclusive(path, json.dumps(self.identity.as_dict())) else None
+
+    def beat(self, cell: Cell, generation: int) -> None:
+        """Touches the claim (the file server's clock, as ``RunDir.beat``)."""
+        os.utime(self._claim_path(cell, generation))
+
+    def lost(self, cell: Cell, generation: int) -> bool:
+        """True once another process holds a later claim of ``cell``."""
+        return self._claim_path(cell, generation + 1).exists()
+
+    # The summary.
+    def rows(self) -> list[dict[str, Any]]:
+        """Every finished cell under ``eval/``, whichever process trained it."""
+        rows = []
+        for task_dir in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            if task_dir.name == "claims" or not task_dir.is_dir():
+                continue
+            for cell_dir in sorted(task_dir.iterdir()):
+                match = _CELL_NAME.match(cell_dir.name)
+                cell = match and Cell(self.run.root, task_dir.name, match.group(1), int(match.group(2)))
+                result = self.result(cell) if cell else None
+                if result is not None:
+                    rows.append({"id": cell.id, "source": str(self.run.root), "task": cell.task, "seed": cell.seed,
+                                 "return": result["summary"].get("return"), "metric": result["summary"].get("metric"),
+                                 "env_steps": result["env_steps"], "iterations": result["iterations"]})
+        return rows
+
+    def write_summary(self) -> Path:
+        """Writes ``summary.json`` (``{"rows", "ranking", "updated"}``) and ``summary.csv``; returns the JSON path."""
+        rows = self.rows()
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.run.eval_summary_path()
+        write_json(path, {"rows": rows, "ranking": ranking(rows), "updated": time.time()})
+        text = io.StringIO()
+        writer = csv.DictWriter(text, COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(path.with_suffix(".csv"), text.getvalue())
+        return path
+
+
+def ranking(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per task, the morphologies best first by mean return over their seeds (rows without a return last)."""
+    table: dict[str, list[dict[str, Any]]] = {}
+    for task in sorted({row["task"] for row in rows}):
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for row in rows:
+            if row["task"] == task:
+                groups.setdefault((row["source"], row["id"]), []).append(row)
+        entries = [{"id": morphology_id, "source": source, "seeds": len(cell),
+                    "return": _mean(row["return"] for row in cell), "metric": _mean(row["metric"] for row in cell)}
+                   for (source, morphology_id), cell in groups.items()]
+        entries.sort(key=lambda e: (e["return"] is None, -(e["return"] or 0.0), e["source"], e["id"]))
+        table[task] = [{"rank": k + 1, **entry} for k, entry in enumerate(entries)]
+    return table
+
+
+def _mean(values) -> float | None:
+    numbers = [float(v) for v in values if isinstance(v, int | float)]
+    return sum(numbers) / len(numbers) if numbers else None
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+

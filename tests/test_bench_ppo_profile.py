@@ -1,0 +1,83 @@
+"""The PPO profile (``tools/bench.py ppo --profile``): exclusive timers, components that add up."""
+
+from pathlib import Path
+
+import mujoco
+
+from derl.bench import ppo_profile
+from derl.bench.ppo_profile import Profiler, profile_run, summarise
+from derl.config import load_preset
+from derl.ppo.episode_stats import EpisodeStats
+from derl.training.envs import UnimalEnvFactory
+
+QUADRUPED = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_nested_timers_count_their_own_time_only(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(ppo_profile.time, "perf_counter", clock)
+    profiler = Profiler()
+
+    def inner():
+        clock.now += 2.0
+
+    timed_inner = profiler.wrap(inner, "inner")
+
+    def outer():
+        clock.now += 1.0
+        timed_inner()
+        timed_inner()
+        clock.now += 3.0
+
+    profiler.wrap(outer, "outer")()
+    # outer lasts 1 + 2 + 2 + 3 = 8 s, of which 4 s are inner's
+    assert profiler.exclusive == {"inner": 4.0, "outer": 4.0}
+    assert profiler.inclusive == {"inner": 4.0, "outer": 8.0}
+
+
+def test_profile_of_a_short_unimal_training_adds_up_and_restores_the_code():
+    step, own_step = mujoco.mj_step, EpisodeStats.step
+    cfg = load_preset("ft", {"PPO.NUM_ENVS": 2, "PPO.TIMESTEPS": 32, "PPO.BATCH_SIZE": 32,
+                             "PPO.MAX_STATE_ACTION_PAIRS": 128, "ENV.EPISODE_LENGTH": 40})
+    profiled = profile_run(cfg, UnimalEnvFactory(cfg, str(QUADRUPED)), seed=0)
+    assert mujoco.mj_step is step and EpisodeStats.step is own_step
+    assert profiled["env_steps"] == 128
+    report = summarise(profiled, {"cpu_seconds": profiled["cpu_seconds"], "env_steps": 128}, 1e4, 5e3)
+    parts = report["us_per_env_step"]
+    for name in ("physics", "env_python", "env_reset", "episode_bookkeeping", "pool", "policy_forward",
+                 "normalisation", "collector", "gae", "update", "setup_envs", "setup_learner", "other"):
+        assert parts[name] > 0, name
+    assert abs(sum(parts.values()) - report["profiled_us_per_env_step"]) < 0.1
+    # CPU-scaled exclusive times add up to the run's CPU time per env step
+    total_cpu_us = 1e6 * profiled["cpu_seconds"] / 128
+    assert abs(report["profiled_us_per_env_step"] - total_cpu_us) < 0.01 * total_cpu_us
+    assert report["physics_replay_us_per_env_step"] == 100.0 and 0 < report["setup_share_of_5e6_steps"] < 1
+    assert report["lockstep_physics_replay_us_per_env_step"] == 200.0
+
+
+def test_physics_replays_step_every_recorded_action(monkeypatch):
+    from derl.bench.ppo import _lockstep_physics_seconds, _physics_seconds, _StateRecorder
+    from derl.envs import make_env
+
+    cfg = load_preset("ft", {"ENV.EPISODE_LENGTH": 5})
+    recorders = [_StateRecorder(make_env(cfg, str(QUADRUPED)), []) for _ in range(2)]
+    counted = []
+    original = mujoco.mj_step
+    for k, recorder in enumerate(recorders):
+        recorder.reset(seed=k)
+        for _ in range(7 + k):  # an episode end, then a second episode
+            *_, terminated, truncated, _info = recorder.step(recorder.action_space.sample())
+            if terminated or truncated:
+                recorder.reset()
+    monkeypatch.setattr(mujoco, "mj_step", lambda *args: (counted.append(1), original(*args)))
+    seconds, steps = _physics_seconds(recorders)
+    assert seconds > 0 and steps == len(counted) == 15
+    assert _lockstep_physics_seconds(recorders) > 0 and len(counted) == 30  # the same 15 steps again

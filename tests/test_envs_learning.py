@@ -1,0 +1,43 @@
+"""PPO learns an evaluation task: point_nav on a sampled morphology beats the random policy (issue 9)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from derl.config import load_config
+from derl.envs import UnimalEnv
+from derl.morphology import random_genome, to_mjcf
+from derl.training.run import CHECKPOINT_FILE, evaluate, train_to_folder
+
+ROOT = Path(__file__).resolve().parents[1]
+EPISODES = 20
+
+
+@pytest.mark.slow
+def test_ppo_beats_the_random_policy_on_point_nav(tmp_path):
+    """100k env steps (25 s to 2 minutes on 2 cores) in a 10 x 10 m arena, goals within 3.5 m,
+    200-step episodes. Measured (2026-11-23) over 20 episodes: random -0.13 (std 0.30); trained
+    0.21, and 0.07 after issue 13's PPO changes (training is not bit-identical across them). The
+    margin asked, 0.1, is half the smaller gap."""
+    base = load_config()
+    xml = tmp_path / "unimal.xml"
+    xml.write_text(to_mjcf(random_genome(base, np.random.default_rng(3), "learner"), base))
+    cfg = load_config(ROOT / "configs" / "eval" / "point_nav.yml", {
+        "TERRAIN.SIZE": [5, 5, 1], "OBJECT.PLACEMENT_BUFFER_WIDTH": 1, "OBJECT.PLACEMENT_BUFFER_LEN": 1,
+        "ENV.EPISODE_LENGTH": 200, "PPO.NUM_ENVS": 8, "PPO.TIMESTEPS": 128, "PPO.MAX_STATE_ACTION_PAIRS": 100_000,
+        "RNG_SEED": 0, "CHECKPOINT_PERIOD": 1000})
+    env = UnimalEnv(xml, cfg)
+    rng = np.random.default_rng(0)
+    random_metrics = []
+    for k in range(EPISODES):
+        env.reset(seed=1000 + k)
+        done = False
+        while not done:
+            *_, terminated, truncated, info = env.step(rng.uniform(-1, 1, env.action_space.shape))
+            done = terminated or truncated
+        random_metrics.append(info["metric"])
+    env.close()
+    train_to_folder(cfg, {"xml": str(xml)}, tmp_path / "train", progress=False)
+    trained = evaluate(cfg, tmp_path / "train" / CHECKPOINT_FILE, None, EPISODES, seed=1000)["metric"]
+    assert trained > np.mean(random_metrics) + 0.1, (trained, np.mean(random_metrics))

@@ -1,0 +1,175 @@
+"""Transfer evaluation (``tools/evaluate.py``, ``derl.evaluation``) on a copy of the tiny real run."""
+
+import json
+import os
+import runpy
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from derl.analysis.report import ReportOptions, write_report
+from derl.analysis.run import RunView
+from derl.evaluation import Cell, EvalError, plan_cells, task_names
+from derl.evaluation.store import EvalDir, ranking
+from derl.evolution.storage import Identity
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ("patrol", "point_nav")
+# 20 iterations of 2 envs x 32 steps, a checkpoint every 2 iterations.
+BUDGET = ["PPO.MAX_STATE_ACTION_PAIRS", "1280", "ENV.EPISODE_LENGTH", "50", "CHECKPOINT_PERIOD", "2"]
+
+
+def _evaluate(run: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "tools/evaluate.py", str(run), "--workers", "1", *args, *BUDGET],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def evaluated(tiny_run, tmp_path_factory):
+    """The best morphology of a copy of the tiny run evaluated on point_nav (one cell)."""
+    run = tmp_path_factory.mktemp("evaluate") / "run"
+    shutil.copytree(tiny_run, run)
+    done = _evaluate(run, "--tasks", "point_nav", "--top", "1")
+    out, _ = done.communicate(timeout=300)
+    assert done.returncode == 0, out
+    return run, out
+
+
+def test_evaluation_of_a_tiny_run(evaluated):
+    run, out = evaluated
+    summary = json.loads((run / "eval" / "summary.json").read_text())
+    best = RunView(run).top(1)[0].id
+    assert [(row["id"], row["task"], row["seed"], row["source"]) for row in summary["rows"]] == [
+        (best, "point_nav", 0, str(run))]
+    assert isinstance(summary["rows"][0]["return"], float) and isinstance(summary["rows"][0]["metric"], float)
+    assert summary["ranking"]["point_nav"][0]["id"] == best
+    assert len((run / "eval" / "summary.csv").read_text().splitlines()) == 2
+    assert "1 cells, 0 already done" in out and f"1/1 done: point_nav run:{best} seed 0" in out
+    config = (run / "eval" / "point_nav" / f"{best}-s0" / "config.yaml").read_text()
+    assert "TASK: point_nav" in config and "TIMESTEPS: 32" in config  # the task's env, the run's PPO
+
+
+def test_rerun_of_a_finished_evaluation_trains_nothing(evaluated):
+    run = evaluated[0]
+    mtimes = {p: p.stat().st_mtime_ns for p in (run / "eval").glob("*/*/*")}
+    done = _evaluate(run, "--tasks", "point_nav", "--top", "1")
+    out, _ = done.communicate(timeout=120)
+    assert done.returncode == 0 and "1 cells, 1 already done" in out and " done: " not in out, out
+    assert {p: p.stat().st_mtime_ns for p in (run / "eval").glob("*/*/*")} == mtimes
+
+
+def test_report_shows_the_evaluation(evaluated):
+    run = evaluated[0]
+    report = write_report(RunView(run), run / "report", ReportOptions(top_k=2, media=False))
+    assert "transfer" in report.sections and report.problems == []
+    html = (run / "report" / "index.html").read_text()
+    row = json.loads((run / "eval" / "summary.json").read_text())["rows"][0]
+    assert f"<td>{row['id']}</td>" in html and "<th>point_nav</th>" in html
+
+
+@pytest.mark.slow
+def test_killed_evaluation_finishes_without_retraining(tiny_run, tmp_path):
+    """2 morphologies x 2 tasks, one training at a time, killed (SIGKILL) while the second cell
+    trains, then rerun: every cell ends in the summary, the first is not retrained, the second
+    continues from its checkpoint."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    first = _evaluate(run, "--tasks", ",".join(TASKS), "--top", "2")
+    second_cell = None
+    deadline = time.monotonic() + 240
+    for line in first.stdout:  # one line per finished cell
+        if "1/4 done" in line:
+            break
+    while second_cell is None and time.monotonic() < deadline:
+        checkpoints = [p.parent for p in (run / "eval").glob("*/*/model.pt")
+                       if not (p.parent / "metrics.json").exists()]
+        second_cell = checkpoints[0] if checkpoints else None
+        time.sleep(0.2)
+    assert second_cell is not None, "no second training checkpointed"
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    time.sleep(0.5)  # the training dies with its parent (PR_SET_PDEATHSIG)
+    finished = {p: p.stat().st_mtime_ns for p in (run / "eval").glob("*/*/metrics.json")}
+    assert len(finished) == 1 and not (second_cell / "metrics.json").exists()
+    before = (second_cell / "metrics.jsonl").read_text().splitlines()
+    rerun = _evaluate(run, "--tasks", ",".join(TASKS), "--top", "2")
+    out, _ = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, out
+    summary = json.loads((run / "eval" / "summary.json").read_text())
+    best_two = [record.id for record in RunView(run).top(2)]
+    assert sorted((row["id"], row["task"], row["seed"]) for row in summary["rows"]) == sorted(
+        (i, task, 0) for i in best_two for task in TASKS)
+    assert set(summary["ranking"]) == set(TASKS) and all(len(v) == 2 for v in summary["ranking"].values())
+    assert "4 cells, 1 already done" in out and out.count(" done: ") == 3
+    for path, mtime in finished.items():
+        assert path.stat().st_mtime_ns == mtime  # not retrained
+    after = (second_cell / "metrics.jsonl").read_text().splitlines()
+    assert before and len(after) == 20 and after[:len(before)] == before  # resumed at its checkpoint
+
+
+
+@pytest.mark.slow
+def test_evaluation_with_two_data_parallel_ranks(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    done = _evaluate(run, "--tasks", "point_nav", "--top", "1", "--nproc", "2")
+    out, _ = done.communicate(timeout=300)
+    assert done.returncode == 0, out
+    best = RunView(run).top(1)[0].id
+    result = json.loads((run / "eval" / "point_nav" / f"{best}-s0" / "metrics.json").read_text())
+    # 20 iterations of 64 env steps for one rank; two ranks share that total: 10 iterations each.
+    assert (result["world_size"], result["iterations"], result["env_steps"]) == (2, 10, 1280)
+    rows = json.loads((run / "eval" / "summary.json").read_text())["rows"]
+    assert [(row["id"], row["task"]) for row in rows] == [(best, "point_nav")]
+
+def test_bad_input_is_one_line_and_exit_2(tiny_run, tmp_path, capsys):
+    tool = runpy.run_path(str(ROOT / "tools" / "evaluate.py"))
+    for args in (["--tasks", "nope"], ["--tasks", "patrol", "--ids", "000000,../x"], ["--tasks", "patrol", "FOO", "1"],
+                 ["--tasks", "patrol", "PPO.NUM_ENVS"], ["--tasks", "patrol", "--seeds", "0"]):
+        assert tool["main"]([str(tiny_run), *args]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
+        assert captured.err.startswith("error: ")
+    with pytest.raises(EvalError, match="unknown morphology id '\\.\\./x'"):
+        plan_cells([tiny_run], ["patrol"], None, ["../x"], 1, [])
+    unfinished = tmp_path / "run"
+    shutil.copytree(tiny_run, unfinished, ignore=shutil.ignore_patterns("000005.json"))
+    with pytest.raises(EvalError, match="no finished run \\(5 of 6"):
+        plan_cells([unfinished], ["patrol"], 2, None, 1, [])
+    with pytest.raises(EvalError, match="unknown task"):
+        task_names("patrol,point-nav")
+    assert len(task_names("all")) == 8
+
+
+def test_claims_of_live_and_dead_owners(tmp_path):
+    (tmp_path / "tmp").mkdir()
+    cell = Cell(tmp_path, "patrol", "000001", 0)
+    me = EvalDir(tmp_path, lease_seconds=600, identity=Identity("node-a", os.getpid(), "a"))
+    other_host = EvalDir(tmp_path, lease_seconds=600, identity=Identity("node-b", 1, "b"))
+    assert me.claim(cell) == 0
+    assert other_host.claim(cell) is None  # held by a live owner elsewhere
+    claim = tmp_path / "eval" / "claims" / "patrol" / "000001-s0-0.json"
+    os.utime(claim, (time.time() - 700, time.time() - 700))  # silent for longer than the lease
+    assert other_host.claim(cell) == 1 and me.lost(cell, 0) and not other_host.lost(cell, 1)
+    assert me.claim(cell) is None  # node-b beats (fresh claim), so node-a stays out
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    same_host = EvalDir(tmp_path, lease_seconds=600, identity=Identity(host, os.getpid(), "c"))
+    cell2 = Cell(tmp_path, "patrol", "000002", 0)
+    assert EvalDir(tmp_path, 600, Identity(host, int(dead.stdout), "d")).claim(cell2) == 0
+    assert same_host.claim(cell2) == 1  # a dead process on this host holds nothing
+
+
+def test_ranking_orders_by_mean_return_over_seeds():
+    rows = [{"id": i, "source": "r", "task": "t", "seed": s, "return": ret, "metric": m}
+            for i, s, ret, m in [("a", 0, 1.0, 0.1), ("a", 1, 5.0, 0.3), ("b", 0, 4.0, 1.0), ("c", 0, None, None)]]
+    table = ranking(rows)["t"]
+    assert [(e["rank"], e["id"], e["seeds"], e["return"]) for e in table] == [
+        (1, "b", 1, 4.0), (2, "a", 2, 3.0), (3, "c", 1, None)]
+    assert table[1]["metric"] == pytest.approx(0.2)

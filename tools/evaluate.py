@@ -1,0 +1,53 @@
+"""Transfer evaluation: the best morphologies of finished runs trained from scratch on the eval tasks.
+
+    tools/evaluate.py OUT_DIR [OUT_DIR ...] --tasks all|t1,t2 [--top K | --ids ID,...] [--seeds S]
+                      [--workers N] [--nproc R] [KEY VALUE ...]
+
+Trains each (morphology, task, seed) cell under OUT_DIR/eval/<task>/<id>-s<seed>/ and writes
+OUT_DIR/eval/summary.json and summary.csv (derl.evaluation). Rerun to resume; run it on several
+nodes with the same arguments to share the cells. Exit codes: 0 done, 1 a cell failed
+repeatedly, 2 bad input, 128 + N stopped by signal N. --nproc R trains each cell with R data-parallel
+ranks under torchrun (gloo on the CPU, as tools/train_ddp.sh --nproc R; DEVICE cuda for GPUs).
+"""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from derl.evaluation import EvalError, evaluate, plan_cells, task_names
+from derl.evolution.coordinator import usable_cores
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tools/evaluate.py", description=__doc__.splitlines()[0])
+    parser.add_argument("args", nargs="+", metavar="OUT_DIR ... [KEY VALUE ...]",
+                        help="finished evolution runs, then config overrides (KEY in capitals: PPO.NUM_ENVS 8)")
+    parser.add_argument("--tasks", required=True, help="all, or comma-separated names of configs/eval/<task>.yml")
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--top", type=int, default=10, help="the K best of each run by its selection criteria")
+    chosen.add_argument("--ids", help="comma-separated morphology ids instead of --top")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. S-1 per morphology and task")
+    parser.add_argument("--nproc", type=int, default=1, help="data-parallel ranks per training (torchrun)")
+    parser.add_argument("--workers", type=int, help="trainings at a time (default: cores // nproc)")
+    args = parser.parse_intermixed_args(argv)
+    workers = args.workers or max(1, usable_cores() // max(args.nproc, 1))
+    first_key = next((k for k, arg in enumerate(args.args) if re.fullmatch(r"[A-Z][A-Z0-9_.]*", arg)), len(args.args))
+    out_dirs, overrides = [Path(arg) for arg in args.args[:first_key]], args.args[first_key:]
+    try:
+        if not out_dirs:
+            raise EvalError("give at least one OUT_DIR before the KEY VALUE overrides")
+        if len(overrides) % 2:
+            raise EvalError(f"config overrides come in KEY VALUE pairs; {overrides[-1]!r} has no value")
+        if min(args.top, args.seeds, workers, args.nproc) < 1:
+            raise EvalError("--top, --seeds, --workers and --nproc must be at least 1")
+        ids = None if args.ids is None else [i.strip() for i in args.ids.split(",") if i.strip()]
+        cells = plan_cells(out_dirs, task_names(args.tasks), args.top, ids, args.seeds, overrides)
+    except EvalError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return evaluate(cells, overrides, workers, args.nproc)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
