@@ -210,6 +210,14 @@ def _defaults() -> dict[str, Any]:
 # Keys computed from others; setting them by hand is an error.
 DERIVED_KEYS = ("PPO.MAX_ITERS",)
 
+# Keys that say how one node runs, not what the search is: they may differ between the nodes of a
+# search and between runs of one node. Every other key of a node must equal OUT_DIR/config.yaml
+# (derl.evolution.search_config); workers get config.yaml plus these.
+NODE_LOCAL_KEYS = (
+    "NODE_ID", "OUT_DIR", "DEVICE", "TORCH_THREADS", "EVO.NUM_PROCESSES", "EVO.INIT_WAIT_TIMEOUT",
+    "VECENV.TYPE", "VECENV.IN_SERIES", "CHECKPOINT_PERIOD",
+)
+
 def _derive(tree: dict[str, Any]) -> None:
     ppo = tree["PPO"]
     per_iter = ppo["TIMESTEPS"] * ppo["NUM_ENVS"]
@@ -350,13 +358,13 @@ def _set(tree: dict[str, Any], path: str, value: Any) -> None:
     node[leaf] = _coerce(path, value, node[leaf])
 
 
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """(dotted path, value) of every leaf of a nested mapping."""
     pairs = []
     for key, value in tree.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            pairs.extend(_flatten(value, path + "."))
+            pairs.extend(flatten(value, path + "."))
         else:
             pairs.append((path, value))
     return pairs
@@ -407,9 +415,9 @@ def load_config(
             value ``derl.config_check.check_config`` rejects (named with the file that set it).
     """
     tree = _defaults()
-    leaves = [path for path, _ in _flatten(tree)]
+    leaves = [path for path, _ in flatten(tree)]
     files = [] if cfg_file is None else [cfg_file] if isinstance(cfg_file, str | Path) else list(cfg_file)
-    file_pairs = [(key, value, str(path)) for path in files for key, value in _flatten(_read_yaml(path))]
+    file_pairs = [(key, value, str(path)) for path in files for key, value in flatten(_read_yaml(path))]
     origins: dict[str, str] = {}
     for key, value, origin in file_pairs + [(k, v, "command line") for k, v in _pairs_from_overrides(overrides)]:
         try:

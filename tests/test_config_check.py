@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from derl.config import ConfigError, _defaults, _flatten, load_config
+from derl.config import ConfigError, _defaults, flatten, load_config
 from derl.config_check import LR_SCALING_NAMES, VECENV_TYPES
 from tests.conftest import ROOT
 
@@ -194,12 +194,12 @@ def _reader_sources() -> list[Path]:
 
 
 def test_no_config_key_is_inert():
-    leaves = [path for path, _ in _flatten(_defaults())]
+    leaves = [path for path, _ in flatten(_defaults())]
     assert inert_keys(leaves, _reader_sources()) == []
 
 
 def test_the_inert_key_scan_finds_a_key_nothing_reads(tmp_path):
-    leaves = [path for path, _ in _flatten(_defaults())]
+    leaves = [path for path, _ in flatten(_defaults())]
     added = ["PPO.NOBODY_READS_THIS", "TORSO.RADIUS_RANGE", "TORSO.CONDIM", "TOP_LEVEL_NOBODY_READS"]
     assert inert_keys(leaves + added, _reader_sources()) == added
     reader = tmp_path / "reader.py"

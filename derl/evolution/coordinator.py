@@ -1,12 +1,13 @@
 """The per-node coordinator behind ``evo_single_proc.py``.
 
-It prepares ``OUT_DIR`` (node 0 writes ``config.yaml`` and the initial
-population; other nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker
-processes, each in its own session (process group), restarts one that dies
-after a back-off that doubles while it keeps failing (``derl.evolution.failures``;
-the node stops once one has failed for ``EVO.LEASE_SECONDS``, after which other
-nodes take its slots over anyway), rewrites ``summary.json`` every few seconds,
-and returns when every worker has run out of work. On SIGINT/SIGTERM it stops every process group it started:
+It prepares ``OUT_DIR`` (the first node creates ``config.yaml``, every node
+must match it: ``search_config``; node 0 writes the initial population, other
+nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker processes, each in its
+own session (process group), restarts one that dies after a back-off that doubles
+while it keeps failing (``derl.evolution.failures``; the node stops once one has
+failed for ``EVO.LEASE_SECONDS``, after which other nodes take its slots over
+anyway), rewrites ``summary.json`` every few seconds, and returns when every
+worker has run out of work. On SIGINT/SIGTERM it stops every process group it started:
 SIGTERM, a grace period, then SIGKILL. Workers also receive SIGTERM if the
 coordinator itself is killed (``PR_SET_PDEATHSIG``), so none is left orphaned.
 """
@@ -23,11 +24,12 @@ from pathlib import Path
 
 import psutil
 
-from derl.config import CfgNode, dump_config, load_config
+from derl.config import CfgNode, load_config
 from derl.evolution.backend import Backend, load_backend
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
 from derl.evolution.population import num_initial_slots, slot_id
 from derl.evolution.results import PublishedResults, summarize
+from derl.evolution.search_config import join_search, node_local_overrides
 from derl.evolution.storage import RunDir
 from derl.evolution.worker import COORDINATOR_PID_VARIABLE, EXIT_ENVIRONMENT, EXIT_FATAL, EXIT_STOPPED
 
@@ -105,12 +107,10 @@ def log(message: str) -> None:
 
 
 def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
-    """Makes the folders; node 0 writes the config and the initial population, other nodes wait for it."""
-    run.create()
+    """Node 0 writes the initial population; other nodes wait for it."""
     if cfg.NODE_ID != 0:
         _wait_for_initial_population(cfg, run)
         return
-    run.write_config(dump_config(cfg))
     if run.init_population_ids() is not None:
         return
     ids = [slot_id(slot) for slot in range(num_initial_slots(cfg.EVO))]
@@ -313,25 +313,27 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
         ConfigError, ValueError, TimeoutError, OSError: while preparing the run, with a one-line message.
     """
     cfg = load_config(cfg_file, overrides, this_node=True)
+    run = RunDir(cfg.OUT_DIR, quarantine=True)
+    if run.stop_requested():
+        raise ValueError(f"{run.root / 'STOP'} exists (a stop was requested); delete it to resume the run")
+    run.create()
+    cfg = join_search(cfg, run, log)  # OUT_DIR/config.yaml plus this node's node-local keys
     available = psutil.virtual_memory().available
-    per_worker, source = worker_memory_estimate(RunDir(cfg.OUT_DIR, quarantine=True), cfg.NODE_ID)
+    per_worker, source = worker_memory_estimate(run, cfg.NODE_ID)
     num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, usable_cores(), available, per_worker)
     if cfg.EVO.NUM_PROCESSES == 0:
         log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, {available / 2**30:.1f} GB free, "
             f"{per_worker / 2**20:.0f} MB per worker, {source})")
-    devices, num = worker_devices(cfg, RunDir(cfg.OUT_DIR, quarantine=True), num)
+    devices, num = worker_devices(cfg, run, num)
     if cfg.DEVICE != "cpu":
         log(f"learner devices of workers 0..{num - 1}: {', '.join(devices)}")
-    # Workers get the same config with the resolved values, whatever their working directory.
-    node_overrides = [*overrides, "OUT_DIR", str(Path(cfg.OUT_DIR).resolve()), "EVO.NUM_PROCESSES", str(num)]
-    cfg = load_config(cfg_file, node_overrides)
-    run = RunDir(cfg.OUT_DIR, quarantine=True)
-    if run.stop_requested():
-        raise ValueError(f"{run.root / 'STOP'} exists (a stop was requested); delete it to resume the run")
+    # Workers run config.yaml plus the node-local keys, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
+    cfg = load_config(run.config_path(), [*node_local_overrides(cfg), "OUT_DIR", str(run.root),
+                                          "EVO.NUM_PROCESSES", str(num)])
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops preparation like Ctrl-C
     prepare_run(cfg, run, load_backend())
-    cfg_args = ["--cfg", str(Path(cfg_file).resolve())] if cfg_file else []
-    code = Coordinator(cfg, run, [*cfg_args, *node_overrides], devices).run_workers()
+    worker_args = ["--cfg", str(run.config_path()), *node_local_overrides(cfg)]
+    code = Coordinator(cfg, run, worker_args, devices).run_workers()
     published = len(run.published_ids())
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
         log(f"search complete: {published} morphologies in {run.root} (see summary.json)")

@@ -20,7 +20,8 @@ safe to share between processes and nodes:
 
 Layout::
 
-    config.yaml                 resolved config (node 0)
+    config.yaml                 the search's config: created once, exclusively, by the first node
+    manifest/<node>.json        versions (derl commit, Python, torch, mujoco, numpy, gymnasium) of each node
     init_population.json        {"ids": [...]}: the initial population is ready (written last by node 0)
     genomes/<id>.json           genome (derl.morphology JSON)
     xml/<id>.xml                MJCF of the genome
@@ -59,7 +60,7 @@ from derl.evolution.population import parse_id
 from derl.fileio import JsonFileError, atomic_write_text, read_json, write_json
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
-            "retired", "workers", "videos", "tmp")
+            "retired", "workers", "videos", "manifest", "tmp")
 _ID = r"\d{6,}(?:-\d+)?"
 # The only names the listed folders may hold; anything else is foreign (hidden names are ignored:
 # NFS keeps deleted open files as .nfsXXXX).
@@ -71,6 +72,7 @@ _NAMES = {
     "error_metadata": re.compile(rf"^{_ID}\.json$"),
     "retired": re.compile(rf"^{_ID}\.json$"),
     "workers": re.compile(r"^\d+-\d+\.(json|lock|alive)$"),
+    "manifest": re.compile(r"^\d+\.json$"),
 }
 
 
@@ -117,6 +119,12 @@ def worker_state_problem(data: Any, node: int, worker: int) -> str | None:
     if (data.get("node"), data.get("worker")) != (node, worker):
         return f"is the state of worker {data.get('node')!r}-{data.get('worker')!r}, expected {node}-{worker}"
     return None
+
+
+def manifest_problem(data: Any, node: int) -> str | None:
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    return None if data.get("node") == node else f"is not the manifest entry of node {node}"
 
 
 class Identity(NamedTuple):
@@ -205,6 +213,16 @@ class RunDir:
         """Creates ``target`` with ``obj`` unless it exists; True if this call created it."""
         staged = self._staged(target)
         write_json(staged, obj)
+        return self._link_staged(staged, target)
+
+    def _create_text(self, target: Path, text: str) -> bool:
+        staged = self._staged(target)
+        atomic_write_text(staged, text)
+        return self._link_staged(staged, target)
+
+    @staticmethod
+    def _link_staged(staged: Path, target: Path) -> bool:
+        """Links the complete ``staged`` file to ``target`` unless it exists (then False), and drops ``staged``."""
         try:
             os.link(staged, target)
         except FileExistsError:
@@ -269,8 +287,19 @@ class RunDir:
         return names
 
     # Run-level files.
+    def create_config(self, text: str) -> bool:
+        """Creates ``config.yaml`` unless it exists (exclusive, complete from the first moment); True if created."""
+        return self._create_text(self.config_path(), text)
+
     def write_config(self, text: str) -> None:
-        self._write_text(self.root / "config.yaml", text)
+        """Replaces ``config.yaml`` (a run from before the one-config rule adopts the current config)."""
+        self._write_text(self.config_path(), text)
+
+    def read_config_text(self) -> str | None:
+        try:
+            return self.config_path().read_text()
+        except FileNotFoundError:
+            return None
 
     def config_path(self) -> Path:
         return self.root / "config.yaml"
@@ -284,6 +313,20 @@ class RunDir:
     def read_summary(self) -> dict[str, Any] | None:
         return self._read_checked(self.root / "summary.json",
                                   lambda data: None if isinstance(data, dict) else "is not a JSON object")
+
+    # Versions of each node (manifest/<node>.json: one writer per file, so no update is lost).
+    def write_manifest(self, node: int, entry: dict[str, Any]) -> None:
+        self._write_json(self.root / "manifest" / f"{node}.json", entry)
+
+    def manifest(self) -> dict[int, dict[str, Any]]:
+        """Every node's manifest entry, by node."""
+        entries = {}
+        for node in sorted(int(name) for name in self._names("manifest")):
+            entry = self._read_checked(self.root / "manifest" / f"{node}.json",
+                                       lambda data, node=node: manifest_problem(data, node))
+            if entry is not None:
+                entries[node] = entry
+        return entries
 
     # Initial population.
     def init_population_ids(self) -> list[str] | None:

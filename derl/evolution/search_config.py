@@ -1,0 +1,136 @@
+"""One config per search: ``OUT_DIR/config.yaml`` and the versions of each node (``manifest/``).
+
+The first node to start creates ``config.yaml`` exclusively (a complete file linked into
+place, so of several nodes starting at once exactly one creates it). Every node and every
+worker then runs ``config.yaml`` plus only this node's ``NODE_LOCAL_KEYS``. A node (or a
+resume) whose other keys differ is refused in one line naming them: a doubled PPO budget
+or another search size would silently mix into one population.
+
+``manifest/<node>.json`` records each node's versions. One file per node, written only by
+that node and renamed into place, so no update is lost and no lock is needed (locks are
+unreliable on NFS); a node whose versions differ from another's warns in one line.
+
+A ``config.yaml`` without ``HEADER`` was written by a derl from before this rule (node 0
+rewrote it at every start): node 0 adopts its current config once and says so; other nodes
+wait for that, as they wait for the initial population.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from derl.config import DERIVED_KEYS, NODE_LOCAL_KEYS, CfgNode, ConfigError, dump_config, flatten, load_config
+from derl.evolution.storage import RunDir
+
+HEADER = ("# The config of this search (derl): created once by the first node. Every node and worker runs it\n"
+          f"# plus its own node-local keys: {', '.join(NODE_LOCAL_KEYS)}.\n")
+VERSIONED = ("derl", "commit", "python", "torch", "mujoco", "numpy", "gymnasium")
+POLL_SECONDS = 1.0
+
+
+def node_local_overrides(cfg: CfgNode) -> list[str]:
+    """``KEY VALUE`` pairs of ``cfg``'s node-local keys, for ``load_config`` or a worker's command line."""
+    pairs = []
+    for key in NODE_LOCAL_KEYS:
+        value = cfg.get_path(key)
+        pairs += [key, value if isinstance(value, str) else json.dumps(value)]
+    return pairs
+
+
+def differences(mine: CfgNode, stored: CfgNode) -> list[str]:
+    """``KEY mine != stored`` for every search-defining key where the two configs differ."""
+    theirs = dict(flatten(stored.to_dict()))
+    return [f"{key} {_show(value)} != {_show(theirs.get(key))}" for key, value in flatten(mine.to_dict())
+            if key not in NODE_LOCAL_KEYS + DERIVED_KEYS and value != theirs.get(key)]
+
+
+def join_search(cfg: CfgNode, run: RunDir, log) -> CfgNode:
+    """This node's config: ``config.yaml`` (created from ``cfg`` if missing) plus ``cfg``'s node-local keys.
+
+    Raises:
+        ConfigError: a search-defining key differs from ``config.yaml`` (one line naming them all),
+            or ``config.yaml`` does not load.
+    """
+    path = run.config_path()
+    if run.create_config(HEADER + dump_config(cfg)):
+        log(f"node {cfg.NODE_ID}: created {path}")
+    elif not run.read_config_text().startswith(HEADER):
+        _adopt_old_config(cfg, run, log)
+    try:
+        stored = load_config(path)
+    except ConfigError as err:
+        raise ConfigError(f"{path} does not load: {err}") from None
+    found = differences(cfg, stored)
+    if found:
+        raise ConfigError(f"config differs from {path}: {', '.join(found)}; "
+                          "start with the same config or a new OUT_DIR")
+    _record_versions(cfg.NODE_ID, run)
+    return load_config(path, node_local_overrides(cfg), this_node=True)
+
+
+def _adopt_old_config(cfg: CfgNode, run: RunDir, log) -> None:
+    """A run from before the one-config rule: node 0 adopts ``cfg`` once; other nodes wait for it."""
+    path = run.config_path()
+    if cfg.NODE_ID == 0:
+        run.write_config(HEADER + dump_config(cfg))
+        log(f"{path} was written by an older derl (no one-config rule): adopted this node's config once; "
+            "from now on every node must match it")
+        return
+    log(f"node {cfg.NODE_ID}: {path} was written by an older derl; waiting for node 0 to adopt its config "
+        f"(timeout EVO.INIT_WAIT_TIMEOUT={cfg.EVO.INIT_WAIT_TIMEOUT} s)")
+    deadline = time.monotonic() + cfg.EVO.INIT_WAIT_TIMEOUT
+    while not run.read_config_text().startswith(HEADER):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"node 0 did not adopt {path} in {cfg.EVO.INIT_WAIT_TIMEOUT} s; start node 0")
+        time.sleep(POLL_SECONDS)
+
+
+def versions() -> dict[str, Any]:
+    """derl's version and git commit (None outside a checkout), Python, torch, mujoco, numpy, gymnasium."""
+    found: dict[str, Any] = {"python": platform.python_version(), "commit": _git_commit()}
+    for package in ("derl", "torch", "mujoco", "numpy", "gymnasium"):
+        try:
+            found[package] = importlib.metadata.version(package)  # no import: torch takes seconds
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def _git_commit() -> str | None:
+    checkout = Path(__file__).resolve().parents[2]
+    if not (checkout / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
+def _record_versions(node: int, run: RunDir) -> None:
+    """Warns in one line if another node (or this node's last run) used other versions; writes ours."""
+    mine = versions()
+    differing = []
+    for other, entry in run.manifest().items():
+        changed = [f"{key} {entry.get(key)}" for key in VERSIONED if entry.get(key) != mine[key]]
+        if changed:
+            who = f"node {other}" if other != node else f"node {other} (its last run)"
+            differing.append(f"{who} ran {', '.join(changed)}")
+    if differing:
+        here = ", ".join(f"{key} {mine[key]}" for key in VERSIONED)
+        print(f"warning: versions differ within this search: {'; '.join(differing)} (this node: {here})",
+              file=sys.stderr, flush=True)
+    run.write_manifest(node, {"node": node, "host": socket.gethostname(), **mine, "updated": time.time()})
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value

@@ -1,0 +1,116 @@
+"""One config per search: OUT_DIR/config.yaml, node-local keys and manifest/ (issue 12 item 4).
+
+The process tests run the real ``evo_single_proc.py`` with the fake backend of
+``tests/evo_fake_backend.py`` (each search takes seconds).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from derl.config import NODE_LOCAL_KEYS, dump_config, load_config
+from derl.evolution.search_config import HEADER, differences, join_search, node_local_overrides, versions
+from derl.evolution.storage import RunDir
+from tests.test_evolution_protocol import ENV, ROOT
+
+SEARCH = ("EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4", "EVO.SEARCH_SPACE_SIZE", "4",
+          "EVO.AGING_WINDOW_SIZE", "4", "EVO.SELECTION_CRITERIA", "[__reward__forward]",
+          "EVO.SELECTION_CRITERIA_OBJ", "[-1]", "NUM_NODES", "2", "PPO.MAX_STATE_ACTION_PAIRS", "20480")
+
+
+def evo(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "evo_single_proc.py", "OUT_DIR", str(out), *SEARCH, *extra],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def first_node(out: Path) -> str:
+    """OUT_DIR as the first node leaves it (config.yaml, manifest/0.json); returns config.yaml's text."""
+    run = RunDir(out)
+    run.create()
+    join_search(load_config(None, ["OUT_DIR", str(out), *SEARCH]), run, lambda message: None)
+    return run.config_path().read_text()
+
+
+def test_a_resume_or_second_node_with_another_budget_refuses_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    config = first_node(out)
+    assert config.startswith(HEADER) and load_config(out / "config.yaml").PPO.MAX_STATE_ACTION_PAIRS == 20480
+    for node in ("0", "1"):
+        refused = evo(out, "NODE_ID", node, "PPO.MAX_STATE_ACTION_PAIRS", "40960")
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr == (f"error: config differs from {out / 'config.yaml'}: PPO.MAX_STATE_ACTION_PAIRS "
+                                  "40960 != 20480; start with the same config or a new OUT_DIR\n")
+    several = evo(out, "NODE_ID", "1", "RNG_SEED", "7", "EVO.TOURNAMENT_TYPE", "vanilla_num")
+    assert several.returncode == 2
+    assert "EVO.TOURNAMENT_TYPE vanilla_num != aging_num, RNG_SEED 7 != 1;" in several.stderr
+    assert (out / "config.yaml").read_text() == config
+    assert sorted(p.name for p in (out / "manifest").iterdir()) == ["0.json"]  # refused nodes leave nothing
+    assert not (out / "init_population.json").exists()
+
+
+@pytest.mark.slow
+def test_nodes_with_other_node_local_keys_join_one_search(tmp_path):
+    out = tmp_path / "run"
+    first = evo(out)
+    assert first.returncode == 0, first.stderr
+    config = (out / "config.yaml").read_text()
+    joined = evo(out, "NODE_ID", "1", "EVO.NUM_PROCESSES", "1", "TORCH_THREADS", "2", "CHECKPOINT_PERIOD", "3")
+    assert joined.returncode == 0, joined.stderr
+    assert (out / "config.yaml").read_text() == config
+    manifest = {p.name: json.loads(p.read_text()) for p in (out / "manifest").iterdir()}
+    assert sorted(manifest) == ["0.json", "1.json"]
+    assert {key: manifest["1.json"][key] for key in ("python", "torch", "numpy")} == {
+        key: versions()[key] for key in ("python", "torch", "numpy")}
+    assert "warning" not in joined.stderr
+
+
+@pytest.mark.slow
+def test_an_old_run_adopts_the_current_config_once_and_says_so(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    old = load_config(None, ["PPO.MAX_STATE_ACTION_PAIRS", "999999"]).to_dict()
+    old["TERRAIN"]["CENTER_FLAT"] = 0  # a key this derl no longer has
+    (out / "config.yaml").write_text(json.dumps(old))  # what node 0 of an older derl wrote (YAML)
+    adopted = evo(out)
+    assert adopted.returncode == 0, adopted.stderr
+    assert "written by an older derl" in adopted.stdout and "adopted this node's config once" in adopted.stdout
+    assert load_config(out / "config.yaml").PPO.MAX_STATE_ACTION_PAIRS == 20480
+    again = evo(out)
+    assert again.returncode == 0 and "older derl" not in again.stdout
+
+
+def test_join_search_creates_once_and_warns_in_one_line_about_other_versions(tmp_path, capsys):
+    run = RunDir(tmp_path / "run")
+    run.create()
+    cfg = load_config(None, ["OUT_DIR", str(run.root), "NUM_NODES", "2"])
+    logged = []
+    joined = join_search(cfg, run, logged.append)
+    assert logged == [f"node 0: created {run.config_path()}"] and joined.to_dict() == cfg.to_dict()
+    assert not run.create_config("other")  # exclusive: nobody replaces it
+    other = {**versions(), "node": 1, "torch": "0.0.1-elsewhere"}
+    run.write_manifest(1, other)
+    here = load_config(None, ["OUT_DIR", str(run.root), "NUM_NODES", "2", "DEVICE", "auto", "NUM_PROCESSES", "3"])
+    joined = join_search(here, run, logged.append)
+    assert (joined.DEVICE, joined.EVO.NUM_PROCESSES) == ("auto", 3)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning: versions differ within this search: node 1 ran torch "
+                                                   "0.0.1-elsewhere")
+
+
+def test_node_local_keys_round_trip_and_are_the_only_keys_ignored():
+    cfg = load_config(None, ["OUT_DIR", "/shared/x y", "DEVICE", "cuda:1", "NODE_ID", "1", "NUM_NODES", "2",
+                             "VECENV.TYPE", "SubprocVecEnv", "TORCH_THREADS", "4"])
+    again = load_config(None, ["NUM_NODES", "2", *node_local_overrides(cfg)])
+    assert all(again.get_path(key) == cfg.get_path(key) for key in NODE_LOCAL_KEYS)
+    assert differences(cfg, load_config(None, ["NUM_NODES", "2"])) == []
+    assert differences(cfg, load_config(None, [])) == ["NUM_NODES 2 != 1"]
+
+
+def test_stored_config_round_trips_with_its_header(tmp_path):
+    cfg = load_config(None, ["RNG_SEED", "5"])
+    path = tmp_path / "config.yaml"
+    path.write_text(HEADER + dump_config(cfg))
+    assert load_config(path).to_dict() == cfg.to_dict()
