@@ -48,7 +48,7 @@ def _curve_lines(final: float, iterations: int, speed: float, rng: np.random.Gen
     for k in range(iterations):
         fwd = float(forward[k])
         record = {"iteration": k + 1, "env_steps": (k + 1) * 4096, "steps_per_sec": 5000.0, "episodes": 4 * k,
-                  "__reward__ctrl": -0.1, "__reward__energy": 80.0, "__reward__forward": fwd, "__reward__stand": 0.0,
+                  "__reward__ctrl": -0.1, "energy": 80.0, "__reward__forward": fwd, "__reward__stand": 0.0,
                   "metric": fwd / 100, "return": fwd - 0.1, "x_pos": fwd / 100, "loss": 1.0, "policy_loss": -0.01,
                   "value_loss": 2.0, "entropy": 1.4, "approx_kl": 0.01, "clip_fraction": 0.1, "kl_early_stop": 0.0,
                   "lr": 3e-4, "collect_seconds": 0.3, "update_seconds": 0.2}
@@ -91,7 +91,7 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
         run.publish({
             "id": morphology_id, "parent_id": parent, "lineage": lineage[morphology_id], "mutation": mutation,
             "slot": slot, "attempt": 0, "seed": slot, "node": 0, "worker": slot % 16, "return": final - 0.1,
-            "__reward__forward": final, "__reward__ctrl": -0.1, "__reward__energy": 80.0, "__reward__stand": 0.0,
+            "__reward__forward": final, "__reward__ctrl": -0.1, "energy": 80.0, "__reward__stand": 0.0,
             "x_pos": final / 100, "metric": final / 100, "env_steps": iterations * 4096, "iterations": iterations,
             "wall_time": 3600.0, "steps_per_sec": 1400.0,
             "files": {name: run.relative(path) for name, path in (
