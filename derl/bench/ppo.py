@@ -102,6 +102,31 @@ class _StateRecorder(gym.Wrapper):
         return self.env.step(action)
 
 
+class _EpisodeReturns(gym.Wrapper):
+    """Appends the raw return of every finished episode to ``returns``, as SB3's ``Monitor`` records it.
+
+    derl's own ``summary["return"]`` is DERL's fitness (the mean of the last 100 learning-curve
+    points, each the mean of 10 episodes): over a short run that averages the whole curve, so the
+    return comparison takes the last 100 episodes of both trainers instead.
+    """
+
+    def __init__(self, env: gym.Env, returns: list):
+        super().__init__(env)
+        self.returns = returns
+        self._total = 0.0
+
+    def reset(self, **kwargs):
+        self._total = 0.0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._total += float(reward)
+        if terminated or truncated:
+            self.returns.append(self._total)
+        return obs, reward, terminated, truncated, info
+
+
 def _physics_seconds(recorders: list[_StateRecorder]) -> tuple[float, int]:
     """CPU seconds ``mj_step`` x frame_skip takes to replay the recorded episodes."""
     total, steps = 0.0, 0
@@ -156,14 +181,16 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool) -> dict:
     from derl.ppo import OnIteration, train
 
     cfg = _config(case, iters)
-    make = _env_factory(case, cfg, flat=False)
+    base = _env_factory(case, cfg, flat=False)
     recorded: list = []
-    if record:
-        base = make
+    returns: list[float] = []
 
-        def make(i):  # noqa: F811 - the recording variant of the factory
-            recorded.append(_StateRecorder(base(i), []))
+    def make(i):
+        env = _EpisodeReturns(base(i), returns)
+        if record:
+            recorded.append(_StateRecorder(env, []))
             return recorded[-1]
+        return env
 
     records: list[dict] = []
     cpu_started = time.process_time()
@@ -178,7 +205,7 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool) -> dict:
         "setup_seconds": result.wall_time - collect - update,
         "collect_seconds": collect,
         "update_seconds": update,
-        "final_return": result.summary.get("return"),
+        "final_return": float(np.mean(returns[-100:])) if returns else None,
     }
     if record:
         out["physics_seconds"], out["physics_steps"] = _physics_seconds(recorded)
