@@ -3,6 +3,7 @@
 import json
 import multiprocessing
 import os
+import re
 
 import pytest
 
@@ -146,8 +147,11 @@ def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
     os.utime(tmp_path / "slots" / "000001.json", (old, old))
     lines = node_lines(load_config(None, {"EVO.LEASE_SECONDS": 10}), run, PublishedResults(run))
     assert len(lines) == 2
-    assert lines[0].startswith("  node 0: last heartbeat 0 s ago, holds slots 0") and "STALE" not in lines[0]
-    assert lines[1].startswith("  node 1: last heartbeat 100 s ago, holds slots 1") and "STALE" in lines[1]
+    # Ages are read off the clock while the test runs: a loaded machine may add a second or two.
+    fresh = re.match(r"  node 0: last heartbeat (\d+) s ago, holds slots 0", lines[0])
+    stale = re.match(r"  node 1: last heartbeat (\d+) s ago, holds slots 1", lines[1])
+    assert fresh and int(fresh[1]) <= 5 and "STALE" not in lines[0], lines[0]
+    assert stale and 100 <= int(stale[1]) <= 105 and "STALE" in lines[1], lines[1]
 
 
 def test_a_corrupt_genome_is_quarantined_and_counts_as_missing(tmp_path):
