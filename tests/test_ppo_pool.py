@@ -95,3 +95,29 @@ def test_bad_pool_settings_are_one_line_errors():
         make_pool(CountingEnv, 2, "ThreadVecEnv", 1)
     with pytest.raises(ValueError, match="IN_SERIES 3 must divide"):
         SubprocEnvPool(CountingEnv, num_envs=4, in_series=3)
+
+
+class FailingEnv(CountingEnv):
+    """Raises ``OSError`` (the node's fault) or ``ValueError`` (the body's) at its first step."""
+
+    def step(self, action):
+        if self.index == 0:
+            raise OSError(28, "No space left on device")
+        raise ValueError("mj_step: simulation unstable")
+
+
+def test_a_subprocess_env_error_arrives_with_its_class_and_traceback():
+    from derl.evolution.failures import classify
+
+    for in_series, kind, cause in ((1, OSError, "environment"), (2, ValueError, "morphology")):
+        # in_series 1: env 0 (OSError) fails first; in_series 2: env 2 of the second group too.
+        pool = SubprocEnvPool(FailingEnv, num_envs=2, in_series=in_series, first_index=0 if in_series == 1 else 2)
+        try:
+            pool.reset(seed=0)
+            with pytest.raises(kind) as raised:
+                pool.step(np.zeros((2, 1), np.float32))
+        finally:
+            pool.close()
+        assert classify(raised.value) == cause
+        assert any("raised in an env subprocess" in note and "Traceback" in note
+                   for note in raised.value.__notes__)

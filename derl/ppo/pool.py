@@ -126,12 +126,36 @@ def _pool_worker(conn, make_env: MakeEnv, indices: list[int]) -> None:
                 raise ValueError(f"unknown env pool message {command!r}")
     except (KeyboardInterrupt, EOFError):
         return
-    except Exception:  # the parent re-raises it with the traceback
-        conn.send((False, traceback.format_exc()))
+    except Exception as err:  # the parent re-raises it (``_remote_error``)
+        text = traceback.format_exc()
+        try:
+            payload = pickle.dumps(err)
+        except Exception:  # an exception that cannot travel arrives as text only
+            payload = None
+        conn.send((False, (payload, text)))
     finally:
         if pool is not None:
             pool.close()
         conn.close()
+
+
+def _remote_error(payload: bytes | None, text: str) -> BaseException:
+    """An env subprocess's exception, of its own class, with the subprocess's traceback as a note.
+
+    The class matters to the caller: the evolution charges a ``ValueError`` from MuJoCo to the
+    morphology but an ``OSError`` (a full disk) to the node, as it does for envs in-process. An
+    exception that cannot be unpickled becomes a ``RuntimeError`` holding the traceback.
+    """
+    error = None
+    if payload is not None:
+        try:
+            error = pickle.loads(payload)
+        except Exception:
+            error = None
+    if not isinstance(error, BaseException):
+        return RuntimeError(f"env subprocess failed:\n{text}")
+    error.add_note(f"raised in an env subprocess:\n{text}")
+    return error
 
 
 class SubprocEnvPool:
@@ -176,7 +200,7 @@ class SubprocEnvPool:
     def _receive(conn) -> Any:
         ok, result = conn.recv()
         if not ok:
-            raise RuntimeError(f"env subprocess failed:\n{result}")
+            raise _remote_error(*result)
         return result
 
     def _call(self, command: str, payloads: Sequence[Any]) -> list[Any]:
@@ -211,7 +235,7 @@ class SubprocEnvPool:
             try:
                 conn.send(("close", None))
                 conn.recv()
-            except (BrokenPipeError, EOFError):
+            except (OSError, EOFError):  # the subprocess is gone (it failed, or was killed)
                 pass
             conn.close()
         for proc in self._procs:
