@@ -396,10 +396,36 @@ def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any]) -> list[
     ]
 
 
+# Keys that derl wrote into every dumped ``config.yaml`` until nothing was found to read them (issue 12):
+# a run folder from then still holds them. ``load_run_config`` drops them there; anywhere else they are
+# unknown keys, as any key that does nothing.
+RETIRED_KEYS = frozenset({
+    "BODY.SYMMETRY_PLANE", "CFG_DEST", "CUDNN.BENCHMARK", "CUDNN.DETERMINISTIC", "ENV.AVOID_REWARD_WEIGHT",
+    "ENV.HEALTHY_REWARD", "ENV.SKIP_SELF_POS", "ENV.STATE_RANGE", "ENV.WALKER", "ENV.WRAPPERS", "ENV.Z_RANGE",
+    "ENV_NAME", "EVAL_PERIOD", "EVO.INIT_METHOD", "HFIELD.ADAPTIVE_OBS", "HFIELD.ADAPTIVE_OBS_SIZE", "HFIELD.DIM",
+    "HFIELD.VIZ", "IMAGE.CAMERA", "IMAGE.HEIGHT", "IMAGE.SAVE", "IMAGE.WIDTH", "LOG_DEST", "LOG_PERIOD",
+    "MODEL.EX_HIDDEN_DIMS", "PPO.CHECKPOINT_PATH", "PPO.XML_PATH", "TERRAIN.CENTER_FLAT", "TERRAIN.WALL_LENGTH",
+    "TORSO.CONDIM", "TORSO.HEIGHT_RANGE", "TORSO.NUM_TORSO_RANGE", "TORSO.RADIUS_RANGE", "XML.SHADOWCLIP",
+})
+
+
+def load_run_config(
+    config_yaml: str | Path, overrides: Sequence[str] | Mapping[str, Any] = (), this_node: bool = False,
+) -> CfgNode:
+    """``load_config`` of a ``config.yaml`` that derl wrote (a run's or a training's), old ones included.
+
+    The ``RETIRED_KEYS`` an older derl dumped are dropped, so its finished runs stay readable by the
+    report, status, evaluation and ``train_ppo.py --eval``; a user's own config files and the command
+    line get no such leniency.
+    """
+    return load_config(config_yaml, overrides, this_node, retired=RETIRED_KEYS)
+
+
 def load_config(
     cfg_file: str | Path | Sequence[str | Path] | None = None,
     overrides: Sequence[str] | Mapping[str, Any] = (),
     this_node: bool = False,
+    retired: frozenset[str] = frozenset(),
 ) -> CfgNode:
     """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen, checked tree.
 
@@ -409,6 +435,7 @@ def load_config(
         overrides: ``["KEY", "VALUE", ...]`` strings from the command line (values parsed
             as YAML), or a mapping of keys to already-typed values.
         this_node: the config will train here: also check that ``DEVICE`` exists on this machine.
+        retired: keys skipped where a file sets them (``load_run_config``).
 
     Raises:
         ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any
@@ -417,7 +444,8 @@ def load_config(
     tree = _defaults()
     leaves = [path for path, _ in flatten(tree)]
     files = [] if cfg_file is None else [cfg_file] if isinstance(cfg_file, str | Path) else list(cfg_file)
-    file_pairs = [(key, value, str(path)) for path in files for key, value in flatten(_read_yaml(path))]
+    file_pairs = [(key, value, str(path)) for path in files for key, value in flatten(_read_yaml(path))
+                  if key not in retired]
     origins: dict[str, str] = {}
     for key, value, origin in file_pairs + [(k, v, "command line") for k, v in _pairs_from_overrides(overrides)]:
         try:
@@ -467,10 +495,10 @@ def dump_config(cfg: CfgNode) -> str:
 
 
 def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str],
-                        this_node: bool = False) -> CfgNode:
+                        this_node: bool = False, retired: frozenset[str] = frozenset()) -> CfgNode:
     """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
     try:
-        return load_config(cfg_file, overrides, this_node)
+        return load_config(cfg_file, overrides, this_node, retired)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

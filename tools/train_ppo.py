@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from derl.config import load_config_or_exit
+from derl.config import RETIRED_KEYS, load_config_or_exit
 from derl.ppo.distributed import RankInfo
 from derl.training.run import evaluate, genome_to_xml, saved_source, train_to_folder
 
@@ -43,12 +43,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
-    cfg_file = args.cfg
+    cfg_file, retired = args.cfg, frozenset()
     # Replay in the world the policy was trained in; resume the run as it was started.
     saved = args.eval.parent if args.eval is not None else args.out if args.resume else None
     if cfg_file is None and saved is not None and (saved / "config.yaml").is_file():
-        cfg_file = [saved / "config.yaml"]
-    cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None)
+        cfg_file, retired = [saved / "config.yaml"], RETIRED_KEYS  # derl wrote it, perhaps an older one
+    cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None, retired=retired)
     out = args.out or Path(cfg.OUT_DIR)
     try:
         if args.eval is not None:

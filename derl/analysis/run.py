@@ -22,7 +22,7 @@ import numpy as np
 from derl.analysis.curves import Curve, iterations_to_fraction, read_curve
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
-from derl.config import CfgNode, ConfigError, load_config
+from derl.config import CfgNode, ConfigError, load_config, load_run_config
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.evolution.storage import RunDir
@@ -65,7 +65,7 @@ class RunView:
     def _load_config(self) -> CfgNode:
         path = self.run.config_path()
         try:
-            return load_config(path if path.is_file() else None)
+            return load_run_config(path) if path.is_file() else load_config()
         except ConfigError as err:
             raise RunError(f"{path}: {err}") from None
 

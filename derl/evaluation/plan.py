@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from derl.analysis.run import RunError, RunView
-from derl.config import DERIVED_KEYS, CfgNode, ConfigError, load_config
+from derl.config import DERIVED_KEYS, CfgNode, ConfigError, load_config, load_run_config
 
 EVAL_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "eval"
 # What a cell keeps of the evolution run's config: how PPO trains and for how long.
@@ -80,7 +80,7 @@ def cell_config(cell: Cell, out_dir: Path, overrides: Sequence[str]) -> CfgNode:
     Raises:
         ConfigError: a bad override or run config (one line).
     """
-    run_cfg = load_config(cell.run / "config.yaml")
+    run_cfg = load_run_config(cell.run / "config.yaml")
     carried = [(f"{section}.{key}", value) for section in CARRIED_SECTIONS
                for key, value in run_cfg[section].to_dict().items()]
     carried += [(key, run_cfg[key]) for key in CARRIED_KEYS]

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from derl.config import load_config
+from derl.config import load_run_config
 from derl.evaluation.cell import die_with_parent
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
@@ -53,7 +53,7 @@ class Evaluation:
         self.overrides = list(overrides)
         self.workers = workers
         self.nproc = nproc
-        self.stores = {run: EvalDir(run, load_config(run / "config.yaml").EVO.LEASE_SECONDS)
+        self.stores = {run: EvalDir(run, load_run_config(run / "config.yaml").EVO.LEASE_SECONDS)
                        for run in dict.fromkeys(cell.run for cell in cells)}
         self.interval = min(heartbeat_interval(store.lease_seconds) for store in self.stores.values())
         self.running: dict[Cell, _Training] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from derl.config import CfgNode, load_config
+from derl.config import CfgNode, load_run_config
 from derl.evolution.population import parse_id
 from derl.evolution.results import PublishedResults, rank
 from derl.evolution.storage import RunDir
@@ -62,7 +62,7 @@ def status_lines(out_dir: str) -> list[str]:
     run = RunDir(out_dir)
     if not run.config_path().exists():
         raise FileNotFoundError(f"{run.root} is not an evolution output folder (no config.yaml)")
-    cfg = load_config(run.config_path())
+    cfg = load_run_config(run.config_path())
     results = PublishedResults(run)
     results.refresh()
     evo = cfg.EVO
