@@ -276,3 +276,49 @@ def test_a_thousand_random_episodes_over_every_task_and_twenty_morphologies(fold
         for env in envs.values():
             env.close()
     assert len(played) == morphologies * len(names)  # every morphology on every task
+
+
+def _model_arrays(model) -> dict[str, np.ndarray]:
+    """What a task could write into the compiled model per episode."""
+    return {name: getattr(model, name).copy() for name in (
+        "hfield_data", "geom_pos", "geom_size", "geom_quat", "site_pos", "body_pos", "body_quat", "geom_rgba")}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_a_task_that_claims_a_static_model_leaves_it_unchanged_and_its_envs_share_it(name, folder):
+    xml = sampled_xml(folder, 1)
+    env = task_env(name, xml)
+    before = _model_arrays(env.model)
+    for seed in range(3):  # resets re-draw terrain, props and goals
+        _rollout(env, seed, 20)
+    changed = [key for key, array in _model_arrays(env.model).items() if not np.array_equal(array, before[key])]
+    other = task_env(name, xml)
+    if env.task.static_model():
+        assert changed == [], f"{name} claims a static model but its episodes change {changed}"
+        assert other.model is env.model and other.data is not env.data
+    else:
+        assert other.model is not env.model
+
+
+def test_envs_on_a_shared_model_step_as_envs_on_their_own_models(folder, monkeypatch):
+    import mujoco
+
+    from derl.envs import unimal_env
+
+    xml = sampled_xml(folder, 2)
+    shared = [task_env("ft", xml) for _ in range(2)]
+    assert shared[0].model is shared[1].model
+    monkeypatch.setattr(unimal_env, "_compile", lambda world, static: mujoco.MjModel.from_xml_string(world))
+    own = [task_env("ft", xml) for _ in range(2)]
+    assert own[0].model is not own[1].model
+    actions = np.random.default_rng(0).uniform(-1, 1, (60, 2, shared[0].action_space.shape[0]))
+    for envs in (shared, own):
+        for k, env in enumerate(envs):
+            env.reset(seed=k)
+    for step in actions:  # the two envs of a pair in turn, as a pool steps them
+        for k in range(2):
+            a, b = shared[k].step(step[k]), own[k].step(step[k])
+            np.testing.assert_array_equal(a[0]["proprioceptive"], b[0]["proprioceptive"])
+            assert a[1:4] == b[1:4]
+            if a[2] or a[3]:
+                shared[k].reset(), own[k].reset()

@@ -51,6 +51,11 @@ class Arena:
     extent: Corridor
     heights: HeightMap | None = None
 
+    @property
+    def model_is_static(self) -> bool:
+        """Whether episodes leave the compiled model as built (no terrain re-drawn into it)."""
+        return True
+
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         """Adds the arena's MJCF."""
 
@@ -143,6 +148,10 @@ class CorridorArena(Arena):
             for name, (pos, half_sizes) in walls.items():
                 sub(worldbody, "geom", name=name, type="box", pos=pos, size=half_sizes, rgba=".5 .5 .5 .3")
 
+    @property
+    def model_is_static(self) -> bool:
+        return not self._obstacles
+
     def bind(self, model: mujoco.MjModel) -> None:
         if not self._obstacles:
             return
@@ -201,6 +210,10 @@ class BowlArena(Arena):
         sub(child(root, "asset"), "hfield", name="terrain", nrow=str(rows), ncol=str(cols),
             size=fmt(extent.x_max, extent.half_width, self._max_z, HFIELD_BASE_THICKNESS))
         sub(worldbody, "geom", name="terrain", type="hfield", hfield="terrain", pos="0 0 0", material="ground")
+
+    @property
+    def model_is_static(self) -> bool:
+        return False
 
     def bind(self, model: mujoco.MjModel) -> None:
         hfield = model.hfield("terrain")

@@ -95,6 +95,12 @@ class Task:
         """Looks up ids in the compiled model."""
         self.arena.bind(scene.model)
 
+    def static_model(self) -> bool:
+        """Whether episodes leave the compiled model as built: no terrain re-drawn, no prop or goal
+        moved in the model (``data`` may change freely). Envs of one body then share one model.
+        False unless a task knows better."""
+        return False
+
     # ------------------------------------------------------------------ episode
     def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
         """Draws the episode's terrain (and, in subclasses, props and goals)."""

@@ -42,6 +42,9 @@ class Locomotion(Task):
             return FloorArena(self.cfg, self.observe_hfield)
         return CorridorArena(self.cfg, observe_hfield=self.observe_hfield)
 
+    def static_model(self) -> bool:
+        return self.arena.model_is_static
+
     def before_step(self, scene: Scene) -> None:
         self._x_before = scene.data.qpos[0]
 
@@ -78,6 +81,9 @@ class Obstacle(Locomotion):
 
     def make_arena(self) -> Arena:
         return CorridorArena(self.cfg, need_map=True, observe_hfield=self.observe_hfield)
+
+    def static_model(self) -> bool:
+        return False  # the boxes move in the model every episode
 
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         super().build(root, worldbody)
