@@ -16,7 +16,7 @@ import pytest
 from derl.analysis.report import ReportOptions, write_report
 from derl.analysis.run import RunView
 from derl.evaluation import Cell, EvalError, plan_cells, task_names
-from derl.evaluation.store import EvalDir, ranking
+from derl.evaluation.store import EvalDir, compare_runs, ranking
 from derl.evolution.storage import Identity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +71,24 @@ def test_report_shows_the_evaluation(evaluated):
     html = (run / "report" / "index.html").read_text()
     row = json.loads((run / "eval" / "summary.json").read_text())["rows"][0]
     assert f"<td>{row['id']}</td>" in html and "<th>point_nav</th>" in html
+
+
+def test_several_runs_are_compared_per_task(evaluated, tmp_path):
+    run = evaluated[0]
+    twin = tmp_path / "twin"
+    shutil.copytree(run, twin)  # its cell is finished too: nothing is trained
+    compare = tmp_path / "compare.json"
+    done = subprocess.Popen([sys.executable, "tools/evaluate.py", str(run), str(twin), "--workers", "1",
+                             "--tasks", "point_nav", "--top", "1", "--compare", str(compare), *BUDGET],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = done.communicate(timeout=120)
+    assert done.returncode == 0 and " done: " not in out, out
+    table = json.loads(compare.read_text())
+    assert table["runs"] == [str(run), str(twin)]
+    entries = table["tasks"]["point_nav"]
+    assert sorted(e["source"] for e in entries) == sorted([str(run), str(twin)])
+    assert entries[0]["return"] == entries[1]["return"] and entries[0]["cells"] == 1
+    assert any(line.startswith("[evaluate] point_nav: ") and str(twin) in line for line in out.splitlines())
 
 
 @pytest.mark.slow
@@ -173,3 +191,14 @@ def test_ranking_orders_by_mean_return_over_seeds():
     assert [(e["rank"], e["id"], e["seeds"], e["return"]) for e in table] == [
         (1, "b", 1, 4.0), (2, "a", 2, 3.0), (3, "c", 1, None)]
     assert table[1]["metric"] == pytest.approx(0.2)
+
+
+def test_runs_are_compared_by_the_mean_return_of_their_cells():
+    rows = [{"id": i, "source": src, "task": "t", "seed": sd, "return": ret, "metric": m}
+            for src, i, sd, ret, m in [("ft", "a", 0, 1.0, 0.1), ("ft", "a", 1, 3.0, 0.3), ("ft", "b", 0, 8.0, 0.5),
+                                       ("vt", "c", 0, 5.0, 1.0), ("mvt", "d", 0, None, None)]]
+    table = compare_runs(rows)["t"]
+    # ft: (1 + 3 + 8) / 3 = 4.0 over 3 cells of 2 morphologies; vt: 5.0; mvt: no return, last
+    assert [(e["rank"], e["source"], e["morphologies"], e["cells"], e["return"]) for e in table] == [
+        (1, "vt", 1, 1, 5.0), (2, "ft", 2, 3, 4.0), (3, "mvt", 1, 1, None)]
+    assert table[1]["metric"] == pytest.approx(0.3)  # (0.1 + 0.3 + 0.5) / 3

@@ -8,6 +8,8 @@ OUT_DIR/eval/summary.json and summary.csv (derl.evaluation). Rerun to resume; ru
 nodes with the same arguments to share the cells. Exit codes: 0 done, 1 a cell failed
 repeatedly, 2 bad input, 128 + N stopped by signal N. --nproc R trains each cell with R data-parallel
 ranks under torchrun (gloo on the CPU, as tools/train_ddp.sh --nproc R; DEVICE cuda for GPUs).
+With several OUT_DIRs it ends with a line per task comparing the runs (mean return and metric of
+their evaluated cells, best first); --compare FILE also writes that table as JSON.
 """
 
 import argparse
@@ -15,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from derl.evaluation import EvalError, evaluate, plan_cells, task_names
+from derl.evaluation import EvalError, evaluate, plan_cells, task_names, write_comparison
 from derl.evolution.coordinator import usable_cores
 
 
@@ -30,6 +32,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. S-1 per morphology and task")
     parser.add_argument("--nproc", type=int, default=1, help="data-parallel ranks per training (torchrun)")
     parser.add_argument("--workers", type=int, help="trainings at a time (default: cores // nproc)")
+    parser.add_argument("--compare", type=Path, help="write the comparison of the runs to this JSON file")
     args = parser.parse_intermixed_args(argv)
     workers = args.workers or max(1, usable_cores() // max(args.nproc, 1))
     first_key = next((k for k, arg in enumerate(args.args) if re.fullmatch(r"[A-Z][A-Z0-9_.]*", arg)), len(args.args))
@@ -43,10 +46,16 @@ def main(argv: list[str]) -> int:
             raise EvalError("--top, --seeds, --workers and --nproc must be at least 1")
         ids = None if args.ids is None else [i.strip() for i in args.ids.split(",") if i.strip()]
         cells = plan_cells(out_dirs, task_names(args.tasks), args.top, ids, args.seeds, overrides)
+        if args.compare is not None and args.compare.is_dir():
+            raise EvalError(f"--compare {args.compare} is a folder; give a file name")
     except EvalError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    return evaluate(cells, overrides, workers, args.nproc)
+    code = evaluate(cells, overrides, workers, args.nproc)
+    if len(out_dirs) > 1 or args.compare is not None:
+        for line in write_comparison(out_dirs, args.compare):
+            print(f"[evaluate] {line}")
+    return code
 
 
 if __name__ == "__main__":

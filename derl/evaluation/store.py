@@ -147,6 +147,38 @@ def ranking(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return table
 
 
+def compare_runs(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """DERL's transfer comparison: per task, the source runs best first by the mean return of their
+    evaluated cells (every morphology and seed alike), with the mean metric and the counts."""
+    table: dict[str, list[dict[str, Any]]] = {}
+    for task in sorted({row["task"] for row in rows}):
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            if row["task"] == task:
+                by_run.setdefault(row["source"], []).append(row)
+        entries = [{"source": source, "morphologies": len({row["id"] for row in cells}), "cells": len(cells),
+                    "return": _mean(row["return"] for row in cells), "metric": _mean(row["metric"] for row in cells)}
+                   for source, cells in by_run.items()]
+        entries.sort(key=lambda e: (e["return"] is None, -(e["return"] or 0.0), e["source"]))
+        table[task] = [{"rank": k + 1, **entry} for k, entry in enumerate(entries)]
+    return table
+
+
+def write_comparison(runs: list[Path], path: Path | None) -> list[str]:
+    """``compare_runs`` over the finished cells of ``runs``, written as JSON to ``path`` (if given);
+    returns one line per task for the terminal."""
+    rows = [row for run in runs for row in EvalDir(run, 0.0).rows()]
+    table = compare_runs(rows)
+    if path is not None:
+        write_json(path, {"runs": [str(run) for run in runs], "tasks": table, "updated": time.time()})
+
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    return [f"{task}: " + " > ".join(f"{e['source']} {number(e['return'])} (metric {number(e['metric'])}, "
+                                     f"{e['cells']} cells)" for e in entries) for task, entries in table.items()]
+
+
 def _mean(values) -> float | None:
     numbers = [float(v) for v in values if isinstance(v, int | float)]
     return sum(numbers) / len(numbers) if numbers else None
