@@ -409,16 +409,14 @@ RETIRED_KEYS = frozenset({
 })
 
 
-def load_run_config(
-    config_yaml: str | Path, overrides: Sequence[str] | Mapping[str, Any] = (), this_node: bool = False,
-) -> CfgNode:
+def load_run_config(config_yaml: str | Path) -> CfgNode:
     """``load_config`` of a ``config.yaml`` that derl wrote (a run's or a training's), old ones included.
 
     The ``RETIRED_KEYS`` an older derl dumped are dropped, so its finished runs stay readable by the
     report, status, evaluation and ``train_ppo.py --eval``; a user's own config files and the command
     line get no such leniency.
     """
-    return load_config(config_yaml, overrides, this_node, retired=RETIRED_KEYS)
+    return load_config(config_yaml, retired=RETIRED_KEYS)
 
 
 def load_config(

@@ -133,34 +133,30 @@ class EvalDir:
 
 def ranking(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Per task, the morphologies best first by mean return over their seeds (rows without a return last)."""
-    table: dict[str, list[dict[str, Any]]] = {}
-    for task in sorted({row["task"] for row in rows}):
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for row in rows:
-            if row["task"] == task:
-                groups.setdefault((row["source"], row["id"]), []).append(row)
-        entries = [{"id": morphology_id, "source": source, "seeds": len(cell),
-                    "return": _mean(row["return"] for row in cell), "metric": _mean(row["metric"] for row in cell)}
-                   for (source, morphology_id), cell in groups.items()]
-        entries.sort(key=lambda e: (e["return"] is None, -(e["return"] or 0.0), e["source"], e["id"]))
-        table[task] = [{"rank": k + 1, **entry} for k, entry in enumerate(entries)]
-    return table
+    return _ranked_per_task(rows, lambda row: (row["source"], row["id"]), lambda key, cells: {
+        "id": key[1], "source": key[0], "seeds": len(cells)})
 
 
 def compare_runs(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """DERL's transfer comparison: per task, the source runs best first by the mean return of their
     evaluated cells (every morphology and seed alike), with the mean metric and the counts."""
+    return _ranked_per_task(rows, lambda row: row["source"], lambda source, cells: {
+        "source": source, "morphologies": len({row["id"] for row in cells}), "cells": len(cells)})
+
+
+def _ranked_per_task(rows: list[dict[str, Any]], group_of, describe) -> dict[str, list[dict[str, Any]]]:
+    """Per task, the rows grouped by ``group_of(row)``; each group ``describe(group, rows)`` plus the mean
+    return and metric of its rows, ranked by that return (best first, groups without one last, ties by key)."""
     table: dict[str, list[dict[str, Any]]] = {}
     for task in sorted({row["task"] for row in rows}):
-        by_run: dict[str, list[dict[str, Any]]] = {}
+        groups: dict[Any, list[dict[str, Any]]] = {}
         for row in rows:
             if row["task"] == task:
-                by_run.setdefault(row["source"], []).append(row)
-        entries = [{"source": source, "morphologies": len({row["id"] for row in cells}), "cells": len(cells),
-                    "return": _mean(row["return"] for row in cells), "metric": _mean(row["metric"] for row in cells)}
-                   for source, cells in by_run.items()]
-        entries.sort(key=lambda e: (e["return"] is None, -(e["return"] or 0.0), e["source"]))
-        table[task] = [{"rank": k + 1, **entry} for k, entry in enumerate(entries)]
+                groups.setdefault(group_of(row), []).append(row)
+        entries = [(group, {**describe(group, cells), "return": _mean(row["return"] for row in cells),
+                            "metric": _mean(row["metric"] for row in cells)}) for group, cells in groups.items()]
+        entries.sort(key=lambda item: (item[1]["return"] is None, -(item[1]["return"] or 0.0), item[0]))
+        table[task] = [{"rank": k + 1, **entry} for k, (_, entry) in enumerate(entries)]
     return table
 
 
