@@ -149,11 +149,14 @@ def test_evaluation_with_two_data_parallel_ranks(tiny_run, tmp_path):
 def test_bad_input_is_one_line_and_exit_2(tiny_run, tmp_path, capsys):
     tool = runpy.run_path(str(ROOT / "tools" / "evaluate.py"))
     for args in (["--tasks", "nope"], ["--tasks", "patrol", "--ids", "000000,../x"], ["--tasks", "patrol", "FOO", "1"],
-                 ["--tasks", "patrol", "PPO.NUM_ENVS"], ["--tasks", "patrol", "--seeds", "0"]):
+                 ["--tasks", "patrol", "PPO.NUM_ENVS"], ["--tasks", "patrol", "--seeds", "0"],
+                 ["--tasks", "patrol", "--compare", str(tmp_path)],
+                 ["--tasks", "patrol", "--compare", str(tmp_path / "missing" / "compare.json")]):
         assert tool["main"]([str(tiny_run), *args]) == 2
         captured = capsys.readouterr()
         assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
         assert captured.err.startswith("error: ")
+    assert "--compare" in captured.err and "existing folder" in captured.err
     with pytest.raises(EvalError, match="unknown morphology id '\\.\\./x'"):
         plan_cells([tiny_run], ["patrol"], None, ["../x"], 1, [])
     unfinished = tmp_path / "run"

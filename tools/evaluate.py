@@ -1,7 +1,7 @@
 """Transfer evaluation: the best morphologies of finished runs trained from scratch on the eval tasks.
 
     tools/evaluate.py OUT_DIR [OUT_DIR ...] --tasks all|t1,t2 [--top K | --ids ID,...] [--seeds S]
-                      [--workers N] [--nproc R] [KEY VALUE ...]
+                      [--workers N] [--nproc R] [--compare FILE] [KEY VALUE ...]
 
 Trains each (morphology, task, seed) cell under OUT_DIR/eval/<task>/<id>-s<seed>/ and writes
 OUT_DIR/eval/summary.json and summary.csv (derl.evaluation). Rerun to resume; run it on several
@@ -44,10 +44,10 @@ def main(argv: list[str]) -> int:
             raise EvalError(f"config overrides come in KEY VALUE pairs; {overrides[-1]!r} has no value")
         if min(args.top, args.seeds, workers, args.nproc) < 1:
             raise EvalError("--top, --seeds, --workers and --nproc must be at least 1")
+        if args.compare is not None and (args.compare.is_dir() or not args.compare.parent.is_dir()):
+            raise EvalError(f"--compare {args.compare}: give a file name in an existing folder")
         ids = None if args.ids is None else [i.strip() for i in args.ids.split(",") if i.strip()]
         cells = plan_cells(out_dirs, task_names(args.tasks), args.top, ids, args.seeds, overrides)
-        if args.compare is not None and args.compare.is_dir():
-            raise EvalError(f"--compare {args.compare} is a folder; give a file name")
     except EvalError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

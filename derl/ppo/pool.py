@@ -150,8 +150,8 @@ def _remote_error(payload: bytes | None, text: str) -> BaseException:
     if payload is not None:
         try:
             error = pickle.loads(payload)
-        except Exception:
-            error = None
+        except Exception:  # its class needs arguments it did not pickle: the text will do
+            pass
     if not isinstance(error, BaseException):
         return RuntimeError(f"env subprocess failed:\n{text}")
     error.add_note(f"raised in an env subprocess:\n{text}")
