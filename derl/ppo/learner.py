@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from derl.ppo.distributed import Comm
-from derl.ppo.losses import LossCoefs, Minibatch, compute_gae, minibatch_loss
+from derl.ppo.gradients import loss_and_gradient
+from derl.ppo.losses import LossCoefs, LossTerms, Minibatch, compute_gae, minibatch_loss
 from derl.ppo.networks import ActorCritic
 from derl.ppo.optim import FlatAdam
 from derl.ppo.rollout import Rollout
@@ -78,12 +79,10 @@ class Learner:
         for _ in range(cfg.EPOCHS):
             shuffled = batch.rows(torch.randperm(total, device=self.device))  # one gather per epoch
             for start in range(0, total - size + 1, size):
-                terms = minibatch_loss(self.model, shuffled.rows(slice(start, start + size)), self.coefs, self.amp)
+                terms = self._loss_and_gradient(shuffled.rows(slice(start, start + size)))
                 with torch.no_grad():
                     sums += torch.stack(terms)
                 count += 1
-                self.optimizer.zero_grad()
-                terms.total.backward()
                 if self._average_gradients(terms.approx_kl) > self.kl_limit:
                     stopped = True
                     break
@@ -95,6 +94,19 @@ class Learner:
         stats = {name: float(value) for name, value in zip(STAT_NAMES, means, strict=True)}
         stats["kl_early_stop"] = float(stopped)
         return stats
+
+    def _loss_and_gradient(self, minibatch: Minibatch) -> LossTerms:
+        """The loss terms; the gradient is left in the parameters' ``.grad``.
+
+        In float32 the gradient is the hand-written one (``derl.ppo.gradients``, about 40% less
+        time per minibatch on the CPU); under AMP autograd differentiates the bf16 forward pass.
+        """
+        if not self.amp:
+            return loss_and_gradient(self.model, minibatch, self.coefs)
+        terms = minibatch_loss(self.model, minibatch, self.coefs, amp=True)
+        self.optimizer.zero_grad()
+        terms.total.backward()
+        return terms
 
     def _average_gradients(self, approx_kl: torch.Tensor) -> float:
         """Averages the gradients over the ranks, the KL with them (one all-reduce); returns the KL."""

@@ -21,7 +21,7 @@ def _mlp(in_dim: int, hidden: Sequence[int]) -> nn.ModuleList:
     return nn.ModuleList(nn.Linear(a, b) for a, b in zip((in_dim, *hidden[:-1]), hidden, strict=True))
 
 
-def _tanh_of_temporary(x: torch.Tensor) -> torch.Tensor:
+def tanh_(x: torch.Tensor) -> torch.Tensor:
     """tanh(x) as 2·sigmoid(2x) − 1 (within 2e-7), overwriting ``x``.
 
     The same function, computed the fast way: torch's CPU tanh kernel takes about ten times as
@@ -33,7 +33,7 @@ def _tanh_of_temporary(x: torch.Tensor) -> torch.Tensor:
 def _tanh_mlp(layers: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
     """tanh after every layer, without a module call per layer."""
     for layer in layers:
-        x = _tanh_of_temporary(F.linear(x, layer.weight, layer.bias))
+        x = tanh_(F.linear(x, layer.weight, layer.bias))
     return x
 
 
