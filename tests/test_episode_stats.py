@@ -32,3 +32,22 @@ def test_sums_each_term_and_keeps_final_values():
     env.reset()
     env.step(env.action_space.sample())
     assert env.step(env.action_space.sample())[-1].get("episode") is None
+
+
+class _Changing(_Counter):
+    """Step 2 adds a reward term and a flag that no other step reports, and numpy values."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.t == 2:
+            info = {"out_of_map": True, **info, "__reward__bonus": np.float32(5.0), "metric": 7.0}
+        return obs, reward, terminated, truncated, info
+
+
+def test_info_keys_that_change_between_steps():
+    env = EpisodeStats(_Changing())
+    env.reset()
+    ep = [env.step(env.action_space.sample())[-1] for _ in range(3)][-1]["episode"]
+    assert ep["__reward__bonus"] == 5.0 and type(ep["__reward__bonus"]) is float
+    assert ep["__reward__forward"] == 6.0 and ep["energy"] == 12.0 and ep["length"] == 3
+    assert "out_of_map" not in ep and "metric" not in ep  # a final value is the last step's only

@@ -26,9 +26,9 @@ def _is_summed(key: str) -> bool:
 class EpisodeStats(gym.Wrapper):
     """Adds ``info["episode"]`` (see the module docstring) at the end of each episode.
 
-    Called once per env step: which ``info`` keys are summed is decided once per key name (a dict
-    lookup afterwards), and the final values are read from the last step's ``info`` only when the
-    episode's statistics are asked for.
+    Called once per env step: which keys of an ``info`` are summed is decided once per set of key
+    names (one tuple lookup afterwards, then a loop over the summed keys only), and the final
+    values are read from the last step's ``info`` only when the episode's statistics are asked for.
     """
 
     def __init__(self, env: gym.Env):
@@ -36,7 +36,7 @@ class EpisodeStats(gym.Wrapper):
         self._sums: dict[str, float] = {}
         self._length = 0
         self._last_info: dict[str, Any] = {}
-        self._summed: dict[str, bool] = {}  # info key -> whether it is summed
+        self._summed: dict[tuple[str, ...], tuple[str, ...]] = {}  # info's keys -> those summed
 
     def reset(self, **kwargs) -> tuple[Any, dict]:
         self._sums = {"return": 0.0}
@@ -46,14 +46,14 @@ class EpisodeStats(gym.Wrapper):
 
     def step(self, action) -> tuple[Any, float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        sums, summed = self._sums, self._summed
+        sums = self._sums
         sums["return"] += float(reward)
-        for key, value in info.items():
-            is_summed = summed.get(key)
-            if is_summed is None:
-                is_summed = summed[key] = _is_summed(key)
-            if is_summed:
-                sums[key] = sums.get(key, 0.0) + float(value)
+        keys = tuple(info)
+        summed = self._summed.get(keys)
+        if summed is None:
+            summed = self._summed[keys] = tuple(key for key in keys if _is_summed(key))
+        for key in summed:
+            sums[key] = sums.get(key, 0.0) + float(info[key])
         self._length += 1
         self._last_info = info
         if terminated or truncated:
