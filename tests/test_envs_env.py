@@ -345,3 +345,12 @@ def test_world_needs_exactly_one_ground_module():
     env = UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.MODULES": ["Floor", "Agent"]}))
     obs, _ = env.reset(seed=0)
     assert env.observation_space.contains(obs) and env.arena.extent.x_min == -75
+
+
+def test_agent_indices_become_a_slice_only_when_consecutive():
+    from derl.envs.unimal_env import _as_slice
+
+    assert _as_slice(np.array([3, 4, 5])) == slice(3, 6)
+    scattered = _as_slice(np.array([0, 1, 5]))
+    np.testing.assert_array_equal(scattered, [0, 1, 5])
+    np.testing.assert_array_equal(_as_slice(np.array([], int)), [])

@@ -55,6 +55,18 @@ def _compile(world_xml: str, static: bool) -> mujoco.MjModel:
     return _last_static_model[1]
 
 
+def _as_slice(indices: np.ndarray) -> slice | np.ndarray:
+    """A slice for consecutive indices (the agent's joints precede the props': every task's case),
+    so that adding the reset noise is a view, not a gather and a scatter."""
+    if len(indices) and np.array_equal(indices, np.arange(indices[0], indices[0] + len(indices))):
+        return slice(int(indices[0]), int(indices[0]) + len(indices))
+    return indices
+
+
+def _length(indices: slice | np.ndarray) -> int:
+    return indices.stop - indices.start if isinstance(indices, slice) else len(indices)
+
+
 class UnimalEnv(gym.Env):
     """A UNIMAL morphology doing ``ENV.TASK`` in the task's world.
 
@@ -115,8 +127,9 @@ class UnimalEnv(gym.Env):
             raise ValueError("unimal MJCF has no actuators")
         agent_joints = np.flatnonzero(model.body_rootid[model.jnt_bodyid] == self.head_body)
         ends = np.append(model.jnt_qposadr[1:], model.nq)
-        self._agent_qpos = np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints])
-        self._agent_dofs = np.flatnonzero(model.body_rootid[model.dof_bodyid] == self.head_body)
+        self._agent_qpos = _as_slice(np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints]))
+        self._agent_dofs = _as_slice(np.flatnonzero(model.body_rootid[model.dof_bodyid] == self.head_body))
+        self._noise_split = _length(self._agent_qpos)
         self._noise = float(cfg.ENV.RESET_NOISE_SCALE)
         self._max_steps = int(cfg.ENV.EPISODE_LENGTH)
         self.fall_height = cfg.ENV.STAND_HEIGHT_RATIO * (start_height - cfg.BODY.FLOOR_OFFSET)
@@ -157,11 +170,14 @@ class UnimalEnv(gym.Env):
         return self._observe(), {}
 
     def _add_reset_noise(self, rng: np.random.Generator) -> None:
-        """U(+-RESET_NOISE_SCALE) on the agent's qpos and qvel; the head quaternion renormalised."""
-        qpos, noise = self._qpos, self._noise
-        qpos[self._agent_qpos] += rng.uniform(-noise, noise, len(self._agent_qpos))
-        qpos[3:7] /= np.linalg.norm(qpos[3:7])
-        self._qvel[self._agent_dofs] += rng.uniform(-noise, noise, len(self._agent_dofs))
+        """U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (one draw); the head quaternion
+        renormalised."""
+        split = self._noise_split
+        noise = rng.uniform(-self._noise, self._noise, split + _length(self._agent_dofs))
+        self._qpos[self._agent_qpos] += noise[:split]
+        quat = self._qpos[3:7]
+        quat /= math.sqrt(quat.dot(quat))
+        self._qvel[self._agent_dofs] += noise[split:]
 
     def step(self, action) -> tuple[dict, float, bool, bool, dict[str, Any]]:
         qpos, task, scene = self._qpos, self.task, self.scene
