@@ -137,6 +137,7 @@ class UnimalEnv(gym.Env):
         self._proprio = Proprioception(model, data, cfg.ENV.OBS_TYPES)
         self._qpos, self._qvel, self._ctrl = data.qpos, data.qvel, data.ctrl
         self._qfrc_actuator = data.qfrc_actuator
+        self._warning_counts = data.warning.number  # a live view: no struct wrapper per read
 
     def _init_spaces(self, cfg) -> None:
         sizes = {"proprioceptive": self._proprio.size, **self.task.obs_sizes()}
@@ -186,7 +187,7 @@ class UnimalEnv(gym.Env):
         mujoco.mj_step(self.model, self.data, FRAME_SKIP)
         self._steps += 1
         self._time_floor += self.dt
-        x, y, z = float(qpos[0]), float(qpos[1]), float(qpos[2])
+        x, y, z = qpos[:3].tolist()
         scene.torso_height, out_of_map = self.arena.clearance(x, y, z)
         reward, info = task.reward(scene)
         ctrl_cost = -self._ctrl_weight * float(np.dot(action, action))
@@ -222,9 +223,9 @@ class UnimalEnv(gym.Env):
 
     # ------------------------------------------------------------------ state
     def _new_warnings(self) -> bool:
-        """Whether a MuJoCo warning counter rose since the last call (reading them costs ~1 us,
+        """Whether a MuJoCo warning counter rose since the last call (reading them costs ~2 us,
         so the step reads them every WARNING_CHECK_PERIOD steps)."""
-        count = int(self.data.warning.number.sum())
+        count = int(self._warning_counts.sum())
         rose, self._warnings = count != self._warnings, count
         return rose
 
