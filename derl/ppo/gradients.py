@@ -40,7 +40,7 @@ def _mlp_backward(layers: nn.ModuleList, activations: Activations, grad: torch.T
     input when ``input_grad`` (tanh' = 1 - tanh²)."""
     for i in reversed(range(len(layers))):
         weight, bias, out = layers[i].weight, layers[i].bias, activations[i + 1]
-        grad = torch.addcmul(grad, grad, out * out, value=-1.0)  # gradient of the pre-activation
+        grad = torch.ops.aten.tanh_backward(grad, out)  # grad * (1 - out²): that of the pre-activation
         torch.mm(grad.t(), activations[i], out=weight.grad)
         torch.sum(grad, 0, out=bias.grad)
         grad = torch.mm(grad, weight) if i > 0 or input_grad else None
