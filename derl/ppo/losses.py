@@ -144,7 +144,10 @@ class LossCoefs(NamedTuple):
 
 
 def minibatch_loss(model, batch: Minibatch, coefs: LossCoefs, amp: bool = False) -> LossTerms:
-    """The PPO loss of ``model`` (a ``derl.ppo.networks.ActorCritic``) on one minibatch.
+    """The PPO loss of ``model`` (a ``derl.ppo.networks.ActorCritic``) on one minibatch, for autograd.
+
+    The float32 update takes the gradient of this loss from ``derl.ppo.gradients`` instead (written
+    out by hand, checked against autograd on this function); AMP updates differentiate it here.
 
     With ``amp`` the networks' forward pass runs under bf16 autocast (CUDA only); the
     log-probabilities, ratios and losses are computed in float32 from its outputs.
