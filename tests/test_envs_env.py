@@ -112,6 +112,28 @@ def test_same_seed_same_actions_same_run(name, folder):
         assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("name", ENVS)
+def test_advance_then_step_is_one_step(name, folder):
+    """The pool's split step (all envs' physics first) runs exactly what ``step`` alone runs."""
+    cfg = env_cfg(name)
+    xml = sampled_xml(folder, 2)
+    actions = np.random.default_rng(1).uniform(-1, 1, (60, UnimalEnv(xml, cfg).action_space.shape[0]))
+    whole, split = UnimalEnv(xml, cfg), UnimalEnv(xml, cfg)
+    whole_run = rollout(whole, actions, seed=3)
+    obs, _ = split.reset(seed=3)
+    frames, rewards = [obs], []
+    for action in actions:
+        split.advance(action)
+        obs, reward, terminated, truncated, _ = split.step(action)
+        frames.append(obs)
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    assert rewards == whole_run[1]
+    for a, b in zip(frames, whole_run[0], strict=True):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.parametrize("name", ["vt", "mvt"])
 def test_each_reset_draws_new_terrain_in_place(name):
     env = UnimalEnv(FIXTURE, env_cfg(name))

@@ -121,3 +121,36 @@ def test_a_subprocess_env_error_arrives_with_its_class_and_traceback():
         assert classify(raised.value) == cause
         assert any("raised in an env subprocess" in note and "Traceback" in note
                    for note in raised.value.__notes__)
+
+
+class TwoPhaseEnv(CountingEnv):
+    """Splits a step like UnimalEnv: ``advance(action)`` then ``step(action)``; logs the calls."""
+
+    def __init__(self, index: int, log: list):
+        super().__init__(index)
+        self.log = log
+
+    def advance(self, action):
+        self.log.append(("advance", self.index, float(action[0])))
+
+    def step(self, action):
+        self.log.append(("step", self.index, float(action[0])))
+        return super().step(action)
+
+
+def test_every_env_advances_before_any_steps():
+    log: list = []
+    pool = EnvPool(lambda i: TwoPhaseEnv(i, log), range(3))
+    pool.reset(seed=0)
+    pool.step(np.array([[0.1], [0.2], [0.3]], np.float32))
+    assert [entry[0] for entry in log] == ["advance"] * 3 + ["step"] * 3
+    assert [entry[1:] for entry in log[:3]] == [entry[1:] for entry in log[3:]]  # each env its own action
+
+
+def test_a_wrapper_in_between_keeps_the_plain_step():
+    """A wrapper could change the action between the pool and ``advance``: no split then."""
+    log: list = []
+    pool = EnvPool(lambda i: gym.wrappers.ClipAction(TwoPhaseEnv(i, log)), range(2))
+    pool.reset(seed=0)
+    pool.step(np.zeros((2, 1), np.float32))
+    assert [entry[0] for entry in log] == ["step", "step"]

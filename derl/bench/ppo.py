@@ -77,6 +77,14 @@ def _env_factory(case: dict, cfg, flat: bool):
     return lambda _i: gym.make(case["env_id"])
 
 
+def _pass_advance(wrapper: gym.Wrapper) -> None:
+    """Lets the pool split the wrapped env's steps (``UnimalEnv.advance``, ``derl.ppo.pool``) as it
+    does without the wrapper: these wrappers leave the action unchanged."""
+    advance = getattr(wrapper.env, "advance", None)
+    if advance is not None:
+        wrapper.advance = advance
+
+
 class _StateRecorder(gym.Wrapper):
     """Keeps the full physics state after every reset and the action of every step.
 
@@ -88,6 +96,7 @@ class _StateRecorder(gym.Wrapper):
         super().__init__(env)
         self.log = log
         self._signature = mujoco.mjtState.mjSTATE_INTEGRATION
+        _pass_advance(self)
 
     def reset(self, **kwargs):
         result = self.env.reset(**kwargs)
@@ -114,6 +123,7 @@ class _EpisodeReturns(gym.Wrapper):
         super().__init__(env)
         self.returns = returns
         self._total = 0.0
+        _pass_advance(self)
 
     def reset(self, **kwargs):
         self._total = 0.0

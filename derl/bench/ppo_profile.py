@@ -8,7 +8,7 @@ it (exclusive time), so the components add up to the run:
 component                   what
 ==========================  ===========================================================
 physics                     ``mujoco.mj_step`` (the env's substeps)
-env_python                  the env's ``step`` (and its Gymnasium wrappers) minus physics
+env_python                  the env's ``step`` and ``advance`` (and its wrappers) minus physics
 env_reset                   the env's ``reset`` (episode ends and the first reset)
 episode_bookkeeping         ``EpisodeStats.step``: per-episode sums of the reward terms
 pool                        the pool's lockstep loop: one ``step`` per env, observations copied in
@@ -123,6 +123,8 @@ def _instrumenting_factory(profiler: Profiler, make: Callable[[int], gym.Env]) -
                 done.add(cls)
                 profiler.patch(cls, "step", "env_python")
                 profiler.patch(cls, "reset", "env_reset")
+                if "advance" in vars(cls):  # UnimalEnv's split step: its physics and before_step
+                    profiler.patch(cls, "advance", "env_python")
             if not isinstance(layer, gym.Wrapper):
                 return env
             layer = layer.env

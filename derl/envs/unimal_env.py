@@ -111,6 +111,7 @@ class UnimalEnv(gym.Env):
         self._steps = 0
         self._time_floor = 0.0
         self._warnings = 0
+        self._advanced = False
         self._renderer: mujoco.Renderer | None = None
         self._render_size = (height, width)
         if seed is not None:
@@ -180,11 +181,25 @@ class UnimalEnv(gym.Env):
         quat /= math.sqrt(quat.dot(quat))
         self._qvel[self._agent_dofs] += noise[split:]
 
-    def step(self, action) -> tuple[dict, float, bool, bool, dict[str, Any]]:
-        qpos, task, scene = self._qpos, self.task, self.scene
-        task.before_step(scene)
+    def advance(self, action) -> None:
+        """The physics of a step; the next ``step(action)``, with the same action, does the rest.
+
+        A pool runs every env's physics first, then every env's Python (``derl.ppo.pool``): 32
+        envs' Python back to back stays in the CPU caches that ``mj_step`` would evict between
+        them. Measured end to end (in-process A/B, PPO iterations alternating with the one-phase
+        step): +3% to +10% env steps per CPU-second on the 9-limb issue-13 body, -3% to +3% on a
+        10-limb one, +3% on an 8-limb one (paired medians of 20-40 iterations, noisy host).
+        """
+        self.task.before_step(self.scene)
         self._ctrl[:] = action
         mujoco.mj_step(self.model, self.data, FRAME_SKIP)
+        self._advanced = True
+
+    def step(self, action) -> tuple[dict, float, bool, bool, dict[str, Any]]:
+        if not self._advanced:
+            self.advance(action)
+        self._advanced = False
+        qpos, task, scene = self._qpos, self.task, self.scene
         self._steps += 1
         self._time_floor += self.dt
         x, y, z = qpos[:3].tolist()

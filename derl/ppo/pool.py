@@ -58,6 +58,11 @@ class EnvPool:
         self.action_space = self.envs[0].action_space
         _check_action_space(self.action_space)
         self.layout = ObsLayout.from_space(self.observation_space)
+        # Envs that split a step in two (``advance(action)``, then ``step(action)``; UnimalEnv) have
+        # every env's physics run first. Gymnasium wrappers do not forward ``advance``: a wrapper in
+        # between, which could change the action, keeps the plain step unless it defines one.
+        advances = [getattr(env.env, "advance", None) for env in self.envs]
+        self._advances = advances if all(advances) else None
         n, size = len(self.envs), self.layout.size
         self._obs = np.zeros((n, size), np.float32)
         self._final_obs = np.zeros((n, size), np.float32)
@@ -80,6 +85,9 @@ class EnvPool:
         write, episodes = self.layout.write, []
         obs_buf, final_buf = self._obs, self._final_obs
         rewards, terminated_buf, truncated_buf = self._rewards, self._terminated, self._truncated
+        if self._advances is not None:
+            for advance, action in zip(self._advances, actions, strict=True):
+                advance(action)
         for row, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
             obs, reward, terminated, truncated, info = env.step(action)
             rewards[row] = reward
