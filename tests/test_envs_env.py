@@ -132,6 +132,10 @@ def test_advance_then_step_is_one_step(name, folder):
     assert rewards == whole_run[1]
     for a, b in zip(frames, whole_run[0], strict=True):
         assert all(np.array_equal(a[k], b[k]) for k in a)
+    split.advance(actions[0])
+    split.reset(seed=4)  # drops the pending advance: the next step runs its own physics
+    split.step(actions[0])
+    assert split.data.time == pytest.approx(split.dt)
 
 
 @pytest.mark.parametrize("name", ["vt", "mvt"])

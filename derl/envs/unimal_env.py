@@ -166,6 +166,7 @@ class UnimalEnv(gym.Env):
         mujoco.mj_forward(model, data)
         self.task.start(scene)
         self._steps = 0
+        self._advanced = False  # an advance() not followed by its step() is dropped with the episode
         self._time_floor = -self._half_substep
         self._new_warnings()
         scene.torso_height, _ = self.arena.clearance(*self._qpos[0:3].tolist())
