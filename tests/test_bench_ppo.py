@@ -36,3 +36,14 @@ def test_episode_returns_are_the_raw_sums_of_finished_episodes_only():
     env.reset()
     env.step(env.action_space.sample())  # an episode in progress is not counted
     assert returns == [10.0, 10.0]  # 1 + 2 + 3 + 4
+
+
+def test_paired_medians_take_ratios_within_each_repeat():
+    from derl.bench.ppo import paired_medians
+
+    # Repeat 2 ran on a host twice as slow: within-repeat ratios stay 1.5, 0.6, 0.75 and 0.4.
+    derl, sb3 = [9000.0, 4500.0, 9300.0], [6000.0, 3000.0, 6000.0]
+    physics, lockstep = [15000.0, 7500.0, 15000.0], [12000.0, 6000.0, 12000.0]
+    medians = paired_medians(derl, sb3, physics, lockstep)
+    assert medians == {"speedup_derl_over_sb3": 1.5, "derl_vs_physics_alone": 0.6,
+                       "derl_vs_lockstep_physics": 0.75, "sb3_vs_physics_alone": 0.4}

@@ -10,13 +10,16 @@ gets the flattened observation (``make_env(flat=True)``) and a DummyVecEnv of Mo
 Per trainer: env steps per CPU second of the worker, end to end (building the envs, normalisers
 and networks included, one-off imports excluded for both; CPU time because the machine is
 shared), the same per wall-clock second, ``loop_steps_per_sec`` (collection + updates only), the
-collection/update split, and peak RSS of the worker process. The run with the least CPU time of
-``--repeats`` counts; all are listed. ``physics_steps_per_cpu_sec`` replays derl's run (same seed,
-so the same trajectories) through ``mj_step`` x frame_skip alone; ``vs_physics_alone`` is a
-trainer's end-to-end rate over it (1.0 would mean the learner and the env's Python cost nothing).
-``lockstep_physics_steps_per_cpu_sec`` replays the same steps with the 32 envs in lockstep, as a
-trainer steps them: ``mj_step`` is slower there (the envs' data leave the caches between their steps),
-so ``derl_vs_lockstep_physics`` is the share of a lockstep trainer's own physics limit.
+collection/update split, and peak RSS of the worker process. Each of ``--repeats`` repeats runs
+derl, SB3 and a recording derl run, one after the other. The recording run's trajectories (same
+seed, so the same as derl's) are replayed through ``mj_step`` x frame_skip alone
+(``physics_steps_per_cpu_sec``) and with the 32 envs in lockstep, as a trainer steps them
+(``lockstep_physics_steps_per_cpu_sec``: ``mj_step`` is slower there, the envs' data leave the
+caches between their steps). ``vs_physics_alone`` is a trainer's end-to-end rate over the first
+(1.0 would mean the learner and the env's Python cost nothing), ``derl_vs_lockstep_physics`` over
+the second. The top-level figures take each trainer's least disturbed run (least CPU time) and the
+fastest replays; ``paired_medians`` takes the ratios within each repeat, then their median: on a
+shared host whose speed drifts between minutes, quote those.
 
 ``--return-iters N`` also trains both for N iterations with ``--seeds`` seeds each and reports the
 mean return of the last 100 episodes at that equal env-step budget. Needs ``requirements-bench.txt``.
@@ -187,7 +190,9 @@ def _lockstep_physics_seconds(recorders: list[_StateRecorder]) -> float:
     return total
 
 
-def _run_ours(case: dict, iters: int, seed: int, record: bool) -> dict:
+def _run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: bool) -> dict:
+    """One derl training; ``with_returns`` adds the episode-return wrapper (return runs only: speed
+    runs time derl as a worker runs it), ``record`` the physics replay after it."""
     from derl.ppo import OnIteration, train
 
     cfg = _config(case, iters)
@@ -196,7 +201,7 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool) -> dict:
     returns: list[float] = []
 
     def make(i):
-        env = _EpisodeReturns(base(i), returns)
+        env = _EpisodeReturns(base(i), returns) if with_returns else base(i)
         if record:
             recorded.append(_StateRecorder(env, []))
             return recorded[-1]
@@ -286,7 +291,8 @@ def _run_profiled(case: dict, iters: int, seed: int) -> dict:
 
 def _child(spec: dict) -> dict:
     if spec["trainer"] == "ours":
-        out = _run_ours(spec["case"], spec["iters"], spec["seed"], spec.get("record", False))
+        out = _run_ours(spec["case"], spec["iters"], spec["seed"], spec.get("record", False),
+                        spec.get("returns", False))
     elif spec["trainer"] == "profile":
         out = _run_profiled(spec["case"], spec["iters"], spec["seed"])
     else:
@@ -321,6 +327,10 @@ def _ft_case(args: argparse.Namespace, folder: Path) -> dict:
             "num_limbs": genome.num_limbs}
 
 
+def _rate(run: dict) -> float:
+    return run["env_steps"] / run["cpu_seconds"]
+
+
 def _summarise(runs: list[dict], physics_rate: float) -> dict:
     """The least disturbed run (the machine is shared) and the spread of all runs.
 
@@ -329,10 +339,9 @@ def _summarise(runs: list[dict], physics_rate: float) -> dict:
     """
     best = min(runs, key=lambda r: r["cpu_seconds"])
     busy = best["collect_seconds"] + best["update_seconds"]
-    rate = best["env_steps"] / best["cpu_seconds"]
     return {
-        "steps_per_cpu_sec": round(rate, 1),
-        "all_steps_per_cpu_sec": [round(r["env_steps"] / r["cpu_seconds"], 1) for r in runs],
+        "steps_per_cpu_sec": round(_rate(best), 1),
+        "all_steps_per_cpu_sec": [round(_rate(r), 1) for r in runs],
         "steps_per_sec": round(best["env_steps"] / best["wall_time"], 1),
         "loop_steps_per_sec": round(best["env_steps"] / busy, 1),
         "all_steps_per_sec": [round(r["env_steps"] / r["wall_time"], 1) for r in runs],
@@ -340,26 +349,48 @@ def _summarise(runs: list[dict], physics_rate: float) -> dict:
         "collect_share": round(best["collect_seconds"] / busy, 3),
         "update_share": round(best["update_seconds"] / busy, 3),
         "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs), 1),
-        "vs_physics_alone": round(rate / physics_rate, 3),
+        "vs_physics_alone": round(_rate(best) / physics_rate, 3),
+    }
+
+
+def paired_medians(derl: list[float], sb3: list[float], physics: list[float], lockstep: list[float]) -> dict:
+    """Medians over the repeats of ratios taken within each repeat (rates in env steps per CPU-second).
+
+    One repeat runs derl, SB3 and the physics replay one after the other, so the ratios within it
+    share the host's speed of that minute; the best-of figures do not (a shared host drifts by
+    tens of percent between minutes), and these medians are the figures to quote.
+    """
+    def median(values) -> float:
+        return round(float(np.median(list(values))), 3)
+
+    return {
+        "speedup_derl_over_sb3": median(d / s for d, s in zip(derl, sb3, strict=True)),
+        "derl_vs_physics_alone": median(d / p for d, p in zip(derl, physics, strict=True)),
+        "derl_vs_lockstep_physics": median(d / p for d, p in zip(derl, lockstep, strict=True)),
+        "sb3_vs_physics_alone": median(s / p for s, p in zip(sb3, physics, strict=True)),
     }
 
 
 def _speed(case: dict, args: argparse.Namespace) -> dict:
-    runs: dict[str, list[dict]] = {"derl": [], "sb3": []}
+    runs: dict[str, list[dict]] = {"derl": [], "sb3": [], "physics": []}
     for _ in range(args.repeats):
         runs["derl"].append(_spawn({"trainer": "ours", "case": case, "iters": args.iters, "seed": 0}))
         runs["sb3"].append(_spawn({"trainer": "sb3", "case": case, "iters": args.iters, "seed": 0}))
-    physics = _spawn({"trainer": "ours", "case": case, "iters": args.iters, "seed": 0, "record": True})
-    physics_rate = physics["physics_steps"] / physics["physics_seconds"]
-    report = {name: _summarise(trainer_runs, physics_rate) for name, trainer_runs in runs.items()}
+        runs["physics"].append(_spawn({"trainer": "ours", "case": case, "iters": args.iters, "seed": 0,
+                                       "record": True}))
+    physics_rates = [r["physics_steps"] / r["physics_seconds"] for r in runs["physics"]]
+    lockstep_rates = [r["physics_steps"] / r["lockstep_physics_seconds"] for r in runs["physics"]]
+    physics_rate, lockstep_rate = max(physics_rates), max(lockstep_rates)
+    report = {name: _summarise(runs[name], physics_rate) for name in ("derl", "sb3")}
     report["physics_steps_per_cpu_sec"] = round(physics_rate, 1)
-    lockstep_rate = physics["physics_steps"] / physics["lockstep_physics_seconds"]
     report["lockstep_physics_steps_per_cpu_sec"] = round(lockstep_rate, 1)
     report["derl_vs_lockstep_physics"] = round(report["derl"]["steps_per_cpu_sec"] / lockstep_rate, 3)
     derl, sb3 = report["derl"], report["sb3"]
     report["speedup_derl_over_sb3"] = round(derl["steps_per_cpu_sec"] / sb3["steps_per_cpu_sec"], 3)
     report["wall_speedup_derl_over_sb3"] = round(derl["steps_per_sec"] / sb3["steps_per_sec"], 3)
     report["loop_speedup_derl_over_sb3"] = round(derl["loop_steps_per_sec"] / sb3["loop_steps_per_sec"], 3)
+    report["paired_medians"] = paired_medians([_rate(r) for r in runs["derl"]], [_rate(r) for r in runs["sb3"]],
+                                              physics_rates, lockstep_rates)
     return report
 
 
@@ -378,7 +409,7 @@ def _profile(case: dict, args: argparse.Namespace) -> dict:
 def _returns(case: dict, args: argparse.Namespace) -> dict:
     report = {"env_steps": args.return_iters * 32 * 128}
     for trainer, name in (("ours", "derl"), ("sb3", "sb3")):
-        specs = [{"trainer": trainer, "case": case, "iters": args.return_iters, "seed": seed}
+        specs = [{"trainer": trainer, "case": case, "iters": args.return_iters, "seed": seed, "returns": True}
                  for seed in range(args.seeds)]
         finals = [_spawn(spec)["final_return"] for spec in specs]
         report[name] = {"final_returns": finals, "mean": float(np.mean(finals)), "std": float(np.std(finals))}
