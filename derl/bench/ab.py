@@ -1,0 +1,117 @@
+"""PPO throughput of this checkout against another git revision, in one process, iterations alternating.
+
+On a shared machine, runs a minute apart differ by tens of percent, more than most optimisations
+buy. Two trainings in one process, one PPO iteration of each in turn, see the same machine: the
+median of the per-pair speed ratios resolves changes of a few percent (A/A runs, ``--base HEAD``
+on a clean checkout, 30-40 iterations on the 2-core development machine: 0.97, 1.02, 1.01). The
+other revision's ``derl`` package and ``configs`` are taken with ``git archive`` into a temporary
+folder and imported as ``derl_base`` (its ``derl`` imports rewritten). Both train the same body on
+the FT preset from the same seed, with DERL's PPO defaults (32 envs x 128 steps), one torch
+thread, envs in the process. Each keeps its own torch generator state between its iterations (the
+global one is swapped in and out), so each is the training it would be alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_PACKAGE = "derl_base"
+_IMPORT = re.compile(r"^(\s*)(from|import) derl(?=[.\s])", re.MULTILINE)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base", required=True, help="git revision to compare against (e.g. HEAD~3, a tag)")
+    parser.add_argument("--xml", type=Path, help="unimal MJCF (default: the ppo benchmark's seeded genome)")
+    parser.add_argument("--iters", type=int, default=30, help="PPO iterations of each, alternating")
+
+
+def rename_imports(source: str) -> str:
+    """``from derl.x import y`` / ``import derl.x`` -> the same from ``derl_base``."""
+    return _IMPORT.sub(rf"\1\2 {BASE_PACKAGE}", source)
+
+
+def extract_revision(revision: str, folder: Path) -> None:
+    """``derl`` of ``revision`` as ``folder/derl_base`` (imports renamed), its ``configs`` beside it."""
+    try:
+        archive = subprocess.run(["git", "archive", revision, "derl", "configs"], cwd=ROOT,
+                                 capture_output=True, check=True).stdout
+    except subprocess.CalledProcessError as err:
+        raise SystemExit(f"error: git archive {revision!r} failed: {err.stderr.decode().strip()}") from None
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "derl").rename(folder / BASE_PACKAGE)
+    for path in (folder / BASE_PACKAGE).rglob("*.py"):
+        path.write_text(rename_imports(path.read_text()))
+
+
+class _Training:
+    """One PPO of a package (``derl`` or ``derl_base``), stepped an iteration at a time."""
+
+    def __init__(self, package: str, xml: Path, iters: int):
+        config = importlib.import_module(f"{package}.config")
+        envs = importlib.import_module(f"{package}.envs")
+        trainer = importlib.import_module(f"{package}.ppo.trainer")
+        cfg = config.load_preset("ft", {"PPO.NUM_ENVS": 32, "PPO.TIMESTEPS": 128, "TORCH_THREADS": 1,
+                                        "PPO.MAX_STATE_ACTION_PAIRS": 32 * 128 * (iters + 1), "DEVICE": "cpu"})
+        self.ppo = trainer.PPO(cfg, lambda _i: envs.make_env(cfg, str(xml)), seed=0)
+        self.ppo.collector.reset(0)
+        self.rng_state = torch.get_rng_state()
+        self.seconds: list[float] = []
+
+    def iterate(self) -> None:
+        torch.set_rng_state(self.rng_state)
+        started = time.process_time()
+        self.ppo.iterate()
+        self.seconds.append(time.process_time() - started)
+        self.rng_state = torch.get_rng_state()
+
+    def close(self) -> None:
+        self.ppo.pool.close()
+        self.ppo.learner.close()
+
+
+def compare(base: list[float], new: list[float]) -> dict:
+    """Seconds per iteration of each, alternating pairs -> medians and the median speed ratio."""
+    return {
+        "base_median_seconds": round(statistics.median(base), 4),
+        "new_median_seconds": round(statistics.median(new), 4),
+        "speedup_paired_median": round(statistics.median(b / n for b, n in zip(base, new, strict=True)), 4),
+        "speedup_of_totals": round(sum(base) / sum(new), 4),
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    from derl.bench.ppo import FT_GENOME_SEED, _ft_case
+
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        extract_revision(args.base, folder)
+        xml = args.xml.resolve() if args.xml else Path(_ft_case(argparse.Namespace(xml=None), folder)["xml"])
+        sys.path.insert(0, str(folder))
+        trainings: dict[str, _Training] = {}
+        try:
+            trainings["base"] = _Training(BASE_PACKAGE, xml, args.iters)
+            trainings["new"] = _Training("derl", xml, args.iters)
+            for i in range(args.iters):
+                for name in ("base", "new") if i % 2 == 0 else ("new", "base"):
+                    trainings[name].iterate()
+        finally:
+            sys.path.remove(str(folder))
+            for training in trainings.values():
+                training.close()
+    body = str(args.xml) if args.xml else f"random_genome seed {FT_GENOME_SEED}"
+    return {"base": args.base, "body": body, "iters": args.iters,
+            **compare(trainings["base"].seconds, trainings["new"].seconds)}
