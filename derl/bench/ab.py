@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import io
 import re
 import statistics
@@ -55,6 +56,18 @@ def extract_revision(revision: str, folder: Path) -> None:
     (folder / "derl").rename(folder / BASE_PACKAGE)
     for path in (folder / BASE_PACKAGE).rglob("*.py"):
         path.write_text(rename_imports(path.read_text()))
+
+
+def _load_package(path: Path) -> None:
+    """Imports the package in ``path`` under its folder's name; its submodules then import from there
+    (importlib's recipe for a package outside ``sys.path``)."""
+    name = path.name
+    for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+        del sys.modules[module]  # a previous comparison's
+    spec = importlib.util.spec_from_file_location(name, path / "__init__.py", submodule_search_locations=[str(path)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
 
 
 class _Training:
@@ -100,7 +113,7 @@ def run(args: argparse.Namespace) -> dict:
         folder = Path(folder)
         extract_revision(args.base, folder)
         xml = args.xml.resolve() if args.xml else Path(_ft_case(argparse.Namespace(xml=None), folder)["xml"])
-        sys.path.insert(0, str(folder))
+        _load_package(folder / BASE_PACKAGE)
         trainings: dict[str, _Training] = {}
         try:
             trainings["base"] = _Training(BASE_PACKAGE, xml, args.iters)
@@ -109,7 +122,6 @@ def run(args: argparse.Namespace) -> dict:
                 for name in ("base", "new") if i % 2 == 0 else ("new", "base"):
                     trainings[name].iterate()
         finally:
-            sys.path.remove(str(folder))
             for training in trainings.values():
                 training.close()
     body = str(args.xml) if args.xml else f"random_genome seed {FT_GENOME_SEED}"
