@@ -22,16 +22,9 @@ import torch
 from torch import nn
 
 from derl.ppo.losses import LOG_SQRT_2PI, LossCoefs, LossTerms, Minibatch
-from derl.ppo.networks import ActorCritic, Encoder, tanh_
+from derl.ppo.networks import ActorCritic, Encoder
 
-Activations = list[torch.Tensor]  # a tanh MLP's input, then every layer's output
-
-
-def _mlp_forward(layers: nn.ModuleList, x: torch.Tensor) -> Activations:
-    activations = [x]
-    for layer in layers:
-        activations.append(tanh_(torch.addmm(layer.bias, activations[-1], layer.weight.t())))
-    return activations
+Activations = list[torch.Tensor]  # a tanh MLP's input, then every layer's output (networks.tanh_mlp)
 
 
 def _mlp_backward(layers: nn.ModuleList, activations: Activations, grad: torch.Tensor,
@@ -52,11 +45,7 @@ class _EncoderPass:
 
     def __init__(self, encoder: Encoder, obs: torch.Tensor):
         self.encoder = encoder
-        self.per_key = [_mlp_forward(mlp, obs[:, part]) for mlp, part in zip(encoder.per_key, encoder.slices,
-                                                                              strict=True)]
-        self.combined = None
-        if encoder.combine is not None:
-            self.combined = _mlp_forward(encoder.combine, torch.cat([a[-1] for a in self.per_key], dim=1))
+        self.per_key, self.combined = encoder.activations(obs)
 
     @property
     def features(self) -> torch.Tensor:

@@ -30,11 +30,12 @@ def tanh_(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x.mul_(2)).mul(2).sub_(1)
 
 
-def _tanh_mlp(layers: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
-    """tanh after every layer, without a module call per layer."""
+def tanh_mlp(layers: nn.ModuleList, x: torch.Tensor) -> list[torch.Tensor]:
+    """The input, then every layer's output, of ``layers`` with tanh after each (no module calls)."""
+    activations = [x]
     for layer in layers:
-        x = tanh_(F.linear(x, layer.weight, layer.bias))
-    return x
+        activations.append(tanh_(F.linear(activations[-1], layer.weight, layer.bias)))
+    return activations
 
 
 class Encoder(nn.Module):
@@ -50,11 +51,16 @@ class Encoder(nn.Module):
             self.combine = _mlp(hidden[-1] * len(layout.keys), feat_hidden)
             self.out_dim = feat_hidden[-1]
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def activations(self, obs: torch.Tensor) -> tuple[list[list[torch.Tensor]], list[torch.Tensor] | None]:
+        """Per key, its MLP's ``tanh_mlp`` activations; then the combining MLP's (None for one key)."""
+        per_key = [tanh_mlp(mlp, obs[:, part]) for mlp, part in zip(self.per_key, self.slices, strict=True)]
         if self.combine is None:
-            return _tanh_mlp(self.per_key[0], obs)
-        parts = [_tanh_mlp(mlp, obs[:, part]) for mlp, part in zip(self.per_key, self.slices, strict=True)]
-        return _tanh_mlp(self.combine, torch.cat(parts, dim=-1))
+            return per_key, None
+        return per_key, tanh_mlp(self.combine, torch.cat([key[-1] for key in per_key], dim=-1))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        per_key, combined = self.activations(obs)
+        return (combined or per_key[0])[-1]
 
 
 class ActorCritic(nn.Module):
