@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from derl.bench.ppo import FT_GENOME_SEED, ft_case, speed_overrides
+
 ROOT = Path(__file__).resolve().parents[2]
 BASE_PACKAGE = "derl_base"
 _IMPORT = re.compile(r"^(\s*)(from|import) derl(?=[.\s])", re.MULTILINE)
@@ -77,8 +79,7 @@ class _Training:
         config = importlib.import_module(f"{package}.config")
         envs = importlib.import_module(f"{package}.envs")
         trainer = importlib.import_module(f"{package}.ppo.trainer")
-        cfg = config.load_preset("ft", {"PPO.NUM_ENVS": 32, "PPO.TIMESTEPS": 128, "TORCH_THREADS": 1,
-                                        "PPO.MAX_STATE_ACTION_PAIRS": 32 * 128 * (iters + 1), "DEVICE": "cpu"})
+        cfg = config.load_preset("ft", speed_overrides(iters))
         self.ppo = trainer.PPO(cfg, lambda _i: envs.make_env(cfg, str(xml)), seed=0)
         self.ppo.collector.reset(0)
         self.rng_state = torch.get_rng_state()
@@ -107,12 +108,10 @@ def compare(base: list[float], new: list[float]) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from derl.bench.ppo import FT_GENOME_SEED, _ft_case
-
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         extract_revision(args.base, folder)
-        xml = args.xml.resolve() if args.xml else Path(_ft_case(argparse.Namespace(xml=None), folder)["xml"])
+        xml = Path(ft_case(args.xml, folder)["xml"])
         _load_package(folder / BASE_PACKAGE)
         trainings: dict[str, _Training] = {}
         try:

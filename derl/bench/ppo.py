@@ -62,14 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # ----------------------------------------------------------------------------- child process
+def speed_overrides(iters: int) -> dict:
+    """One worker with DERL's PPO shape: 32 envs x 128 steps for ``iters`` iterations, one torch thread."""
+    return {"PPO.NUM_ENVS": 32, "PPO.TIMESTEPS": 128, "PPO.MAX_STATE_ACTION_PAIRS": iters * 32 * 128,
+            "TORCH_THREADS": 1, "DEVICE": "cpu"}
+
+
 def _config(case: dict, iters: int):
     """The FT evolution config for unimals, the defaults for Gymnasium envs; DERL's PPO keys."""
     from derl.config import load_config
 
-    cfg_file = FT_CONFIG if case["kind"] == "unimal" else None
-    overrides = {"PPO.NUM_ENVS": 32, "PPO.TIMESTEPS": 128, "PPO.MAX_STATE_ACTION_PAIRS": iters * 32 * 128,
-                 "TORCH_THREADS": 1, "DEVICE": "cpu"}
-    return load_config(cfg_file, overrides)
+    return load_config(FT_CONFIG if case["kind"] == "unimal" else None, speed_overrides(iters))
 
 
 def _env_factory(case: dict, cfg, flat: bool):
@@ -313,9 +316,10 @@ def _spawn(spec: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _ft_case(args: argparse.Namespace, folder: Path) -> dict:
-    if args.xml is not None:
-        return {"kind": "unimal", "xml": str(args.xml.resolve()), "genome": None}
+def ft_case(xml: Path | None, folder: Path) -> dict:
+    """The FT case on the unimal ``xml``, or on the seeded random genome (its MJCF written to ``folder``)."""
+    if xml is not None:
+        return {"kind": "unimal", "xml": str(xml.resolve()), "genome": None}
     from derl.config import load_config
     from derl.morphology import random_genome, to_mjcf
 
@@ -420,7 +424,7 @@ def run(args: argparse.Namespace) -> dict:
     results: dict = {"iters": args.iters, "env_steps_per_run": args.iters * 32 * 128, "cases": {}}
     with tempfile.TemporaryDirectory() as folder:
         for name in args.envs.split(","):
-            case = _ft_case(args, Path(folder)) if name == "ft" else {"kind": "gym", "env_id": name}
+            case = ft_case(args.xml, Path(folder)) if name == "ft" else {"kind": "gym", "env_id": name}
             measure = _profile if args.profile else _speed
             entry = {"case": {k: v for k, v in case.items() if k != "xml" or args.xml}, **measure(case, args)}
             if args.return_iters > 0:
