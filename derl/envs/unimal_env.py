@@ -130,7 +130,6 @@ class UnimalEnv(gym.Env):
         ends = np.append(model.jnt_qposadr[1:], model.nq)
         self._agent_qpos = _as_slice(np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints]))
         self._agent_dofs = _as_slice(np.flatnonzero(model.body_rootid[model.dof_bodyid] == self.head_body))
-        self._noise_split = _length(self._agent_qpos)
         self._noise = float(cfg.ENV.RESET_NOISE_SCALE)
         self._max_steps = int(cfg.ENV.EPISODE_LENGTH)
         self.fall_height = cfg.ENV.STAND_HEIGHT_RATIO * (start_height - cfg.BODY.FLOOR_OFFSET)
@@ -175,7 +174,7 @@ class UnimalEnv(gym.Env):
     def _add_reset_noise(self, rng: np.random.Generator) -> None:
         """U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (one draw); the head quaternion
         renormalised."""
-        split = self._noise_split
+        split = _length(self._agent_qpos)
         noise = rng.uniform(-self._noise, self._noise, split + _length(self._agent_dofs))
         self._qpos[self._agent_qpos] += noise[:split]
         quat = self._qpos[3:7]
