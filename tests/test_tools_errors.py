@@ -108,6 +108,8 @@ CASES = {
     "status: missing run": ["tools/status.py", "missing"],
     "status: not a run": ["tools/status.py", "bad_genomes"],
     "bench: unknown benchmark": ["tools/bench.py", "nonsense"],
+    "bench env: unknown env": ["tools/bench.py", "env", "--envs", "nonsense"],
+    "bench ab: unknown revision": ["tools/bench.py", "ab", "--base", "no-such-rev"],
     "evaluate: missing run": ["tools/evaluate.py", "missing", "--tasks", "point_nav"],
     "evaluate: unknown task": ["tools/evaluate.py", "run", "--tasks", "nonsense"],
     "evaluate: crafted id": ["tools/evaluate.py", "run", "--tasks", "point_nav", "--ids", "../../escaped"],

@@ -24,7 +24,14 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
-    text = json.dumps(module.run(args), indent=2)
+    try:
+        result = module.run(args)
+    except SystemExit as err:  # a benchmark's "error: ..." on bad input: one line, exit 2 as every tool
+        if not isinstance(err.code, str):
+            raise
+        print(err.code, file=sys.stderr)
+        raise SystemExit(2) from None
+    text = json.dumps(result, indent=2)
     print(text)
     if args.out:
         atomic_write_text(args.out, text + "\n")

@@ -53,6 +53,8 @@ def extract_revision(revision: str, folder: Path) -> None:
                                  capture_output=True, check=True).stdout
     except subprocess.CalledProcessError as err:
         raise SystemExit(f"error: git archive {revision!r} failed: {err.stderr.decode().strip()}") from None
+    except FileNotFoundError:
+        raise SystemExit("error: bench ab needs git on the PATH") from None
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
     (folder / "derl").rename(folder / BASE_PACKAGE)
