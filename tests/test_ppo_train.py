@@ -65,6 +65,33 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     ppo.pool.close()
 
 
+@pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")
+def test_load_policy_on_a_non_cpu_device_keeps_the_normaliser_on_the_cpu(tmp_path, monkeypatch):
+    # A CUDA stand-in: "meta" tensors, like CUDA ones, cannot become NumPy arrays.
+    ppo = PPO(_cfg(), _pendulum, seed=0)
+    ppo.collector.reset(0)
+    ppo.iterate()
+    path = tmp_path / "model.pt"
+    ppo.save(path, None)
+    ppo.pool.close()
+    monkeypatch.setattr("derl.ppo.policy.resolve_device", lambda name: torch.device("meta"))
+    policy = load_policy(path, device="cuda")
+    assert policy.model.log_std.device.type == "meta"
+    np.testing.assert_array_equal(policy.obs_norm.state_dict()["mean"], ppo.obs_norm.state_dict()["mean"])
+
+
+def test_minibatch_order_is_drawn_on_the_cpu_generator(monkeypatch):
+    # Checkpoints keep torch.get_rng_state(), the CPU generator's: an order drawn on a GPU's own
+    # generator would restart from the seed at every resume.
+    ppo = PPO(_cfg(), _pendulum, seed=0)
+    ppo.collector.reset(0)
+    draws, randperm = [], torch.randperm
+    monkeypatch.setattr(torch, "randperm", lambda *args, **kwargs: draws.append(kwargs) or randperm(*args, **kwargs))
+    ppo.iterate()
+    ppo.pool.close()
+    assert draws and all(kwargs.get("device") is None and "generator" not in kwargs for kwargs in draws)
+
+
 def test_resume_continues_step_count_and_learning_rate(tmp_path):
     cfg = _cfg(iters=4, CHECKPOINT_PERIOD=1)
     ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"

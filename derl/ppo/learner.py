@@ -77,7 +77,8 @@ class Learner:
         sums = torch.zeros(len(STAT_NAMES), device=self.device)
         count, stopped = 0, False
         for _ in range(cfg.EPOCHS):
-            shuffled = batch.rows(torch.randperm(total, device=self.device))  # one gather per epoch
+            # One gather per epoch; the order comes from the CPU generator, the one checkpoints keep.
+            shuffled = batch.rows(torch.randperm(total).to(self.device))
             for start in range(0, total - size + 1, size):
                 terms = self._loss_and_gradient(shuffled.rows(slice(start, start + size)))
                 with torch.no_grad():

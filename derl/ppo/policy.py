@@ -52,7 +52,7 @@ class Policy:
 def load_policy(checkpoint_path: str | Path, device: str = "cpu") -> Policy:
     """Loads the actor and observation statistics of a ``derl.ppo.train`` checkpoint."""
     torch_device = resolve_device(device)
-    state = load_checkpoint(checkpoint_path, torch_device)
+    state = load_checkpoint(checkpoint_path)  # on the CPU: the normaliser's statistics are NumPy arrays
     spec = state["model_spec"]
     layout = ObsLayout.from_dict(spec["layout"])
     model = ActorCritic(layout, spec["action_dim"], spec["hidden"], spec["feat_hidden"]).to(torch_device)
