@@ -10,7 +10,14 @@ import torch
 from derl.config import load_config
 from derl.evolution.coordinator import DEFAULT_WORKER_GPU_BYTES, worker_devices, worker_memory_estimate
 from derl.evolution.storage import RunDir
-from derl.ppo.device import assign_device, max_workers_on_gpus, parse_free_memory, resolve_device
+from derl.ppo.device import (
+    DeviceError,
+    assign_device,
+    learner_device,
+    max_workers_on_gpus,
+    parse_free_memory,
+    resolve_device,
+)
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 MIB = 2**20
@@ -32,6 +39,19 @@ def test_workers_go_round_robin_over_the_visible_gpus():
         assign_device("cuda", 0, 0)
     with pytest.raises(ValueError, match="DEVICE must be"):
         assign_device("gpu", 0, 1)
+
+
+def test_data_parallel_ranks_never_share_a_gpu(monkeypatch):
+    monkeypatch.setattr("derl.ppo.device.visible_gpu_count", lambda: 2)
+    monkeypatch.setattr("derl.ppo.device.resolve_device", torch.device)  # no GPU here to resolve
+    assert [learner_device("cuda", r, 2) for r in range(2)] == [torch.device("cuda:0"), torch.device("cuda:1")]
+    assert learner_device("auto", 3, 1) == torch.device("cuda:1")  # one rank alone: round-robin is harmless
+    with pytest.raises(DeviceError, match="local rank 2 but 2 GPU"):
+        learner_device("cuda", 2, 3)
+    with pytest.raises(ValueError, match="use DEVICE cuda"):
+        learner_device("cuda:1", 0, 2)
+    monkeypatch.setattr("derl.ppo.device.visible_gpu_count", lambda: 0)
+    assert learner_device("auto", 5, 8) == torch.device("cpu")  # CPU ranks (gloo)
 
 
 def test_free_memory_follows_cuda_visible_devices_order():

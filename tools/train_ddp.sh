@@ -7,7 +7,8 @@
 #
 #   --gpus N     N ranks, one per visible GPU (CUDA_VISIBLE_DEVICES decides which); adds DEVICE cuda
 #                before your KEY VALUE overrides (yours win). Default: every visible GPU.
-#   --nproc N    N CPU ranks (gloo), whatever the GPUs. Default without GPUs: every usable core.
+#   --nproc N    N CPU ranks (gloo), whatever the GPUs; adds DEVICE cpu before your overrides.
+#                Default without GPUs: every usable core.
 #   --nnodes M --node-rank K --master HOST:PORT
 #                M machines; run the same command on each with its K (0 on HOST). The output
 #                folder should be shared (rank 0 writes it; every rank reads the MJCF).
@@ -50,6 +51,7 @@ if [[ -z "$nproc" ]]; then  # torch counts the GPUs as the ranks will see them (
 fi
 if [[ -n "$nproc" ]]; then
     ranks="$nproc"
+    device_args=(DEVICE cpu)
 elif [[ -n "$gpus" || "$visible" -gt 0 ]]; then
     ranks="${gpus:-$visible}"
     [[ "$ranks" -le "$visible" ]] || die "--gpus $ranks but $visible GPU(s) visible (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset})"

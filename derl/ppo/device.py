@@ -115,14 +115,19 @@ def max_workers_on_gpus(free_bytes: list[int], per_worker_bytes: int) -> int:
 def learner_device(name: str, local_rank: int, world_size: int) -> torch.device:
     """The learner's device for ``DEVICE`` ``name`` on one rank of a (possibly data-parallel) run.
 
-    ``cuda`` and ``auto`` put local rank ``r`` on ``cuda:(r mod visible GPUs)``; one rank alone
-    takes ``cuda:0``.
+    ``cuda`` and ``auto`` put local rank ``r`` on ``cuda:r``; one rank alone takes ``cuda:0``.
+    Data-parallel ranks never share a GPU: NCCL refuses two ranks on one device.
 
     Raises:
-        ValueError: as ``resolve_device``; or ``cuda:N`` with several ranks (they would share one GPU).
+        ValueError: as ``resolve_device``; or several ranks on one GPU (``cuda:N``, or more local
+            ranks than visible GPUs).
     """
     if world_size > 1 and name.startswith("cuda:"):
         raise ValueError(f"DEVICE {name} with {world_size} ranks: use DEVICE cuda (rank r takes cuda:LOCAL_RANK)")
     if name in ("cuda", "auto"):
-        name = assign_device(name, local_rank, visible_gpu_count())
+        gpus = visible_gpu_count()
+        if world_size > 1 and 0 < gpus <= local_rank:
+            raise DeviceError(f"DEVICE {name}: local rank {local_rank} but {gpus} GPU(s) visible; data-parallel "
+                              "ranks cannot share a GPU (start one rank per GPU, or DEVICE cpu)")
+        name = assign_device(name, local_rank, gpus)
     return resolve_device(name)
