@@ -16,6 +16,7 @@ import pytest
 from derl.analysis.report import ReportOptions, write_report
 from derl.analysis.run import RunView
 from derl.evaluation import Cell, EvalError, plan_cells, task_names
+from derl.evaluation.cell import PARENT_PID_VARIABLE, orphaned
 from derl.evaluation.store import EvalDir, compare_runs, ranking
 from derl.evolution.storage import Identity
 
@@ -25,8 +26,8 @@ TASKS = ("patrol", "point_nav")
 BUDGET = ["PPO.MAX_STATE_ACTION_PAIRS", "1280", "ENV.EPISODE_LENGTH", "50", "CHECKPOINT_PERIOD", "2"]
 
 
-def _evaluate(run: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "tools/evaluate.py", str(run), "--workers", "1", *args, *BUDGET],
+def _evaluate(run: Path, *args: str, budget: list[str] = BUDGET) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "tools/evaluate.py", str(run), "--workers", "1", *args, *budget],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -98,7 +99,9 @@ def test_killed_evaluation_finishes_without_retraining(tiny_run, tmp_path):
     continues from its checkpoint."""
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
-    first = _evaluate(run, "--tasks", ",".join(TASKS), "--top", "2")
+    # 50 iterations: the kill must land after the second cell's first checkpoint and before its end.
+    budget = [*BUDGET, "PPO.MAX_STATE_ACTION_PAIRS", "3200"]
+    first = _evaluate(run, "--tasks", ",".join(TASKS), "--top", "2", budget=budget)
     second_cell = None
     deadline = time.monotonic() + 240
     for line in first.stdout:  # one line per finished cell
@@ -116,7 +119,7 @@ def test_killed_evaluation_finishes_without_retraining(tiny_run, tmp_path):
     finished = {p: p.stat().st_mtime_ns for p in (run / "eval").glob("*/*/metrics.json")}
     assert len(finished) == 1 and not (second_cell / "metrics.json").exists()
     before = (second_cell / "metrics.jsonl").read_text().splitlines()
-    rerun = _evaluate(run, "--tasks", ",".join(TASKS), "--top", "2")
+    rerun = _evaluate(run, "--tasks", ",".join(TASKS), "--top", "2", budget=budget)
     out, _ = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, out
     summary = json.loads((run / "eval" / "summary.json").read_text())
@@ -128,7 +131,7 @@ def test_killed_evaluation_finishes_without_retraining(tiny_run, tmp_path):
     for path, mtime in finished.items():
         assert path.stat().st_mtime_ns == mtime  # not retrained
     after = (second_cell / "metrics.jsonl").read_text().splitlines()
-    assert before and len(after) == 20 and after[:len(before)] == before  # resumed at its checkpoint
+    assert before and len(after) == 50 and after[:len(before)] == before  # resumed at its checkpoint
 
 
 
@@ -185,6 +188,22 @@ def test_claims_of_live_and_dead_owners(tmp_path):
     cell2 = Cell(tmp_path, "patrol", "000002", 0)
     assert EvalDir(tmp_path, 600, Identity(host, int(dead.stdout), "d")).claim(cell2) == 0
     assert same_host.claim(cell2) == 1  # a dead process on this host holds nothing
+    cell3 = Cell(tmp_path, "patrol", "000003", 0)
+    assert EvalDir(tmp_path, 600, Identity(host, os.getpid(), "e")).claim(cell3) == 0
+    assert same_host.claim(cell3) is None  # this process holds it, whichever EvalDir asks
+    earlier = claim.parent / "000003-s0-0.json"  # an earlier run that had our pid (a container's numbering)
+    earlier.write_text(json.dumps({**json.loads(earlier.read_text()), "started": 1.0}))
+    assert same_host.claim(cell3) == 1
+
+
+def test_a_cell_knows_its_parent_died_even_under_pid_1(monkeypatch):
+    monkeypatch.setattr(os, "getppid", lambda: 1)
+    monkeypatch.delenv(PARENT_PID_VARIABLE, raising=False)
+    assert orphaned()  # re-parented to init
+    monkeypatch.setenv(PARENT_PID_VARIABLE, "1")
+    assert not orphaned()  # the evaluation is PID 1 (a container without an init)
+    monkeypatch.setenv(PARENT_PID_VARIABLE, "4242")
+    assert orphaned()
 
 
 def test_ranking_orders_by_mean_return_over_seeds():

@@ -27,9 +27,22 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+PARENT_PID_VARIABLE = "DERL_EVAL_PARENT_PID"
+
+
+def orphaned() -> bool:
+    """Whether the parent died before ``die_with_parent`` took effect (this process was re-parented).
+
+    The evaluation names itself in ``PARENT_PID_VARIABLE``: in a container it may be PID 1, the
+    reaper's own number. A torchrun rank's parent, the agent, is never PID 1.
+    """
+    expected = os.environ.get(PARENT_PID_VARIABLE)
+    return os.getppid() != int(expected) if expected else os.getppid() == 1
+
+
 def main(argv: list[str]) -> None:
     die_with_parent()
-    if os.getppid() == 1:  # the parent died before the line above
+    if orphaned():
         raise SystemExit(1)
     run, task, morphology_id, seed, out_dir, *overrides = argv
     cell = Cell(Path(run), task, morphology_id, int(seed))

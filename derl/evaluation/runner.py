@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from derl.config import load_run_config
-from derl.evaluation.cell import die_with_parent
+from derl.evaluation.cell import PARENT_PID_VARIABLE, die_with_parent
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.lease import heartbeat_interval
@@ -75,8 +75,10 @@ class Evaluation:
             env.setdefault(variable, "1")
         command = [sys.executable, "-m", "derl.evaluation.cell", str(cell.run), cell.task, cell.id,
                    str(cell.seed), str(out_dir), *self.overrides]
-        if self.nproc > 1:  # data-parallel ranks, as tools/train_ddp.sh starts them
+        env[PARENT_PID_VARIABLE] = str(os.getpid())
+        if self.nproc > 1:  # data-parallel ranks, as tools/train_ddp.sh starts them; their parent is the agent
             command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)]
+            del env[PARENT_PID_VARIABLE]
         self.attempts[cell] += 1
         proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=die_with_parent)
         self.running[cell] = _Training(cell, generation, proc)

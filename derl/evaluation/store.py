@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from derl.evaluation.plan import Cell
 from derl.evolution.lease import is_stale
 from derl.evolution.storage import Identity, RunDir
@@ -78,8 +80,9 @@ class EvalDir:
         except JsonFileError:
             owner = {}  # being written right now (create_exclusive writes after creating)
         if owner.get("host") == self.identity.host and isinstance(owner.get("pid"), int):
-            if not _pid_running(owner["pid"]):
-                return True
+            started = _process_started(owner["pid"])
+            if started is None or started != owner.get("started", started):
+                return True  # dead, or its number now names another process (containers reuse them)
         return is_stale(self.run.filesystem_now(), mtime, None, self.lease_seconds)
 
     def claim(self, cell: Cell) -> int | None:
@@ -90,7 +93,8 @@ class EvalDir:
         mine = 0 if generation is None else generation + 1
         path = self._claim_path(cell, mine)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return mine if create_exclusive(path, json.dumps(self.identity.as_dict())) else None
+        owner = {**self.identity.as_dict(), "started": _process_started(os.getpid())}
+        return mine if create_exclusive(path, json.dumps(owner)) else None
 
     def beat(self, cell: Cell, generation: int) -> None:
         """Touches the claim (the file server's clock, as ``RunDir.beat``)."""
@@ -180,12 +184,10 @@ def _mean(values) -> float | None:
     return sum(numbers) / len(numbers) if numbers else None
 
 
-def _pid_running(pid: int) -> bool:
+def _process_started(pid: int) -> float | None:
+    """When process ``pid`` of this host started (psutil's clock), or None if there is none."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
+        return psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return None
 
