@@ -2,7 +2,7 @@
 
 Selected in worker processes with ``DERL_EVO_BACKEND=tests.evo_fake_backend:FakeBackend``.
 A genome is a number; "training" takes ``PPO.MAX_ITERS`` iterations of ``ITERATION_SECONDS``,
-checkpoints after each one (so a resumed run continues), and fails on purpose for
+checkpoints after each one and when stopped, while ``may_save()`` (so a resumed run continues), and fails on purpose for
 slots with ``slot % 7 == 5`` at attempts below ``DERL_FAKE_FAILING_ATTEMPTS`` (default 1, to
 exercise ``error_metadata/``).
 Every training start is logged as ``<OUT_DIR>/fake_starts/<id>.<pid>`` (holding the iteration it
@@ -50,7 +50,7 @@ class FakeBackend:
     def to_mjcf(self, cfg, genome_json):
         return f'<mujoco model="unimal"><!-- {json.loads(genome_json)["id"]} --></mujoco>\n'
 
-    def train(self, cfg, xml_path, *, seed, checkpoint_path, metrics_path, resume, should_stop):
+    def train(self, cfg, xml_path, *, seed, checkpoint_path, metrics_path, resume, should_stop, may_save):
         genome_id = Path(xml_path).stem
         out_dir = Path(xml_path).parents[1]
         done = json.loads(checkpoint_path.read_text())["iteration"] if resume else 0
@@ -62,10 +62,14 @@ class FakeBackend:
         size = json.loads((out_dir / "genomes" / f"{genome_id}.json").read_text())["size"]
         start = time.monotonic()
         while done < cfg.PPO.MAX_ITERS:
-            if should_stop():
+            if should_stop():  # as derl.ppo.train: a final checkpoint, if the files are still ours
+                if may_save():
+                    atomic_write_text(checkpoint_path, json.dumps({"iteration": done}))
                 return Result({}, done, time.monotonic() - start, False)
             time.sleep(ITERATION_SECONDS)
             done += 1
+            if not may_save():
+                return Result({}, done, time.monotonic() - start, False)
             atomic_write_text(checkpoint_path, json.dumps({"iteration": done}))
         atomic_write_text(metrics_path, json.dumps({"iteration": done}) + "\n")
         summary = {"return": size, "__reward__forward": size, "__reward__ctrl": -0.1, "x_pos": size,

@@ -301,8 +301,9 @@ def test_a_dead_node_loses_its_slots_to_the_survivor(tmp_path):
 
 @pytest.mark.slow
 def test_a_paused_node_that_comes_back_yields_the_slots_it_lost(tmp_path):
-    """Node 1 is SIGSTOPped past its lease; node 0 takes its slots over; SIGCONT: node 1 drops them
-    without publishing, and the search still ends with one result per slot."""
+    """Node 1 is SIGSTOPped past its lease; node 0 takes its slots over and publishes one; SIGCONT:
+    node 1 drops them without publishing or writing their files, and the search still ends with
+    one result per slot."""
     out = tmp_path / "run"
     common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14",
               "EVO.LEASE_SECONDS", "3")
@@ -318,6 +319,9 @@ def test_a_paused_node_that_comes_back_yields_the_slots_it_lost(tmp_path):
     deadline = time.monotonic() + 60
     while "took over slot" not in log0.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)
+    first_taken = log0.read_text().split("took over slot ")[1].split("(")[1].split(")")[0]
+    while f"published {first_taken}\n" not in log0.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)  # node 1 wakes after its taker has published: it must not touch the files
     for pid in node1_tree:
         os.kill(pid, signal.SIGCONT)
     assert node0.wait(timeout=180) == 0 and node1.wait(timeout=180) == 0
@@ -326,3 +330,5 @@ def test_a_paused_node_that_comes_back_yields_the_slots_it_lost(tmp_path):
              if "took over slot" in line]
     assert taken and all(next(r for r in records.values() if r["slot"] == s)["node"] == 0 for s in taken)
     assert "yielding it without publishing" in (tmp_path / "run-node1.log").read_text()
+    for record in records.values():  # node 1, woken, wrote nothing over its takers' checkpoints
+        assert json.loads((out / record["files"]["checkpoint"]).read_text()) == {"iteration": 60}, record["id"]

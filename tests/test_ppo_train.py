@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from derl.config import load_config
-from derl.ppo import OnIteration, StopWhen, load_policy, train
+from derl.ppo import OnIteration, SaveWhile, StopWhen, load_policy, train
 from derl.ppo.device import resolve_device
 from derl.ppo.losses import gaussian_log_prob
 from derl.ppo.policy import Policy
@@ -105,6 +105,22 @@ def test_resume_continues_step_count_and_learning_rate(tmp_path):
     assert [r["iteration"] for r in records] == [1, 2, 3, 4]
     assert [r["env_steps"] for r in records] == [32, 64, 96, 128]
     assert [r["lr"] for r in records] == pytest.approx([3e-4, 2.25e-4, 1.5e-4, 0.75e-4])
+
+
+def test_no_checkpoint_is_written_once_the_files_are_another_process_s(tmp_path):
+    # An evolution worker woken from a long pause finds its slot taken over: its taker resumed
+    # these files, and the paused run must not overwrite them, at a period or at its end.
+    cfg = _cfg(iters=4, CHECKPOINT_PERIOD=1)
+    ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"
+    ours = iter([True, True, False])
+    result = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
+                   callbacks=[SaveWhile(lambda: next(ours))])
+    assert not result.completed and result.iterations == 3
+    assert torch.load(ckpt, weights_only=True)["iteration"] == 2
+    assert len(metrics.read_text().splitlines()) == 2
+    stopped = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True,
+                    callbacks=[StopWhen(lambda: True), SaveWhile(lambda: False)])
+    assert not stopped.completed and torch.load(ckpt, weights_only=True)["iteration"] == 2  # no final save
 
 
 def test_run_too_short_to_end_an_episode_reports_finite_fields():

@@ -56,8 +56,10 @@ class Backend(Protocol):
         metrics_path: Path,
         resume: bool,
         should_stop: Callable[[], bool],
+        may_save: Callable[[], bool],
     ) -> TrainOutcome:
-        """Trains a controller for the MJCF at ``xml_path``."""
+        """Trains a controller for the MJCF at ``xml_path``; writes ``checkpoint_path`` and
+        ``metrics_path`` only while ``may_save()`` (False: another worker owns them now)."""
 
     def record_video(self, cfg: CfgNode, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
         """Writes a video of the trained policy to ``path`` (``PPO.VIDEO_LENGTH`` frames); returns the file
@@ -98,14 +100,14 @@ class DerlBackend:
         metrics_path: Path,
         resume: bool,
         should_stop: Callable[[], bool],
+        may_save: Callable[[], bool],
     ) -> TrainOutcome:
-        from derl.ppo import train
-        from derl.ppo.callbacks import StopWhen
+        from derl.ppo import SaveWhile, StopWhen, train
         from derl.training.envs import UnimalEnvFactory
 
         return train(
             cfg, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
-            metrics_path=metrics_path, resume=resume, callbacks=[StopWhen(should_stop)],
+            metrics_path=metrics_path, resume=resume, callbacks=[StopWhen(should_stop), SaveWhile(may_save)],
         )
 
 

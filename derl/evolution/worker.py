@@ -105,6 +105,12 @@ class StopSignal:
         if self():
             raise SlotLost if self.lost and not self.requested else Stopped
 
+    def still_ours(self) -> bool:
+        """Whether the slot's files are still ours to write: a fresh look at the leases before each
+        checkpoint (a worker woken from a long pause must not overwrite those of its taker)."""
+        self.lost = self.lost or (self.slot_lost is not None and self.slot_lost())
+        return not self.lost
+
 
 class Worker:
     def __init__(self, cfg: CfgNode, run: RunDir, backend: Backend, worker: int):
@@ -315,6 +321,8 @@ class Worker:
                     raise
                 except Exception as err:  # noqa: BLE001 - a failure of the morphology is recorded, not fatal
                     self.stop.check()  # e.g. env subprocesses killed during shutdown
+                    if not self.stop.still_ours():  # the taker may publish this id: no failure record
+                        raise SlotLost from None
                     if classify(err) != "morphology":
                         raise  # the node's problem: the slot keeps its attempt (see run_worker)
                     self._record_failure(morphology_id, slot, attempt, err)
@@ -364,6 +372,7 @@ class Worker:
         outcome = self.backend.train(
             self.cfg, self.run.xml_path(morphology_id), seed=seed, checkpoint_path=checkpoint,
             metrics_path=self.run.metrics_path(morphology_id), resume=resume, should_stop=self.stop,
+            may_save=self.stop.still_ours,
         )
         if not outcome.completed:
             self.stop.check()

@@ -1,7 +1,7 @@
 """PPO for one morphology per process: DERL's actor-critic, losses and schedule, a fast env pool."""
 
-from derl.ppo.callbacks import Callback, OnIteration, StopWhen
+from derl.ppo.callbacks import Callback, OnIteration, SaveWhile, StopWhen
 from derl.ppo.policy import Policy, load_policy
 from derl.ppo.trainer import TrainResult, train
 
-__all__ = ["Callback", "OnIteration", "Policy", "StopWhen", "TrainResult", "load_policy", "train"]
+__all__ = ["Callback", "OnIteration", "Policy", "SaveWhile", "StopWhen", "TrainResult", "load_policy", "train"]

@@ -4,6 +4,8 @@
 
 - ``should_stop()`` before each iteration; if it is True on any rank, every rank saves a
   checkpoint and returns early (``TrainResult.completed`` is False);
+- ``may_save()`` before each checkpoint; if it is False on any rank, the checkpoint files belong to
+  another process now (an evolution slot taken over): nothing is written and the run returns early;
 - ``on_iteration(record)`` after each iteration, with its metrics record (the same on all ranks);
 - ``on_checkpoint(iteration, path)`` after each checkpoint (rank 0 wrote it).
 """
@@ -20,6 +22,9 @@ class Callback:
     def should_stop(self) -> bool:
         return False
 
+    def may_save(self) -> bool:
+        return True
+
     def on_iteration(self, record: dict) -> None:
         pass
 
@@ -34,6 +39,16 @@ class StopWhen(Callback):
         self.predicate = predicate
 
     def should_stop(self) -> bool:
+        return self.predicate()
+
+
+class SaveWhile(Callback):
+    """Writes checkpoints only while ``predicate()`` is True (the files are still this run's)."""
+
+    def __init__(self, predicate: Callable[[], bool]):
+        self.predicate = predicate
+
+    def may_save(self) -> bool:
         return self.predicate()
 
 

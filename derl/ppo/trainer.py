@@ -219,6 +219,14 @@ class PPO:
             save_checkpoint(checkpoint_path, state)
 
 
+def _save(ppo: PPO, callbacks: Sequence[Callback], checkpoint_path: Path | None, metrics_path: Path | None) -> bool:
+    """Writes the checkpoint, unless a callback on any rank says its files are another process's now."""
+    if ppo.comm.any(not all(callback.may_save() for callback in callbacks)):
+        return False
+    ppo.save(checkpoint_path, metrics_path)
+    return True
+
+
 def _read_metrics(metrics_path: Path | None, up_to_iteration: int) -> list[dict]:
     if metrics_path is None or not metrics_path.is_file():
         return []
@@ -277,7 +285,7 @@ def train(
         start_steps = ppo.env_steps
         # A resumed run takes new env seeds so it does not replay the first episodes.
         ppo.collector.reset(seed + ppo.env_steps)
-        completed = True
+        completed = ours = True
         while ppo.iteration < ppo.max_iters:
             if comm.any(any(callback.should_stop() for callback in callbacks)):
                 completed = False
@@ -286,10 +294,13 @@ def train(
             for callback in callbacks:
                 callback.on_iteration(record)
             if cfg.CHECKPOINT_PERIOD > 0 and ppo.iteration % cfg.CHECKPOINT_PERIOD == 0:
-                ppo.save(checkpoint_path, metrics_path)
+                ours = _save(ppo, callbacks, checkpoint_path, metrics_path)
+                if not ours:
+                    break
                 for callback in callbacks:
                     callback.on_checkpoint(ppo.iteration, checkpoint_path)
-        ppo.save(checkpoint_path, metrics_path)
+        ours = ours and _save(ppo, callbacks, checkpoint_path, metrics_path)
+        completed = completed and ours
         in_progress = [ep for part in comm.gather_objects(ppo.pool.episodes_so_far()) for ep in part]
         summary = ppo.episode_log.summary(in_progress)
     finally:
