@@ -13,8 +13,10 @@ import mujoco
 import pytest
 import torch
 
-from derl.config import ConfigError
+from derl.config import ConfigError, load_config
+from derl.evolution.coordinator import RETRY_SECONDS, Coordinator
 from derl.evolution.failures import Streak, classify, describe, gives_up, next_streak, restart_delay
+from derl.evolution.storage import RunDir
 from derl.evolution.worker import EXIT_ENVIRONMENT, EXIT_FATAL
 from derl.fileio import JsonFileError
 from derl.morphology.genome import GenomeError
@@ -259,3 +261,32 @@ def test_a_full_disk_during_real_training_keeps_every_checkpoint_and_a_rerun_com
     for record in records:
         lines = (out / record["files"]["metrics"]).read_text().splitlines()
         assert [json.loads(line)["iteration"] for line in lines] == list(range(1, 13))
+
+
+def test_a_transient_error_postpones_a_restart_instead_of_stopping_the_node(tmp_path, monkeypatch):
+    # ESTALE from the STOP file's check, or EAGAIN from fork: the node's healthy workers keep running.
+    coordinator = Coordinator(load_config(None, {"OUT_DIR": str(tmp_path)}), RunDir(tmp_path), [])
+    started = []
+    stop_errors = iter([OSError(errno.ESTALE, "Stale file handle")])
+    start_errors = iter([OSError(errno.EAGAIN, "Resource temporarily unavailable")])
+
+    def stop_requested():
+        if error := next(stop_errors, None):
+            raise error
+        return False
+
+    def start_worker(worker):
+        if error := next(start_errors, None):
+            raise error
+        started.append(worker)
+
+    monkeypatch.setattr(coordinator.run, "stop_requested", stop_requested)
+    monkeypatch.setattr(coordinator, "_start", start_worker)
+    coordinator.restart_at = {0: 0.0}  # worker 0's back-off is over
+    for _ in range(2):  # the STOP file's check fails, then fork
+        before = time.monotonic()
+        coordinator._restart_due()
+        assert started == [] and coordinator.restart_at[0] >= before + RETRY_SECONDS
+        coordinator.restart_at[0] = 0.0  # the retry is due
+    coordinator._restart_due()
+    assert started == [0] and coordinator.restart_at == {}

@@ -41,6 +41,7 @@ DEFAULT_WORKER_MEMORY_BYTES = 1400 * 2**20
 DEFAULT_WORKER_GPU_BYTES = 1024 * 2**20
 POLL_SECONDS = 1.0
 SUMMARY_SECONDS = 10.0
+RETRY_SECONDS = 10.0
 INIT_POLL_SECONDS = 1.0
 GRACE_SECONDS = 10.0
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -232,14 +233,26 @@ class Coordinator:
         return None
 
     def _restart_due(self) -> None:
-        """Restarts the workers whose back-off is over (none once a stop was requested)."""
+        """Restarts the workers whose back-off is over (none once a stop was requested).
+
+        A transient error of the shared filesystem or of fork (ESTALE, EIO, EAGAIN) postpones the
+        restart by ``RETRY_SECONDS``: stopping the node for it would kill its healthy workers too.
+        """
         due = [worker for worker, at in self.restart_at.items() if at <= time.monotonic()]
-        if due and self.run.stop_requested():
-            self.restart_at.clear()
+        if not due:
             return
-        for worker in due:
-            del self.restart_at[worker]
-            self._start(worker)
+        try:
+            if self.run.stop_requested():
+                self.restart_at.clear()
+                return
+            for worker in due:
+                self._start(worker)
+                del self.restart_at[worker]
+        except OSError as err:
+            log(f"restarting worker(s) {', '.join(map(str, due))} failed ({err}); trying again in {RETRY_SECONDS:g} s")
+            for worker in due:
+                if worker in self.restart_at:
+                    self.restart_at[worker] = time.monotonic() + RETRY_SECONDS
 
     def stop_all(self) -> None:
         """SIGTERM to every worker group, then SIGKILL to what is left after the grace period."""
