@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,11 +10,13 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import pytest
+from matplotlib.container import BarContainer
 
+from derl.analysis import plots
 from derl.analysis.curves import Curve, iterations_to_fraction, parse_curve, read_curve
 from derl.analysis.lineage import LineageGraph, tree_layout
 from derl.analysis.records import body_stats, fitness_terms, publication_order, to_record
-from derl.analysis.report import eval_rows, transfer_table
+from derl.analysis.report import ReportOptions, eval_rows, transfer_table, write_report
 from derl.analysis.run import RunError, RunView
 from derl.analysis.stats import running_best, trend, window_mean
 from derl.bench.report import build_synthetic_run
@@ -155,6 +158,18 @@ def test_run_view_errors_are_one_line(tmp_path, synthetic_run):
         assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
 
 
+def test_unreadable_claims_are_reported_and_skipped(tmp_path, synthetic_run):
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    (run / "slots" / "000030.json").write_text('{"slot": 30, "id"')  # truncated
+    (run / "leases" / "000031-1.json").write_text(json.dumps({"id": "000005", "node": 0, "worker": 0}))  # foreign slot
+    view = RunView(run)
+    assert view.in_progress() == []
+    assert sorted(view.unreadable) == [str(run / "leases" / "000031-1.json"), str(run / "slots" / "000030.json")]
+    report = write_report(view, tmp_path / "report", ReportOptions(top_k=2, media=False))
+    assert report.problems == [] and "unreadable files" in report.index.read_text()
+
+
 def test_transfer_table_means_over_seeds():
     rows = eval_rows({"rows": [
         {"id": "a", "task": "patrol", "seed": 0, "return": 10.0, "metric": 1.0},
@@ -164,13 +179,30 @@ def test_transfer_table_means_over_seeds():
     ]})
     tasks, ids, means, stds, metrics = transfer_table(rows)
     assert tasks == ["incline", "patrol"] and ids == ["a", "b"]
-    assert means[0, 1] == 15.0 and stds[0, 1] == 5.0 and metrics[0, 1] == 2.0
-    assert math.isnan(means[0, 0]) and means[1, 0] == 5.0
+    assert means[0, 1] == 15.0 and stds[0, 1] == pytest.approx(50 ** 0.5) and metrics[0, 1] == 2.0  # sample std
+    assert math.isnan(means[0, 0]) and means[1, 0] == 5.0 and math.isnan(stds[1, 0])  # one seed: no spread
     two_runs = [{"id": "a", "source": "/x/ft", "task": "t", "return": 1.0},
                 {"id": "a", "source": "/x/vt", "task": "t", "return": 2.0}]
     assert transfer_table(eval_rows(two_runs))[1] == ["ft:a", "vt:a"]
     assert eval_rows([{"id": "a", "task": "t"}]) == [{"id": "a", "task": "t"}]
     assert eval_rows("nonsense") == []
+
+
+def test_transfer_without_a_result_has_no_bar_and_no_rank(tmp_path, synthetic_run):
+    rows = [{"id": "000001", "task": "patrol", "seed": 0, "return": 10.0, "metric": 1.0},
+            {"id": "000001", "task": "patrol", "seed": 1, "return": 20.0, "metric": 3.0},
+            {"id": "000002", "task": "incline", "seed": 0, "return": 5.0, "metric": 0.5}]
+    tasks, ids, means, stds, _ = transfer_table(rows)
+    bars = [c for c in plots.transfer(tasks, ids, means, stds).axes[0].containers if isinstance(c, BarContainer)]
+    assert [[patch.get_height() for patch in bars_of_id] for bars_of_id in bars] == [[15.0], [5.0]]
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    (run / "eval").mkdir()
+    (run / "eval" / "summary.json").write_text(json.dumps({"rows": rows}))
+    report = write_report(RunView(run), tmp_path / "report", ReportOptions(top_k=2, media=False))
+    html = report.index.read_text()
+    assert report.problems == [] and "15.0 ± 7.1<br><small>metric 2.00, rank 1<" in html
+    assert "5.0 ± –<br><small>metric 0.50, rank 1<" in html and html.count("rank –<") == 2
 
 
 def _frames(count: int) -> list[np.ndarray]:

@@ -160,6 +160,13 @@ def test_bad_input_is_one_line_and_exit_2(tiny_run, tmp_path, capsys):
         assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
         assert captured.err.startswith("error: ")
     assert "--compare" in captured.err and "existing folder" in captured.err
+    # --workers 0 names a missing run too: were 0 let through as the default, that run's error would answer.
+    for run, args, problem in ((tiny_run, ["--ids", ","], "no morphology id"),
+                               (tmp_path / "missing", ["--workers", "0"], "must be at least 1")):
+        assert tool["main"]([str(run), "--tasks", "patrol", *args]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.startswith("error: ") and problem in captured.err, captured.err
+        assert len(captured.err.splitlines()) == 1
     with pytest.raises(EvalError, match="unknown morphology id '\\.\\./x'"):
         plan_cells([tiny_run], ["patrol"], None, ["../x"], 1, [])
     unfinished = tmp_path / "run"
@@ -194,6 +201,19 @@ def test_claims_of_live_and_dead_owners(tmp_path):
     earlier = claim.parent / "000003-s0-0.json"  # an earlier run that had our pid (a container's numbering)
     earlier.write_text(json.dumps({**json.loads(earlier.read_text()), "started": 1.0}))
     assert same_host.claim(cell3) == 1
+
+
+def test_an_unparsable_result_counts_as_unfinished(tmp_path, capsys):
+    """A corrupt ``metrics.json`` is one warning line; the cell is trained again instead of every call failing."""
+    cell = Cell(tmp_path, "patrol", "000001", 0)
+    store = EvalDir(tmp_path, lease_seconds=600)
+    path = store.cell_dir(cell) / "metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"summary": {"return"')
+    assert store.result(cell) is None
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: {path}: ") and len(err.splitlines()) == 1, err
+    assert store.rows() == [] and json.loads(store.write_summary().read_text())["rows"] == []
 
 
 def test_a_cell_knows_its_parent_died_even_under_pid_1(monkeypatch):

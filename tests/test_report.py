@@ -9,6 +9,7 @@ import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -94,6 +95,26 @@ def test_report_defaults_to_the_run_folder(tiny_run):
     report = write_report(view, options=ReportOptions(top_k=2, media=False))
     assert report.index == tiny_run / "report" / "index.html" and report.index.is_file()
     assert "top" in report.sections and report.problems == []
+
+
+def test_report_videos_are_kept_per_seed(tiny_run, tmp_path, monkeypatch):
+    """A report with another --seed renders that seed's video instead of reusing the default seed's."""
+    view = RunView(tiny_run)
+    best, other = view.top(1)[0].id, view.cfg.RNG_SEED + 1
+    out = tmp_path / "report"
+    (out / "media").mkdir(parents=True)
+    (out / "media" / f"{best}.png").write_bytes(b"")  # reused: no body is rendered
+    replayed = []
+
+    def replay(morphology_id, *, seed, video, video_steps):
+        replayed.append(video.name)
+        video.write_bytes(b"")
+        return SimpleNamespace(video=video)
+
+    monkeypatch.setattr(view, "replay", replay)
+    for seed in (None, other, other):
+        assert write_report(view, out, ReportOptions(top_k=1, video_steps=5, seed=seed)).problems == []
+    assert replayed == [f"{best}-s{view.cfg.RNG_SEED}-5f.mp4", f"{best}-s{other}-5f.mp4"]
 
 
 def test_replay_equals_train_ppo_eval_and_is_deterministic(tiny_run, tmp_path):

@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, help="trainings at a time (default: cores // nproc)")
     parser.add_argument("--compare", type=Path, help="write the comparison of the runs to this JSON file")
     args = parser.parse_intermixed_args(argv)
-    workers = args.workers or max(1, usable_cores() // max(args.nproc, 1))
+    workers = max(1, usable_cores() // max(args.nproc, 1)) if args.workers is None else args.workers
     first_key = next((k for k, arg in enumerate(args.args) if re.fullmatch(r"[A-Z][A-Z0-9_.]*", arg)), len(args.args))
     out_dirs, overrides = [Path(arg) for arg in args.args[:first_key]], args.args[first_key:]
     try:

@@ -179,14 +179,18 @@ def baldwin(order: np.ndarray, iterations: np.ndarray, line: tuple[float, float]
 
 
 def transfer(tasks: Sequence[str], ids: Sequence[str], means: np.ndarray, errors: np.ndarray) -> Figure:
-    """Grouped bars: mean return of each morphology (``means [ids, tasks]``) on each task."""
+    """Grouped bars: mean return of each morphology (``means [ids, tasks]``) on each task.
+
+    A NaN mean (no finished cell) has no bar, not a bar at 0; a NaN error has no error bar.
+    """
     figure = new_figure()
     axes = figure.add_subplot()
     if len(tasks) and len(ids):
         width = 0.8 / len(ids)
         x = np.arange(len(tasks))
         for k, morphology_id in enumerate(ids):
-            axes.bar(x + k * width - 0.4 + width / 2, np.nan_to_num(means[k]), width, yerr=np.nan_to_num(errors[k]),
+            shown = np.isfinite(means[k])
+            axes.bar((x + k * width - 0.4 + width / 2)[shown], means[k][shown], width, yerr=errors[k][shown],
                      label=morphology_id, capsize=2)
         axes.set_xticks(x, tasks, rotation=20, fontsize=8)
         axes.legend(fontsize=7, ncol=min(len(ids), 5))

@@ -5,7 +5,7 @@ Layout of the report folder (default ``OUT_DIR/report``)::
     index.html            opens from disk, no server; every link is relative
     plots/<name>.png      the figures of derl.analysis.plots (top_curves.png: learning curves of the top K)
     media/<id>.png        a picture of each top-K body
-    media/<id>-<N>f.mp4   a video of its trained policy, N frames (.gif where MP4 is unavailable)
+    media/<id>-s<S>-<N>f.mp4  a video of its trained policy, seed S, N frames (.gif where MP4 is unavailable)
 
 Media of a published morphology never change, so existing files are reused. A figure or a
 medium that fails leaves a note in its place; the rest of the report is still written.
@@ -270,6 +270,7 @@ def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
     from derl.analysis.media import render_body, write_png
 
     view, steps = w.view, w.options.video_steps
+    seed = view.cfg.RNG_SEED if w.options.seed is None else w.options.seed
     image_path = w.out / "media" / f"{record.id}.png"
     try:
         if not image_path.exists():
@@ -281,10 +282,10 @@ def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
     if not view.run.checkpoint_path(record.id).exists():
         return image, '<p class="note">no checkpoint</p>'
     try:
-        existing = [p for p in (w.out / "media").glob(f"{record.id}-{steps}f.*") if p.suffix in (".mp4", ".gif")]
+        stem = f"{record.id}-s{seed}-{steps}f"
+        existing = [p for p in (w.out / "media").glob(f"{stem}.*") if p.suffix in (".mp4", ".gif")]
         path = existing[0] if existing else Path(view.replay(
-            record.id, seed=w.options.seed, video=w.out / "media" / f"{record.id}-{steps}f.mp4",
-            video_steps=steps).video)
+            record.id, seed=seed, video=w.out / "media" / f"{stem}.mp4", video_steps=steps).video)
         w.report.media[path.name] = str(path)
         if path.suffix == ".gif":
             return image, f'<img src="{w.link(path)}" width="320" alt="policy of {_esc(record.id)}">'
@@ -305,6 +306,7 @@ def eval_rows(data: Any) -> list[dict[str, Any]]:
 def transfer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
     """``tasks, ids, mean return [ids, tasks], std [ids, tasks], mean metric [ids, tasks]`` over seeds.
 
+    The std is the sample standard deviation (ddof 1): NaN, no spread, for a cell with one seed.
     Rows from several runs (``source``) are labelled ``<run folder name>:<id>``.
     """
     sources = {str(row.get("source", row.get("run", ""))) for row in rows}
@@ -323,7 +325,9 @@ def transfer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[str], np
             returns = [float(row["return"]) for row in cell if isinstance(row.get("return"), int | float)]
             metric = [float(row["metric"]) for row in cell if isinstance(row.get("metric"), int | float)]
             if returns:
-                means[i, j], stds[i, j] = np.mean(returns), np.std(returns)
+                means[i, j] = np.mean(returns)
+            if len(returns) > 1:
+                stds[i, j] = np.std(returns, ddof=1)
             if metric:
                 metrics[i, j] = np.mean(metric)
     return tasks, ids, means, stds, metrics
@@ -342,19 +346,19 @@ def _transfer(w: _Writer) -> None:
     img = w.figure("transfer", lambda: plots.transfer(tasks, ids, means, stds))
     head = "<tr><th>morphology</th>" + "".join(f"<th>{_esc(t)}</th>" for t in tasks) + "</tr>"
     ranks = {}
-    for j in range(len(tasks)):
-        order = sorted(range(len(ids)), key=lambda i, j=j: -np.nan_to_num(means[i, j], nan=-np.inf))
+    for j in range(len(tasks)):  # only the morphologies with a result on the task are ranked
+        order = sorted((i for i in range(len(ids)) if np.isfinite(means[i, j])), key=lambda i, j=j: -means[i, j])
         ranks.update({(i, j): k + 1 for k, i in enumerate(order)})
     body_rows = []
     for i, morphology_id in enumerate(ids):
         cells = "".join(
             f"<td>{_num(means[i, j], 1)} ± {_num(stds[i, j], 1)}<br><small>metric {_num(metrics[i, j], 2)}, "
-            f"rank {ranks[(i, j)]}</small></td>" for j in range(len(tasks)))
+            f"rank {_num(ranks.get((i, j)))}</small></td>" for j in range(len(tasks)))
         body_rows.append(f"<tr><td>{_esc(morphology_id)}</td>{cells}</tr>")
     seeds = len({row.get("seed") for row in rows})
     w.section("transfer", "Transfer evaluation",
               f"<p>{len(rows)} trainings: {len(ids)} morphologies x {len(tasks)} tasks x {seeds} seed(s); "
-              f"return mean ± std over seeds, rank within the task.</p>"
+              f"return mean ± sample std over seeds (– with one seed), rank within the task.</p>"
               f'<table class="top">{head}{"".join(body_rows)}</table>{img}')
 
 

@@ -26,7 +26,7 @@ from derl.config import CfgNode, ConfigError, load_config, load_run_config
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.evolution.storage import RunDir
-from derl.fileio import read_json
+from derl.fileio import JsonFileError, read_json
 
 
 class RunError(ValueError):
@@ -167,7 +167,7 @@ class RunView:
         trainings = []
         published_slots = {record.slot for record in self.records}  # a published slot's claim is final
         for slot in self.run.claimed_slots():
-            if slot in published_slots or (claim := self.run.read_slot(slot)) is None:
+            if slot in published_slots or (claim := self._read_slot(slot)) is None:
                 continue
             morphology_id = claim["id"]
             if morphology_id in self._metadata or self.run.is_published(morphology_id):
@@ -177,6 +177,14 @@ class RunView:
             trainings.append(Training(morphology_id, claim["slot"], claim["node"], claim["worker"],
                                       len(self.curve(morphology_id, ()))))
         return trainings
+
+    def _read_slot(self, slot: int) -> dict[str, Any] | None:
+        """``RunDir.read_slot``; a claim that does not parse or match its schema is recorded and skipped."""
+        try:
+            return self.run.read_slot(slot)
+        except JsonFileError as err:
+            self.unreadable[str(err.path)] = str(err)
+            return None
 
     def failed(self) -> list[dict[str, Any]]:
         failures = []

@@ -59,6 +59,8 @@ def task_names(spec: str) -> list[str]:
 def select_ids(out_dir: Path, top: int | None, ids: Sequence[str] | None) -> list[str]:
     """The ``top`` best morphologies of a finished run by its selection criteria, or ``ids`` checked
     against the run's published ids (so an id never becomes a path unless the run published it)."""
+    if ids is not None and not ids:
+        raise EvalError("no morphology id given (--ids names none)")
     try:
         view = RunView(out_dir)
     except RunError as err:

@@ -24,6 +24,7 @@ import io
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,17 @@ class EvalDir:
         return self.root / cell.task / cell.name
 
     def result(self, cell: Cell) -> dict[str, Any] | None:
-        """The final ``TrainResult`` of a finished cell, or None."""
+        """The final ``TrainResult`` of a finished cell, or None.
+
+        A ``metrics.json`` that does not parse counts as unfinished (one warning line): the cell is
+        trained again, from its checkpoint, and the file rewritten.
+        """
         try:
             return read_json(self.cell_dir(cell) / FINAL_METRICS_FILE)
         except FileNotFoundError:
+            return None
+        except JsonFileError as err:
+            print(f"warning: {err}; the cell counts as unfinished", file=sys.stderr, flush=True)
             return None
 
     # Claims.
