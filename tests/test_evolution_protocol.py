@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from derl.evolution.population import parse_id
+from derl.evolution.storage import RunDir
 from derl.evolution.worker import EXIT_STOPPED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,6 +185,8 @@ def test_stopped_or_killed_coordinator_leaves_no_orphans_and_resumes(tmp_path):
     assert all(records[morphology_id] == record for morphology_id, record in before.items())
     resumed = [m for m in starts(out) if starts(out)[m] > 1]
     assert resumed, "an interrupted morphology should have been resumed from its checkpoint"
+    run = RunDir(out)  # each under a new lease: a process of the old session would yield it
+    assert all(run.read_slot(records[m]["slot"])["lease"] >= 1 for m in resumed if m in records)
 
 
 def _training(out_dir: Path, worker: str) -> bool:

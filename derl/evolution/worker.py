@@ -206,16 +206,23 @@ class Worker:
     def _take_over(self, slot: int, claim: dict[str, Any], reason: str) -> bool:
         self.stop.check()
         self._write_state(slot=slot, id=claim["id"], status="taking over")
-        mine = {"slot": slot, "id": claim["id"], "attempt": claim["attempt"], "node": self.node,
-                "worker": self.worker}
-        if not self.run.take_over_slot(slot, claim, mine):
+        if not self._new_lease(slot, claim):
             return False  # another worker was faster
         self._log(f"took over slot {slot} ({claim['id']}): {reason}")
         return True
 
+    def _new_lease(self, slot: int, claim: dict[str, Any]) -> bool:
+        """Takes the next lease of ``slot`` for this worker (exclusive creation); False if another
+        process took it first. Whoever held ``claim`` sees the later lease and yields the slot."""
+        mine = {"slot": slot, "id": claim["id"], "attempt": claim["attempt"], "node": self.node,
+                "worker": self.worker}
+        return self.run.take_over_slot(slot, claim, mine)
+
     def _resume(self, slot: int) -> None:
+        """Resumes a slot this (node, worker) held in an earlier session, under a new lease: a process
+        of that session still running elsewhere (a node requeued while cut off) then yields it."""
         claim = self.run.read_slot(slot)
-        if claim and (claim["node"], claim["worker"]) == (self.node, self.worker):
+        if claim and (claim["node"], claim["worker"]) == (self.node, self.worker) and self._new_lease(slot, claim):
             self._log(f"resuming slot {slot}")
             self._fill_slot(slot)
 
@@ -242,8 +249,8 @@ class Worker:
                 if claim and (claim["node"], claim["worker"]) == (self.node, other):
                     self._log(f"adopting slot {slot} of worker {self.node}-{other}, which no longer runs")
                     self._write_state(slot=slot, id=claim["id"], status="adopting")
-                    self.run.replace_slot(slot, {**claim, "worker": self.worker})
-                    self._fill_slot(slot)
+                    if self._new_lease(slot, claim):
+                        self._fill_slot(slot)
                 self.run.write_worker_state(self.node, other, {**state, "slot": None, "id": None,
                                                                "status": f"slot adopted by worker {self.worker}"})
             finally:
