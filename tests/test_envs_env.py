@@ -74,6 +74,17 @@ def test_observation_layout_matches_the_morphology():
     assert env.action_space.shape == (joints,)
 
 
+def test_hinge_angles_and_velocities_are_read_after_the_step_as_derl():
+    # DERL reads qpos and qvel once the step's last substep is done; MuJoCo's sensors are evaluated
+    # at that substep's start, 5 ms earlier.
+    env = UnimalEnv(FIXTURE, env_cfg("ft"))
+    env.reset(seed=0)
+    obs, *_ = env.step(np.ones(env.action_space.shape, np.float32))
+    joints, proprio = 6, obs["proprioceptive"]
+    np.testing.assert_array_equal(proprio[:joints], env.data.qpos[7:7 + joints])  # the free joint skipped
+    np.testing.assert_array_equal(proprio[joints:2 * joints + 6], env.data.qvel[:6 + joints])
+
+
 def test_keys_to_keep_filters_and_flat_option_concatenates():
     cfg = env_cfg("mvt", **{"ENV.KEYS_TO_KEEP": ["obj", "proprioceptive"]})
     env = make_env(cfg, FIXTURE, seed=0)

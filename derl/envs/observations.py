@@ -12,8 +12,10 @@ touch           1 + L   touch sensors, head first, then limbs
 extremities     2L      each ``limb/btm/i`` site minus the head, in the head frame, x and y
 ==============  ======  =====================================================================
 
-All come from sensors (``derl.envs.world`` adds the ``obs/*`` ones), which MuJoCo evaluates
-at the start of the last substep of a step, as it does the unimal's IMU and touch sensors.
+Hinge angles and the agent's velocities are ``qpos`` and ``qvel`` after the step, as DERL reads
+them. The rest comes from sensors (``derl.envs.world`` adds the ``obs/tip/*`` ones), which MuJoCo
+evaluates at the start of the last substep of a step: DERL's IMU, touch and limb positions come
+from that same point (its ``xpos`` is not refreshed after the last substep either).
 
 ``hfield``: heights around the agent minus the height under it, on a grid in the agent's
 heading frame (see ``HeightPatch``), flattened row-major with rows along y from -y (the
@@ -53,9 +55,10 @@ def _sensor_indices(model: mujoco.MjModel, sensors: list[int], components: int) 
 
 
 class Proprioception:
-    """Builds the proprioceptive vector of ``ENV.OBS_TYPES`` with one ``take`` from sensordata."""
+    """Builds the proprioceptive vector of ``ENV.OBS_TYPES``: one ``take`` per source (``qpos``,
+    ``qvel``, ``sensordata``) for each run of consecutive types that read the same one."""
 
-    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, obs_types):
+    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, obs_types, head_body: int):
         unknown = sorted(set(obs_types) - set(OBS_TYPES))
         if unknown:
             raise ValueError(f"unknown ENV.OBS_TYPES {unknown}; known: {list(OBS_TYPES)}")
@@ -64,23 +67,35 @@ class Proprioception:
             sensors = names_with_prefix(model, mujoco.mjtObj.mjOBJ_SENSOR, model.nsensor, prefix)
             return _sensor_indices(model, sensors, components)
 
+        agent_joints = np.flatnonzero(model.body_rootid[model.jnt_bodyid] == head_body)
+        hinges = agent_joints[model.jnt_type[agent_joints] == mujoco.mjtJoint.mjJNT_HINGE]
         imu = [next(i for i in range(model.nsensor) if model.sensor_type[i] == kind) for kind in IMU_SENSORS]
         touch = [i for i in range(model.nsensor) if model.sensor_type[i] == mujoco.mjtSensor.mjSENS_TOUCH]
-        parts = {
-            "position": named("obs/pos/", 1),
-            # The free joint's angular qvel (head frame) is what the gyro at the head site reads.
-            "velocity": np.concatenate([named("obs/linvel", 3), _sensor_indices(model, imu[1:2], 3),
-                                        named("obs/vel/", 1)]),
-            "imu_vel": _sensor_indices(model, imu, 3),
-            "touch": _sensor_indices(model, touch, 1),
-            "extremities": named("obs/tip/", 2),
+        parts = {  # (source, indices)
+            "position": (data.qpos, model.jnt_qposadr[hinges]),
+            "velocity": (data.qvel, np.flatnonzero(model.body_rootid[model.dof_bodyid] == head_body)),
+            "imu_vel": (data.sensordata, _sensor_indices(model, imu, 3)),
+            "touch": (data.sensordata, _sensor_indices(model, touch, 1)),
+            "extremities": (data.sensordata, named("obs/tip/", 2)),
         }
-        self._index = np.concatenate([parts[kind] for kind in obs_types]).astype(np.intp)
-        self._sensordata = data.sensordata
-        self.size = len(self._index)
+        self._takes: list[tuple[np.ndarray, np.ndarray, slice]] = []
+        stop = 0
+        for kind in obs_types:
+            source, index = parts[kind]
+            if self._takes and self._takes[-1][0] is source:  # extend the previous take
+                _, previous, span = self._takes.pop()
+                index, start = np.concatenate([previous, index]), span.start
+            else:
+                start = stop
+            stop = start + len(index)
+            self._takes.append((source, index.astype(np.intp), slice(start, stop)))
+        self.size = stop
 
     def __call__(self) -> np.ndarray:
-        return self._sensordata.take(self._index)
+        out = np.empty(self.size)
+        for source, index, span in self._takes:
+            source.take(index, out=out[span])
+        return out
 
 
 def _log_offsets(extent: int) -> np.ndarray:

@@ -134,7 +134,7 @@ class UnimalEnv(gym.Env):
         self._max_steps = int(cfg.ENV.EPISODE_LENGTH)
         self.fall_height = cfg.ENV.STAND_HEIGHT_RATIO * (start_height - cfg.BODY.FLOOR_OFFSET)
         self._ctrl_weight = float(cfg.ENV.CTRL_COST_WEIGHT)
-        self._proprio = Proprioception(model, data, cfg.ENV.OBS_TYPES)
+        self._proprio = Proprioception(model, data, cfg.ENV.OBS_TYPES, self.head_body)
         self._qpos, self._qvel, self._ctrl = data.qpos, data.qvel, data.ctrl
         self._qfrc_actuator = data.qfrc_actuator
         self._warning_counts = data.warning.number  # a live view: no struct wrapper per read

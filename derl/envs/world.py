@@ -32,19 +32,9 @@ def _add_visuals(root: etree._Element, worldbody: etree._Element, head: etree._E
 
 
 def _add_observation_sensors(root: etree._Element, head: etree._Element) -> None:
-    """Sensors for the proprioceptive observation, after the unimal's own (whose order is kept).
-
-    Hinge angles and velocities, the head's linear velocity (world frame, as the free joint's
-    qvel; its angular part is the unimal's gyro) and each limb tip in the head frame. MuJoCo fills
-    them during the step, so the env gathers its observation with one ``take``.
-    """
+    """Sensors for the proprioceptive observation, after the unimal's own (whose order is kept):
+    each limb tip in the head frame, which MuJoCo fills during the step."""
     sensor = child(root, "sensor")
-    hinges = [j.get("name") for j in head.iter("joint") if j.get("type", "hinge") == "hinge"]
-    for name in hinges:
-        sub(sensor, "jointpos", name=f"obs/pos/{name}", joint=name)
-    sub(sensor, "framelinvel", name="obs/linvel", objtype="xbody", objname="torso/0")
-    for name in hinges:
-        sub(sensor, "jointvel", name=f"obs/vel/{name}", joint=name)
     for site in head.iter("site"):
         name = site.get("name", "")
         if name.startswith("limb/btm/"):
