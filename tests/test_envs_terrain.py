@@ -64,6 +64,42 @@ def test_each_obstacle_type_alone(kind):
         assert np.array_equal(heights[0], heights[-1])
 
 
+class _Scripted:
+    """A generator that returns the given draws in order, whatever is asked."""
+
+    def __init__(self, draws):
+        self.draws = iter(draws)
+
+    def choice(self, options, size=None):
+        return next(self.draws)
+
+    def integers(self, *args, size=None):
+        return next(self.draws)
+
+
+def test_an_obstacle_that_does_not_fit_is_skipped_and_the_corridor_goes_on():
+    # DERL's corridor: a flat stretch and an obstacle until it is full; a too long obstacle is left out.
+    cfg = vt_cfg(**{"TERRAIN.TYPES": ["curve_slope"]})
+    corridor = Corridor.from_cfg(cfg)
+    start = round(2 * -corridor.x_min * corridor.divs)
+    cols = corridor.shape[1]
+    long_flat = (cols - 1 - start - 6 * corridor.divs) / (2 * corridor.divs)  # leaves 6 m of corridor
+    # per stretch: flat half-length, type, obstacle half-length (then the hump's height, if it fits)
+    draws = [long_flat, 0, 8, 1, 0, 1, 1.0, 1, 0, 8, 1, 0, 8]
+    heights = draw_heights(cfg, corridor, _Scripted(draws))
+    end_of_flats = start + round(2 * long_flat * corridor.divs) + 2 * corridor.divs
+    assert heights[:, :end_of_flats].max() == 0.0
+    assert heights[0, end_of_flats + corridor.divs] == pytest.approx(1.0)  # the short hump's top
+
+
+def test_rugged_square_draws_a_clip_height_per_band():
+    cfg = vt_cfg(**{"TERRAIN.TYPES": ["rugged_square"], "TERRAIN.RUGGED_SQUARE_CLIP_RANGE": [0.2, 0.3, 0.1]})
+    heights = draw_heights(cfg, Corridor.from_cfg(cfg), np.random.default_rng(0))
+    used = np.flatnonzero(heights.any(axis=0))
+    first = used[: np.argmax(np.diff(used) > 1)]  # the columns of the first obstacle
+    assert {round(float(top), 6) for top in heights[:, first].max(axis=1)} == {0.2, 0.3}
+
+
 def test_flat_and_unknown_types():
     cfg = load_preset("ft")  # asks for curve_slope, but a 75 m flat stretch fills the corridor
     assert not obstacles_fit(cfg)

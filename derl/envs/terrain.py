@@ -97,13 +97,13 @@ def steps(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 
 
 def rugged_square(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
-    """Bands of 10-19 rows, each a 0..2 triangle wave along x with f/2 periods, clipped at c."""
-    clip = rng.choice(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE))
+    """Bands of 10-19 rows, each a 0..2 triangle wave along x with f/2 periods, clipped at its own c."""
     bands = rows // 10 + 1  # enough bands of >= 10 rows to cover all rows
     widths = rng.integers(10, 20, size=bands)
     half_periods = rng.choice([10, 15], size=bands)
+    clips = rng.choice(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE), size=bands)
     phase = (np.linspace(0.0, 1.0, cols) * half_periods[:, None] / 2) % 1.0
-    profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clip)
+    profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clips[:, None])
     return np.repeat(profiles, widths, axis=0)[:rows]
 
 
@@ -156,7 +156,8 @@ def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarra
 
     The start area ``|x| <= START_FLAT`` is flat; then flat stretches (half-length from
     FLAT_LENGTH_RANGE, truncated to fit) alternate with one obstacle each, drawn uniformly
-    from TERRAIN.TYPES and skipped when it does not fit before the end.
+    from TERRAIN.TYPES; an obstacle that does not fit before the end is skipped and the next
+    flat stretch and obstacle are tried, until the corridor is full (as DERL's).
     """
     rows, cols = corridor.shape
     heights = np.zeros((rows, cols))
@@ -172,7 +173,7 @@ def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarra
         obstacle = OBSTACLES[kind]
         length = round(2 * rng.choice(value_range(cfg.TERRAIN[obstacle.length_key])) * divs)
         if col + length > cols - 1:
-            break
+            continue
         heights[:, col:col + length + 1] = obstacle.build(cfg, rng, rows, length + 1)
         col += length
     return heights
