@@ -318,6 +318,17 @@ def test_manipulation_reach_then_push_as_derl():
     assert "__reward__forward" not in info
 
 
+def test_mvt_puts_the_box_and_its_goal_whole_metres_ahead_as_derl():
+    env = UnimalEnv(FIXTURE, env_cfg("mvt"))
+    for seed in range(8):
+        env.reset(seed=seed)
+        box_x = float(env.data.qpos[env.task.object.qpos])
+        goal_x = float(env.task.goal.position[0])
+        assert box_x.is_integer() and 15 <= box_x <= 24  # FORWARD_PLACEMENT_DIST [15, 25)
+        far = env.task._x_span[1]
+        assert goal_x == far or ((goal_x - box_x).is_integer() and 15 <= goal_x - box_x <= 24)
+
+
 def test_env_from_a_genome_equals_env_from_its_file(folder):
     cfg = env_cfg("vt")
     genome = random_genome(load_config(), np.random.default_rng(2), "test-2")

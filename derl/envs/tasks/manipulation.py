@@ -49,10 +49,10 @@ class Manipulation(Task):
     - ``__reward__manipulation`` = reach + push, an aggregate (``aggregates``): DERL's
       selection criterion, not a third term of the reward.
 
-    Placement: the object ``FORWARD_PLACEMENT_DIST`` metres ahead of the start, the goal as far
-    again beyond it, both kept ``2 * PLACEMENT_BUFFER_LEN`` m from the ends (the object at least
-    ``CLOSE_PLACEMENT_DIST`` m before the far end) and ``2 * PLACEMENT_BUFFER_WIDTH`` m from the
-    sides.
+    Placement: the object ``FORWARD_PLACEMENT_DIST`` = [lo, hi) metres ahead of the start, in
+    whole metres as DERL draws them, the goal as far again beyond it, both kept
+    ``2 * PLACEMENT_BUFFER_LEN`` m from the ends (the object at least ``CLOSE_PLACEMENT_DIST`` m
+    before the far end) and ``2 * PLACEMENT_BUFFER_WIDTH`` m from the sides.
 
     Metric (DERL's ``ManipulationMetric``, as if the episode ended at this step): before the first
     reach, 1 - d / (start-goal distance); after it, 1 + a + b + f with a = 1 once the head has been
@@ -90,7 +90,7 @@ class Manipulation(Task):
     def _check_space(self) -> None:
         cfg, extent = self.cfg, self.arena.extent
         low, high = cfg.OBJECT.FORWARD_PLACEMENT_DIST
-        self._ahead = (float(low), float(high))
+        self._ahead = (int(low), int(high))
         self._x_span = (extent.x_min + 2 * cfg.OBJECT.PLACEMENT_BUFFER_LEN,
                         extent.x_max - 2 * cfg.OBJECT.PLACEMENT_BUFFER_LEN)
         self._min_gap = float(cfg.OBJECT.CLOSE_PLACEMENT_DIST)
@@ -122,8 +122,9 @@ class Manipulation(Task):
     def place(self, scene: Scene, rng: np.random.Generator) -> None:
         """Puts the object and the goal for the episode."""
         x_lo, x_hi = self._x_span
-        obj_x = float(np.clip(rng.uniform(*self._ahead), x_lo, x_hi - self._min_gap))
-        goal_x = min(obj_x + rng.uniform(*self._ahead), x_hi)
+        ahead = self._ahead  # whole metres, high excluded, as DERL's forward placement
+        obj_x = float(np.clip(rng.integers(*ahead), x_lo, x_hi - self._min_gap))
+        goal_x = min(obj_x + float(rng.integers(*ahead)), x_hi)
         obj_y, goal_y = rng.uniform(-self._y_half, self._y_half, size=2)
         half = self.object.half_height
         self.object.place(scene.data, obj_x, obj_y, self._ground(scene, obj_x, obj_y, half) + half + 0.1)
