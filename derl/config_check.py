@@ -146,6 +146,8 @@ def _check_world(cfg: CfgNode) -> None:
     from derl.morphology.mutations import expand_range
 
     check_task_config(cfg)  # ENV.TASK, and the criteria and observations against its declarations
+    if not cfg.ENV.OBS_TYPES:
+        raise ConfigError(f"config key ENV.OBS_TYPES is empty; use some of {', '.join(OBS_TYPES)}", "ENV.OBS_TYPES")
     for obs_type in cfg.ENV.OBS_TYPES:
         _one_of("ENV.OBS_TYPES", obs_type, OBS_TYPES)
     for terrain_type in cfg.TERRAIN.TYPES:

@@ -38,6 +38,7 @@ NOT_READERS = ("derl/config.py", "derl/config_check.py")
     (["ENV.TASK", "locomotoin"], "ENV.TASK", "unknown ENV.TASK"),
     (["ENV.KEYS_TO_KEEP", "[proprioceptive, eyes]"], "ENV.KEYS_TO_KEEP", "unknown ENV.KEYS_TO_KEEP"),
     (["ENV.OBS_TYPES", "[position, speed]"], "ENV.OBS_TYPES", "'speed'"),
+    (["ENV.OBS_TYPES", "[]"], "ENV.OBS_TYPES", "is empty"),
     (["TERRAIN.TYPES", "[hills]"], "TERRAIN.TYPES", "'hills'"),
     (["OBJECT.TYPE", "cube"], "OBJECT.TYPE", "'cube'"),
     (["VECENV.TYPE", "SubprocEnv"], "VECENV.TYPE", "DummyVecEnv, SubprocVecEnv"),

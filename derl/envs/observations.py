@@ -78,24 +78,16 @@ class Proprioception:
             "touch": (data.sensordata, _sensor_indices(model, touch, 1)),
             "extremities": (data.sensordata, named("obs/tip/", 2)),
         }
-        self._takes: list[tuple[np.ndarray, np.ndarray, slice]] = []
-        stop = 0
+        self._takes: list[tuple[np.ndarray, np.ndarray]] = []
         for kind in obs_types:
             source, index = parts[kind]
             if self._takes and self._takes[-1][0] is source:  # extend the previous take
-                _, previous, span = self._takes.pop()
-                index, start = np.concatenate([previous, index]), span.start
-            else:
-                start = stop
-            stop = start + len(index)
-            self._takes.append((source, index.astype(np.intp), slice(start, stop)))
-        self.size = stop
+                index = np.concatenate([self._takes.pop()[1], index])
+            self._takes.append((source, index.astype(np.intp)))
+        self.size = sum(len(index) for _, index in self._takes)
 
     def __call__(self) -> np.ndarray:
-        out = np.empty(self.size)
-        for source, index, span in self._takes:
-            source.take(index, out=out[span])
-        return out
+        return np.concatenate([source.take(index) for source, index in self._takes])
 
 
 def _log_offsets(extent: int) -> np.ndarray:
