@@ -244,6 +244,13 @@ def test_limb_params_changes_one_length_and_moves_children():
     assert np.allclose(new[2].origin, old[2].origin + shift)
 
 
+def test_limb_params_draws_the_radius_too_when_its_range_allows():
+    radii = load_config(overrides={"LIMB.RADIUS_RANGE": [0.04, 0.06, 0.01]})
+    children = [ops.limb_params(walker(), radii, rng(s)) for s in range(30)]
+    drawn = {round(g.radius, 6) for child in children if child for g in child.groups}
+    assert drawn >= {0.04, 0.06}  # DERL's limb_params redraws radius and length
+
+
 def test_limb_params_rejects_an_overlapping_length():
     # A leg (0) down, an arm (1) forward, a forearm (2) back-down from the arm's tip:
     # at length 1.0 the forearm crosses the leg.

@@ -150,11 +150,13 @@ def dof(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome:
 
 
 def limb_params(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome | None:
-    """A new length for one group; children move with the new tip. Rejected on overlap."""
+    """A new radius and length for one group, as DERL's (the radius is fixed by the default
+    LIMB.RADIUS_RANGE); children move with the new tip. Rejected on overlap."""
     index = int(rng.integers(len(genome.groups)))
+    radius = _choice(rng, expand_range(cfg.LIMB.RADIUS_RANGE, "LIMB.RADIUS_RANGE"))
     length = _choice(rng, expand_range(cfg.LIMB.HEIGHT_RANGE, "LIMB.HEIGHT_RANGE"))
     groups = list(genome.groups)
-    groups[index] = dataclasses.replace(groups[index], length=length)
+    groups[index] = dataclasses.replace(groups[index], radius=radius, length=length)
     child = dataclasses.replace(genome, groups=tuple(groups))
     return None if has_forbidden_contact(child, cfg) else child
 
