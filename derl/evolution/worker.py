@@ -390,7 +390,7 @@ class Worker:
             self._record_video(morphology_id, seed)
         # Dying between the number and the metadata leaves the number unused (a gap): the
         # resumed worker finds the finished checkpoint and takes a new number.
-        if self.stop.slot_lost is not None and self.stop.slot_lost():
+        if not self.stop.still_ours():
             raise SlotLost
         publication = self.run.take_publication_number(morphology_id, self.node, self.worker)
         if not self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome, publication)):
