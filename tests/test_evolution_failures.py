@@ -17,11 +17,12 @@ from derl.config import ConfigError, load_config
 from derl.evolution.coordinator import RETRY_SECONDS, Coordinator
 from derl.evolution.failures import Streak, classify, describe, gives_up, next_streak, restart_delay
 from derl.evolution.storage import RunDir
-from derl.evolution.worker import EXIT_ENVIRONMENT, EXIT_FATAL
+from derl.evolution.worker import EXIT_ENVIRONMENT, EXIT_FATAL, Worker
 from derl.fileio import JsonFileError
 from derl.morphology.genome import GenomeError
 from derl.ppo.checkpoint import CheckpointError
 from derl.ppo.device import DeviceError
+from tests.evo_fake_backend import FakeBackend, _genome
 from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
 from tests.test_evolution_run import tiny_search
 
@@ -290,3 +291,15 @@ def test_a_transient_error_postpones_a_restart_instead_of_stopping_the_node(tmp_
         coordinator.restart_at[0] = 0.0  # the retry is due
     coordinator._restart_due()
     assert started == [0] and coordinator.restart_at == {}
+
+
+def test_a_child_of_a_quarantined_parent_is_published_with_its_lineage_from_the_genomes(tmp_path):
+    # The parent's metadata went to quarantine/ after it was chosen: the child's finished result must
+    # still be published, its lineage read from the genomes' parent ids.
+    run = RunDir(tmp_path)
+    run.create()
+    for genome_id, parent_id in [("000003", None), ("000007", "000003"), ("000010", "000007")]:
+        run.write_genome(genome_id, _genome(genome_id, parent_id, None, 1.0), "<mujoco/>")
+    worker = Worker(load_config(None, {"OUT_DIR": str(tmp_path)}), run, FakeBackend(), 0)
+    assert worker._lineage("000010", "000007") == "000003/000007/000010"
+    assert worker._lineage("000003", None) == "000003"

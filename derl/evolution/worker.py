@@ -409,16 +409,24 @@ class Worker:
         except Exception as err:  # noqa: BLE001 - see the docstring
             self._log(f"no video for {morphology_id}: {type(err).__name__}: {err}".splitlines()[0])
 
+    def _lineage(self, morphology_id: str, parent_id: str | None) -> str:
+        """``<root>/.../<parent>/<id>``: the parent's published lineage, or, if its metadata was
+        quarantined after it was chosen, its genome's parent, and so on (the result is not lost)."""
+        if parent_id is None:
+            return morphology_id
+        parent = self.results.by_id.get(parent_id)
+        if parent is None:
+            grandparent = json.loads(self.run.read_genome(parent_id)).get("parent_id")
+            return f"{self._lineage(parent_id, grandparent)}/{morphology_id}"
+        return f"{parent['lineage']}/{morphology_id}"
+
     def build_metadata(self, morphology_id: str, slot: int, attempt: int, seed: int,
                        outcome: TrainOutcome, publication: int) -> dict[str, Any]:
         """The published record of a morphology (``metadata/<id>.json``)."""
         genome = json.loads(self.run.read_genome(morphology_id))
         parent_id = genome.get("parent_id")
-        if parent_id is None:
-            lineage = morphology_id
-        else:
-            self.results.refresh()
-            lineage = f"{self.results.by_id[parent_id]['lineage']}/{morphology_id}"
+        self.results.refresh()
+        lineage = self._lineage(morphology_id, parent_id)
         return {
             "id": morphology_id,
             "parent_id": parent_id,
