@@ -58,25 +58,22 @@ class Proprioception:
     """Builds the proprioceptive vector of ``ENV.OBS_TYPES``: one ``take`` per source (``qpos``,
     ``qvel``, ``sensordata``) for each run of consecutive types that read the same one."""
 
-    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, obs_types, head_body: int):
+    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, obs_types, hinge_qpos: np.ndarray,
+                 agent_dofs: np.ndarray):
+        """``hinge_qpos``: the qpos addresses of the agent's hinges; ``agent_dofs``: its dofs, the
+        head's free joint first."""
         unknown = sorted(set(obs_types) - set(OBS_TYPES))
         if unknown:
             raise ValueError(f"unknown ENV.OBS_TYPES {unknown}; known: {list(OBS_TYPES)}")
-
-        def named(prefix: str, components: int) -> np.ndarray:
-            sensors = names_with_prefix(model, mujoco.mjtObj.mjOBJ_SENSOR, model.nsensor, prefix)
-            return _sensor_indices(model, sensors, components)
-
-        agent_joints = np.flatnonzero(model.body_rootid[model.jnt_bodyid] == head_body)
-        hinges = agent_joints[model.jnt_type[agent_joints] == mujoco.mjtJoint.mjJNT_HINGE]
         imu = [next(i for i in range(model.nsensor) if model.sensor_type[i] == kind) for kind in IMU_SENSORS]
         touch = [i for i in range(model.nsensor) if model.sensor_type[i] == mujoco.mjtSensor.mjSENS_TOUCH]
+        tips = names_with_prefix(model, mujoco.mjtObj.mjOBJ_SENSOR, model.nsensor, "obs/tip/")
         parts = {  # (source, indices)
-            "position": (data.qpos, model.jnt_qposadr[hinges]),
-            "velocity": (data.qvel, np.flatnonzero(model.body_rootid[model.dof_bodyid] == head_body)),
+            "position": (data.qpos, hinge_qpos),
+            "velocity": (data.qvel, agent_dofs),
             "imu_vel": (data.sensordata, _sensor_indices(model, imu, 3)),
             "touch": (data.sensordata, _sensor_indices(model, touch, 1)),
-            "extremities": (data.sensordata, named("obs/tip/", 2)),
+            "extremities": (data.sensordata, _sensor_indices(model, tips, 2)),
         }
         self._takes: list[tuple[np.ndarray, np.ndarray]] = []
         for kind in obs_types:

@@ -127,14 +127,16 @@ class UnimalEnv(gym.Env):
         if model.nu == 0:
             raise ValueError("unimal MJCF has no actuators")
         agent_joints = np.flatnonzero(model.body_rootid[model.jnt_bodyid] == self.head_body)
+        agent_dofs = np.flatnonzero(model.body_rootid[model.dof_bodyid] == self.head_body)
         ends = np.append(model.jnt_qposadr[1:], model.nq)
         self._agent_qpos = _as_slice(np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints]))
-        self._agent_dofs = _as_slice(np.flatnonzero(model.body_rootid[model.dof_bodyid] == self.head_body))
+        self._agent_dofs = _as_slice(agent_dofs)
+        hinges = agent_joints[model.jnt_type[agent_joints] == mujoco.mjtJoint.mjJNT_HINGE]
         self._noise = float(cfg.ENV.RESET_NOISE_SCALE)
         self._max_steps = int(cfg.ENV.EPISODE_LENGTH)
         self.fall_height = cfg.ENV.STAND_HEIGHT_RATIO * (start_height - cfg.BODY.FLOOR_OFFSET)
         self._ctrl_weight = float(cfg.ENV.CTRL_COST_WEIGHT)
-        self._proprio = Proprioception(model, data, cfg.ENV.OBS_TYPES, self.head_body)
+        self._proprio = Proprioception(model, data, cfg.ENV.OBS_TYPES, model.jnt_qposadr[hinges], agent_dofs)
         self._qpos, self._qvel, self._ctrl = data.qpos, data.qvel, data.ctrl
         self._qfrc_actuator = data.qfrc_actuator
         self._warning_counts = data.warning.number  # a live view: no struct wrapper per read
