@@ -75,10 +75,11 @@ class Evaluation:
             env.setdefault(variable, "1")
         command = [sys.executable, "-m", "derl.evaluation.cell", str(cell.run), cell.task, cell.id,
                    str(cell.seed), str(out_dir), *self.overrides]
-        env[PARENT_PID_VARIABLE] = str(os.getpid())
-        if self.nproc > 1:  # data-parallel ranks, as tools/train_ddp.sh starts them; their parent is the agent
+        if self.nproc > 1:  # data-parallel ranks, as tools/train_ddp.sh starts them
             command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)]
-            del env[PARENT_PID_VARIABLE]
+            env.pop(PARENT_PID_VARIABLE, None)  # the ranks' parent is torchrun's agent
+        else:
+            env[PARENT_PID_VARIABLE] = str(os.getpid())
         self.attempts[cell] += 1
         proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=die_with_parent)
         self.running[cell] = _Training(cell, generation, proc)
