@@ -172,5 +172,5 @@ def summarise(profiled: dict, plain: dict, physics_replay_rate: float, lockstep_
         "lockstep_physics_replay_us_per_env_step": round(1e6 / lockstep_rate, 2),
         "plain_vs_lockstep_physics": round(1e6 / lockstep_rate / plain_us, 3),
         "setup_seconds": round(setup_cpu, 3),
-        "setup_share_of_5e6_steps": round(setup_cpu / full_training, 5),
+        "setup_share_of_5e6_steps": float(f"{setup_cpu / full_training:.3g}"),  # a small share keeps its digits
     }
