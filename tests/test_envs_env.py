@@ -81,8 +81,8 @@ def test_hinge_angles_and_velocities_are_read_after_the_step_as_derl():
     env.reset(seed=0)
     obs, *_ = env.step(np.ones(env.action_space.shape, np.float32))
     joints, proprio = 6, obs["proprioceptive"]
-    np.testing.assert_array_equal(proprio[:joints], env.data.qpos[7:7 + joints])  # the free joint skipped
-    np.testing.assert_array_equal(proprio[joints:2 * joints + 6], env.data.qvel[:6 + joints])
+    np.testing.assert_array_equal(proprio[:joints], env.qpos[7:7 + joints])  # the free joint skipped
+    np.testing.assert_array_equal(proprio[joints:2 * joints + 6], env.qvel[:6 + joints])
 
 
 def test_keys_to_keep_filters_and_flat_option_concatenates():
@@ -108,7 +108,7 @@ def test_reset_noise_keeps_a_unit_quaternion():
     env = UnimalEnv(FIXTURE, env_cfg("ft", **{"ENV.RESET_NOISE_SCALE": 0.05}))
     for seed in range(3):
         env.reset(seed=seed)
-        assert np.linalg.norm(env.data.qpos[3:7]) == pytest.approx(1.0, abs=1e-12)
+        assert np.linalg.norm(env.qpos[3:7]) == pytest.approx(1.0, abs=1e-12)
 
 
 @pytest.mark.parametrize("name", ENVS)
@@ -175,7 +175,7 @@ def test_hfield_observation_reads_the_terrain_under_the_agent():
 def test_pushing_forward_earns_forward_reward_and_the_reward_is_its_terms():
     env = UnimalEnv(FIXTURE, env_cfg("ft"))
     env.reset(seed=0)
-    env.data.qvel[0] = 2.0
+    env.qvel[0] = 2.0
     action = np.full(env.action_space.shape, 0.5, dtype=np.float32)
     _, reward, terminated, truncated, info = env.step(action)
     assert info["__reward__forward"] > 0.5 and info["x_pos"] > 0
@@ -202,7 +202,7 @@ def test_energy_is_the_actuator_force_in_joint_space():
 def test_dropping_below_the_fall_height_terminates():
     env = UnimalEnv(FIXTURE, env_cfg("vt"))
     env.reset(seed=0)
-    env.data.qpos[2] = env.arena.extent.ground_z + 0.5 * env.fall_height
+    env.qpos[2] = env.arena.extent.ground_z + 0.5 * env.fall_height
     _, _, terminated, truncated, info = env.step(np.zeros(env.action_space.shape))
     assert terminated and not truncated and "unstable" not in info
 
@@ -211,14 +211,14 @@ def test_side_edge_terminates_locomotion_only():
     for name, expected in (("ft", True), ("mvt", False)):
         env = UnimalEnv(FIXTURE, env_cfg(name))
         env.reset(seed=0)
-        env.data.qpos[1] = env.arena.extent.half_width - 0.5
+        env.qpos[1] = env.arena.extent.half_width - 0.5
         assert env.step(np.zeros(env.action_space.shape))[2] is expected
 
 
 def test_leaving_the_map_ends_cleanly():
     env = UnimalEnv(FIXTURE, env_cfg("vt"))
     env.reset(seed=0)
-    env.data.qpos[0] = env.arena.extent.x_max + 5
+    env.qpos[0] = env.arena.extent.x_max + 5
     obs, _, terminated, _, info = env.step(np.zeros(env.action_space.shape))
     assert terminated and info["out_of_map"]
     assert env.observation_space.contains(obs)
@@ -227,7 +227,7 @@ def test_leaving_the_map_ends_cleanly():
 def test_unstable_physics_ends_the_episode_with_a_flag():
     env = UnimalEnv(FIXTURE, env_cfg("vt"))
     env.reset(seed=0)
-    env.data.qvel[6:] = np.nan
+    env.qvel[6:] = np.nan
     obs, reward, terminated, _, info = env.step(np.zeros(env.action_space.shape))
     assert terminated and info["unstable"]
     assert all(np.isfinite(v).all() for v in obs.values())
@@ -276,7 +276,7 @@ def test_manipulation_reach_then_push_as_derl():
     env = UnimalEnv(FIXTURE, env_cfg("mvt", **{"ENV.KEYS_TO_KEEP": ["proprioceptive", "obj", "goal"], **flat}))
     obs, _ = env.reset(seed=0)
     dist = _BoxDistances(env)
-    qpos, box_qpos = env.data.qpos, env.model.joint("box").qposadr[0]
+    qpos, box_qpos = env.qpos, env.model.joint("box").qposadr[0]
     box = qpos[box_qpos:box_qpos + 3].copy()
     goal = env.model.site_pos[env.model.site("goal").id].copy()
     assert goal[0] - box[0] >= env.cfg.OBJECT.CLOSE_PLACEMENT_DIST and obs["obj"][0] > 10  # the box lies ahead
@@ -322,7 +322,7 @@ def test_mvt_puts_the_box_and_its_goal_whole_metres_ahead_as_derl():
     env = UnimalEnv(FIXTURE, env_cfg("mvt"))
     for seed in range(8):
         env.reset(seed=seed)
-        box_x = float(env.data.qpos[env.task.object.qpos])
+        box_x = float(env.qpos[env.task.object.qpos])
         goal_x = float(env.task.goal.position[0])
         assert box_x.is_integer() and 15 <= box_x <= 24  # FORWARD_PLACEMENT_DIST [15, 25)
         far = env.task._x_span[1]

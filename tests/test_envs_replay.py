@@ -27,17 +27,17 @@ def _box_qpos(env: UnimalEnv) -> int:
 
 
 def _onto_terrain(env: UnimalEnv) -> None:
-    env.data.qpos[0] += 20.0  # the obstacles of the second episode's terrain
+    env.qpos[0] += 20.0  # the obstacles of the second episode's terrain
 
 
 def _next_to_box(env: UnimalEnv) -> None:
-    box = env.data.qpos[_box_qpos(env):][:2]
-    env.data.qpos[0:3] = box[0] - 0.6, box[1], env.data.qpos[2] + 1.0  # dropped: clear of any obstacle
+    box = env.qpos[_box_qpos(env):][:2]
+    env.qpos[0:3] = box[0] - 0.6, box[1], env.qpos[2] + 1.0  # dropped: clear of any obstacle
 
 
 def _box_towards_goal(env: UnimalEnv) -> None:
     goal = env.model.site_pos[env.model.site("goal").id]
-    env.data.qpos[_box_qpos(env):][:3] = goal[0] - 0.5, goal[1], goal[2] + 1.0
+    env.qpos[_box_qpos(env):][:3] = goal[0] - 0.5, goal[1], goal[2] + 1.0
 
 
 # (episode, step) -> a teleport before that step, to reach every reward branch

@@ -126,9 +126,9 @@ def test_patrol_goal_flips_on_reaching_it():
     env = task_env("patrol")
     env.reset(seed=0)
     half = env.cfg.TERRAIN.PATROL_HALF_LEN
-    assert env.data.qpos[0] == pytest.approx(-half, abs=0.01)
+    assert env.qpos[0] == pytest.approx(-half, abs=0.01)
     assert env.task.goal.position[:2].tolist() == [half, 0.0]
-    env.data.qpos[0:2] = half, 0.0
+    env.qpos[0:2] = half, 0.0
     obs, reward, _, _, info = _step(env)
     assert env.task.goal.position[:2].tolist() == [-half, 0.0]  # flipped
     assert info["__reward__reach"] > 10 and obs["goal"][0] < -half  # the new goal lies behind
@@ -142,7 +142,7 @@ def test_point_nav_goal_is_drawn_in_its_range():
     goals = []
     for seed in range(30):
         env.reset(seed=seed)
-        assert env.data.qpos[0] == pytest.approx(50.0, abs=0.01)  # the arena's centre
+        assert env.qpos[0] == pytest.approx(50.0, abs=0.01)  # the arena's centre
         goals.append(env.task.goal.position[:2].copy())
     goals = np.array(goals)
     assert np.all((goals[:, 0] >= 6.5) & (goals[:, 0] < 93.5))
@@ -175,7 +175,7 @@ def test_obstacle_boxes_keep_clear_of_the_ends_and_appear_in_the_height_map():
         geom = model.geom("obstacle/0")
         assert geom.pos.tolist() == pytest.approx([x, y, extent.ground_z])
         assert geom.size.tolist() == pytest.approx([half_len, half_width, 2.0])
-    env.data.qpos[0:2] = x - half_len - 1.0, y  # 1 m before the box, facing it: it shows 2 m high ahead
+    env.qpos[0:2] = x - half_len - 1.0, y  # 1 m before the box, facing it: it shows 2 m high ahead
     obs, *_ = _step(env)
     assert obs["hfield"].max() >= 1.5
 
@@ -185,7 +185,7 @@ def test_exploration_rewards_only_new_cells():
     env.reset(seed=0)
     rewards = []
     for x, y in ((60.5, 10.5), (60.6, 10.4), (61.5, 10.5), (60.5, 10.5)):
-        env.data.qpos[0:2] = x, y
+        env.qpos[0:2] = x, y
         rewards.append(_step(env)[3 + 1]["__reward__explore"])
     assert rewards == [1.0, 0.0, 1.0, 0.0]
     assert _step(env)[4]["metric"] == env.task.count == 2
@@ -194,15 +194,15 @@ def test_exploration_rewards_only_new_cells():
 def test_incline_reward_is_divided_by_cos_10_degrees():
     env = task_env("incline")
     env.reset(seed=0)
-    x_before = float(env.data.qpos[0])
-    env.data.qvel[0] = 1.0
+    x_before = float(env.qpos[0])
+    env.qvel[0] = 1.0
     _, _, _, _, info = _step(env)
-    expected = (env.data.qpos[0] - x_before) / env.dt / math.cos(math.radians(10))
+    expected = (env.qpos[0] - x_before) / env.dt / math.cos(math.radians(10))
     assert info["__reward__forward"] == pytest.approx(expected) and expected > 0.5
     # The plane rises 10 degrees along +x and the agent starts on it, 2 m from the low end.
     assert env.scene.height_at(10.0, 0.0) - env.scene.height_at(0.0, 0.0) == pytest.approx(
         10 * math.tan(math.radians(10)), abs=0.02)
-    assert env.data.qpos[0] == pytest.approx(math.cos(math.radians(10)) * -73, abs=0.05)
+    assert env.qpos[0] == pytest.approx(math.cos(math.radians(10)) * -73, abs=0.05)
     assert 0 < env.torso_height < 1
 
 
@@ -224,11 +224,11 @@ def test_escape_bowl_ends_with_100_at_radius_42():
     env = task_env("escape_bowl")
     env.reset(seed=0)
     assert env.arena.heights.interior.max() == pytest.approx(1.3, abs=0.05)
-    z = float(env.data.qpos[2])
-    env.data.qpos[0:3] = 30.0, 0.0, z + env.scene.height_at(30.0, 0.0)
+    z = float(env.qpos[2])
+    env.qpos[0:3] = 30.0, 0.0, z + env.scene.height_at(30.0, 0.0)
     _, _, terminated, _, info = _step(env)
     assert not terminated and info["__reward__escape"] == 0 and info["metric"] == pytest.approx(30, abs=0.1)
-    env.data.qpos[0:3] = 30.0, 30.0, z + env.scene.height_at(30.0, 30.0)  # radius 42.4
+    env.qpos[0:3] = 30.0, 30.0, z + env.scene.height_at(30.0, 30.0)  # radius 42.4
     _, reward, terminated, _, info = _step(env)
     assert terminated and info["__reward__escape"] == 100 and reward > 90
 

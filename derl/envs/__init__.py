@@ -18,11 +18,12 @@ import gymnasium as gym
 
 from derl.envs.tasks import TASKS, check_task_config
 from derl.envs.unimal_env import UnimalEnv
+from derl.envs.vector_env import UnimalVectorEnv
 from derl.morphology import to_mjcf
 
 ENV_ID = "Unimal-v0"
 
-__all__ = ["ENV_ID", "TASKS", "UnimalEnv", "check_task_config", "make_env", "make_genome_env"]
+__all__ = ["ENV_ID", "TASKS", "UnimalEnv", "UnimalVectorEnv", "check_task_config", "make_env", "make_genome_env"]
 
 
 def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: str | None = None,

@@ -1,8 +1,8 @@
 """Arenas: the ground a task puts the agent on, as MJCF plus the ground's height map.
 
-An arena builds its MJCF (floor box, height field, walls), binds to the compiled model, draws
-the episode's terrain in place at each reset (nothing is recompiled) and says how high the
-head is above the ground under it. Tasks choose their arena (``Task.make_arena``):
+An arena builds its MJCF (floor box, height field, walls), binds to the compiled models (one
+per env where the terrain is re-drawn), draws an env's terrain in place at its reset (nothing is
+recompiled) and says how high each head is above the ground under it. Tasks choose their arena (``Task.make_arena``):
 
 - ``FloorArena``: one box, half-sizes ``TERRAIN.SIZE``, top at ``SIZE[2]`` (DERL's Floor).
 - ``CorridorArena``: DERL's Terrain. Layout ``corridor``: ``x`` from ``-START_FLAT`` to
@@ -36,13 +36,20 @@ BOWL_SMOOTHNESS = 0.15
 BOWL_MIN_RADIUS = 0.04
 
 
-def height_map(extent: Corridor, cfg, observe_hfield: bool) -> HeightMap:
-    """A height map over ``extent``, padded enough for the height-field observation if observed."""
+def height_map(extent: Corridor, cfg, observe_hfield: bool, num_envs: int) -> HeightMap:
+    """Height maps over ``extent``, padded enough for the height-field observation if observed."""
     walls = int(cfg.HFIELD.PADDING)
     pad = walls + 1
     if observe_hfield:
         pad += HeightPatch.reach_for(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS)
-    return HeightMap(extent, pad, walls, float(cfg.HFIELD.GAP_DEPTH))
+    return HeightMap(extent, pad, walls, float(cfg.HFIELD.GAP_DEPTH), num_envs)
+
+
+def _hfield_views(models: list[mujoco.MjModel], name: str) -> list[np.ndarray]:
+    """Each model's data of the height field ``name``, as ``(rows, cols)`` views."""
+    hfield = models[0].hfield(name)
+    rows, cols, adr = hfield.nrow[0], hfield.ncol[0], hfield.adr[0]
+    return [model.hfield_data[adr:adr + rows * cols].reshape(rows, cols) for model in models]
 
 
 class Arena:
@@ -59,31 +66,30 @@ class Arena:
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         """Adds the arena's MJCF."""
 
-    def bind(self, model: mujoco.MjModel) -> None:
-        """Looks up what the arena changes per episode in the compiled model."""
+    def bind(self, models: list[mujoco.MjModel]) -> None:
+        """Looks up what the arena changes per episode in each env's compiled model."""
 
-    def initialize_episode(self, rng: np.random.Generator) -> None:
-        """Draws the episode's terrain in place (height map and height-field data)."""
+    def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
+        """Draws env ``env``'s terrain in place (height map and height-field data)."""
 
-    def clearance(self, x: float, y: float, z: float) -> tuple[float, bool]:
-        """(height of z above the ground under (x, y), whether (x, y) is off the map)."""
+    def clearance(self, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(height of z above the ground under (x, y), whether (x, y) is off the map), ``[N]`` each."""
         extent = self.extent
-        z -= extent.ground_z
-        if not (extent.x_min <= x <= extent.x_max and -extent.half_width <= y <= extent.half_width):
-            return z, True
+        height = z - extent.ground_z
+        off = ~((extent.x_min <= x) & (x <= extent.x_max) & (-extent.half_width <= y) & (y <= extent.half_width))
         if self.heights is None:
-            return z, False
-        row, col = extent.cell(x, y)
-        return z - float(self.heights.interior[row, col]), False
+            return height, off
+        under = self.heights.under(*self.heights.grid_cells(x, y))
+        return np.where(off, height, height - under), off
 
 
 class FloorArena(Arena):
     """DERL's Floor: one box of half-sizes ``TERRAIN.SIZE`` centred at the origin."""
 
-    def __init__(self, cfg, observe_hfield: bool = False):
+    def __init__(self, cfg, num_envs: int, observe_hfield: bool = False):
         self._size = tuple(float(v) for v in cfg.TERRAIN.SIZE)
         self.extent = Corridor.floor(cfg)
-        self.heights = height_map(self.extent, cfg, observe_hfield) if observe_hfield else None
+        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs) if observe_hfield else None
 
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         sub(worldbody, "geom", name="floor", type="box", pos="0 0 0", size=fmt(*self._size), material="ground")
@@ -94,12 +100,14 @@ class CorridorArena(Arena):
 
     Args:
         cfg: the config (TERRAIN, HFIELD).
+        num_envs: the envs that share the arena's layout (each draws its own terrain).
         layout: ``corridor`` or ``arena``.
         need_map: keep a height map even when the ground is flat (placement, obstacles, observation).
         observe_hfield: the height-field observation is kept (the map is padded for it).
     """
 
-    def __init__(self, cfg, layout: str = "corridor", need_map: bool = False, observe_hfield: bool = False):
+    def __init__(self, cfg, num_envs: int, layout: str = "corridor", need_map: bool = False,
+                 observe_hfield: bool = False):
         if layout not in ("corridor", "arena"):
             raise ValueError(f"unknown arena layout {layout!r}")
         self._cfg = cfg
@@ -110,10 +118,10 @@ class CorridorArena(Arena):
             raise ValueError("TERRAIN.INCLINE_ANGLE needs a corridor without obstacles "
                              "(START_FLAT = SIZE[0], as DERL's incline tasks)")
         keep = self._obstacles or bool(self.incline) or need_map or observe_hfield
-        self.heights = height_map(self.extent, cfg, observe_hfield) if keep else None
-        self._hfield = None
+        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs) if keep else None
+        self._hfields: list[np.ndarray] = []
         if self.incline and self.heights is not None:
-            self.heights.interior[:] = self._incline_heights()[None, :]
+            self.heights.interior[:] = self._incline_heights()[None, None, :]
 
     def _incline_heights(self) -> np.ndarray:
         """Height above ``ground_z`` of the tilted floor box's top at each column."""
@@ -152,26 +160,25 @@ class CorridorArena(Arena):
     def model_is_static(self) -> bool:
         return not self._obstacles
 
-    def bind(self, model: mujoco.MjModel) -> None:
+    def bind(self, models: list[mujoco.MjModel]) -> None:
         if not self._obstacles:
             return
-        self._hfield = model.hfield("terrain")
-        rows, cols, adr = self._hfield.nrow[0], self._hfield.ncol[0], self._hfield.adr[0]
-        self._hfield_data = model.hfield_data[adr:adr + rows * cols].reshape(rows, cols)
-        self._raised = np.zeros((rows, cols), dtype=bool)
+        self._hfields = _hfield_views(models, "terrain")
+        self._scale = 1.0 / models[0].hfield("terrain").size[2]
+        self._raised = np.zeros(self._hfields[0].shape, dtype=bool)
 
-    def initialize_episode(self, rng: np.random.Generator) -> None:
-        if self._hfield is None:
+    def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
+        if not self._hfields:
             return
-        interior = self.heights.interior
+        interior = self.heights.interior[env]
         interior[:] = draw_heights(self._cfg, self.extent, rng)
         # Flat vertices stay sunk below the floor box; obstacle vertices are raised to their height.
         # Heights stay within [0, max_height] by construction, so the data stays in [0, 1].
-        elevation = self._hfield_data
+        elevation = self._hfields[env]
         np.greater(interior, 0, out=self._raised)
         np.add(interior, HFIELD_SINK, out=elevation)
         elevation *= self._raised
-        elevation *= 1.0 / self._hfield.size[2]
+        elevation *= self._scale
 
 
 def bowl_heights(side: float, divs: int, max_z: float, rng: np.random.Generator) -> np.ndarray:
@@ -196,10 +203,10 @@ def bowl_heights(side: float, divs: int, max_z: float, rng: np.random.Generator)
 class BowlArena(Arena):
     """DERL's Bowl: a height field of half-side ``SIZE[0]`` around the origin, re-drawn each episode."""
 
-    def __init__(self, cfg, observe_hfield: bool = False):
+    def __init__(self, cfg, num_envs: int, observe_hfield: bool = False):
         side = float(cfg.TERRAIN.SIZE[0])
         self.extent = Corridor(-side, side, side, 0.0, int(cfg.HFIELD.NUM_DIVS), False)
-        self.heights = height_map(self.extent, cfg, observe_hfield)
+        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs)
         self._max_z = float(cfg.TERRAIN.BOWL_MAX_Z)
         if self._max_z <= 0:
             raise ValueError(f"TERRAIN.BOWL_MAX_Z must be > 0, got {self._max_z}")
@@ -215,13 +222,11 @@ class BowlArena(Arena):
     def model_is_static(self) -> bool:
         return False
 
-    def bind(self, model: mujoco.MjModel) -> None:
-        hfield = model.hfield("terrain")
-        rows, cols, adr = hfield.nrow[0], hfield.ncol[0], hfield.adr[0]
-        self._hfield_data = model.hfield_data[adr:adr + rows * cols].reshape(rows, cols)
+    def bind(self, models: list[mujoco.MjModel]) -> None:
+        self._hfields = _hfield_views(models, "terrain")
 
-    def initialize_episode(self, rng: np.random.Generator) -> None:
+    def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         extent = self.extent
         heights = bowl_heights(extent.x_max, extent.divs, self._max_z, rng)
-        self.heights.interior[:] = heights
-        self._hfield_data[:] = heights / self._max_z
+        self.heights.interior[env] = heights
+        self._hfields[env][:] = heights / self._max_z

@@ -43,8 +43,8 @@ def names_with_prefix(model: mujoco.MjModel, obj: mujoco.mjtObj, count: int, pre
 
 
 def head_frame(vectors: np.ndarray, xmat: np.ndarray) -> np.ndarray:
-    """World vectors (rows) expressed in the frame whose flat rotation matrix is ``xmat``."""
-    return vectors @ xmat.reshape(3, 3)
+    """Each env's world vectors ``[N, k, 3]`` in the frame of its flat rotation matrix ``xmat`` ``[N, 9]``."""
+    return vectors @ xmat.reshape(-1, 3, 3)
 
 
 def _sensor_indices(model: mujoco.MjModel, sensors: list[int], components: int) -> np.ndarray:
@@ -55,25 +55,27 @@ def _sensor_indices(model: mujoco.MjModel, sensors: list[int], components: int) 
 
 
 class Proprioception:
-    """Builds the proprioceptive vector of ``ENV.OBS_TYPES``: one ``take`` per source (``qpos``,
-    ``qvel``, ``sensordata``) for each run of consecutive types that read the same one."""
+    """Builds the proprioceptive vectors ``[N, size]`` of ``ENV.OBS_TYPES``: one ``take`` per source
+    (``qpos``, ``qvel``, ``sensordata``, bound ``[N, ...]`` arrays) for each run of consecutive types
+    that read the same one."""
 
-    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, obs_types, hinge_qpos: np.ndarray,
-                 agent_dofs: np.ndarray):
-        """``hinge_qpos``: the qpos addresses of the agent's hinges; ``agent_dofs``: its dofs, the
-        head's free joint first."""
+    def __init__(self, model: mujoco.MjModel, sources: dict[str, np.ndarray], obs_types,
+                 hinge_qpos: np.ndarray, agent_dofs: np.ndarray):
+        """``sources``: the bound ``qpos``, ``qvel`` and ``sensordata``; ``hinge_qpos``: the qpos
+        addresses of the agent's hinges; ``agent_dofs``: its dofs, the head's free joint first."""
         unknown = sorted(set(obs_types) - set(OBS_TYPES))
         if unknown:
             raise ValueError(f"unknown ENV.OBS_TYPES {unknown}; known: {list(OBS_TYPES)}")
         imu = [next(i for i in range(model.nsensor) if model.sensor_type[i] == kind) for kind in IMU_SENSORS]
         touch = [i for i in range(model.nsensor) if model.sensor_type[i] == mujoco.mjtSensor.mjSENS_TOUCH]
         tips = names_with_prefix(model, mujoco.mjtObj.mjOBJ_SENSOR, model.nsensor, "obs/tip/")
+        qpos, qvel, sensordata = sources["qpos"], sources["qvel"], sources["sensordata"]
         parts = {  # (source, indices)
-            "position": (data.qpos, hinge_qpos),
-            "velocity": (data.qvel, agent_dofs),
-            "imu_vel": (data.sensordata, _sensor_indices(model, imu, 3)),
-            "touch": (data.sensordata, _sensor_indices(model, touch, 1)),
-            "extremities": (data.sensordata, _sensor_indices(model, tips, 2)),
+            "position": (qpos, hinge_qpos),
+            "velocity": (qvel, agent_dofs),
+            "imu_vel": (sensordata, _sensor_indices(model, imu, 3)),
+            "touch": (sensordata, _sensor_indices(model, touch, 1)),
+            "extremities": (sensordata, _sensor_indices(model, tips, 2)),
         }
         self._takes: list[tuple[np.ndarray, np.ndarray]] = []
         for kind in obs_types:
@@ -84,7 +86,7 @@ class Proprioception:
         self.size = sum(len(index) for _, index in self._takes)
 
     def __call__(self) -> np.ndarray:
-        return np.concatenate([source.take(index) for source, index in self._takes])
+        return np.concatenate([source.take(index, axis=1) for source, index in self._takes], axis=1)
 
 
 def _log_offsets(extent: int) -> np.ndarray:
@@ -104,13 +106,13 @@ def _grid(obs_size, divs: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class HeightPatch:
-    """Samples a padded height map around the agent on a log-spaced grid turned with its heading.
+    """Samples padded height maps around the agents on a log-spaced grid turned with their headings.
 
     ``HFIELD.OBS_SIZE`` = [behind, ahead, right, left] in metres, ``NUM_DIVS`` cells per
     metre; DERL's [1, 4, 4, 4] at 10 cells/m gives 47 rows x 30 columns = 1410 values. The
     grid is turned by the heading rounded to ``YAW_BINS`` steps (at most 0.25 cell of
     displacement at the grid's far corner) and rounded to cells; the flat map offsets of each
-    heading bin are computed once, on first use, so a step costs one ``take``.
+    heading bin are computed once, on first use, so a step costs one gather.
     """
 
     YAW_BINS = 720
@@ -123,7 +125,8 @@ class HeightPatch:
         self.size = grid_x.size
         self.reach = self.reach_for(obs_size, divs)
         self._width = map_width
-        self._offsets: dict[int, np.ndarray] = {}
+        self._offsets = np.zeros((self.YAW_BINS, self.size), np.intp)
+        self._known = np.zeros(self.YAW_BINS, bool)
 
     @staticmethod
     def reach_for(obs_size, divs: int) -> int:
@@ -131,23 +134,26 @@ class HeightPatch:
         grid_x, grid_y = _grid(obs_size, divs)
         return int(math.ceil(np.hypot(grid_x, grid_y).max()))
 
-    def _bin_offsets(self, yaw_bin: int) -> np.ndarray:
-        yaw = 2 * math.pi * yaw_bin / self.YAW_BINS
-        c, s = math.cos(yaw), math.sin(yaw)
-        cols = np.rint(c * self._x - s * self._y).astype(np.intp)
-        rows = np.rint(s * self._x + c * self._y).astype(np.intp)
-        offsets = self._offsets[yaw_bin] = rows * self._width + cols
-        return offsets
+    def _fill_bins(self, yaw_bins: np.ndarray) -> None:
+        for yaw_bin in np.unique(yaw_bins[~self._known[yaw_bins]]).tolist():
+            yaw = 2 * math.pi * yaw_bin / self.YAW_BINS
+            c, s = math.cos(yaw), math.sin(yaw)
+            cols = np.rint(c * self._x - s * self._y).astype(np.intp)
+            rows = np.rint(s * self._x + c * self._y).astype(np.intp)
+            self._offsets[yaw_bin] = rows * self._width + cols
+            self._known[yaw_bin] = True
 
-    def __call__(self, heights: np.ndarray, row: int, col: int, yaw: float) -> np.ndarray:
-        """Heights at the grid turned by ``yaw`` around vertex (row, col), minus its own.
+    def __call__(self, heights: np.ndarray, rows: np.ndarray, cols: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+        """Heights ``[N, size]`` at each env's grid turned by its ``yaw`` around its vertex (row, col),
+        minus the height there.
 
-        ``heights`` is the map raveled (``map_width`` columns), padded by at least ``reach``
-        cells around (row, col).
+        ``heights`` is ``[N, H * map_width]``, each map raveled (``map_width`` columns) and padded
+        by at least ``reach`` cells around (row, col).
         """
-        yaw_bin = round(yaw * self.YAW_BINS / (2 * math.pi)) % self.YAW_BINS
-        offsets = self._offsets.get(yaw_bin)
-        if offsets is None:
-            offsets = self._bin_offsets(yaw_bin)
-        centre = row * self._width + col
-        return np.subtract(heights.take(offsets + centre), heights[centre], dtype=np.float64)
+        yaw = np.where(np.isfinite(yaw), yaw, 0.0)  # an unstable step's heading: any bin will do
+        yaw_bins = np.rint(yaw * self.YAW_BINS / (2 * math.pi)).astype(np.intp) % self.YAW_BINS
+        self._fill_bins(yaw_bins)
+        centre = rows * self._width + cols
+        samples = np.take_along_axis(heights, self._offsets[yaw_bins] + centre[:, None], axis=1)
+        here = np.take_along_axis(heights, centre[:, None], axis=1)
+        return np.subtract(samples, here, dtype=np.float64)

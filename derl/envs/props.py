@@ -5,17 +5,19 @@
 - ``GoalMarker``: a site marking a goal point (no collision).
 - ``StaticBoxes``: fixed boxes (DERL's obstacle task) moved and resized in the model per episode.
 
-``Box`` and ``Ball`` expose ``points`` (site ids the reach distance is measured to) and
-``state(data)`` (position, linear velocity, angular velocity in the world frame).
+Props bind to the scene (``derl.envs.scene.Scene``: every env's model and the batch's arrays) and
+are placed one env at a time, at its reset. ``Box`` and ``Ball`` expose ``points`` (site ids the
+reach distance is measured to) and ``state(scene)`` (positions, linear and angular velocities in the
+world frame, ``[N, 3]`` each).
 """
 
 from __future__ import annotations
 
-import mujoco
 import numpy as np
 from lxml import etree
 
 from derl.envs.mjcf import fmt, sub
+from derl.envs.scene import Scene
 
 # Face centres of a unit cube, scaled by the box half-side.
 BOX_FACES = ((1, 0, 0), (-1, 0, 0), (0, 1, 0), (0, -1, 0), (0, 0, 1), (0, 0, -1))
@@ -28,26 +30,30 @@ class _FreeProp:
     name: str
     half_height: float
 
-    def bind(self, model: mujoco.MjModel) -> None:
+    def bind(self, scene: Scene) -> None:
+        model = scene.model
         joint = model.joint(self.name)
         self.qpos = int(joint.qposadr[0])
         self.dof = int(joint.dofadr[0])
         self.body = model.body(self.name).id
         self.points = np.array([model.site(n).id for n in self._point_names()], dtype=np.intp)
+        self._scene = scene
 
     def _point_names(self) -> list[str]:
         raise NotImplementedError
 
-    def place(self, data: mujoco.MjData, x: float, y: float, z: float) -> None:
-        """Puts the prop at rest at (x, y, z), upright."""
-        data.qpos[self.qpos:self.qpos + 7] = (x, y, z, 1, 0, 0, 0)
-        data.qvel[self.dof:self.dof + 6] = 0
+    def place(self, env: int, x: float, y: float, z: float) -> None:
+        """Puts env ``env``'s prop at rest at (x, y, z), upright."""
+        scene = self._scene
+        scene.qpos[env, self.qpos:self.qpos + 7] = (x, y, z, 1, 0, 0, 0)
+        scene.qvel[env, self.dof:self.dof + 6] = 0
 
-    def state(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(position, linear velocity, angular velocity), world frame."""
+    def state(self, scene: Scene) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions, linear velocities, angular velocities) ``[N, 3]``, world frame."""
         adr, dof = self.qpos, self.dof
-        spin = data.xmat[self.body].reshape(3, 3) @ data.qvel[dof + 3:dof + 6]  # free joint: local -> world
-        return data.qpos[adr:adr + 3], data.qvel[dof:dof + 3], spin
+        local = scene.qvel[:, dof + 3:dof + 6]  # a free joint's angular velocity is in its body frame
+        spin = (scene.xmat[:, self.body].reshape(-1, 3, 3) @ local[:, :, None])[:, :, 0]
+        return scene.qpos[:, adr:adr + 3], scene.qvel[:, dof:dof + 3], spin
 
 
 class Box(_FreeProp):
@@ -89,7 +95,10 @@ class Ball(_FreeProp):
 
 
 class GoalMarker:
-    """A goal point shown as a translucent red sphere (a site: it collides with nothing)."""
+    """A goal point per env, shown as a translucent red sphere (a site: it collides with nothing).
+
+    ``position[i]`` is env i's goal; ``place`` also moves the site in env i's model, for rendering.
+    """
 
     def __init__(self, name: str = "goal"):
         self.name = name
@@ -97,12 +106,14 @@ class GoalMarker:
     def build(self, worldbody: etree._Element) -> None:
         sub(worldbody, "site", name=self.name, pos=fmt(0, 0, 10), type="sphere", size="0.2", rgba="1 0 0 .5")
 
-    def bind(self, model: mujoco.MjModel) -> None:
-        self.site = model.site(self.name).id
-        self.position = model.site_pos[self.site]  # a view: where the goal is
+    def bind(self, scene: Scene) -> None:
+        self.site = scene.model.site(self.name).id
+        self._models = scene.models
+        self.position = np.repeat(scene.model.site_pos[self.site][None], scene.num_envs, axis=0)
 
-    def place(self, x: float, y: float, z: float) -> None:
-        self.position[:] = (x, y, z)
+    def place(self, env: int, x: float, y: float, z: float) -> None:
+        self.position[env] = (x, y, z)
+        self._models[env].site_pos[self.site] = (x, y, z)
 
 
 class StaticBoxes:
@@ -116,18 +127,19 @@ class StaticBoxes:
             sub(worldbody, "geom", name=f"{self.prefix}{k}", type="box", pos=fmt(0, 0, HIDDEN_Z),
                 size="0.1 0.1 0.1", rgba=".45 .45 .5 1")
 
-    def bind(self, model: mujoco.MjModel) -> None:
-        self._model = model
-        self.geoms = np.array([model.geom(f"{self.prefix}{k}").id for k in range(self.count)], dtype=np.intp)
+    def bind(self, scene: Scene) -> None:
+        self._models = scene.models
+        self.geoms = np.array([scene.model.geom(f"{self.prefix}{k}").id for k in range(self.count)], dtype=np.intp)
 
-    def set(self, k: int, centre: tuple[float, float, float], half_sizes: tuple[float, float, float]) -> None:
-        """Box ``k`` at ``centre`` with ``half_sizes`` (its bounding data updated for collisions)."""
-        model, geom = self._model, self.geoms[k]
+    def set(self, env: int, k: int, centre: tuple[float, float, float],
+            half_sizes: tuple[float, float, float]) -> None:
+        """Env ``env``'s box ``k`` at ``centre`` with ``half_sizes`` (its bounding data updated for collisions)."""
+        model, geom = self._models[env], self.geoms[k]
         model.geom_pos[geom] = centre
         model.geom_size[geom] = half_sizes
         model.geom_rbound[geom] = float(np.linalg.norm(half_sizes))
         model.geom_aabb[geom] = (0, 0, 0, *half_sizes)
 
-    def hide(self, k: int) -> None:
-        """Box ``k`` out of the way, far below the ground."""
-        self.set(k, (0.0, 0.0, HIDDEN_Z), (0.1, 0.1, 0.1))
+    def hide(self, env: int, k: int) -> None:
+        """Env ``env``'s box ``k`` out of the way, far below the ground."""
+        self.set(env, k, (0.0, 0.0, HIDDEN_Z), (0.1, 0.1, 0.1))

@@ -1,16 +1,21 @@
 """The task interface: a task owns its world (arena, props), observations, reward, termination, metric.
 
-dm_control's composer is the model. The env calls these hooks, each with a ``Scene`` (model,
-data, dt, head id, height map), never with the env:
+dm_control's composer is the model. One task serves the ``N`` envs of a batch: the env calls these
+hooks, each with a ``Scene`` (models, the batch's ``[N, ...]`` arrays, dt, head id, height maps),
+never with the env. Step hooks work over arrays, for every env at once; episode hooks take the envs
+that reset:
 
-- ``__init__(cfg)``: reads the config and makes the arena (``make_arena``) and props;
+- ``__init__(cfg, num_envs)``: reads the config and makes the arena (``make_arena``) and props;
+  per-env state lives in ``[N, ...]`` arrays;
 - ``start_pose(head_height)`` and ``build(root, worldbody)``: the head's start pose and the MJCF the
   task adds (arena, props), before compiling;
 - ``bind(scene)``: looks up ids in the compiled model;
-- ``initialize_episode(scene, rng)``: draws the episode (terrain, props, goals) with the env's
-  generator, before the reset noise; ``start(scene)``: reads the start state after it;
+- ``initialize_episode(scene, env, rng)``: draws env ``env``'s episode (terrain, props, goals) with
+  its generator, before the reset noise; ``start(scene, envs)``: reads the start state of the envs
+  ``envs`` (an index array) after it;
 - ``before_step(scene)``, ``reward(scene) -> (reward, terms)``, ``terminate(scene)``,
-  ``observe(scene, obs)``, ``metric(scene)``: each step, in that order.
+  ``observe(scene, obs)``, ``metric(scene)``: each step, in that order, each returning ``[N]``
+  arrays (``observe`` adds ``[N, size]`` arrays to ``obs``).
 
 A task declares, as class attributes, its ``reward_terms`` (``__reward__*`` names; the env's reward
 is their sum plus ``__reward__ctrl``), its ``aggregates`` (logged sums of terms, not added again)
@@ -29,7 +34,7 @@ from lxml import etree
 
 from derl.envs.arenas import Arena
 from derl.envs.mjcf import fmt
-from derl.envs.observations import HeightPatch
+from derl.envs.observations import HeightPatch, head_frame
 from derl.envs.scene import Scene
 
 CTRL_TERM = "__reward__ctrl"
@@ -64,14 +69,15 @@ class Task:
     edge_termination: ClassVar[bool] = False
     camera: ClassVar[Camera] = Camera()
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, num_envs: int = 1):
         self.cfg = cfg
+        self.num_envs = num_envs
         check_modules(type(self), cfg.ENV.MODULES)
         self.observe_hfield = "hfield" in self.observables and "hfield" in cfg.ENV.KEYS_TO_KEEP
         self.arena = self.make_arena()
         self._patch: HeightPatch | None = None
         if self.observe_hfield:
-            width = self.arena.heights.padded.shape[1]
+            width = self.arena.heights.width
             self._patch = HeightPatch(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS, width)
 
     # ------------------------------------------------------------------ world
@@ -93,7 +99,7 @@ class Task:
 
     def bind(self, scene: Scene) -> None:
         """Looks up ids in the compiled model."""
-        self.arena.bind(scene.model)
+        self.arena.bind(scene.models)
 
     def static_model(self) -> bool:
         """Whether episodes leave the compiled model as built: no terrain re-drawn, no prop or goal
@@ -102,46 +108,46 @@ class Task:
         return False
 
     # ------------------------------------------------------------------ episode
-    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
-        """Draws the episode's terrain (and, in subclasses, props and goals)."""
-        self.arena.initialize_episode(rng)
+    def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
+        """Draws env ``env``'s terrain (and, in subclasses, props and goals)."""
+        self.arena.initialize_episode(env, rng)
 
-    def start(self, scene: Scene) -> None:
-        """Reads the start state (positions forwarded, noise included) before the first step."""
+    def start(self, scene: Scene, envs: np.ndarray) -> None:
+        """Reads the start state of ``envs`` (positions forwarded, noise included) before their first step."""
 
     def before_step(self, scene: Scene) -> None:
         """Records what the reward compares against, before the physics steps."""
 
-    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
-        """The task's reward (control cost excluded) and its ``__reward__*`` terms."""
+    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The task's rewards ``[N]`` (control cost excluded) and its ``__reward__*`` terms."""
         raise NotImplementedError
 
-    def terminate(self, scene: Scene) -> bool:
-        """Task-specific end of the episode (falls and leaving the map are the env's)."""
+    def terminate(self, scene: Scene) -> np.ndarray | bool:
+        """Task-specific ends of the episodes, ``[N]`` (falls and leaving the map are the env's)."""
         if not self.edge_termination:
             return False
-        return self.arena.extent.half_width - abs(float(scene.data.qpos[1])) <= EDGE_MARGIN
+        return self.arena.extent.half_width - np.abs(scene.qpos[:, 1]) <= EDGE_MARGIN
 
     def observe(self, scene: Scene, obs: dict[str, np.ndarray]) -> None:
-        """Adds the task's observation keys to ``obs``."""
+        """Adds the task's observation keys to ``obs``, ``[N, size]`` each."""
         if self._patch is not None:
             obs["hfield"] = self._height_patch(scene)
 
-    def metric(self, scene: Scene) -> float:
-        """The task's human-readable score, reported in ``info["metric"]`` after every step."""
-        return float(scene.data.qpos[0])
+    def metric(self, scene: Scene) -> np.ndarray:
+        """The task's human-readable scores ``[N]``, reported in ``info["metric"]`` after every step."""
+        return scene.qpos[:, 0].copy()
 
     # ------------------------------------------------------------------ helpers
     def _height_patch(self, scene: Scene) -> np.ndarray:
-        qpos, heights = scene.data.qpos, self.arena.heights
-        row, col = heights.padded_cell(float(qpos[0]), float(qpos[1]))
-        xmat = scene.data.xmat[scene.head]
-        return self._patch(heights.flat, row, col, math.atan2(xmat[3], xmat[0]))
+        heights = self.arena.heights
+        rows, cols = heights.grid_cells(scene.qpos[:, 0], scene.qpos[:, 1])
+        xmat = scene.xmat[:, scene.head]
+        return self._patch(heights.flat, rows + heights.pad, cols + heights.pad, np.arctan2(xmat[:, 3], xmat[:, 0]))
 
     def goal_in_head_frame(self, scene: Scene, goal: np.ndarray) -> np.ndarray:
-        """``goal - head`` in the head frame (3 values)."""
-        data = scene.data
-        return (goal - data.xpos[scene.head]) @ data.xmat[scene.head].reshape(3, 3)
+        """``goal - head`` in each head's frame, ``[N, 3]``."""
+        local = head_frame((goal - scene.xpos[:, scene.head])[:, None, :], scene.xmat[:, scene.head])
+        return local[:, 0]
 
 
 def check_modules(task: type[Task], modules) -> tuple[str, ...]:

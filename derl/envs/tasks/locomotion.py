@@ -31,29 +31,29 @@ class Locomotion(Task):
     grounds = ("Floor", "Terrain")
     edge_termination = True
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, num_envs: int = 1):
+        super().__init__(cfg, num_envs)
         self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
         self._stand_weight = float(cfg.ENV.STAND_REWARD_WEIGHT)
-        self._x_before = 0.0
+        self._x_before = np.zeros(num_envs)
 
     def make_arena(self) -> Arena:
         if "Floor" in self.cfg.ENV.MODULES:
-            return FloorArena(self.cfg, self.observe_hfield)
-        return CorridorArena(self.cfg, observe_hfield=self.observe_hfield)
+            return FloorArena(self.cfg, self.num_envs, self.observe_hfield)
+        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield)
 
     def static_model(self) -> bool:
         return self.arena.model_is_static
 
     def before_step(self, scene: Scene) -> None:
-        self._x_before = scene.data.qpos[0]
+        self._x_before[:] = scene.qpos[:, 0]
 
-    def _forward(self, scene: Scene) -> float:
-        return self._forward_weight * float(scene.data.qpos[0] - self._x_before) / scene.dt
+    def _forward(self, scene: Scene) -> np.ndarray:
+        return self._forward_weight * (scene.qpos[:, 0] - self._x_before) / scene.dt
 
-    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         forward = self._forward(scene)
-        stand = self._stand_weight * scene.torso_height if self._stand_weight else 0.0
+        stand = self._stand_weight * scene.torso_height if self._stand_weight else np.zeros(self.num_envs)
         return forward + stand, {"__reward__forward": forward, "__reward__stand": stand}
 
 
@@ -72,15 +72,16 @@ class Obstacle(Locomotion):
     grounds = ("Terrain",)
     needs = ("Objects",)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, num_envs: int = 1):
+        super().__init__(cfg, num_envs)
         self._boxes = StaticBoxes(int(cfg.OBJECT.NUM_OBSTACLES))
         self._lengths = value_range(cfg.OBJECT.OBSTACLE_LEN_RANGE)
         self._widths = value_range(cfg.OBJECT.OBSTACLE_WIDTH_RANGE)
-        self.placed: list[tuple[float, float, float, float]] = []  # (x, y, half-length, half-width)
+        # per env, the boxes placed: (x, y, half-length, half-width)
+        self.placed: list[list[tuple[float, float, float, float]]] = [[] for _ in range(num_envs)]
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, need_map=True, observe_hfield=self.observe_hfield)
+        return CorridorArena(self.cfg, self.num_envs, need_map=True, observe_hfield=self.observe_hfield)
 
     def static_model(self) -> bool:
         return False  # the boxes move in the model every episode
@@ -91,27 +92,28 @@ class Obstacle(Locomotion):
 
     def bind(self, scene: Scene) -> None:
         super().bind(scene)
-        self._boxes.bind(scene.model)
+        self._boxes.bind(scene)
 
-    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
-        super().initialize_episode(scene, rng)
+    def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, env, rng)
         heights = self.arena.heights
-        heights.interior[:] = 0.0
+        interior = heights.interior[env]
+        interior[:] = 0.0
         grid = PlacementGrid(self.arena.extent, self.cfg)
         ground = self.arena.extent.ground_z
-        self.placed = []
+        placed = self.placed[env] = []
         for k in range(self._boxes.count):
             half = (float(rng.choice(self._lengths)), float(rng.choice(self._widths)))
             spot = grid.place_uniform(half, rng)
             if spot is None:
-                self._boxes.hide(k)
+                self._boxes.hide(env, k)
                 continue
             x, y = spot
-            self._boxes.set(k, (x, y, ground), (*half, OBSTACLE_HALF_HEIGHT))
+            self._boxes.set(env, k, (x, y, ground), (*half, OBSTACLE_HALF_HEIGHT))
             r0, c0 = heights.cell(x - half[0], y - half[1])
             r1, c1 = heights.cell(x + half[0], y + half[1])
-            heights.interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
-            self.placed.append((x, y, *half))
+            interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
+            placed.append((x, y, *half))
 
 
 @register("incline")
@@ -124,25 +126,22 @@ class Incline(Locomotion):
 
     grounds = ("Terrain",)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, num_envs: int = 1):
+        super().__init__(cfg, num_envs)
         self._cos = math.cos(math.radians(float(cfg.TERRAIN.INCLINE_ANGLE)))
-        self._start_x = 0.0
+        self._start_x = incline_start(cfg, 0.0)[0][0]
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, observe_hfield=self.observe_hfield)
+        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield)
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         return incline_start(self.cfg, head_height)
 
-    def start(self, scene: Scene) -> None:
-        self._start_x = incline_start(self.cfg, 0.0)[0][0]
-
-    def _forward(self, scene: Scene) -> float:
+    def _forward(self, scene: Scene) -> np.ndarray:
         return super()._forward(scene) / self._cos
 
-    def metric(self, scene: Scene) -> float:
-        return (float(scene.data.qpos[0]) - self._start_x) / self._cos
+    def metric(self, scene: Scene) -> np.ndarray:
+        return (scene.qpos[:, 0] - self._start_x) / self._cos
 
 
 def incline_start(cfg, head_height: float) -> tuple[tuple[float, float, float], str | None]:

@@ -68,24 +68,26 @@ class Manipulation(Task):
     needs = ("Objects",)
     camera = camera_above(2.5, 5.0)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, num_envs: int = 1):
+        super().__init__(cfg, num_envs)
         self.object = make_object(cfg)
         self.goal = GoalMarker()
         self._weight, _, self._bonus = (float(v) for v in cfg.ENV.REACH_REWARD_PARAMS)
         self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
         self._check_space()
         self._length = int(cfg.ENV.EPISODE_LENGTH)
-        self._reached = self._object_at_goal = self._head_at_goal = False
-        self._agent_dist = self._goal_dist = self._start_goal_dist = self._head_goal_dist = 0.0
-        self._start_to_goal = 1.0
-        self._success_steps = 0
-        self._world = np.zeros((4, 3))  # object and goal, relative to the head, world frame
+        flags, distances = np.zeros(num_envs, bool), np.zeros(num_envs)
+        self._reached, self._object_at_goal, self._head_at_goal = flags.copy(), flags.copy(), flags.copy()
+        self._agent_dist, self._goal_dist = distances.copy(), distances.copy()
+        self._start_goal_dist, self._head_goal_dist = distances.copy(), distances.copy()
+        self._start_to_goal = np.ones(num_envs)
+        self._success_steps = np.zeros(num_envs, np.int64)
+        self._world = np.zeros((num_envs, 4, 3))  # object and goal, relative to the head, world frame
 
     def make_arena(self) -> Arena:
         if "Floor" in self.cfg.ENV.MODULES:
-            return FloorArena(self.cfg, self.observe_hfield)
-        return CorridorArena(self.cfg, observe_hfield=self.observe_hfield)
+            return FloorArena(self.cfg, self.num_envs, self.observe_hfield)
+        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield)
 
     def _check_space(self) -> None:
         cfg, extent = self.cfg, self.arena.extent
@@ -107,98 +109,98 @@ class Manipulation(Task):
     def bind(self, scene: Scene) -> None:
         super().bind(scene)
         model = scene.model
-        self.object.bind(model)
-        self.goal.bind(model)
+        self.object.bind(scene)
+        self.goal.bind(scene)
         agent = sum((names_with_prefix(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite, p)
                      for p in AGENT_SITE_PREFIXES), [])
         self._num_agent_sites = len(agent)
         self._sites = np.concatenate([np.array(agent, dtype=np.intp), self.object.points])  # agent, then object
 
-    def _ground(self, scene: Scene, x: float, y: float, half: float) -> float:
-        """Highest ground under a square of half-side ``half`` centred at (x, y)."""
+    def _ground(self, scene: Scene, env: int, x: float, y: float, half: float) -> float:
+        """Highest ground under a square of half-side ``half`` centred at (x, y) in env ``env``."""
         heights = scene.heights
-        return scene.ground_z if heights is None else heights.max_under(x, y, half, half)
+        return scene.ground_z if heights is None else heights.max_under(env, x, y, half, half)
 
-    def place(self, scene: Scene, rng: np.random.Generator) -> None:
-        """Puts the object and the goal for the episode."""
+    def place(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
+        """Puts env ``env``'s object and goal for the episode."""
         x_lo, x_hi = self._x_span
         ahead = self._ahead  # whole metres, high excluded, as DERL's forward placement
         obj_x = float(np.clip(rng.integers(*ahead), x_lo, x_hi - self._min_gap))
         goal_x = min(obj_x + float(rng.integers(*ahead)), x_hi)
         obj_y, goal_y = rng.uniform(-self._y_half, self._y_half, size=2)
         half = self.object.half_height
-        self.object.place(scene.data, obj_x, obj_y, self._ground(scene, obj_x, obj_y, half) + half + 0.1)
-        self.goal.place(goal_x, goal_y, self._ground(scene, goal_x, goal_y, 0.0))
+        self.object.place(env, obj_x, obj_y, self._ground(scene, env, obj_x, obj_y, half) + half + 0.1)
+        self.goal.place(env, goal_x, goal_y, self._ground(scene, env, goal_x, goal_y, 0.0))
 
-    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
-        super().initialize_episode(scene, rng)
-        self.place(scene, rng)
-        obj, goal = scene.data.qpos[self.object.qpos:self.object.qpos + 2], self.goal.position
-        self._reached = self._object_at_goal = self._head_at_goal = False
-        self._success_steps = 0
-        self._goal_dist = self._start_goal_dist = math.hypot(goal[0] - obj[0], goal[1] - obj[1])
+    def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, env, rng)
+        self.place(scene, env, rng)
+        obj = scene.qpos[env, self.object.qpos:self.object.qpos + 2]
+        goal = self.goal.position[env]
+        self._reached[env] = self._object_at_goal[env] = self._head_at_goal[env] = False
+        self._success_steps[env] = 0
+        self._goal_dist[env] = self._start_goal_dist[env] = math.hypot(goal[0] - obj[0], goal[1] - obj[1])
         start = self.start_pose(0.0)[0]
-        self._start_to_goal = math.hypot(goal[0] - start[0], goal[1] - start[1]) or 1.0
+        self._start_to_goal[env] = math.hypot(goal[0] - start[0], goal[1] - start[1]) or 1.0
 
-    def start(self, scene: Scene) -> None:
-        self._agent_dist = self._object_distance(scene)
+    def start(self, scene: Scene, envs: np.ndarray) -> None:
+        self._agent_dist[envs] = self._object_distance(scene)[envs]
 
-    def _object_distance(self, scene: Scene) -> float:
-        points = scene.data.site_xpos.take(self._sites, axis=0)
+    def _object_distance(self, scene: Scene) -> np.ndarray:
+        points = scene.site_xpos[:, self._sites]
         split = self._num_agent_sites
-        gaps = points[:split, None, :] - points[None, split:, :]
-        return math.sqrt(float((gaps * gaps).sum(axis=2).min()))
+        gaps = points[:, :split, None, :] - points[:, None, split:, :]
+        return np.sqrt((gaps * gaps).sum(axis=3).min(axis=(1, 2)))
 
-    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
-        self._success_steps += self._object_at_goal and self._head_at_goal  # the previous step's
+    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        self._success_steps += self._object_at_goal & self._head_at_goal  # the previous step's
         agent_dist = self._object_distance(scene)
         reach = self._weight * (self._agent_dist - agent_dist)
         self._agent_dist = agent_dist
-        if not self._reached and agent_dist <= self._margin:
-            self._reached = True
-            reach += self._bonus
+        first = ~self._reached & (agent_dist <= self._margin)
+        self._reached |= first
+        reach = np.where(first, reach + self._bonus, reach)
         # The object body's position as MuJoCo last computed it, like the agent's sites (and as DERL).
-        obj = scene.data.xpos[self.object.body]
+        obj = scene.xpos[:, self.object.body]
         goal = self.goal.position
-        goal_dist = math.hypot(goal[0] - obj[0], goal[1] - obj[1])
-        push = 0.0
-        if self._reached:
-            push = self._weight * (self._goal_dist - goal_dist)
-            if goal_dist <= self._margin:
-                push += self._bonus
-                self._object_at_goal = True
-            head = scene.data.xpos[scene.head]
-            self._head_goal_dist = math.hypot(goal[0] - head[0], goal[1] - head[1])
-            self._head_at_goal = self._head_at_goal or self._head_goal_dist <= self._margin
+        goal_dist = np.hypot(goal[:, 0] - obj[:, 0], goal[:, 1] - obj[:, 1])
+        reached = self._reached
+        push = self._weight * (self._goal_dist - goal_dist)
+        at_goal = goal_dist <= self._margin
+        push = np.where(reached, np.where(at_goal, push + self._bonus, push), 0.0)
+        self._object_at_goal |= reached & at_goal
+        head = scene.xpos[:, scene.head]
+        head_goal_dist = np.hypot(goal[:, 0] - head[:, 0], goal[:, 1] - head[:, 1])
+        self._head_goal_dist = np.where(reached, head_goal_dist, self._head_goal_dist)
+        self._head_at_goal |= reached & (head_goal_dist <= self._margin)
         self._goal_dist = goal_dist
         return reach + push, {"__reward__reach": reach, "__reward__push": push,
                               "__reward__manipulation": reach + push}
 
     def observe(self, scene: Scene, obs: dict[str, np.ndarray]) -> None:
         super().observe(scene, obs)
-        data, head = scene.data, scene.head
-        head_pos = data.xpos[head]
-        pos, vel, spin = self.object.state(data)
+        head = scene.head
+        head_pos = scene.xpos[:, head]
+        pos, vel, spin = self.object.state(scene)
         world = self._world
-        np.subtract(pos, head_pos, out=world[0])
-        np.subtract(vel, data.qvel[0:3], out=world[1])
-        world[2] = spin
-        np.subtract(self.goal.position, head_pos, out=world[3])
-        local = head_frame(world, data.xmat[head])
-        obs["obj"] = local.ravel()
-        obs["goal"] = local[3].copy()
+        np.subtract(pos, head_pos, out=world[:, 0])
+        np.subtract(vel, scene.qvel[:, 0:3], out=world[:, 1])
+        world[:, 2] = spin
+        np.subtract(self.goal.position, head_pos, out=world[:, 3])
+        local = head_frame(world, scene.xmat[:, head])
+        obs["obj"] = local.reshape(len(local), 12)
+        obs["goal"] = local[:, 3].copy()
 
     def obs_sizes(self) -> dict[str, int]:
         return {**super().obs_sizes(), "obj": 12, "goal": 3}
 
-    def metric(self, scene: Scene) -> float:
-        if not self._reached:
-            return 1.0 - self._agent_dist / self._start_to_goal
-        g0 = self._start_goal_dist or 1.0
-        head = 1.0 if self._head_at_goal else 1.0 - self._head_goal_dist / g0
-        obj = 1.0 if self._object_at_goal else 1.0 - self._goal_dist / g0
-        done = self._success_steps / self._length if self._head_at_goal and self._object_at_goal else 0.0
-        return 1.0 + head + obj + done
+    def metric(self, scene: Scene) -> np.ndarray:
+        g0 = np.where(self._start_goal_dist != 0, self._start_goal_dist, 1.0)
+        head = np.where(self._head_at_goal, 1.0, 1.0 - self._head_goal_dist / g0)
+        obj = np.where(self._object_at_goal, 1.0, 1.0 - self._goal_dist / g0)
+        both = self._head_at_goal & self._object_at_goal
+        done = np.where(both, self._success_steps / self._length, 0.0)
+        return np.where(self._reached, 1.0 + head + obj + done, 1.0 - self._agent_dist / self._start_to_goal)
 
 
 @register("push_box_incline")
@@ -213,16 +215,16 @@ class PushBoxIncline(Manipulation):
     grounds = ("Terrain",)
     observables = ("obj", "goal")
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, num_envs: int = 1):
         for key in ("BOX_POS", "GOAL_POS"):
             if len(cfg.OBJECT[key]) != 2:
                 raise ValueError(f"OBJECT.{key} must be [x, y] for push_box_incline, got {list(cfg.OBJECT[key])}")
-        super().__init__(cfg)
+        super().__init__(cfg, num_envs)
         self._cos = math.cos(math.radians(float(cfg.TERRAIN.INCLINE_ANGLE)))
         self._box_start = np.array(cfg.OBJECT.BOX_POS, dtype=float)
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg)
+        return CorridorArena(self.cfg, self.num_envs)
 
     def _check_space(self) -> None:
         extent = self.arena.extent
@@ -234,12 +236,12 @@ class PushBoxIncline(Manipulation):
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         return incline_start(self.cfg, head_height)
 
-    def place(self, scene: Scene, rng: np.random.Generator) -> None:
+    def place(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         (box_x, box_y), (goal_x, goal_y) = self.cfg.OBJECT.BOX_POS, self.cfg.OBJECT.GOAL_POS
         half = self.object.half_height
-        self.object.place(scene.data, box_x, box_y, self._ground(scene, box_x, box_y, half) + half + 0.1)
-        self.goal.place(goal_x, goal_y, self._ground(scene, goal_x, goal_y, GOAL_HALF_SIDE) + GOAL_LIFT)
+        self.object.place(env, box_x, box_y, self._ground(scene, env, box_x, box_y, half) + half + 0.1)
+        self.goal.place(env, goal_x, goal_y, self._ground(scene, env, goal_x, goal_y, GOAL_HALF_SIDE) + GOAL_LIFT)
 
-    def metric(self, scene: Scene) -> float:
-        box = scene.data.xpos[self.object.body, :2]
-        return float(np.linalg.norm(box - self._box_start)) / self._cos
+    def metric(self, scene: Scene) -> np.ndarray:
+        box = scene.xpos[:, self.object.body, :2]
+        return np.linalg.norm(box - self._box_start, axis=1) / self._cos

@@ -28,14 +28,14 @@ class _ReachGoal(Task):
 
     reward_terms = ("__reward__reach",)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, num_envs: int = 1):
+        super().__init__(cfg, num_envs)
         self.goal = GoalMarker()
         self._scale, self._step_reward, self._bonus = (float(v) for v in cfg.ENV.REACH_REWARD_PARAMS)
         self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
-        self._xy_before = (0.0, 0.0)
-        self.distance = 0.0  # head-goal xy distance after the last step
-        self.success = False  # whether the last step ended within the margin
+        self._xy_before = np.zeros((2, num_envs))
+        self.distance = np.zeros(num_envs)  # head-goal xy distance after the last step
+        self.success = np.zeros(num_envs, bool)  # whether the last step ended within the margin
 
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         super().build(root, worldbody)
@@ -43,20 +43,19 @@ class _ReachGoal(Task):
 
     def bind(self, scene: Scene) -> None:
         super().bind(scene)
-        self.goal.bind(scene.model)
+        self.goal.bind(scene)
 
     def before_step(self, scene: Scene) -> None:
-        self._xy_before = scene.head_xy()
+        self._xy_before[:] = scene.head_xy()
 
-    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
-        goal_x, goal_y = self.goal.position[0], self.goal.position[1]
+    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        goal_x, goal_y = self.goal.position[:, 0], self.goal.position[:, 1]
         (x0, y0), (x, y) = self._xy_before, scene.head_xy()
-        before = math.hypot(goal_x - x0, goal_y - y0)
-        self.distance = math.hypot(goal_x - x, goal_y - y)
+        before = np.hypot(goal_x - x0, goal_y - y0)
+        self.distance = np.hypot(goal_x - x, goal_y - y)
         reach = (before - self.distance) * self._scale + self._step_reward
         self.success = self.distance <= self._margin
-        if self.success:
-            reach += self._bonus
+        reach = np.where(self.success, reach + self._bonus, reach)
         return reach, {"__reward__reach": reach}
 
     def observe(self, scene: Scene, obs: dict[str, np.ndarray]) -> None:
@@ -83,38 +82,37 @@ class Patrol(_ReachGoal):
     camera = Camera(pos="0 -16 9", xyaxes=fmt(1, 0, 0, 0, 9 / math.hypot(9, 16), 16 / math.hypot(9, 16)),
                     mode="fixed", on_head=False)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, num_envs: int = 1):
+        super().__init__(cfg, num_envs)
         self._half_len = float(cfg.TERRAIN.PATROL_HALF_LEN)
         if not 0 < self._half_len < float(cfg.TERRAIN.SIZE[0]):
             raise ValueError(f"TERRAIN.PATROL_HALF_LEN {self._half_len} must lie in (0, SIZE[0])")
-        self.flips = 0
-        self._flipped = False
+        self.flips = np.zeros(num_envs, np.int64)
 
     def make_arena(self) -> Arena:
-        return FloorArena(self.cfg)
+        return FloorArena(self.cfg, self.num_envs)
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         return (-self._half_len, 0.0, head_height + self.arena.extent.ground_z), None
 
-    def _set_goal(self, sign: float) -> None:
-        self.goal.place(sign * self._half_len, 0.0, self.arena.extent.ground_z + 0.1)
+    def _set_goal(self, env: int, sign: float) -> None:
+        self.goal.place(env, sign * self._half_len, 0.0, self.arena.extent.ground_z + 0.1)
 
-    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
-        super().initialize_episode(scene, rng)
-        self._set_goal(1.0)
-        self.flips, self._flipped = 0, False
+    def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, env, rng)
+        self._set_goal(env, 1.0)
+        self.flips[env] = 0
+        self.success[env] = False
 
-    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         reward, terms = super().reward(scene)
-        self._flipped = self.success
-        if self.success:
-            self._set_goal(-math.copysign(1.0, self.goal.position[0]))
-            self.flips += 1
+        for env in np.flatnonzero(self.success).tolist():  # a goal reached: rare, one env at a time
+            self._set_goal(env, -math.copysign(1.0, self.goal.position[env, 0]))
+        self.flips += self.success
         return reward, terms
 
-    def metric(self, scene: Scene) -> float:
-        return 1.0 - self.distance / (2 * self._half_len) + self.flips - self._flipped
+    def metric(self, scene: Scene) -> np.ndarray:
+        return 1.0 - self.distance / (2 * self._half_len) + (self.flips - self.success)
 
 
 @register("point_nav")
@@ -132,37 +130,38 @@ class PointNav(_ReachGoal):
     needs = ("Objects",)
     camera = camera_above(3.0, 5.0)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self._start_dist = 1.0
-        self._success_steps = 0
+    def __init__(self, cfg, num_envs: int = 1):
+        super().__init__(cfg, num_envs)
+        self._start_dist = np.ones(num_envs)
+        self._success_steps = np.zeros(num_envs, np.int64)
         self._length = int(cfg.ENV.EPISODE_LENGTH)
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, layout="arena", observe_hfield=self.observe_hfield)
+        return CorridorArena(self.cfg, self.num_envs, layout="arena", observe_hfield=self.observe_hfield)
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         extent = self.arena.extent
         return ((extent.x_min + extent.x_max) / 2, 0.0, head_height + extent.ground_z), None
 
-    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
-        super().initialize_episode(scene, rng)
+    def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, env, rng)
         spot = PlacementGrid(self.arena.extent, self.cfg).place_uniform((GOAL_HALF_SIDE, GOAL_HALF_SIDE), rng)
         x, y = spot  # the first try never overlaps: the grid is empty
         heights = scene.heights
-        ground = heights.max_under(x, y, GOAL_HALF_SIDE, GOAL_HALF_SIDE) if heights is not None else scene.ground_z
-        self.goal.place(x, y, ground + GOAL_LIFT)
+        ground = (heights.max_under(env, x, y, GOAL_HALF_SIDE, GOAL_HALF_SIDE) if heights is not None
+                  else scene.ground_z)
+        self.goal.place(env, x, y, ground + GOAL_LIFT)
         start = self.start_pose(0.0)[0]
         # A goal drawn on the start (possible on the placement grid) would divide by zero in the metric.
-        self._start_dist = max(math.hypot(x - start[0], y - start[1]), self._margin)
-        self._success_steps = 0
-        self.success = False
+        self._start_dist[env] = max(math.hypot(x - start[0], y - start[1]), self._margin)
+        self._success_steps[env] = 0
+        self.success[env] = False
 
-    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         self._success_steps += self.success  # the previous step's: the last step is not counted
         return super().reward(scene)
 
-    def metric(self, scene: Scene) -> float:
+    def metric(self, scene: Scene) -> np.ndarray:
         return 1.0 - self.distance / self._start_dist + self._success_steps / self._length
 
 
@@ -178,44 +177,46 @@ class Exploration(Task):
     needs = ("Objects",)
     camera = camera_above(3.0, 5.0)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, num_envs: int = 1):
+        super().__init__(cfg, num_envs)
         extent = self.arena.extent
-        self._visited = np.zeros((int(2 * extent.half_width), int(extent.x_max - extent.x_min)), dtype=bool)
+        self._visited = np.zeros((num_envs, int(2 * extent.half_width), int(extent.x_max - extent.x_min)), bool)
         self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
-        self._xy_before = (0.0, 0.0)
-        self.count = 0
+        self._xy_before = np.zeros((2, num_envs))
+        self.count = np.zeros(num_envs, np.int64)
+        self._envs = np.arange(num_envs)
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, layout="arena")
+        return CorridorArena(self.cfg, self.num_envs, layout="arena")
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         extent = self.arena.extent
         return ((extent.x_min + extent.x_max) / 2, 0.0, head_height + extent.ground_z), None
 
-    def initialize_episode(self, scene: Scene, rng: np.random.Generator) -> None:
-        super().initialize_episode(scene, rng)
-        self._visited[:] = False
-        self.count = 0
+    def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
+        super().initialize_episode(scene, env, rng)
+        self._visited[env] = False
+        self.count[env] = 0
 
     def before_step(self, scene: Scene) -> None:
-        self._xy_before = scene.head_xy()
+        self._xy_before[:] = scene.head_xy()
 
-    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
+    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         (x0, y0), (x, y) = self._xy_before, scene.head_xy()
-        forward = self._forward_weight * math.hypot(x - x0, y - y0) / scene.dt
+        forward = self._forward_weight * np.hypot(x - x0, y - y0) / scene.dt
         extent = self.arena.extent
-        row, col = math.floor(y + extent.half_width), math.floor(x - extent.x_min)
-        explore = 0.0
-        rows, cols = self._visited.shape
-        if 0 <= row < rows and 0 <= col < cols and not self._visited[row, col]:
-            self._visited[row, col] = True
-            self.count += 1
-            explore = 1.0
+        _, rows, cols = self._visited.shape
+        row, col = np.floor(y + extent.half_width), np.floor(x - extent.x_min)
+        inside = (0 <= row) & (row < rows) & (0 <= col) & (col < cols)  # False for a non-finite head
+        row, col = np.where(inside, row, 0).astype(np.intp), np.where(inside, col, 0).astype(np.intp)
+        new = inside & ~self._visited[self._envs, row, col]
+        self._visited[self._envs[new], row[new], col[new]] = True
+        self.count += new
+        explore = new.astype(np.float64)
         return explore + forward, {"__reward__explore": explore, "__reward__forward": forward}
 
-    def metric(self, scene: Scene) -> float:
-        return float(self.count)
+    def metric(self, scene: Scene) -> np.ndarray:
+        return self.count.astype(np.float64)
 
 
 @register("escape_bowl")
@@ -232,29 +233,29 @@ class EscapeBowl(Task):
     grounds = ("Bowl",)
     camera = camera_above(3.0, 5.0)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, num_envs: int = 1):
+        super().__init__(cfg, num_envs)
         self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
         self._escape_radius = float(cfg.TERRAIN.SIZE[0]) - ESCAPE_MARGIN
         if self._escape_radius <= 0:
             raise ValueError(f"TERRAIN.SIZE[0] must exceed {ESCAPE_MARGIN} for escape_bowl")
-        self._radius_before = 0.0
-        self.radius = 0.0
+        self._radius_before = np.zeros(num_envs)
+        self.radius = np.zeros(num_envs)
 
     def make_arena(self) -> Arena:
-        return BowlArena(self.cfg, self.observe_hfield)
+        return BowlArena(self.cfg, self.num_envs, self.observe_hfield)
 
     def before_step(self, scene: Scene) -> None:
-        self._radius_before = math.hypot(*scene.head_xy())
+        self._radius_before[:] = np.hypot(*scene.head_xy())
 
-    def reward(self, scene: Scene) -> tuple[float, dict[str, float]]:
-        self.radius = math.hypot(*scene.head_xy())
+    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        self.radius = np.hypot(*scene.head_xy())
         forward = self._forward_weight * (self.radius - self._radius_before)
-        escape = ESCAPE_BONUS if self.radius >= self._escape_radius else 0.0
+        escape = np.where(self.radius >= self._escape_radius, ESCAPE_BONUS, 0.0)
         return forward + escape, {"__reward__forward": forward, "__reward__escape": escape}
 
-    def terminate(self, scene: Scene) -> bool:
+    def terminate(self, scene: Scene) -> np.ndarray:
         return self.radius >= self._escape_radius
 
-    def metric(self, scene: Scene) -> float:
-        return self.radius
+    def metric(self, scene: Scene) -> np.ndarray:
+        return self.radius.copy()

@@ -31,9 +31,9 @@ def task_class(cfg) -> type[Task]:
     return TASKS[name]
 
 
-def make_task(cfg) -> Task:
-    """A new task of ``cfg.ENV.TASK`` for the config."""
-    return task_class(cfg)(cfg)
+def make_task(cfg, num_envs: int = 1) -> Task:
+    """A new task of ``cfg.ENV.TASK`` for the config, serving ``num_envs`` envs."""
+    return task_class(cfg)(cfg, num_envs)
 
 
 def check_task_config(cfg) -> None:

@@ -1,0 +1,215 @@
+"""The UNIMAL physics of ``N`` envs of one body and world: one ``mujoco.batch.Batch``, tasks over arrays.
+
+``UnimalBatch`` is the loop the Gymnasium envs share (``derl.envs.vector_env.UnimalVectorEnv``, the
+vector env a trainer steps, and ``derl.envs.unimal_env.UnimalEnv``, one env): it steps every
+simulation in one call and computes observations, rewards, flags and metrics over ``[N, ...]``
+arrays; per-env Python runs only where episodes end (``reset``). It never resets by itself.
+
+Step = ``FRAME_SKIP`` (4) MuJoCo substeps of 5 ms with the actions written to ``ctrl`` (MuJoCo clamps
+them to [-1, 1]). An episode is truncated after ``ENV.EPISODE_LENGTH`` steps and terminated when the
+agent falls (head height above the ground under it <= STAND_HEIGHT_RATIO x its standing height, the
+head's start height minus BODY.FLOOR_OFFSET), when the task ends it (e.g. near a side edge), when the
+head leaves the map (``out_of_map``) or the physics goes unstable (a MuJoCo warning counter rose, or a
+non-finite state: ``unstable``; the episode's non-finite observation, reward and info values are
+zeroed).
+
+Reward = the task's terms + ``__reward__ctrl`` = -CTRL_COST_WEIGHT * sum(a^2) on the actions received:
+the sum of the ``__reward__*`` infos except the task's ``aggregates`` (MVT's
+``__reward__manipulation`` = reach + push). The infos also hold ``energy`` = sum |qfrc_actuator| (the
+actuator forces in joint space after the step, DERL's energy; summed over the episode by the
+trainer; not a reward term), ``x_pos`` (head x) and ``metric``.
+
+Which arrays the observations and rewards read is as in DERL: hinge angles and the agent's
+velocities are ``qpos`` and ``qvel`` after the step; sensors, ``xpos``, ``xmat`` and ``site_xpos``
+are the derived fields MuJoCo computes at the start of the step's last substep.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import gymnasium as gym
+import mujoco
+import mujoco.batch
+import numpy as np
+
+from derl.envs.observations import Proprioception
+from derl.envs.scene import Scene
+from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
+from derl.envs.world import build_world, head_height
+
+FRAME_SKIP = 4
+BOUND_STATE = ("qpos", "qvel", "ctrl", "time")
+BOUND_DERIVED = ("xpos", "xmat", "site_xpos", "sensordata", "qfrc_actuator")
+
+
+def _as_slice(indices: np.ndarray) -> slice | np.ndarray:
+    """A slice for consecutive indices (the agent's joints precede the props': every task's case),
+    so that adding the reset noise is a view, not a gather and a scatter."""
+    if len(indices) and np.array_equal(indices, np.arange(indices[0], indices[0] + len(indices))):
+        return slice(int(indices[0]), int(indices[0]) + len(indices))
+    return indices
+
+
+def _length(indices: slice | np.ndarray) -> int:
+    return indices.stop - indices.start if isinstance(indices, slice) else len(indices)
+
+
+def _row_sums(values: np.ndarray) -> np.ndarray:
+    """Each row's sum, added left to right as Python's ``sum`` (``sum`` adds pairwise), ``[N]``."""
+    return np.cumsum(values, axis=1)[:, -1] if values.shape[1] else np.zeros(len(values))
+
+
+class UnimalBatch:
+    """``num_envs`` simulations of a unimal (MJCF text) doing ``cfg.ENV.TASK`` in the task's world.
+
+    Args:
+        mjcf: the unimal's MJCF (``derl.morphology.to_mjcf`` output).
+        cfg: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys are read).
+        num_envs: simulations in the batch.
+        threads: threads that step them (``VECENV.THREADS``).
+        persistent: keep a whole ``MjData`` per simulation (``data(i)``: contacts and every field of
+            its last step), for a single env's users and its renderer.
+    """
+
+    def __init__(self, mjcf: str, cfg, num_envs: int, threads: int = 1, persistent: bool = False):
+        check_task_config(cfg)
+        self.task = task = make_task(cfg, num_envs)
+        self.model = model = mujoco.MjModel.from_xml_string(build_world(mjcf, cfg, task))
+        self.static = task.static_model()
+        # Tasks that change the model per episode (terrain, obstacles, goals) get a model per env.
+        self.models = [model] * num_envs if self.static else [model, *(copy.copy(model) for _ in range(num_envs - 1))]
+        self.batch = mujoco.batch.Batch(model, num_envs, nthread=threads, persistent=persistent)
+        if not self.static:
+            self.batch.set_models(self.models)
+        self.num_envs = num_envs
+        self.dt = FRAME_SKIP * model.opt.timestep
+        self._half_substep = model.opt.timestep / 2  # tolerance of the time-based reset check
+        bound = {name: self.batch.bind(name) for name in (*BOUND_STATE, *BOUND_DERIVED)}
+        self._ctrl, self._time, self._qfrc_actuator = bound["ctrl"], bound["time"], bound["qfrc_actuator"]
+        self.head_body = model.body("torso/0").id
+        self.arena = arena = task.arena
+        self.scene = Scene(model, self.models, self.dt, self.head_body, arena.heights, arena.extent.ground_z,
+                           bound["qpos"], bound["qvel"], bound["xpos"], bound["xmat"], bound["site_xpos"],
+                           bound["sensordata"], np.zeros(num_envs))
+        self._init_agent(cfg, head_height(mjcf), bound)
+        task.bind(self.scene)
+        sizes = {"proprioceptive": self._proprio.size, **task.obs_sizes()}
+        self.obs_sizes = {k: sizes[k] for k in sorted(cfg.ENV.KEYS_TO_KEEP) if k in sizes}  # hfield may be absent
+        self.rngs = [np.random.default_rng() for _ in range(num_envs)]
+        self._steps = np.zeros(num_envs, np.int64)
+        self._time_floor = np.zeros(num_envs)
+        self._warnings = np.zeros(num_envs, np.int64)
+        self._warning_counts = self.batch.warning[:, :, 1]  # a live view: (N, mjNWARNING) counters
+
+    def _init_agent(self, cfg, start_height: float, bound: dict[str, np.ndarray]) -> None:
+        model = self.model
+        root = model.joint("root")
+        if root.type[0] != mujoco.mjtJoint.mjJNT_FREE or root.qposadr[0] != 0:
+            raise ValueError("unimal MJCF: joint 'root' must be the head's free joint, first in the model")
+        if model.nu == 0:
+            raise ValueError("unimal MJCF has no actuators")
+        agent_joints = np.flatnonzero(model.body_rootid[model.jnt_bodyid] == self.head_body)
+        agent_dofs = np.flatnonzero(model.body_rootid[model.dof_bodyid] == self.head_body)
+        ends = np.append(model.jnt_qposadr[1:], model.nq)
+        self._agent_qpos = _as_slice(np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints]))
+        self._agent_dofs = _as_slice(agent_dofs)
+        hinges = agent_joints[model.jnt_type[agent_joints] == mujoco.mjtJoint.mjJNT_HINGE]
+        self._noise = float(cfg.ENV.RESET_NOISE_SCALE)
+        self.max_steps = int(cfg.ENV.EPISODE_LENGTH)
+        self.fall_height = cfg.ENV.STAND_HEIGHT_RATIO * (start_height - cfg.BODY.FLOOR_OFFSET)
+        self._ctrl_weight = float(cfg.ENV.CTRL_COST_WEIGHT)
+        self._proprio = Proprioception(model, bound, cfg.ENV.OBS_TYPES, model.jnt_qposadr[hinges], agent_dofs)
+
+    # ------------------------------------------------------------------ episodes
+    def seed(self, seed: int) -> None:
+        """Env i's generator from ``seed + i`` (Gymnasium's seeding of an env by its seed)."""
+        self.rngs = [gym.utils.seeding.np_random(seed + i)[0] for i in range(self.num_envs)]
+
+    def reset(self, envs: np.ndarray) -> None:
+        """Starts new episodes in the envs ``envs`` (indices), each drawn with its own generator."""
+        scene, task, batch = self.scene, self.task, self.batch
+        batch.reset(envs, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        for env in envs.tolist():
+            rng = self.rngs[env]
+            task.initialize_episode(scene, env, rng)
+            self._add_reset_noise(env, rng)
+        if not self.static:
+            batch.set_models(self.models)  # the batch reads edited models once they are set again
+        batch.forward(envs)
+        task.start(scene, envs)
+        self._steps[envs] = 0
+        self._time_floor[envs] = -self._half_substep
+        self._warnings[envs] = self._warning_counts[envs].sum(axis=1)
+        qpos = scene.qpos
+        height, _ = self.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
+        scene.torso_height[envs] = height[envs]
+
+    def _add_reset_noise(self, env: int, rng: np.random.Generator) -> None:
+        """U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (one draw); the head quaternion
+        renormalised."""
+        qpos, qvel = self.scene.qpos[env], self.scene.qvel[env]
+        split = _length(self._agent_qpos)
+        noise = rng.uniform(-self._noise, self._noise, split + _length(self._agent_dofs))
+        qpos[self._agent_qpos] += noise[:split]
+        quat = qpos[3:7]
+        quat /= math.sqrt(quat.dot(quat))
+        qvel[self._agent_dofs] += noise[split:]
+
+    # ------------------------------------------------------------------ step
+    def step(self, actions: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray,
+                                                  dict[str, np.ndarray]]:
+        """Steps every env with its row of ``actions``: (obs, rewards, terminated, truncated, infos),
+        ``[N, ...]`` arrays, the infos keyed as the module docstring says plus ``out_of_map`` and
+        ``unstable`` flags."""
+        scene, task = self.scene, self.task
+        task.before_step(scene)
+        self._ctrl[:] = actions
+        self.batch.step(nstep=FRAME_SKIP)
+        self._steps += 1
+        self._time_floor += self.dt
+        qpos = scene.qpos
+        x, y, z = qpos[:, 0].copy(), qpos[:, 1], qpos[:, 2]
+        scene.torso_height[:], out_of_map = self.arena.clearance(x, y, z)
+        reward, infos = task.reward(scene)
+        ctrl_cost = -self._ctrl_weight * np.vecdot(actions, actions).astype(np.float64)  # np.dot's rounding, per row
+        infos[CTRL_TERM] = ctrl_cost
+        infos["energy"] = _row_sums(np.abs(self._qfrc_actuator))
+        infos["x_pos"] = x
+        infos["metric"] = task.metric(scene)
+        terminated = (scene.torso_height <= self.fall_height) | out_of_map | task.terminate(scene)
+        obs = self.observe()
+        # MuJoCo resets the state (time back to 0) on bad qpos/qvel/qacc: time shows it, except in an
+        # episode's first substep; the warning counters show that and every other warning.
+        counts = self._warning_counts.sum(axis=1)
+        unstable = ~np.isfinite(x + y + z) | (self._time < self._time_floor) | (counts != self._warnings)
+        self._warnings[:] = counts
+        reward = reward + ctrl_cost
+        if unstable.any():
+            reward = self._zero_non_finite(unstable, obs, reward, infos)
+        terminated |= unstable
+        truncated = ~terminated & (self._steps >= self.max_steps)
+        infos["out_of_map"] = out_of_map
+        infos["unstable"] = unstable
+        return obs, reward, terminated, truncated, infos
+
+    @staticmethod
+    def _zero_non_finite(envs: np.ndarray, obs: dict[str, np.ndarray], reward: np.ndarray,
+                         infos: dict[str, np.ndarray]) -> np.ndarray:
+        """Zeroes the non-finite values an unstable step leaves in the rows ``envs`` (a mask), in place."""
+        for values in (*obs.values(), *infos.values()):
+            rows = values[envs]
+            values[envs] = np.where(np.isfinite(rows), rows, 0.0)
+        return np.where(envs & ~np.isfinite(reward), 0.0, reward)
+
+    def observe(self) -> dict[str, np.ndarray]:
+        """Every env's observation, ``[N, size]`` per key."""
+        obs = {"proprioceptive": self._proprio()}
+        if len(self.obs_sizes) > 1:
+            self.task.observe(self.scene, obs)
+        return {k: obs[k] for k in self.obs_sizes}
+
+    def data(self, env: int, data: mujoco.MjData | None = None) -> mujoco.MjData:
+        """Env ``env``'s ``MjData`` (every field of its last call in a persistent batch)."""
+        return self.batch.get_data(env, data)
