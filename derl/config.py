@@ -167,6 +167,8 @@ def _defaults() -> dict[str, Any]:
             # SubprocVecEnv: envs in IN_SERIES-sized groups in subprocesses.
             "TYPE": "DummyVecEnv",
             "IN_SERIES": 4,
+            # Threads that step one pool's simulations (mujoco.batch.Batch nthread).
+            "THREADS": 1,
         },
         "EVO": {
             # False: random search, DERL's baseline: SEARCH_SPACE_SIZE morphologies drawn like the

@@ -1,0 +1,85 @@
+"""The batched env against single envs: one rule check over every registered task's configs.
+
+A ``UnimalVectorEnv`` of N simulations and N ``UnimalEnv``s seeded ``seed + i``, driven by the same
+actions, give the same observations, rewards, reward terms, flags, metrics and energy over several
+episodes, with resets at the same step (time limits) and at different steps (one env dropped), and
+terrain, props and goals drawn anew at each reset.
+"""
+
+import numpy as np
+import pytest
+
+from derl.config import load_config
+from derl.envs import UnimalEnv, UnimalVectorEnv
+from tests.test_envs_tasks import CONFIGS, FIXTURE
+
+NUM_ENVS, SEED, STEPS, LENGTH = 3, 4, 36, 12
+DROP = (7, 1)  # (step, env): the env's head is dropped below the fall height before that step
+
+
+def _step_info(infos: dict, env: int, ended: bool) -> dict[str, float]:
+    source = infos["final_info"] if ended else infos
+    skipped = ("out_of_map", "unstable", "final_obs", "final_info")
+    return {k: float(v[env]) for k, v in source.items() if f"_{k}" in source and k not in skipped}
+
+
+def _flags(infos: dict, env: int, ended: bool) -> dict[str, bool]:
+    source = infos["final_info"] if ended else infos
+    return {flag: True for flag in ("out_of_map", "unstable") if source[flag][env]}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_batched_envs_step_as_single_envs(name):
+    cfg = load_config(CONFIGS[name], {"ENV.EPISODE_LENGTH": LENGTH})
+    batched = UnimalVectorEnv(FIXTURE, cfg, NUM_ENVS)
+    singles = [UnimalEnv(FIXTURE, cfg) for _ in range(NUM_ENVS)]
+    actions = np.random.default_rng(0).uniform(-1.2, 1.2, (STEPS, *batched.action_space.shape)).astype(np.float32)
+    obs, _ = batched.reset(seed=SEED)
+    for i, env in enumerate(singles):
+        single_obs, _ = env.reset(seed=SEED + i)
+        for key, value in single_obs.items():
+            np.testing.assert_array_equal(obs[key][i], value, err_msg=f"reset {key}")
+    ends = 0
+    for t, action in enumerate(actions):
+        if t == DROP[0]:
+            batched.sim.scene.qpos[DROP[1], 2] -= 5.0
+            singles[DROP[1]].qpos[2] -= 5.0
+        obs, rewards, terminated, truncated, infos = batched.step(action)
+        for i, env in enumerate(singles):
+            single_obs, reward, term, trunc, info = env.step(action[i])
+            ended = term or trunc
+            assert (terminated[i], truncated[i]) == (term, trunc), f"step {t} env {i}"
+            assert rewards[i] == reward, f"step {t} env {i}"
+            assert _step_info(infos, i, ended) == {k: v for k, v in info.items() if k not in ("out_of_map", "unstable")}
+            assert _flags(infos, i, ended) == {k: v for k, v in info.items() if k in ("out_of_map", "unstable")}
+            stepped = infos["final_obs"][i] if ended else {k: v[i] for k, v in obs.items()}
+            for key, value in single_obs.items():
+                np.testing.assert_array_equal(stepped[key], value, err_msg=f"step {t} env {i} {key}")
+            if ended:
+                ends += 1
+                single_obs, _ = env.reset()
+                for key, value in single_obs.items():
+                    np.testing.assert_array_equal(obs[key][i], value, err_msg=f"reset after step {t} env {i} {key}")
+    assert ends >= 2 * NUM_ENVS + 1  # time limits in every env, and the dropped env's fall
+
+
+def test_threads_give_the_same_steps():
+    cfg = load_config(CONFIGS["vt"], {"ENV.EPISODE_LENGTH": LENGTH})
+    runs = []
+    for threads in (1, 2):
+        env = UnimalVectorEnv(FIXTURE, load_config(CONFIGS["vt"], {"ENV.EPISODE_LENGTH": LENGTH,
+                                                                      "VECENV.THREADS": threads}), 4)
+        assert env.sim.batch.nthread == threads
+        env.reset(seed=1)
+        actions = np.random.default_rng(2).uniform(-1, 1, (20, *env.action_space.shape))
+        runs.append([env.step(a)[0]["proprioceptive"].copy() for a in actions])
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert cfg.VECENV.THREADS == 1
+
+
+def test_vector_env_reports_its_autoreset_mode_and_spaces():
+    cfg = load_config(CONFIGS["mvt"], {"ENV.KEYS_TO_KEEP": ["proprioceptive", "hfield", "obj", "goal"]})
+    env = UnimalVectorEnv(FIXTURE, cfg, 2)
+    obs, _ = env.reset(seed=0)
+    assert env.metadata["autoreset_mode"].name == "SAME_STEP"
+    assert obs in env.observation_space and env.action_space.shape == (2, env.single_action_space.shape[0])
