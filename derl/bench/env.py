@@ -1,14 +1,16 @@
-"""Env throughput against the physics limit, for every task (FT, VT, MVT and the eight evaluation
-tasks) on sampled morphologies.
+"""Batched env throughput against the physics alone, for every task (FT, VT, MVT and the eight
+evaluation tasks) on sampled morphologies.
 
-For each env and each morphology (``random_genome`` with seeds seed..seed+n-1) the same
-random actions are played twice in alternating rounds: through ``UnimalEnv.step`` and through
-``mujoco.mj_step`` alone on the env's compiled model with the same substeps (the *physics
-limit*: the loop writes ``ctrl`` and steps), restarting from the env's recorded start states
-where the env's episodes ended. Episodes are timed as blocks of steps, resets apart, in CPU
-time of this process (other processes on the machine do not count). Also reported: reset
-cost (ms, terrain re-drawn in place) and the cost of compiling the model from XML, which the
-original paid at every reset.
+For each env and each morphology (``random_genome`` with seeds seed..seed+n-1), a
+``UnimalVectorEnv`` of ``--num-envs`` simulations plays random actions (autoresets included), and
+each step's actions are played beside it on the same models and states by
+``mujoco.batch.Batch.step`` alone (one call writes ``ctrl`` and steps, no observation, reward or
+reset: *batch physics*) and by a bare loop of ``mujoco.mj_step`` over one ``MjData`` per env (*loop
+physics*, what one env object per simulation pays at least). Where the env reset some simulations,
+both copies take the env's new states before the next step, untimed. The three are timed step by
+step, side by side, in CPU time of this process; ``--threads`` steps the env and batch physics on
+more threads (``VECENV.THREADS``), where wall time counts: ``wall_env_steps_per_sec``. Also reported:
+reset cost per env (ms, terrain re-drawn in place) and the cost of compiling the model from XML.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import time
 from pathlib import Path
 
 import mujoco
+import mujoco.batch
 import numpy as np
 
 from derl.config import PRESET_DIR, ConfigError, load_config
-from derl.envs import UnimalEnv
-from derl.envs.unimal_env import FRAME_SKIP
+from derl.envs import UnimalVectorEnv
+from derl.envs.batch import FRAME_SKIP
 from derl.envs.world import build_xml
 from derl.morphology import random_genome, to_mjcf
 
@@ -41,81 +44,93 @@ def env_configs() -> dict[str, Path]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--envs", default="all",
                         help="comma-separated names among ft, vt, mvt and the configs/eval tasks, or all")
-    parser.add_argument("--morphologies", type=int, default=5, help="sampled morphologies per env")
-    parser.add_argument("--steps", type=int, default=3000, help="env steps per morphology")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating env/physics rounds")
-    parser.add_argument("--resets", type=int, default=10, help="timed resets per morphology")
+    parser.add_argument("--morphologies", type=int, default=3, help="sampled morphologies per env")
+    parser.add_argument("--steps", type=int, default=300, help="lockstep steps of all envs per morphology")
+    parser.add_argument("--num-envs", type=int, default=32, help="simulations in the batch (PPO.NUM_ENVS)")
+    parser.add_argument("--threads", type=int, default=1, help="threads that step them (VECENV.THREADS)")
+    parser.add_argument("--resets", type=int, default=3, help="timed resets of every env per morphology")
     parser.add_argument("--seed", type=int, default=0, help="first morphology seed")
 
 
-def _episodes(env: UnimalEnv, actions: np.ndarray) -> tuple[float, list[tuple[np.ndarray, np.ndarray, int]]]:
-    """CPU seconds spent stepping the env, and each episode's (start qpos, qvel, number of steps).
+class _Physics:
+    """The env's simulations again, stepped by ``Batch.step`` alone and by an ``mj_step`` loop."""
 
-    Each episode's steps are timed as one block; the reset that follows is not timed.
-    """
-    episodes, elapsed, i = [], 0.0, 0
-    while i < len(actions):
-        qpos, qvel, first = env.data.qpos.copy(), env.data.qvel.copy(), i
-        done = False
+    def __init__(self, env: UnimalVectorEnv, threads: int):
+        sim = env.sim
+        self.models = sim.models
+        self.batch = mujoco.batch.Batch(sim.model, env.num_envs, nthread=threads)
+        if not sim.static:
+            self.batch.set_models(sim.models)
+        self.ctrl = self.batch.bind("ctrl")
+        self.datas = [mujoco.MjData(sim.model) for _ in range(env.num_envs)]
+        self._source = sim.batch
+
+    def copy_states(self, envs: np.ndarray) -> None:
+        """The env's current states of ``envs`` (their models set again: terrain may have changed)."""
+        if self.batch.models is not None:
+            self.batch.set_models(self.models)
+        self.batch.state[envs] = self._source.state[envs]
+        for env in envs.tolist():
+            mujoco.mj_setState(self.models[env], self.datas[env], self._source.state[env],
+                               mujoco.mjtState.mjSTATE_INTEGRATION)
+
+    def batch_step(self, actions: np.ndarray) -> float:
         t0 = time.process_time()
-        while not done and i < len(actions):
-            _, _, terminated, truncated, _ = env.step(actions[i])
-            done = terminated or truncated
-            i += 1
-        elapsed += time.process_time() - t0
-        episodes.append((qpos, qvel, i - first))
-        if done:
-            env.reset()
-    return elapsed, episodes
+        self.ctrl[:] = actions
+        self.batch.step(nstep=FRAME_SKIP)
+        return time.process_time() - t0
 
-
-def _replay(model: mujoco.MjModel, actions: np.ndarray, episodes) -> float:
-    """CPU seconds spent writing ctrl and calling ``mj_step`` on the same actions and starts."""
-    data = mujoco.MjData(model)
-    elapsed, i = 0.0, 0
-    for qpos, qvel, length in episodes:
-        mujoco.mj_resetData(model, data)
-        data.qpos[:], data.qvel[:] = qpos, qvel
-        mujoco.mj_forward(model, data)
-        ctrl = data.ctrl
+    def loop_step(self, actions: np.ndarray) -> float:
         t0 = time.process_time()
-        for action in actions[i:i + length]:
-            ctrl[:] = action
+        for model, data, action in zip(self.models, self.datas, actions, strict=True):
+            data.ctrl[:] = action
             mujoco.mj_step(model, data, FRAME_SKIP)
-        elapsed += time.process_time() - t0
-        i += length
-    return elapsed
+        return time.process_time() - t0
 
 
 def _measure(cfg, xml_path: Path, seed: int, args) -> dict:
-    env = UnimalEnv(xml_path, cfg, seed=seed)
-    actions = np.random.default_rng(seed).uniform(-1, 1, (args.steps, env.model.nu)).astype(np.float32)
-    env_time = physics_time = 0.0
-    env.reset()
-    for chunk in np.array_split(actions, args.rounds):
-        elapsed, episodes = _episodes(env, chunk)
-        env_time += elapsed
-        physics_time += _replay(env.model, chunk, episodes)
+    env = UnimalVectorEnv(xml_path, cfg, args.num_envs)
+    n = env.num_envs
+    actions = np.random.default_rng(seed).uniform(-1, 1, (args.steps, *env.action_space.shape)).astype(np.float32)
+    env.reset(seed=seed)
+    physics = _Physics(env, args.threads)
+    everyone = np.arange(n)
+    physics.copy_states(everyone)
+    env_time = batch_time = loop_time = wall_time = 0.0
+    for step_actions in actions:
+        batch_time += physics.batch_step(step_actions)
+        loop_time += physics.loop_step(step_actions)
+        t0, w0 = time.process_time(), time.perf_counter()
+        _, _, terminated, truncated, _ = env.step(step_actions)
+        env_time += time.process_time() - t0
+        wall_time += time.perf_counter() - w0
+        ended = np.flatnonzero(terminated | truncated)
+        if len(ended):
+            physics.copy_states(ended)
     t0 = time.process_time()
     for _ in range(args.resets):
         env.reset()
-    reset_ms = (time.process_time() - t0) / args.resets * 1e3
+    reset_ms = (time.process_time() - t0) / (args.resets * n) * 1e3
     t0 = time.process_time()
     mujoco.MjModel.from_xml_string(build_xml(xml_path.read_bytes(), cfg))
     compile_ms = (time.process_time() - t0) * 1e3
-    env.close()
+    steps = args.steps * n
     return {
-        "num_actuators": int(env.model.nu),
-        "env_steps_per_sec": round(args.steps / env_time, 1),
-        "physics_steps_per_sec": round(args.steps / physics_time, 1),
-        "ratio": round(physics_time / env_time, 3),
-        "reset_ms": round(reset_ms, 2),
+        "num_actuators": int(env.sim.model.nu),
+        "env_steps_per_sec": round(steps / env_time, 1),
+        "wall_env_steps_per_sec": round(steps / wall_time, 1),
+        "batch_physics_steps_per_sec": round(steps / batch_time, 1),
+        "loop_physics_steps_per_sec": round(steps / loop_time, 1),
+        "ratio": round(batch_time / env_time, 3),
+        "ratio_to_loop": round(loop_time / env_time, 3),
+        "reset_ms": round(reset_ms, 3),
         "compile_ms": round(compile_ms, 2),
     }
 
 
 def _summary(rows: list[dict]) -> dict:
-    keys = ("env_steps_per_sec", "physics_steps_per_sec", "ratio", "reset_ms", "compile_ms")
+    keys = ("env_steps_per_sec", "wall_env_steps_per_sec", "batch_physics_steps_per_sec",
+            "loop_physics_steps_per_sec", "ratio", "ratio_to_loop", "reset_ms", "compile_ms")
     return {f"median_{key}": round(statistics.median(row[key] for row in rows), 3) for key in keys}
 
 
@@ -125,11 +140,15 @@ def run(args: argparse.Namespace) -> dict:
     unknown = [name for name in names if name not in known]
     if unknown:
         raise SystemExit(f"error: unknown env {unknown[0]!r}; known: {', '.join(known)} (or all)")
+    if args.num_envs < 1 or args.threads < 1:
+        raise SystemExit("error: --num-envs and --threads must be >= 1")
+    overrides = {"VECENV.THREADS": args.threads}
     try:
-        configs = {name: load_config(known[name]) for name in names}
+        configs = {name: load_config(known[name], overrides) for name in names}
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    result: dict = {"steps": args.steps, "morphologies": args.morphologies, "frame_skip": FRAME_SKIP}
+    result: dict = {"steps": args.steps, "num_envs": args.num_envs, "threads": args.threads,
+                    "morphologies": args.morphologies, "frame_skip": FRAME_SKIP}
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
             cfg = configs[name]

@@ -135,6 +135,8 @@ class HeightPatch:
         return int(math.ceil(np.hypot(grid_x, grid_y).max()))
 
     def _fill_bins(self, yaw_bins: np.ndarray) -> None:
+        if self._known[yaw_bins].all():
+            return
         for yaw_bin in np.unique(yaw_bins[~self._known[yaw_bins]]).tolist():
             yaw = 2 * math.pi * yaw_bin / self.YAW_BINS
             c, s = math.cos(yaw), math.sin(yaw)
@@ -153,7 +155,8 @@ class HeightPatch:
         yaw = np.where(np.isfinite(yaw), yaw, 0.0)  # an unstable step's heading: any bin will do
         yaw_bins = np.rint(yaw * self.YAW_BINS / (2 * math.pi)).astype(np.intp) % self.YAW_BINS
         self._fill_bins(yaw_bins)
-        centre = rows * self._width + cols
-        samples = np.take_along_axis(heights, self._offsets[yaw_bins] + centre[:, None], axis=1)
-        here = np.take_along_axis(heights, centre[:, None], axis=1)
-        return np.subtract(samples, here, dtype=np.float64)
+        # One take from the maps raveled whole: the fastest gather NumPy has.
+        centre = rows * self._width + cols + np.arange(len(rows)) * heights.shape[1]
+        everything = heights.reshape(-1)
+        samples = everything.take(self._offsets[yaw_bins] + centre[:, None])
+        return np.subtract(samples, everything.take(centre)[:, None], dtype=np.float64)
