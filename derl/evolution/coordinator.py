@@ -57,7 +57,8 @@ def _cpu_seconds() -> float:
 
 
 def resolve_num_processes(requested: int, cores: int, available_bytes: int, per_worker_bytes: int) -> int:
-    """``requested`` if positive, else as many workers as both the cores and the memory hold (at least 1)."""
+    """``requested`` if positive, else as many workers as both the cores (a worker per ``VECENV.THREADS``
+    cores, counted by the caller) and the memory hold (at least 1)."""
     if requested < 0:
         raise ValueError(f"EVO.NUM_PROCESSES must be >= 0, got {requested}")
     if requested > 0:
@@ -333,9 +334,11 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     cfg = join_search(cfg, run, log)  # OUT_DIR/config.yaml plus this node's node-local keys
     available = psutil.virtual_memory().available
     per_worker, source = worker_memory_estimate(run, cfg.NODE_ID)
-    num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, usable_cores(), available, per_worker)
+    cores = max(1, usable_cores() // cfg.VECENV.THREADS)  # each worker steps its envs on THREADS cores
+    num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, cores, available, per_worker)
     if cfg.EVO.NUM_PROCESSES == 0:
-        log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, {available / 2**30:.1f} GB free, "
+        log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, VECENV.THREADS "
+            f"{cfg.VECENV.THREADS}, {available / 2**30:.1f} GB free, "
             f"{per_worker / 2**20:.0f} MB per worker, {source})")
     devices, num = worker_devices(cfg, run, num)
     if cfg.DEVICE != "cpu":
