@@ -12,7 +12,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from derl.config import ConfigError, load_config
-from derl.envs import TASKS, UnimalEnv
+from derl.envs import TASKS, UnimalEnv, UnimalVectorEnv
+from derl.envs.tasks.locomotion import Locomotion
 from derl.morphology import random_genome, to_mjcf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,14 +128,14 @@ def test_patrol_goal_flips_on_reaching_it():
     env.reset(seed=0)
     half = env.cfg.TERRAIN.PATROL_HALF_LEN
     assert env.qpos[0] == pytest.approx(-half, abs=0.01)
-    assert env.task.goal.position[:2].tolist() == [half, 0.0]
+    assert env.task.goal.position[0, :2].tolist() == [half, 0.0]
     env.qpos[0:2] = half, 0.0
     obs, reward, _, _, info = _step(env)
-    assert env.task.goal.position[:2].tolist() == [-half, 0.0]  # flipped
+    assert env.task.goal.position[0, :2].tolist() == [-half, 0.0]  # flipped
     assert info["__reward__reach"] > 10 and obs["goal"][0] < -half  # the new goal lies behind
     _, _, _, _, info = _step(env)
-    assert env.task.goal.position[0] == -half and info["metric"] == pytest.approx(
-        1 - env.task.distance / (2 * half) + 1)
+    assert env.task.goal.position[0, 0] == -half and info["metric"] == pytest.approx(
+        1 - env.task.distance[0] / (2 * half) + 1)
 
 
 def test_point_nav_goal_is_drawn_in_its_range():
@@ -143,7 +144,7 @@ def test_point_nav_goal_is_drawn_in_its_range():
     for seed in range(30):
         env.reset(seed=seed)
         assert env.qpos[0] == pytest.approx(50.0, abs=0.01)  # the arena's centre
-        goals.append(env.task.goal.position[:2].copy())
+        goals.append(env.task.goal.position[0, :2].copy())
     goals = np.array(goals)
     assert np.all((goals[:, 0] >= 6.5) & (goals[:, 0] < 93.5))
     assert np.all((goals[:, 1] >= -39.5) & (goals[:, 1] < 39.5))
@@ -157,7 +158,7 @@ def test_point_nav_goal_drawn_on_the_start_gives_a_finite_metric():
     env = task_env("point_nav", **{"TERRAIN.SIZE": [3, 3, 1], "OBJECT.PLACEMENT_BUFFER_LEN": 1,
                                    "OBJECT.PLACEMENT_BUFFER_WIDTH": 1, "ENV.EPISODE_LENGTH": 5})
     env.reset(seed=16)
-    assert tuple(env.task.goal.position[:2]) == pytest.approx((3.0, 0.0))
+    assert tuple(env.task.goal.position[0, :2]) == pytest.approx((3.0, 0.0))
     info = env.step(np.zeros(env.action_space.shape))[-1]
     assert math.isfinite(info["metric"]) and info["metric"] > 0.9
 
@@ -166,11 +167,11 @@ def test_obstacle_boxes_keep_clear_of_the_ends_and_appear_in_the_height_map():
     extent, model = env.arena.extent, env.model
     for seed in range(3):
         obs, _ = env.reset(seed=seed)
-        placed = env.task.placed
+        placed = env.task.placed[0]
         assert len(placed) >= 40
         for x, y, half_len, _ in placed:
             assert x - half_len >= extent.x_min + 10 and x + half_len <= extent.x_max - 10
-            assert env.scene.height_at(x, y) == pytest.approx(extent.ground_z + 2.0)
+            assert env.scene.height_at(0, x, y) == pytest.approx(extent.ground_z + 2.0)
         x, y, half_len, half_width = placed[0]
         geom = model.geom("obstacle/0")
         assert geom.pos.tolist() == pytest.approx([x, y, extent.ground_z])
@@ -200,7 +201,7 @@ def test_incline_reward_is_divided_by_cos_10_degrees():
     expected = (env.qpos[0] - x_before) / env.dt / math.cos(math.radians(10))
     assert info["__reward__forward"] == pytest.approx(expected) and expected > 0.5
     # The plane rises 10 degrees along +x and the agent starts on it, 2 m from the low end.
-    assert env.scene.height_at(10.0, 0.0) - env.scene.height_at(0.0, 0.0) == pytest.approx(
+    assert env.scene.height_at(0, 10.0, 0.0) - env.scene.height_at(0, 0.0, 0.0) == pytest.approx(
         10 * math.tan(math.radians(10)), abs=0.02)
     assert env.qpos[0] == pytest.approx(math.cos(math.radians(10)) * -73, abs=0.05)
     assert 0 < env.torso_height < 1
@@ -209,14 +210,14 @@ def test_incline_reward_is_divided_by_cos_10_degrees():
 def test_push_box_incline_box_and_goal_sit_where_the_original_puts_them():
     env = task_env("push_box_incline")
     env.reset(seed=0)
-    task, data = env.task, env.data
-    box = data.qpos[task.object.qpos:task.object.qpos + 3]
-    assert box[:2].tolist() == [-35.0, 0.0] and task.goal.position[:2].tolist() == [35.0, 0.0]
-    assert 0.2 < box[2] - env.scene.height_at(-35.0, 0.0) < 0.4  # on the slope, dropped from 0.1 m
-    assert task.goal.position[2] > env.scene.height_at(35.0, 0.0)
+    task = env.task
+    box = env.qpos[task.object.qpos:task.object.qpos + 3]
+    assert box[:2].tolist() == [-35.0, 0.0] and task.goal.position[0, :2].tolist() == [35.0, 0.0]
+    assert 0.2 < box[2] - env.scene.height_at(0, -35.0, 0.0) < 0.4  # on the slope, dropped from 0.1 m
+    assert task.goal.position[0, 2] > env.scene.height_at(0, 35.0, 0.0)
     for _ in range(50):
         _step(env)
-    assert data.qpos[task.object.qpos] == pytest.approx(-35.0, abs=0.05)  # friction holds it on the slope
+    assert env.qpos[task.object.qpos] == pytest.approx(-35.0, abs=0.05)  # friction holds it on the slope
     assert _step(env)[4]["metric"] < 0.1
 
 
@@ -225,10 +226,10 @@ def test_escape_bowl_ends_with_100_at_radius_42():
     env.reset(seed=0)
     assert env.arena.heights.interior.max() == pytest.approx(1.3, abs=0.05)
     z = float(env.qpos[2])
-    env.qpos[0:3] = 30.0, 0.0, z + env.scene.height_at(30.0, 0.0)
+    env.qpos[0:3] = 30.0, 0.0, z + env.scene.height_at(0, 30.0, 0.0)
     _, _, terminated, _, info = _step(env)
     assert not terminated and info["__reward__escape"] == 0 and info["metric"] == pytest.approx(30, abs=0.1)
-    env.qpos[0:3] = 30.0, 30.0, z + env.scene.height_at(30.0, 30.0)  # radius 42.4
+    env.qpos[0:3] = 30.0, 30.0, z + env.scene.height_at(0, 30.0, 30.0)  # radius 42.4
     _, reward, terminated, _, info = _step(env)
     assert terminated and info["__reward__escape"] == 100 and reward > 90
 
@@ -236,17 +237,17 @@ def test_escape_bowl_ends_with_100_at_radius_42():
 def test_manipulation_ball_is_reached_and_pushed_as_in_mvt():
     env = task_env("manipulation_ball")
     env.reset(seed=0)
-    task, data = env.task, env.data
+    task, qpos = env.task, env.qpos
     assert env.model.geom("ball").type == 2 and env.model.geom("ball").size[0] == pytest.approx(0.2)
-    ball, goal = data.qpos[task.object.qpos:task.object.qpos + 3].copy(), task.goal.position.copy()
+    ball, goal = qpos[task.object.qpos:task.object.qpos + 3].copy(), task.goal.position[0].copy()
     assert goal[0] - ball[0] >= 10 and ball[0] >= 4  # the goal lies beyond the ball
-    data.qpos[0:2] = ball[0] - 0.5, ball[1]
+    qpos[0:2] = ball[0] - 0.5, ball[1]
     _, _, _, _, info = _step(env)
-    assert task._reached and info["__reward__reach"] > 10  # gained distance + the bonus
-    before = float(np.linalg.norm(data.body("ball").xpos[:2] - goal[:2]))
-    data.qpos[task.object.qpos:task.object.qpos + 2] = goal[0] - 0.3, goal[1]
+    assert task._reached[0] and info["__reward__reach"] > 10  # gained distance + the bonus
+    before = float(np.linalg.norm(env.data.body("ball").xpos[:2] - goal[:2]))
+    qpos[task.object.qpos:task.object.qpos + 2] = goal[0] - 0.3, goal[1]
     _, _, _, _, info = _step(env)
-    after = float(np.linalg.norm(data.body("ball").xpos[:2] - goal[:2]))
+    after = float(np.linalg.norm(env.data.body("ball").xpos[:2] - goal[:2]))
     assert after <= 0.5 and info["__reward__push"] == pytest.approx(100 * (before - after) + 10)
 
 
@@ -286,39 +287,35 @@ def _model_arrays(model) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_a_task_that_claims_a_static_model_leaves_it_unchanged_and_its_envs_share_it(name, folder):
-    xml = sampled_xml(folder, 1)
-    env = task_env(name, xml)
-    before = _model_arrays(env.model)
-    for seed in range(3):  # resets re-draw terrain, props and goals
-        _rollout(env, seed, 20)
-    changed = [key for key, array in _model_arrays(env.model).items() if not np.array_equal(array, before[key])]
-    other = task_env(name, xml)
-    if env.task.static_model():
+    envs = UnimalVectorEnv(sampled_xml(folder, 1), load_config(CONFIGS[name]), 3)
+    models = envs.sim.models
+    before = _model_arrays(envs.sim.model)
+    actions = np.random.default_rng(0).uniform(-1, 1, (20, *envs.action_space.shape))
+    for seed in range(3):  # resets (and autoresets) re-draw terrain, props and goals
+        envs.reset(seed=seed)
+        for action in actions:
+            envs.step(action)
+    if envs.sim.task.static_model():
+        after = _model_arrays(envs.sim.model)
+        changed = [key for key, array in after.items() if not np.array_equal(array, before[key])]
         assert changed == [], f"{name} claims a static model but its episodes change {changed}"
-        assert other.model is env.model and other.data is not env.data
+        assert all(model is envs.sim.model for model in models)  # one model object for the batch
     else:
-        assert other.model is not env.model
+        assert len({id(model) for model in models}) == len(models)
 
 
 def test_envs_on_a_shared_model_step_as_envs_on_their_own_models(folder, monkeypatch):
-    import mujoco
-
-    from derl.envs import unimal_env
-
-    xml = sampled_xml(folder, 2)
-    shared = [task_env("ft", xml) for _ in range(2)]
-    assert shared[0].model is shared[1].model
-    monkeypatch.setattr(unimal_env, "_compile", lambda world, static: mujoco.MjModel.from_xml_string(world))
-    own = [task_env("ft", xml) for _ in range(2)]
-    assert own[0].model is not own[1].model
-    actions = np.random.default_rng(0).uniform(-1, 1, (60, 2, shared[0].action_space.shape[0]))
-    for envs in (shared, own):
-        for k, env in enumerate(envs):
-            env.reset(seed=k)
-    for step in actions:  # the two envs of a pair in turn, as a pool steps them
-        for k in range(2):
-            a, b = shared[k].step(step[k]), own[k].step(step[k])
-            np.testing.assert_array_equal(a[0]["proprioceptive"], b[0]["proprioceptive"])
-            assert a[1:4] == b[1:4]
-            if a[2] or a[3]:
-                shared[k].reset(), own[k].reset()
+    xml, cfg = sampled_xml(folder, 2), load_config(CONFIGS["ft"])
+    shared = UnimalVectorEnv(xml, cfg, 2)
+    assert shared.sim.models[0] is shared.sim.models[1]
+    monkeypatch.setattr(Locomotion, "static_model", lambda self: False)  # a model per env, set in the batch
+    own = UnimalVectorEnv(xml, cfg, 2)
+    assert own.sim.models[0] is not own.sim.models[1]
+    actions = np.random.default_rng(0).uniform(-1, 1, (60, *shared.action_space.shape))
+    a, b = shared.reset(seed=0)[0], own.reset(seed=0)[0]
+    np.testing.assert_array_equal(a["proprioceptive"], b["proprioceptive"])
+    for action in actions:  # autoresets included
+        a, b = shared.step(action), own.step(action)
+        np.testing.assert_array_equal(a[0]["proprioceptive"], b[0]["proprioceptive"])
+        for x, y in zip(a[1:4], b[1:4], strict=True):
+            np.testing.assert_array_equal(x, y)

@@ -118,13 +118,13 @@ def test_height_patch_rows_follow_mujoco_rows_and_turn_with_the_heading():
     pad = HeightPatch.reach_for([1, 4, 4, 4], 10) + 1
     patch = HeightPatch([1, 4, 4, 4], 10, map_width=2 * pad + 1)
     # Height = row index: rises towards +y, as MuJoCo rows do.
-    heights = np.tile(np.arange(2 * pad + 1, dtype=float)[:, None], (1, 2 * pad + 1)).ravel()
-    centre = pad
-    grid = patch(heights, centre, centre, 0.0).reshape(patch.shape)
+    heights = np.tile(np.arange(2 * pad + 1, dtype=float)[:, None], (1, 2 * pad + 1)).reshape(1, -1)  # one env
+    centre = np.array([pad])
+    grid = patch(heights, centre, centre, np.array([0.0])).reshape(patch.shape)
     assert grid[0, 0] == -40 and grid[-1, 0] == 40  # row 0 = -y (the agent's right)
     assert np.all(np.diff(grid[:, 0]) > 0) and np.all(grid[23] == 0)
     # Facing +y (yaw 90 degrees), the cells ahead are the high ones, the left ones are at -x.
-    turned = patch(heights, centre, centre, math.pi / 2).reshape(patch.shape)
+    turned = patch(heights, centre, centre, np.array([math.pi / 2])).reshape(patch.shape)
     assert turned[23, -1] == 40 and turned[23, 0] == -10
     assert np.all(turned[:, 15] == turned[0, 15])
 
