@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from derl.ppo.episode_stats import EpisodeStatistics, EpisodeStats, vector_step_values
 from derl.ppo.networks import ActorCritic
@@ -51,7 +51,11 @@ def vec(make_env):
 
 
 def _collector(make_env, num_envs: int = 2, first_index: int = 0, steps: int = 3) -> tuple[Collector, Rollout]:
-    envs = sync_vector_env(make_env, num_envs, first_index)
+    return _collector_of(sync_vector_env(make_env, num_envs, first_index), first_index, steps)
+
+
+def _collector_of(envs, first_index: int = 0, steps: int = 3) -> tuple[Collector, Rollout]:
+    num_envs = envs.num_envs
     layout = ObsLayout.from_space(envs.single_observation_space)
     torch.manual_seed(0)
     model = ActorCritic(layout, 1, [8], [8])
@@ -124,6 +128,24 @@ def test_layout_flattens_a_batch_and_a_single_observation_alike():
     np.testing.assert_array_equal(layout.flatten({k: v[1] for k, v in batch.items()}), flat[1:])
     box = ObsLayout(("proprioceptive",), (4,), False)
     np.testing.assert_array_equal(box.flatten(np.arange(8.0).reshape(2, 2, 2)), [[0, 1, 2, 3], [4, 5, 6, 7]])
+
+
+def test_gymnasiums_async_vector_env_gives_the_same_rollout():
+    results = []
+    for envs in (sync_vector_env(CountingEnv, 2),
+                 AsyncVectorEnv([partial(CountingEnv, i) for i in range(2)], autoreset_mode=AutoresetMode.SAME_STEP,
+                                context="fork")):
+        collector, rollout = _collector_of(envs, steps=4)
+        try:
+            collector.reset(seed=0)
+            results.append((collector.collect(rollout), rollout))
+        finally:
+            collector.close()
+    (sync_episodes, sync_rollout), (async_episodes, async_rollout) = results
+    assert sync_episodes == async_episodes and len(sync_episodes) == 2
+    assert sync_rollout.truncated.any()
+    for name in ("obs", "actions", "rewards", "truncated", "final_values", "bootstrap_value"):
+        np.testing.assert_array_equal(getattr(sync_rollout, name), getattr(async_rollout, name), err_msg=name)
 
 
 def test_the_collector_refuses_other_autoreset_modes():

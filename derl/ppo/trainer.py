@@ -81,7 +81,11 @@ def learning_rate(cfg: CfgNode, iteration: int, world_size: int = 1) -> float:
 
 
 class PPO:
-    """Model, learner, collector, normalisers and counters of one training run (one rank of it)."""
+    """Model, learner, collector, normalisers and counters of one training run (one rank of it).
+
+    ``pool`` is the rank's vector env (``make_vec_env(NUM_ENVS, rank * NUM_ENVS)``), ``layout`` the
+    flat layout of its observations.
+    """
 
     def __init__(self, cfg: CfgNode, make_vec_env: MakeVecEnv, seed: int, comm: Comm | None = None):
         self.cfg = cfg
