@@ -163,10 +163,6 @@ def _defaults() -> dict[str, Any]:
             "OBS_FEAT_HIDDEN_DIMS": [64],
         },
         "VECENV": {
-            # DummyVecEnv: envs stepped in the worker's own process.
-            # SubprocVecEnv: envs in IN_SERIES-sized groups in subprocesses.
-            "TYPE": "DummyVecEnv",
-            "IN_SERIES": 4,
             # Threads that step one pool's simulations (mujoco.batch.Batch nthread).
             "THREADS": 1,
         },
@@ -217,7 +213,7 @@ DERIVED_KEYS = ("PPO.MAX_ITERS",)
 # (derl.evolution.search_config); workers get config.yaml plus these.
 NODE_LOCAL_KEYS = (
     "NODE_ID", "OUT_DIR", "DEVICE", "TORCH_THREADS", "EVO.NUM_PROCESSES", "EVO.INIT_WAIT_TIMEOUT",
-    "VECENV.TYPE", "VECENV.IN_SERIES", "CHECKPOINT_PERIOD",
+    "VECENV.THREADS", "CHECKPOINT_PERIOD",
 )
 
 def _derive(tree: dict[str, Any]) -> None:
@@ -284,6 +280,9 @@ def _resolve_key(key: str, leaves: list[str]) -> str:
         return matches[0]
     if len(matches) > 1:
         raise ConfigError(f"ambiguous config key {key!r}: use one of {', '.join(matches)}")
+    replaced = [path for path in REPLACED_KEYS if key in (path, path.rsplit(".", 1)[-1])]
+    if replaced:
+        raise ConfigError(f"unknown config key {key!r}: removed, {REPLACED_KEYS[replaced[0]]}")
     names = leaves + sorted({p.rsplit(".", 1)[-1] for p in leaves})
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
@@ -398,8 +397,15 @@ def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any]) -> list[
     ]
 
 
-# Keys that derl wrote into every dumped ``config.yaml`` until nothing was found to read them (issue 12):
-# a run folder from then still holds them. ``load_run_config`` drops them there; anywhere else they are
+# Keys that something else replaced, and what: setting one is an error that says so.
+REPLACED_KEYS = {
+    "VECENV.TYPE": "a worker's envs are one Gymnasium vector env in its own process; VECENV.THREADS sets "
+                   "its threads",
+    "VECENV.IN_SERIES": "a worker's envs are one Gymnasium vector env in its own process; VECENV.THREADS "
+                        "sets its threads",
+}
+# Keys that derl wrote into every dumped ``config.yaml`` until nothing was left to read them: a run
+# folder from then still holds them. ``load_run_config`` drops them there; anywhere else they are
 # unknown keys, as any key that does nothing.
 RETIRED_KEYS = frozenset({
     "BODY.SYMMETRY_PLANE", "CFG_DEST", "CUDNN.BENCHMARK", "CUDNN.DETERMINISTIC", "ENV.AVOID_REWARD_WEIGHT",
@@ -408,6 +414,7 @@ RETIRED_KEYS = frozenset({
     "HFIELD.VIZ", "IMAGE.CAMERA", "IMAGE.HEIGHT", "IMAGE.SAVE", "IMAGE.WIDTH", "LOG_DEST", "LOG_PERIOD",
     "MODEL.EX_HIDDEN_DIMS", "PPO.CHECKPOINT_PATH", "PPO.XML_PATH", "TERRAIN.CENTER_FLAT", "TERRAIN.WALL_LENGTH",
     "TORSO.CONDIM", "TORSO.HEIGHT_RANGE", "TORSO.NUM_TORSO_RANGE", "TORSO.RADIUS_RANGE", "XML.SHADOWCLIP",
+    *REPLACED_KEYS,
 })
 
 

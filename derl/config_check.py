@@ -26,7 +26,7 @@ from derl.config import CfgNode, ConfigError
 POSITIVE_KEYS = (
     "PPO.NUM_ENVS", "PPO.TIMESTEPS", "PPO.EPOCHS", "PPO.BATCH_SIZE", "PPO.MAX_STATE_ACTION_PAIRS", "PPO.VIDEO_LENGTH",
     "ENV.EPISODE_LENGTH", "EVO.INIT_POPULATION_SIZE", "EVO.SEARCH_SPACE_SIZE", "EVO.AGING_WINDOW_SIZE",
-    "EVO.NUM_PARTICIPANTS", "LIMB.MAX_LIMBS", "VECENV.IN_SERIES", "HFIELD.NUM_DIVS", "NUM_NODES", "TORCH_THREADS",
+    "EVO.NUM_PARTICIPANTS", "LIMB.MAX_LIMBS", "VECENV.THREADS", "HFIELD.NUM_DIVS", "NUM_NODES", "TORCH_THREADS",
     "PPO.MAX_GRAD_NORM", "PPO.BASE_LR", "PPO.EPS", "PPO.CLIP_EPS", "PPO.KL_TARGET_COEF", "EVO.LEASE_SECONDS",
 )
 # Values that may be 0 but not negative.
@@ -37,7 +37,6 @@ NON_NEGATIVE_KEYS = (
 # Probabilities and fractions.
 UNIT_INTERVAL_KEYS = ("PPO.GAMMA", "PPO.GAE_LAMBDA", "ENV.STAND_HEIGHT_RATIO")
 # Choices whose implementation lives in torch modules (derl.ppo imports torch); tests keep them equal.
-VECENV_TYPES = ("DummyVecEnv", "SubprocVecEnv")
 LR_SCALING_NAMES = ("none", "sqrt", "linear")
 DEVICE_PATTERN = re.compile(r"cpu|auto|cuda(:\d+)?")
 # [value] or [start, stop, step] ranges expanded by the morphology and terrain code.
@@ -131,7 +130,6 @@ def _check_evolution(cfg: CfgNode) -> None:
 
 
 def _check_choices(cfg: CfgNode) -> None:
-    _one_of("VECENV.TYPE", cfg.VECENV.TYPE, VECENV_TYPES)
     _one_of("PPO.LR_SCALING", cfg.PPO.LR_SCALING, LR_SCALING_NAMES)
     if not DEVICE_PATTERN.fullmatch(cfg.DEVICE):
         raise ConfigError(f"config key DEVICE must be cpu, cuda, cuda:N or auto, got {cfg.DEVICE!r}", "DEVICE")

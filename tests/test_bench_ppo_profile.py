@@ -3,11 +3,13 @@
 from pathlib import Path
 
 import mujoco
+from gymnasium.vector import SyncVectorEnv
 
 from derl.bench import ppo_profile
 from derl.bench.ppo_profile import Profiler, profile_run, summarise
 from derl.config import load_preset
-from derl.ppo.episode_stats import EpisodeStats
+from derl.ppo import rollout
+from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
 from derl.training.envs import UnimalEnvFactory
 
 QUADRUPED = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
@@ -44,15 +46,16 @@ def test_nested_timers_count_their_own_time_only(monkeypatch):
 
 
 def test_profile_of_a_short_unimal_training_adds_up_and_restores_the_code():
-    step, own_step = mujoco.mj_step, EpisodeStats.step
+    step, own_add, vector_step = mujoco.mj_step, EpisodeStatistics.add, SyncVectorEnv.step
     cfg = load_preset("ft", {"PPO.NUM_ENVS": 2, "PPO.TIMESTEPS": 32, "PPO.BATCH_SIZE": 32,
                              "PPO.MAX_STATE_ACTION_PAIRS": 128, "ENV.EPISODE_LENGTH": 40})
     profiled = profile_run(cfg, UnimalEnvFactory(cfg, str(QUADRUPED)), seed=0)
-    assert mujoco.mj_step is step and EpisodeStats.step is own_step
+    assert mujoco.mj_step is step and EpisodeStatistics.add is own_add
+    assert rollout.vector_step_values is vector_step_values and SyncVectorEnv.step is vector_step
     assert profiled["env_steps"] == 128
     report = summarise(profiled, {"cpu_seconds": profiled["cpu_seconds"], "env_steps": 128}, 1e4, 5e3)
     parts = report["us_per_env_step"]
-    for name in ("physics", "env_python", "env_reset", "episode_bookkeeping", "pool", "policy_forward",
+    for name in ("physics", "env_python", "env_reset", "episode_bookkeeping", "vector_env", "policy_forward",
                  "normalisation", "collector", "gae", "update", "setup_envs", "setup_learner", "other"):
         assert parts[name] > 0, name
     assert abs(sum(parts.values()) - report["profiled_us_per_env_step"]) < 0.1

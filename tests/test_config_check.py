@@ -8,8 +8,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from derl.config import RETIRED_KEYS, ConfigError, _defaults, dump_config, flatten, load_config, load_run_config
-from derl.config_check import LR_SCALING_NAMES, VECENV_TYPES
+from derl.config import (
+    REPLACED_KEYS,
+    RETIRED_KEYS,
+    ConfigError,
+    _defaults,
+    dump_config,
+    flatten,
+    load_config,
+    load_run_config,
+)
+from derl.config_check import LR_SCALING_NAMES
 from tests.conftest import ROOT
 
 # Modules whose mention of a key is not a use: the tree itself and its validation.
@@ -41,7 +50,7 @@ NOT_READERS = ("derl/config.py", "derl/config_check.py")
     (["ENV.OBS_TYPES", "[]"], "ENV.OBS_TYPES", "is empty"),
     (["TERRAIN.TYPES", "[hills]"], "TERRAIN.TYPES", "'hills'"),
     (["OBJECT.TYPE", "cube"], "OBJECT.TYPE", "'cube'"),
-    (["VECENV.TYPE", "SubprocEnv"], "VECENV.TYPE", "DummyVecEnv, SubprocVecEnv"),
+    (["VECENV.THREADS", "0"], "VECENV.THREADS", "must be positive"),
     (["PPO.LR_SCALING", "square"], "PPO.LR_SCALING", "none, sqrt, linear"),
     (["DEVICE", "gpu"], "DEVICE", "cpu, cuda, cuda:N or auto"),
     (["LIMB.HEIGHT_RANGE", "[0.4, 0.2, 0.1]"], "LIMB.HEIGHT_RANGE", "[start, stop, step>0]"),
@@ -93,12 +102,9 @@ def test_every_preset_and_task_config_passes():
 
 
 def test_choice_tables_match_their_implementations():
-    from derl.ppo.pool import make_pool
     from derl.ppo.trainer import LR_SCALINGS
 
     assert set(LR_SCALINGS) == set(LR_SCALING_NAMES)
-    with pytest.raises(ValueError, match="VECENV.TYPE must be " + " or ".join(VECENV_TYPES)):
-        make_pool(lambda index: None, 1, "nope", 1)
 
 
 @pytest.mark.parametrize("key", sorted(RETIRED_KEYS))
@@ -109,6 +115,16 @@ def test_removed_keys_are_unknown(key, tmp_path):
     (tmp_path / "mine.yml").write_text(f"{section}:\n  {leaf}: 1\n" if section else f"{leaf}: 1\n")
     with pytest.raises(ConfigError, match=rf"^unknown config key '{key}'.* \(set in .*mine\.yml\)$"):
         load_config(tmp_path / "mine.yml")
+
+
+@pytest.mark.parametrize("key", sorted(REPLACED_KEYS))
+def test_a_replaced_key_says_what_replaced_it(key):
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, [key, "1"])
+    assert str(caught.value) == f"unknown config key '{key}': removed, {REPLACED_KEYS[key]}"
+    assert "VECENV.THREADS" in str(caught.value)
+    with pytest.raises(ConfigError, match=r"^unknown config key 'IN_SERIES': removed, "):
+        load_config(None, ["IN_SERIES", "4"])  # by its leaf name too
 
 
 def _old_run_config(tmp_path) -> Path:

@@ -29,7 +29,7 @@ from derl.ppo.obs_layout import ObsLayout
 from derl.ppo.rollout import Rollout
 from derl.ppo.shm_reduce import SharedMemoryMean
 from derl.ppo.trainer import learning_rate, max_iterations
-from tests.test_ppo_pool import CountingEnv
+from tests.test_ppo_collector import CountingEnv, vec
 
 ROOT = Path(__file__).resolve().parents[1]
 WORLD = 2
@@ -232,7 +232,7 @@ def _train_rank(rank: int, port: int, out_dir: str, stop_after: int, resume: boo
     # Only rank 1 asks to stop: the request is joint.
     stop = StopWhen(lambda: rank == 1 and next(calls) >= stop_after)
     with ProcessGroup(torch.device("cpu")) as comm:
-        result = train(cfg, _counting_env, seed=0, checkpoint_path=os.path.join(out_dir, "model.pt"),
+        result = train(cfg, vec(_counting_env), seed=0, checkpoint_path=os.path.join(out_dir, "model.pt"),
                        metrics_path=os.path.join(out_dir, "metrics.jsonl"), resume=resume, callbacks=[stop],
                        comm=comm)
     with open(os.path.join(out_dir, f"result{rank}.json"), "w") as f:

@@ -14,6 +14,7 @@ of behaviour, and say which in the commit.
 """
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 from derl.config import load_config, load_preset
+from derl.ppo.rollout import sync_vector_env
 from derl.ppo.trainer import PPO
 from derl.training.envs import UnimalEnvFactory
 
@@ -44,7 +46,7 @@ def _cases():
     unimal = load_preset("ft", {**PPO_KEYS, "ENV.EPISODE_LENGTH": 40})
     return {
         "unimal": (unimal, UnimalEnvFactory(unimal, str(QUADRUPED), seed=3), 7),
-        "pendulum": (load_config(None, PPO_KEYS), _pendulum, 2),
+        "pendulum": (load_config(None, PPO_KEYS), partial(sync_vector_env, _pendulum), 2),
     }
 
 

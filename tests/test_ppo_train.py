@@ -14,7 +14,7 @@ from derl.ppo.device import resolve_device
 from derl.ppo.losses import gaussian_log_prob
 from derl.ppo.policy import Policy
 from derl.ppo.trainer import PPO
-from tests.test_ppo_pool import CountingEnv
+from tests.test_ppo_collector import CountingEnv, vec
 
 
 def _cfg(num_envs=2, steps=16, iters=2, **overrides):
@@ -23,8 +23,11 @@ def _cfg(num_envs=2, steps=16, iters=2, **overrides):
     return load_config(None, {**keys, **overrides})
 
 
-def _pendulum(_index):
+def _make_pendulum(_index):
     return gym.make("Pendulum-v1")
+
+
+_pendulum = vec(_make_pendulum)
 
 
 def test_pendulum_return_clearly_improves():
@@ -53,7 +56,7 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     path = tmp_path / "model.pt"
     ppo.save(path, None)
     torch.load(path, weights_only=True)  # plain tensors and containers only
-    before = Policy(ppo.model, ppo.pool.layout, ppo.obs_norm, ppo.device)
+    before = Policy(ppo.model, ppo.layout, ppo.obs_norm, ppo.device)
     after = load_policy(path)
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     np.testing.assert_array_equal(before.act(obs), after.act(obs))
@@ -61,7 +64,7 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     with torch.no_grad():
         after.model.mean_head.bias.fill_(5.0)  # Pendulum's torque range is [-2, 2]
     assert after.act(obs).min() > 2.0  # the actor's mean itself is unbounded
-    np.testing.assert_array_equal(after.act(obs, action_space=ppo.pool.action_space), 2.0)
+    np.testing.assert_array_equal(after.act(obs, action_space=ppo.pool.single_action_space), 2.0)
     ppo.pool.close()
 
 
@@ -124,7 +127,7 @@ def test_no_checkpoint_is_written_once_the_files_are_another_process_s(tmp_path)
 
 
 def test_run_too_short_to_end_an_episode_reports_finite_fields():
-    result = train(_cfg(iters=1), lambda i: CountingEnv(i, limit=1000, fall_above=math.inf), seed=0)
+    result = train(_cfg(iters=1), vec(lambda i: CountingEnv(i, limit=1000, fall_above=math.inf)), seed=0)
     assert set(result.summary) == {"return", "__reward__forward", "x_pos"}
     assert all(math.isfinite(v) for v in result.summary.values())
     assert result.summary["x_pos"] == 16.0  # the episodes in progress, 16 steps in
@@ -134,7 +137,7 @@ def test_run_too_short_to_end_an_episode_reports_finite_fields():
 def test_truncated_steps_store_the_value_of_the_true_final_observation():
     # Three steps, time limit 3: the last step truncates, so the normaliser statistics after the
     # rollout are those the collector used for the final observations.
-    ppo = PPO(_cfg(steps=3), lambda i: CountingEnv(i, limit=3, fall_above=math.inf), seed=0)
+    ppo = PPO(_cfg(steps=3), vec(lambda i: CountingEnv(i, limit=3, fall_above=math.inf)), seed=0)
     ppo.collector.reset(0)
     ppo.collector.collect(ppo.rollout)
     rollout = ppo.rollout
@@ -148,7 +151,7 @@ def test_truncated_steps_store_the_value_of_the_true_final_observation():
 
 
 def test_dict_observations_train_with_one_encoder_per_key():
-    result = train(_cfg(), lambda i: CountingEnv(i, dict_obs=True), seed=0)
+    result = train(_cfg(), vec(lambda i: CountingEnv(i, dict_obs=True)), seed=0)
     assert result.completed and math.isfinite(result.summary["return"])
 
 
@@ -189,7 +192,7 @@ def test_envs_receive_clipped_actions_and_the_rollout_keeps_the_sampled_ones():
         envs.append(RecordingEnv(index))
         return envs[-1]
 
-    ppo = PPO(_cfg(steps=64), make, seed=0)
+    ppo = PPO(_cfg(steps=64), vec(make), seed=0)
     with torch.no_grad():
         ppo.model.log_std.fill_(math.log(3.0))  # sigma 3: most samples fall outside [-1, 1]
     ppo.collector.policy.sync()
@@ -213,7 +216,7 @@ def test_a_fresh_policy_reports_the_per_dimension_entropy(tmp_path):
     # log_std starts at 0: each dimension's entropy is 0.5*ln(2*pi*e) = 1.41894, whatever the action size;
     # with three actions a sum over the dimensions would read 4.26. The first line of metrics.jsonl shows it.
     metrics = tmp_path / "metrics.jsonl"
-    train(_cfg(iters=1), lambda i: ThreeActions(i), seed=0,
+    train(_cfg(iters=1), vec(lambda i: ThreeActions(i)), seed=0,
           metrics_path=metrics)
     first = json.loads(metrics.read_text().splitlines()[0])
     assert first["entropy"] == pytest.approx(1.419, abs=2e-3)

@@ -102,7 +102,7 @@ def test_join_search_creates_once_and_warns_in_one_line_about_other_versions(tmp
 
 def test_node_local_keys_round_trip_and_are_the_only_keys_ignored():
     cfg = load_config(None, ["OUT_DIR", "/shared/x y", "DEVICE", "cuda:1", "NODE_ID", "1", "NUM_NODES", "2",
-                             "VECENV.TYPE", "SubprocVecEnv", "TORCH_THREADS", "4"])
+                             "VECENV.THREADS", "3", "TORCH_THREADS", "4"])
     again = load_config(None, ["NUM_NODES", "2", *node_local_overrides(cfg)])
     assert all(again.get_path(key) == cfg.get_path(key) for key in NODE_LOCAL_KEYS)
     assert differences(cfg, load_config(None, ["NUM_NODES", "2"])) == []

@@ -79,10 +79,10 @@ class _Training:
 
     def __init__(self, package: str, xml: Path, iters: int):
         config = importlib.import_module(f"{package}.config")
-        envs = importlib.import_module(f"{package}.envs")
+        envs = importlib.import_module(f"{package}.training.envs")
         trainer = importlib.import_module(f"{package}.ppo.trainer")
         cfg = config.load_preset("ft", speed_overrides(iters))
-        self.ppo = trainer.PPO(cfg, lambda _i: envs.make_env(cfg, str(xml)), seed=0)
+        self.ppo = trainer.PPO(cfg, envs.UnimalEnvFactory(cfg, str(xml)), seed=0)
         self.ppo.collector.reset(0)
         self.rng_state = torch.get_rng_state()
         self.seconds: list[float] = []

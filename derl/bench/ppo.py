@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -76,19 +77,13 @@ def _config(case: dict, iters: int):
 
 
 def _env_factory(case: dict, cfg, flat: bool):
+    """``make(i)`` builds one env (derl steps them in Gymnasium's ``SyncVectorEnv``, SB3 in its
+    ``DummyVecEnv``)."""
     if case["kind"] == "unimal":
         from derl.envs import make_env
 
         return lambda _i: make_env(cfg, case["xml"], flat=flat)
     return lambda _i: gym.make(case["env_id"])
-
-
-def _pass_advance(wrapper: gym.Wrapper) -> None:
-    """Lets the pool split the wrapped env's steps (``UnimalEnv.advance``, ``derl.ppo.pool``) as it
-    does without the wrapper: these wrappers leave the action unchanged."""
-    advance = getattr(wrapper.env, "advance", None)
-    if advance is not None:
-        wrapper.advance = advance
 
 
 class _StateRecorder(gym.Wrapper):
@@ -102,7 +97,6 @@ class _StateRecorder(gym.Wrapper):
         super().__init__(env)
         self.log = log
         self._signature = mujoco.mjtState.mjSTATE_INTEGRATION
-        _pass_advance(self)
 
     def reset(self, **kwargs):
         result = self.env.reset(**kwargs)
@@ -129,7 +123,6 @@ class _EpisodeReturns(gym.Wrapper):
         super().__init__(env)
         self.returns = returns
         self._total = 0.0
-        _pass_advance(self)
 
     def reset(self, **kwargs):
         self._total = 0.0
@@ -197,6 +190,7 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: boo
     """One derl training; ``with_returns`` adds the episode-return wrapper (return runs only: speed
     runs time derl as a worker runs it), ``record`` the physics replay after it."""
     from derl.ppo import OnIteration, train
+    from derl.ppo.rollout import sync_vector_env
 
     cfg = _config(case, iters)
     base = _env_factory(case, cfg, flat=False)
@@ -212,7 +206,7 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: boo
 
     records: list[dict] = []
     cpu_started = time.process_time()
-    result = train(cfg, make, seed=seed, callbacks=[OnIteration(records.append)])
+    result = train(cfg, partial(sync_vector_env, make), seed=seed, callbacks=[OnIteration(records.append)])
     cpu = time.process_time() - cpu_started
     collect = sum(r["collect_seconds"] for r in records)
     update = sum(r["update_seconds"] for r in records)
@@ -287,9 +281,10 @@ def _run_sb3(case: dict, iters: int, seed: int) -> dict:
 
 def _run_profiled(case: dict, iters: int, seed: int) -> dict:
     from derl.bench.ppo_profile import profile_run
+    from derl.ppo.rollout import sync_vector_env
 
     cfg = _config(case, iters)
-    return profile_run(cfg, _env_factory(case, cfg, flat=False), seed)
+    return profile_run(cfg, partial(sync_vector_env, _env_factory(case, cfg, flat=False)), seed)
 
 
 def _child(spec: dict) -> dict:

@@ -8,10 +8,11 @@ it (exclusive time), so the components add up to the run:
 component                   what
 ==========================  ===========================================================
 physics                     ``mujoco.mj_step`` (the env's substeps)
-env_python                  the env's ``step`` and ``advance`` (and its wrappers) minus physics
-env_reset                   the env's ``reset`` (episode ends and the first reset)
-episode_bookkeeping         ``EpisodeStats.step``: per-episode sums of the reward terms
-pool                        the pool's lockstep loop: one ``step`` per env, observations copied in
+env_python                  the single envs' ``step`` and ``advance`` (and wrappers) minus physics
+env_reset                   the single envs' ``reset`` (episode ends and the first reset)
+episode_bookkeeping         ``EpisodeStatistics``: the step's info values, per-episode sums
+vector_env                  the vector env's ``step`` minus its envs': the loop over the envs,
+                            observations and infos batched
 policy_forward              action sampling, log-probabilities and values (NumPy forward)
 normalisation               observation and reward normalisers (statistics and scaling)
 collector                   the rest of collection: rollout writes, action clipping
@@ -28,7 +29,7 @@ its wall time, so that time the process spent descheduled on a shared machine is
 proportionally instead of counting as work. ``plain_us_per_env_step`` is the same run without
 timers (CPU time), the honest total; the timers themselves cost the difference.
 
-Worker start-up (``setup``) is the CPU time of building the pool, model and normalisers and of
+Worker start-up (``setup``) is the CPU time of building the envs, model and normalisers and of
 the first reset, with its share of a ``PPO.MAX_STATE_ACTION_PAIRS`` (5e6) training at the plain
 rate.
 
@@ -45,6 +46,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import mujoco
+from gymnasium.vector import VectorEnv
 
 FULL_TRAINING_STEPS = 5_000_000
 
@@ -90,12 +92,12 @@ class Profiler:
 
 
 def _instrument_derl(profiler: Profiler) -> None:
-    from derl.ppo import acting, episode_stats, learner, normalize, pool, rollout, trainer
+    from derl.ppo import acting, episode_stats, learner, normalize, rollout, trainer
 
     patch = profiler.patch
     patch(mujoco, "mj_step", "physics")
-    patch(episode_stats.EpisodeStats, "step", "episode_bookkeeping")
-    patch(pool.EnvPool, "step", "pool")
+    patch(episode_stats.EpisodeStatistics, "add", "episode_bookkeeping")
+    patch(rollout, "vector_step_values", "episode_bookkeeping")
     for method in ("sample", "value"):
         patch(acting.NumpyActorCritic, method, "policy_forward")
     for method in ("update", "normalize"):
@@ -106,40 +108,49 @@ def _instrument_derl(profiler: Profiler) -> None:
     patch(learner.Learner, "batch", "gae")
     patch(learner.Learner, "update", "update")
     patch(trainer.PPO, "iterate", "iteration")
-    patch(trainer, "make_pool", "setup_envs")
     patch(trainer.PPO, "__init__", "setup_learner")
 
 
-def _instrumenting_factory(profiler: Profiler, make: Callable[[int], gym.Env]) -> Callable[[int], gym.Env]:
-    """Wraps ``step`` and ``reset`` of every class in the first env's wrapper chain, once."""
+def _instrument_env(profiler: Profiler, env: gym.Env, done: set[type]) -> None:
+    """Wraps ``step`` and ``reset`` of every class in a single env's wrapper chain, once."""
+    layer = env
+    while True:
+        cls = type(layer)
+        if cls not in done:
+            done.add(cls)
+            profiler.patch(cls, "step", "env_python")
+            profiler.patch(cls, "reset", "env_reset")
+            if "advance" in vars(cls):  # UnimalEnv's split step: its physics and before_step
+                profiler.patch(cls, "advance", "env_python")
+        if not isinstance(layer, gym.Wrapper):
+            return
+        layer = layer.env
+
+
+def _instrumenting_factory(profiler: Profiler, make_vec_env: Callable[[int, int], VectorEnv]) -> Callable:
+    """Times building the envs, the vector env's ``step`` and (a ``SyncVectorEnv``'s) single envs."""
     done: set[type] = set()
 
-    def build(index: int) -> gym.Env:
-        env = make(index)
-        layer = env
-        while True:
-            cls = type(layer)
-            if cls not in done:
-                done.add(cls)
-                profiler.patch(cls, "step", "env_python")
-                profiler.patch(cls, "reset", "env_reset")
-                if "advance" in vars(cls):  # UnimalEnv's split step: its physics and before_step
-                    profiler.patch(cls, "advance", "env_python")
-            if not isinstance(layer, gym.Wrapper):
-                return env
-            layer = layer.env
+    def build(num_envs: int, first_index: int) -> VectorEnv:
+        envs = make_vec_env(num_envs, first_index)
+        if type(envs) not in done:
+            done.add(type(envs))
+            profiler.patch(type(envs), "step", "vector_env")
+        for env in getattr(envs, "envs", ()):
+            _instrument_env(profiler, env, done)
+        return envs
 
-    return build
+    return profiler.wrap(build, "setup_envs")
 
 
-def profile_run(cfg, make: Callable[[int], gym.Env], seed: int) -> dict:
+def profile_run(cfg, make_vec_env: Callable[[int, int], VectorEnv], seed: int) -> dict:
     """One instrumented training: seconds per component (exclusive, wall) and the run's clocks."""
     from derl.ppo import train
 
     profiler = Profiler()
     try:
         _instrument_derl(profiler)
-        build = _instrumenting_factory(profiler, make)
+        build = _instrumenting_factory(profiler, make_vec_env)
         wall, cpu = time.perf_counter(), time.process_time()
         result = train(cfg, build, seed=seed)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

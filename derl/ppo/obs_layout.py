@@ -1,7 +1,7 @@
 """Flat layout of (Dict or Box) observations: each key is a column range of one float32 vector.
 
-The pool writes every env's observation into one row of a preallocated ``[num_envs, size]`` array;
-the networks slice the keys back out. A Box observation is one key, ``proprioceptive``.
+The collector flattens a vector env's observations into a preallocated ``[num_envs, size]`` array
+(``ObsLayout.flatten``); the networks slice the keys back out. A Box observation is one key, ``proprioceptive``.
 """
 
 from __future__ import annotations
@@ -50,21 +50,24 @@ class ObsLayout:
         part = self.slices[self.keys.index(NORMALIZED_KEY)]
         return part.start, part.stop
 
-    def write(self, obs: Any, row: np.ndarray) -> None:
-        """Copies one env's observation into ``row`` (a view of the pool's buffer).
+    def flatten(self, obs: Any, out: np.ndarray | None = None) -> np.ndarray:
+        """A batch of observations as ``[n, size]`` float32 rows, in ``out`` if given.
 
-        Called once per env and step: 1-D observations are assigned without reshaping.
+        ``obs`` is what a vector env returns, a ``[n, ...]`` array (Box) or a dict of them (Dict),
+        or one env's observation (a single row).
         """
         if not self.is_dict:
-            row[:] = obs if np.ndim(obs) == 1 else np.ravel(obs)
-            return
-        if len(self.keys) == 1:  # FT: proprioceptive only
-            value = obs[self.keys[0]]
-            row[:] = value if value.ndim == 1 else value.ravel()
-            return
-        for key, part in zip(self.keys, self.slices, strict=True):
-            value = obs[key]
-            row[part] = value if value.ndim == 1 else value.ravel()
+            flat = np.reshape(obs, (-1, self.size))
+            if out is None:
+                return flat.astype(np.float32)
+            out[:] = flat
+            return out
+        parts = [np.reshape(obs[key], (-1, dim)) for key, dim in zip(self.keys, self.dims, strict=True)]
+        if out is None:
+            out = np.empty((parts[0].shape[0], self.size), np.float32)
+        for part, columns in zip(parts, self.slices, strict=True):
+            out[:, columns] = part
+        return out
 
     def to_dict(self) -> dict:
         return {"keys": list(self.keys), "dims": list(self.dims), "is_dict": self.is_dict}

@@ -23,13 +23,8 @@ class Policy:
 
     def _flatten(self, obs: Any) -> tuple[np.ndarray, bool]:
         """Returns ``[n, D]`` float32 observations and whether the input was a single one."""
-        if self.layout.is_dict:
-            parts = [np.asarray(obs[key], np.float32) for key in self.layout.keys]
-            single = parts[0].ndim == 1
-            flat = [p.reshape(-1, d) for p, d in zip(parts, self.layout.dims, strict=True)]
-            return np.concatenate(flat, axis=1), single
-        array = np.asarray(obs, np.float32)
-        return array.reshape(-1, self.layout.size), array.ndim == 1
+        first = obs[self.layout.keys[0]] if self.layout.is_dict else obs
+        return self.layout.flatten(obs), np.ndim(first) == 1
 
     @torch.no_grad()
     def act(self, obs: Any, deterministic: bool = True, action_space: Any = None) -> np.ndarray:

@@ -24,11 +24,10 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -42,8 +41,8 @@ from derl.ppo.episodes import EpisodeLog
 from derl.ppo.learner import Learner
 from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
-from derl.ppo.pool import make_pool
-from derl.ppo.rollout import Collector, Rollout
+from derl.ppo.obs_layout import ObsLayout
+from derl.ppo.rollout import Collector, MakeVecEnv, Rollout
 
 CHECKPOINT_VERSION = 2  # 2: one action-noise generator state per rank
 LR_SCALINGS = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}  # names: config_check.LR_SCALING_NAMES
@@ -82,9 +81,13 @@ def learning_rate(cfg: CfgNode, iteration: int, world_size: int = 1) -> float:
 
 
 class PPO:
-    """Model, learner, collector, normalisers and counters of one training run (one rank of it)."""
+    """Model, learner, collector, normalisers and counters of one training run (one rank of it).
 
-    def __init__(self, cfg: CfgNode, make_env: Callable[[int], gym.Env], seed: int, comm: Comm | None = None):
+    ``pool`` is the rank's vector env (``make_vec_env(NUM_ENVS, rank * NUM_ENVS)``), ``layout`` the
+    flat layout of its observations.
+    """
+
+    def __init__(self, cfg: CfgNode, make_vec_env: MakeVecEnv, seed: int, comm: Comm | None = None):
         self.cfg = cfg
         self.comm = comm = comm or Comm()
         world, rank = comm.world_size, comm.rank
@@ -98,8 +101,20 @@ class PPO:
         torch.set_num_threads(cfg.TORCH_THREADS)
         torch.manual_seed(seed)  # the same weights on every rank
         num_envs = cfg.PPO.NUM_ENVS
-        self.pool = make_pool(make_env, num_envs, cfg.VECENV.TYPE, cfg.VECENV.IN_SERIES, rank * num_envs)
-        layout, action_dim = self.pool.layout, int(np.prod(self.pool.action_space.shape))
+        self.pool = make_vec_env(num_envs, rank * num_envs)
+        try:
+            if self.pool.num_envs != num_envs:
+                raise ValueError(f"the env factory built {self.pool.num_envs} envs, PPO.NUM_ENVS is {num_envs}")
+            self._build(cfg, seed, num_envs, amp)
+        except BaseException:
+            self.pool.close()
+            raise
+
+    def _build(self, cfg: CfgNode, seed: int, num_envs: int, amp: bool) -> None:
+        """The rest of ``__init__``, once the envs exist (which it closes if this fails)."""
+        comm, world, rank = self.comm, self.comm.world_size, self.comm.rank
+        self.layout = layout = ObsLayout.from_space(self.pool.single_observation_space)
+        action_dim = int(np.prod(self.pool.single_action_space.shape))
         self.model_spec = {
             "layout": layout.to_dict(),
             "action_dim": action_dim,
@@ -113,7 +128,7 @@ class PPO:
         self.obs_norm = ObsNormalizer(*layout.normalized_columns())
         self.ret_norm = ReturnNormalizer(num_envs, cfg.PPO.GAMMA)
         self.episode_log = EpisodeLog()
-        self.collector = Collector(self.pool, self.model, self.obs_norm, self.ret_norm, seed + rank)
+        self.collector = Collector(self.pool, rank * num_envs, self.model, self.obs_norm, self.ret_norm, seed + rank)
         self.rollout = Rollout.allocate(cfg.PPO.TIMESTEPS, num_envs, layout.size, action_dim)
         self.steps_per_iteration = cfg.PPO.TIMESTEPS * num_envs * world
         self.max_iters = max_iterations(cfg, world)
@@ -239,7 +254,7 @@ def _read_metrics(metrics_path: Path | None, up_to_iteration: int) -> list[dict]
 
 def train(
     cfg: CfgNode,
-    make_env: Callable[[int], gym.Env],
+    make_vec_env: MakeVecEnv,
     *,
     seed: int,
     checkpoint_path: str | Path | None = None,
@@ -251,11 +266,12 @@ def train(
     """Trains a policy with PPO for ``PPO.MAX_ITERS // world size`` iterations.
 
     Args:
-        cfg: the config (``PPO.*``, ``MODEL.*``, ``VECENV.*``, ``DEVICE``, ``TORCH_THREADS``,
+        cfg: the config (``PPO.*``, ``MODEL.*``, ``DEVICE``, ``TORCH_THREADS``,
             ``CHECKPOINT_PERIOD``).
-        make_env: builds env ``i`` (rank r builds ``r * NUM_ENVS`` to ``(r + 1) * NUM_ENVS - 1``),
-            unwrapped: the trainer adds ``EpisodeStats``. Env ``i`` is seeded with ``seed + i`` at
-            its first reset. Must be picklable for ``VECENV.TYPE SubprocVecEnv``.
+        make_vec_env: ``make_vec_env(num_envs, first_index)`` builds a ``gymnasium.vector.VectorEnv``
+            of ``PPO.NUM_ENVS`` envs in autoreset mode *same step* (``derl.ppo.rollout``); rank r
+            gets ``first_index = r * NUM_ENVS``. Env ``i`` is seeded with ``seed + i`` at the first
+            reset (the vector env's ``reset(seed=seed + first_index)``).
         seed: seeds torch (weights init, shuffling), the envs and (``seed + rank``) the action noise.
         checkpoint_path: written atomically (by rank 0) every ``CHECKPOINT_PERIOD`` iterations and
             at the end.
@@ -269,7 +285,7 @@ def train(
     started = time.perf_counter()
     checkpoint_path = None if checkpoint_path is None else Path(checkpoint_path)
     metrics_path = None if metrics_path is None else Path(metrics_path)
-    ppo = PPO(cfg, make_env, seed, comm)
+    ppo = PPO(cfg, make_vec_env, seed, comm)
     comm = ppo.comm
     try:
         state = None
@@ -301,7 +317,7 @@ def train(
                     callback.on_checkpoint(ppo.iteration, checkpoint_path)
         ours = ours and _save(ppo, callbacks, checkpoint_path, metrics_path)
         completed = completed and ours
-        in_progress = [ep for part in comm.gather_objects(ppo.pool.episodes_so_far()) for ep in part]
+        in_progress = [ep for part in comm.gather_objects(ppo.collector.episodes_so_far()) for ep in part]
         summary = ppo.episode_log.summary(in_progress)
     finally:
         ppo.pool.close()

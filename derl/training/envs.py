@@ -1,40 +1,57 @@
-"""Picklable env descriptions: ``factory(i)`` builds env ``i`` in any process.
+"""Picklable vector-env factories: ``factory(num_envs, first_index)`` builds a rank's envs.
 
-The trainer's env subprocesses start from the ``forkserver`` (``fork`` is unsafe once CUDA or
-NCCL run), so what builds an env travels by pickle: a small frozen dataclass, not a closure.
+The trainer (``derl.ppo.trainer.train``) takes such a factory and steps what it builds, a
+``gymnasium.vector.VectorEnv`` in autoreset mode *same step*. A factory is a small frozen dataclass,
+not a closure, so that it travels by pickle to the process that trains.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
+from gymnasium.vector import VectorEnv
 
 from derl.config import CfgNode
-from derl.envs import make_env
+from derl.envs import UnimalVectorEnv
+from derl.ppo.rollout import sync_vector_env
 
 
 @dataclass(frozen=True)
 class UnimalEnvFactory:
-    """The Unimal env of ``cfg`` for the MJCF at ``xml_path``; env ``i`` seeds its generator with ``seed + i``."""
+    """The Unimal envs of ``cfg`` for the MJCF at ``xml_path``: one ``UnimalVectorEnv`` (all of them
+    in one ``mujoco.batch.Batch``, stepped on ``VECENV.THREADS`` threads).
+
+    Env ``i`` seeds its generator with ``seed + i`` when built (the trainer seeds it again at its
+    first reset).
+    """
 
     cfg: CfgNode
     xml_path: str
     seed: int | None = None
 
-    def __call__(self, index: int) -> gym.Env:
-        return make_env(self.cfg, self.xml_path, seed=None if self.seed is None else self.seed + index)
+    def __call__(self, num_envs: int, first_index: int = 0) -> VectorEnv:
+        env = UnimalVectorEnv(self.xml_path, self.cfg, num_envs)
+        if self.seed is not None:
+            env.sim.seed(self.seed + first_index)
+        return env
 
 
 @dataclass(frozen=True)
 class GymEnvFactory:
-    """``gymnasium.make(env_id)`` (any registered env with a Box action space)."""
+    """Gymnasium's ``SyncVectorEnv`` of ``gymnasium.make(env_id)`` (any registered env with a Box
+    action space), autoreset *same step*."""
 
     env_id: str
 
-    def __call__(self, index: int) -> gym.Env:
-        return gym.make(self.env_id)
+    def __call__(self, num_envs: int, first_index: int = 0) -> VectorEnv:
+        return sync_vector_env(partial(_make_gym_env, self.env_id), num_envs, first_index)
+
+
+def _make_gym_env(env_id: str, index: int) -> gym.Env:
+    return gym.make(env_id)
 
 
 def env_factory(cfg: CfgNode, source: dict[str, str]) -> UnimalEnvFactory | GymEnvFactory:

@@ -28,7 +28,7 @@ from derl.fileio import atomic_write_text, read_json, write_json
 from derl.ppo.callbacks import Callback
 from derl.ppo.device import learner_device
 from derl.ppo.distributed import ProcessGroup, RankInfo
-from derl.ppo.episode_stats import EpisodeStats
+from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
 from derl.ppo.episodes import mean_fields
 from derl.ppo.policy import load_policy
 from derl.ppo.trainer import TrainResult, max_iterations, train
@@ -131,19 +131,21 @@ def evaluate(cfg: CfgNode, checkpoint: Path, source: dict[str, str] | None, epis
     if source is None:
         source = saved_source(checkpoint.parent)
     policy = load_policy(checkpoint)
-    env = EpisodeStats(env_factory(cfg, source)(0))
-    finished = []
+    envs = env_factory(cfg, source)(1, 0)  # one env, as the trainer builds them
+    stats, finished = EpisodeStatistics(1), []
     try:
         for k in range(episodes):
-            obs, _ = env.reset(seed=seed + k)
-            while True:
-                action = policy.act(obs, deterministic=True, action_space=env.action_space)
-                obs, _, terminated, truncated, info = env.step(action)
-                if terminated or truncated:
-                    finished.append(info["episode"])
-                    break
+            obs, _ = envs.reset(seed=seed + k)
+            stats.restart()
+            ended: list = []
+            while not ended:
+                action = policy.act(obs, deterministic=True, action_space=envs.single_action_space)
+                obs, reward, terminated, truncated, infos = envs.step(action)
+                done = terminated | truncated
+                ended = stats.add(reward, done, vector_step_values(infos, done))
+            finished += ended
     finally:
-        env.close()
+        envs.close()
     return {
         **mean_fields(finished),
         "returns": [ep["return"] for ep in finished],
