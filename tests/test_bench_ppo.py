@@ -26,16 +26,13 @@ class _Countdown(gym.Env):
 
 def test_episode_returns_are_the_raw_sums_of_finished_episodes_only():
     returns: list[float] = []
-    env = _EpisodeReturns(_Countdown(4), returns)
-    for _ in range(2):
-        env.reset()
-        done = False
-        while not done:
-            *_, terminated, truncated, _ = env.step(env.action_space.sample())
-            done = terminated or truncated
+    env = _EpisodeReturns(gym.vector.SyncVectorEnv([lambda: _Countdown(4), lambda: _Countdown(3)],
+                                                   autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), returns)
     env.reset()
-    env.step(env.action_space.sample())  # an episode in progress is not counted
-    assert returns == [10.0, 10.0]  # 1 + 2 + 3 + 4
+    for _ in range(9):  # env 0: episodes end at steps 4 and 8; env 1 at 3, 6 and 9
+        env.step(env.action_space.sample())
+    env.step(env.action_space.sample())  # episodes in progress are not counted
+    assert returns == [6.0, 10.0, 6.0, 10.0, 6.0]  # 1 + 2 + 3 (+ 4), in the order they ended
 
 
 def test_paired_medians_take_ratios_within_each_repeat():

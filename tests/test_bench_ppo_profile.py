@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import mujoco
+import numpy as np
 from gymnasium.vector import SyncVectorEnv
 
 from derl.bench import ppo_profile
@@ -68,19 +69,26 @@ def test_profile_of_a_short_unimal_training_adds_up_and_restores_the_code():
 
 def test_physics_replays_step_every_recorded_action(monkeypatch):
     from derl.bench.ppo import _lockstep_physics_seconds, _physics_seconds, _StateRecorder
-    from derl.envs import make_env
+    from derl.envs import UnimalVectorEnv
 
     cfg = load_preset("ft", {"ENV.EPISODE_LENGTH": 5})
-    recorders = [_StateRecorder(make_env(cfg, str(QUADRUPED)), []) for _ in range(2)]
+    recorder = _StateRecorder(UnimalVectorEnv(str(QUADRUPED), cfg, 2))
     counted = []
     original = mujoco.mj_step
-    for k, recorder in enumerate(recorders):
-        recorder.reset(seed=k)
-        for _ in range(7 + k):  # an episode end, then a second episode
-            *_, terminated, truncated, _info = recorder.step(recorder.action_space.sample())
-            if terminated or truncated:
-                recorder.reset()
+    recorder.reset(seed=0)
+    for _ in range(7):  # an episode end (autoreset), then a second episode
+        recorder.step(recorder.action_space.sample())
     monkeypatch.setattr(mujoco, "mj_step", lambda *args: (counted.append(1), original(*args)))
-    seconds, steps = _physics_seconds(recorders)
-    assert seconds > 0 and steps == len(counted) == 15
-    assert _lockstep_physics_seconds(recorders) > 0 and len(counted) == 30  # the same 15 steps again
+    seconds, steps = _physics_seconds(recorder.replays)
+    assert seconds > 0 and steps == len(counted) == 14
+    assert _lockstep_physics_seconds(recorder.replays) > 0 and len(counted) == 28  # the same 14 steps again
+    # each replay starts from the recorded states: the physics reproduces the env's trajectory
+    replay = recorder.replays[1]
+    data = mujoco.MjData(replay.model)
+    for entry in replay.log:
+        if entry.shape[0] != replay.model.nu:
+            mujoco.mj_setState(replay.model, data, entry, replay.SIGNATURE)
+        else:
+            data.ctrl[:] = entry
+            original(replay.model, data, replay.frame_skip)
+    np.testing.assert_array_equal(data.qpos, recorder.unwrapped.sim.scene.qpos[1])

@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -77,8 +76,7 @@ def _config(case: dict, iters: int):
 
 
 def _env_factory(case: dict, cfg, flat: bool):
-    """``make(i)`` builds one env (derl steps them in Gymnasium's ``SyncVectorEnv``, SB3 in its
-    ``DummyVecEnv``)."""
+    """``make(i)`` builds one env (SB3 steps them in its ``DummyVecEnv``)."""
     if case["kind"] == "unimal":
         from derl.envs import make_env
 
@@ -86,32 +84,52 @@ def _env_factory(case: dict, cfg, flat: bool):
     return lambda _i: gym.make(case["env_id"])
 
 
-class _StateRecorder(gym.Wrapper):
-    """Keeps the full physics state after every reset and the action of every step.
+def _vector_env_factory(case: dict, cfg):
+    """What derl trains on: ``factory(num_envs, first_index)``, the batched Unimal env or Gymnasium's
+    ``SyncVectorEnv`` of an env id."""
+    from derl.training.envs import GymEnvFactory, UnimalEnvFactory
 
-    Replaying them through ``mj_step`` from the same states (warm start included) reproduces the
-    simulated trajectories exactly, without the env's Python or the learner.
-    """
+    return UnimalEnvFactory(cfg, case["xml"]) if case["kind"] == "unimal" else GymEnvFactory(case["env_id"])
 
-    def __init__(self, env: gym.Env, log: list):
+
+class _Replay:
+    """One env's recorded trajectory: its model, substeps per step and a log of full physics states
+    (after each reset, warm start included) and actions. Replaying them through ``mj_step`` from the
+    same states reproduces the simulated trajectory exactly, without the env's Python or the learner."""
+
+    SIGNATURE = mujoco.mjtState.mjSTATE_INTEGRATION
+
+    def __init__(self, model: mujoco.MjModel, frame_skip: int):
+        self.model, self.frame_skip, self.log = model, frame_skip, []
+
+
+class _StateRecorder(gym.vector.VectorWrapper):
+    """Records every env's trajectory of a ``UnimalVectorEnv`` (``replays``, one ``_Replay`` per env)."""
+
+    def __init__(self, env):
         super().__init__(env)
-        self.log = log
-        self._signature = mujoco.mjtState.mjSTATE_INTEGRATION
+        sim = env.unwrapped.sim
+        self._states = sim.batch.state
+        self.replays = [_Replay(model, round(sim.dt / model.opt.timestep)) for model in sim.models]
+
+    def _record_states(self, envs) -> None:
+        for env in envs:
+            self.replays[env].log.append(self._states[env].copy())
 
     def reset(self, **kwargs):
         result = self.env.reset(**kwargs)
-        model, data = self.unwrapped.model, self.unwrapped.data
-        state = np.empty(mujoco.mj_stateSize(model, self._signature))
-        mujoco.mj_getState(model, data, state, self._signature)
-        self.log.append(state)
+        self._record_states(range(self.num_envs))
         return result
 
-    def step(self, action):
-        self.log.append(np.array(action, np.float64))
-        return self.env.step(action)
+    def step(self, actions):
+        for replay, action in zip(self.replays, actions, strict=True):
+            replay.log.append(np.array(action, np.float64))
+        result = self.env.step(actions)
+        self._record_states(np.flatnonzero(result[2] | result[3]).tolist())
+        return result
 
 
-class _EpisodeReturns(gym.Wrapper):
+class _EpisodeReturns(gym.vector.VectorWrapper):
     """Appends the raw return of every finished episode to ``returns``, as SB3's ``Monitor`` records it.
 
     derl's own ``summary["return"]`` is DERL's fitness (the mean of the last 100 learning-curve
@@ -119,66 +137,62 @@ class _EpisodeReturns(gym.Wrapper):
     return comparison takes the last 100 episodes of both trainers instead.
     """
 
-    def __init__(self, env: gym.Env, returns: list):
+    def __init__(self, env, returns: list):
         super().__init__(env)
         self.returns = returns
-        self._total = 0.0
+        self._totals = np.zeros(env.num_envs)
 
     def reset(self, **kwargs):
-        self._total = 0.0
+        self._totals[:] = 0.0
         return self.env.reset(**kwargs)
 
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self._total += float(reward)
-        if terminated or truncated:
-            self.returns.append(self._total)
-        return obs, reward, terminated, truncated, info
+    def step(self, actions):
+        obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        self._totals += rewards
+        ended = terminated | truncated
+        self.returns.extend(self._totals[ended].tolist())
+        self._totals[ended] = 0.0
+        return obs, rewards, terminated, truncated, infos
 
 
-def _physics_seconds(recorders: list[_StateRecorder]) -> tuple[float, int]:
-    """CPU seconds ``mj_step`` x frame_skip takes to replay the recorded episodes."""
+def _physics_seconds(replays: list[_Replay]) -> tuple[float, int]:
+    """CPU seconds ``mj_step`` x frame_skip takes to replay the recorded episodes, one env at a time."""
     total, steps = 0.0, 0
-    for recorder in recorders:
-        model = recorder.unwrapped.model
+    for replay in replays:
+        model = replay.model
         data = mujoco.MjData(model)
-        frame_skip = round(recorder.unwrapped.dt / model.opt.timestep)
-        for entry in recorder.log:
+        for entry in replay.log:
             if entry.shape[0] != model.nu:
-                mujoco.mj_setState(model, data, entry, recorder._signature)
+                mujoco.mj_setState(model, data, entry, replay.SIGNATURE)
                 continue
             data.ctrl[:] = entry
             started = time.process_time()
-            mujoco.mj_step(model, data, frame_skip)
+            mujoco.mj_step(model, data, replay.frame_skip)
             total += time.process_time() - started
             steps += 1
     return total, steps
 
 
-def _lockstep_physics_seconds(recorders: list[_StateRecorder]) -> float:
-    """The same replay with the envs in lockstep, one step of each in turn, as the trainer runs them.
+def _lockstep_physics_seconds(replays: list[_Replay]) -> float:
+    """The same replay with the envs in lockstep, one step of each in turn, one ``MjData`` per env.
 
     Each env's state then leaves the CPU caches between two of its steps (32 envs' MuJoCo data
     and models do not fit in L2), which costs ``mj_step`` itself time: this is the physics limit
-    of a lockstep trainer, ``_physics_seconds`` that of one env stepped alone.
+    of one env object per simulation, ``_physics_seconds`` that of one env stepped alone.
     """
-    envs = []
-    for recorder in recorders:
-        model = recorder.unwrapped.model
-        frame_skip = round(recorder.unwrapped.dt / model.opt.timestep)
-        envs.append((model, mujoco.MjData(model), frame_skip, iter(recorder.log), recorder._signature))
+    envs = [(replay, mujoco.MjData(replay.model), iter(replay.log)) for replay in replays]
     total = 0.0
     while envs:
         stepped = []
         for env in envs:
-            model, data, frame_skip, entries, signature = env
+            replay, data, entries = env
             for entry in entries:
-                if entry.shape[0] != model.nu:
-                    mujoco.mj_setState(model, data, entry, signature)
+                if entry.shape[0] != replay.model.nu:
+                    mujoco.mj_setState(replay.model, data, entry, replay.SIGNATURE)
                     continue
                 data.ctrl[:] = entry
                 started = time.process_time()
-                mujoco.mj_step(model, data, frame_skip)
+                mujoco.mj_step(replay.model, data, replay.frame_skip)
                 total += time.process_time() - started
                 stepped.append(env)
                 break
@@ -190,23 +204,23 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: boo
     """One derl training; ``with_returns`` adds the episode-return wrapper (return runs only: speed
     runs time derl as a worker runs it), ``record`` the physics replay after it."""
     from derl.ppo import OnIteration, train
-    from derl.ppo.rollout import sync_vector_env
 
     cfg = _config(case, iters)
-    base = _env_factory(case, cfg, flat=False)
-    recorded: list = []
+    base = _vector_env_factory(case, cfg)
+    recorders: list[_StateRecorder] = []
     returns: list[float] = []
 
-    def make(i):
-        env = _EpisodeReturns(base(i), returns) if with_returns else base(i)
+    def make(num_envs: int, first_index: int = 0):
+        env = base(num_envs, first_index)
         if record:
-            recorded.append(_StateRecorder(env, []))
-            return recorded[-1]
-        return env
+            recorders.append(_StateRecorder(env))
+            env = recorders[-1]
+        return _EpisodeReturns(env, returns) if with_returns else env
 
     records: list[dict] = []
     cpu_started = time.process_time()
-    result = train(cfg, partial(sync_vector_env, make), seed=seed, callbacks=[OnIteration(records.append)])
+    result = train(cfg, make if record or with_returns else base, seed=seed,
+                   callbacks=[OnIteration(records.append)])
     cpu = time.process_time() - cpu_started
     collect = sum(r["collect_seconds"] for r in records)
     update = sum(r["update_seconds"] for r in records)
@@ -220,8 +234,9 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: boo
         "final_return": float(np.mean(returns[-100:])) if returns else None,
     }
     if record:
-        out["physics_seconds"], out["physics_steps"] = _physics_seconds(recorded)
-        out["lockstep_physics_seconds"] = _lockstep_physics_seconds(recorded)
+        replays = [replay for recorder in recorders for replay in recorder.replays]
+        out["physics_seconds"], out["physics_steps"] = _physics_seconds(replays)
+        out["lockstep_physics_seconds"] = _lockstep_physics_seconds(replays)
     return out
 
 
@@ -281,10 +296,9 @@ def _run_sb3(case: dict, iters: int, seed: int) -> dict:
 
 def _run_profiled(case: dict, iters: int, seed: int) -> dict:
     from derl.bench.ppo_profile import profile_run
-    from derl.ppo.rollout import sync_vector_env
 
     cfg = _config(case, iters)
-    return profile_run(cfg, partial(sync_vector_env, _env_factory(case, cfg, flat=False)), seed)
+    return profile_run(cfg, _vector_env_factory(case, cfg), seed)
 
 
 def _child(spec: dict) -> dict:

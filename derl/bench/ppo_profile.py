@@ -7,12 +7,15 @@ it (exclusive time), so the components add up to the run:
 ==========================  ===========================================================
 component                   what
 ==========================  ===========================================================
-physics                     ``mujoco.mj_step`` (the env's substeps)
-env_python                  the single envs' ``step`` and ``advance`` (and wrappers) minus physics
-env_reset                   the single envs' ``reset`` (episode ends and the first reset)
+physics                     ``mujoco.batch.Batch.step`` (the batched Unimal env's substeps) or
+                            ``mujoco.mj_step`` (single envs)
+env_python                  ``UnimalBatch.step`` minus physics: observations, rewards, flags over
+                            arrays (or single envs' ``step`` and wrappers minus physics)
+env_reset                   ``UnimalBatch.reset`` (or single envs' ``reset``): episode ends and the
+                            first reset
 episode_bookkeeping         ``EpisodeStatistics``: the step's info values, per-episode sums
-vector_env                  the vector env's ``step`` minus its envs': the loop over the envs,
-                            observations and infos batched
+vector_env                  the vector env's ``step`` minus the above: autoreset, final observations
+                            and infos (and a ``SyncVectorEnv``'s loop over its envs)
 policy_forward              action sampling, log-probabilities and values (NumPy forward)
 normalisation               observation and reward normalisers (statistics and scaling)
 collector                   the rest of collection: rollout writes, action clipping
@@ -46,6 +49,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import mujoco
+import mujoco.batch
 from gymnasium.vector import VectorEnv
 
 FULL_TRAINING_STEPS = 5_000_000
@@ -92,10 +96,14 @@ class Profiler:
 
 
 def _instrument_derl(profiler: Profiler) -> None:
+    from derl.envs import batch
     from derl.ppo import acting, episode_stats, learner, normalize, rollout, trainer
 
     patch = profiler.patch
     patch(mujoco, "mj_step", "physics")
+    patch(mujoco.batch.Batch, "step", "physics")
+    patch(batch.UnimalBatch, "step", "env_python")
+    patch(batch.UnimalBatch, "reset", "env_reset")
     patch(episode_stats.EpisodeStatistics, "add", "episode_bookkeeping")
     patch(rollout, "vector_step_values", "episode_bookkeeping")
     for method in ("sample", "value"):
@@ -120,8 +128,6 @@ def _instrument_env(profiler: Profiler, env: gym.Env, done: set[type]) -> None:
             done.add(cls)
             profiler.patch(cls, "step", "env_python")
             profiler.patch(cls, "reset", "env_reset")
-            if "advance" in vars(cls):  # UnimalEnv's split step: its physics and before_step
-                profiler.patch(cls, "advance", "env_python")
         if not isinstance(layer, gym.Wrapper):
             return
         layer = layer.env
