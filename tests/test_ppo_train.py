@@ -220,3 +220,15 @@ def test_a_fresh_policy_reports_the_per_dimension_entropy(tmp_path):
           metrics_path=metrics)
     first = json.loads(metrics.read_text().splitlines()[0])
     assert first["entropy"] == pytest.approx(1.419, abs=2e-3)
+
+
+def test_a_factory_that_builds_the_wrong_number_of_envs_is_refused_and_closed():
+    built = []
+
+    def make(num_envs, first_index):
+        built.append(vec(CountingEnv)(num_envs + 1, first_index))
+        return built[-1]
+
+    with pytest.raises(ValueError, match="the env factory built 3 envs, PPO.NUM_ENVS is 2"):
+        PPO(_cfg(), make, seed=0)
+    assert built[0].closed
