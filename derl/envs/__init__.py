@@ -5,9 +5,9 @@
 ``gymnasium.make("Unimal-v0", xml_path=..., cfg=...)``. The three evolution environments are
 the presets ``configs/evo/{ft,vt,mvt}.yml`` (``derl.config.load_preset``), the evaluation tasks
 ``configs/eval/<task>.yml``. Tasks (``derl.envs.tasks``) own their world; ``check_task_config``
-checks a config's observation keys and selection criteria against its task. The trainer's
-``derl.ppo.episode_stats.EpisodeStats`` sums the ``__reward__*`` terms of each episode and keeps
-the final ``x_pos``/``metric``.
+checks a config's observation keys and selection criteria against its task. A trainer's envs are one
+``UnimalVectorEnv`` (``derl.envs.vector_env``: every simulation in one ``mujoco.batch.Batch``);
+``UnimalEnv`` is its single-env view (``derl.envs.batch`` holds the loop both share).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class UnimalEnv(gym.Env):
         self.render_mode = render_mode
         self.sim = sim = UnimalBatch(mjcf, cfg, 1, persistent=True)
         self.model, self.task, self.arena, self.scene = sim.models[0], sim.task, sim.arena, sim.scene
-        self.dt, self.fall_height = sim.dt, sim.fall_height
+        self.dt, self.fall_height, self.head_body = sim.dt, sim.fall_height, sim.head_body
         self.qpos, self.qvel = sim.scene.qpos[0], sim.scene.qvel[0]
         self.observation_space = observation_space(sim.obs_sizes)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self.model.nu,), np.float32)
