@@ -1,7 +1,7 @@
 """Trains the cells of an evaluation, ``workers`` at a time, each in its own process.
 
 Like the evolution's coordinator: each training runs in its own session
-(``python -m derl.evaluation.cell``) and dies with this process (``PR_SET_PDEATHSIG``); a
+(``python -m derl.evaluation``, ``derl.evaluation.cell``) and dies with this process (``PR_SET_PDEATHSIG``); a
 training that dies is restarted from its checkpoint, at most ``MAX_ATTEMPTS`` times, then
 the cell is given up (exit code 1; a rerun tries it again). Finished cells are skipped, so a
 rerun does nothing twice. Cells claimed by a live process elsewhere are skipped and looked at
@@ -73,7 +73,7 @@ class Evaluation:
         env = dict(os.environ)
         for variable in _THREAD_VARIABLES:  # one training per core: no BLAS/OpenMP thread pools fighting
             env.setdefault(variable, "1")
-        command = [sys.executable, "-m", "derl.evaluation.cell", str(cell.run), cell.task, cell.id,
+        command = [sys.executable, "-m", "derl.evaluation", str(cell.run), cell.task, cell.id,
                    str(cell.seed), str(out_dir), *self.overrides]
         if self.nproc > 1:  # data-parallel ranks, as tools/train_ddp.sh starts them
             command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)]

@@ -35,6 +35,8 @@ Layout::
     retired/<id>.json           removed from the vanilla-tournament population
     workers/<node>-<worker>.json  worker state; .lock: held while it runs; .alive: heartbeat (its mtime)
     videos/<id>.mp4             policy video of one of the last EVO.VIDEOS_LAST_N morphologies (.gif fallback)
+    tensorboard/search/         TensorBoard event files of the search's curves (node 0; append-only, as
+                                TensorBoard writes them); tensorboard/morphologies/<id>/: per morphology, if asked
     eval/                       transfer evaluation (tools/evaluate.py; layout in derl.evaluation.store)
     report/                     the static HTML report (tools/report.py)
     summary.json                progress, best so far, top-k, morphologies/hour
@@ -181,6 +183,10 @@ class RunDir:
 
     def video_path(self, morphology_id: str, suffix: str = ".mp4") -> Path:
         return self.root / "videos" / f"{morphology_id}{suffix}"
+
+    def tensorboard_dir(self, name: str) -> Path:
+        """``tensorboard/<name>``: event files (``search``, ``morphologies/<id>``) for ``tensorboard --logdir``."""
+        return self.root / "tensorboard" / name
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root))
