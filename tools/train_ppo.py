@@ -12,32 +12,24 @@ metrics.json (see derl/training/run.py). --eval prints the deterministic return 
 Under torchrun (tools/train_ddp.sh) each rank runs this script; rank 0 writes the folder and prints.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import signal
 import sys
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from derl.config import RETIRED_KEYS, load_config_or_exit
-from derl.ppo.distributed import RankInfo
-from derl.ppo.trainer import TrainResult, max_iterations
-from derl.training.run import (
-    CHECKPOINT_FILE,
-    FINAL_METRICS_FILE,
-    RUN_FILE,
-    SignalStop,
-    evaluate,
-    finished_result,
-    genome_to_xml,
-    removed_on_failure,
-    saved_source,
-    train_to_folder,
-)
+from derl.cli import ArgumentParser, run
+
+if TYPE_CHECKING:
+    from derl.ppo.trainer import TrainResult
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="tools/train_ppo.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--cfg", type=Path, action="append",
@@ -57,6 +49,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    # Imported after the arguments: --help and usage errors answer at once.
+    from derl.config import RETIRED_KEYS, load_config_or_exit
+    from derl.ppo.distributed import RankInfo
+    from derl.ppo.trainer import max_iterations
+    from derl.training.run import (
+        CHECKPOINT_FILE,
+        FINAL_METRICS_FILE,
+        RUN_FILE,
+        SignalStop,
+        evaluate,
+        finished_result,
+        genome_to_xml,
+        removed_on_failure,
+        saved_source,
+        train_to_folder,
+    )
+
     cfg_file, retired = args.cfg, frozenset()
     if args.eval is not None and not args.eval.is_file():
         return _error(f"checkpoint not found: {args.eval}")
@@ -128,4 +137,4 @@ def _error(message: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run(main)

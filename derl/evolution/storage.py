@@ -162,6 +162,19 @@ class RunDir:
         for folder in _FOLDERS:
             (self.root / folder).mkdir(parents=True, exist_ok=True)
 
+    def not_a_search(self) -> str | None:
+        """Why ``root`` is no evolution ``OUT_DIR`` (missing, empty, a ``tools/train_ppo.py`` training), or None."""
+        if not self.root.is_dir():
+            return f"run folder not found: {self.root}"
+        if (self.root / "metadata").is_dir():
+            return None
+        if (self.root / "run.json").is_file():  # derl.training.run's layout
+            return (f"{self.root} is a training of tools/train_ppo.py, not an evolution OUT_DIR: its result is "
+                    "metrics.json, its curves tensorboard/")
+        if not self.config_path().is_file():
+            return f"{self.root} is not an evolution output folder (no metadata/ or config.yaml)"
+        return None
+
     # Paths of a morphology's files.
     def genome_path(self, morphology_id: str) -> Path:
         return self.root / "genomes" / f"{morphology_id}.json"
