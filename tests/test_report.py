@@ -82,6 +82,15 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
         assert png_size(body) == media.IMAGE_SIZE
     html = (out / "index.html").read_text()
     view = RunView(tiny_run)
+    # What the fitness is, next to the first plot; a tiny run says its plots mean little.
+    assert html.index('class="fitness-note"') < html.index('src="plots/fitness.png"')
+    assert "stochastic" in html and 'class="small-run"' in html and "Small run." in html
+    # A term equal for every morphology is no column (it is listed once under the table).
+    constant = [t for t in {k for r in view.records for k in r.fitness}
+                if len({r.fitness.get(t) for r in view.records}) == 1]
+    top_table = html.split('<table class="top">', 1)[1].split("</table>", 1)[0]
+    assert all(f"<th>{t}</th>" not in top_table for t in constant)
+    assert "std of the last 100 iterations" in top_table and top_table.count(" ± ") >= 3
     for record in view.top(3):
         assert f'id="m{record.id}"' in html
         assert f"{os.path.relpath(tiny_run / 'genomes', out)}/{record.id}.json" in html
@@ -119,7 +128,14 @@ def test_report_videos_are_kept_per_seed(tiny_run, tmp_path, monkeypatch):
 
 def test_replay_equals_train_ppo_eval_and_is_deterministic(tiny_run, tmp_path):
     best = RunView(tiny_run).top(1)[0].id
-    replayed = json.loads(_run_tool("tools/replay.py", str(tiny_run), best, "--seed", "5").stdout)
+    done = _run_tool("tools/replay.py", str(tiny_run), best, "--seed", "5", "--episodes", "3")
+    replayed = json.loads(done.stdout)
+    # Both returns, with their spread, next to the fitness and what it is.
+    assert len(replayed["deterministic"]["returns"]) == len(replayed["stochastic"]["returns"]) == 3
+    assert replayed["deterministic"]["returns"][0] == replayed["return"]
+    assert replayed["stochastic"]["returns"] != replayed["deterministic"]["returns"]
+    assert replayed["fitness"] == RunView(tiny_run).by_id[best].fitness["return"]
+    assert "stochastic" in replayed["note"] and "fitness" in done.stderr and "deterministic" in done.stderr
     evaluated = json.loads(_run_tool(
         "tools/train_ppo.py", "--eval", str(tiny_run / "models" / f"{best}.pt"), "--cfg", str(tiny_run / "config.yaml"),
         "--xml", str(tiny_run / "xml" / f"{best}.xml"), "RNG_SEED", "5", "OUT_DIR", str(tmp_path / "eval")).stdout)
