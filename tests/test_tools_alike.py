@@ -4,6 +4,7 @@ the code's."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,3 +105,14 @@ def test_readme_exit_code_table_is_the_codes():
     flat = " ".join(header.replace("#", " ").split())
     listed = re.search(r"README \"Commands and exit codes\" \(([^)]*)\)", flat).group(1)
     assert re.findall(r"(\d+)(?:\+N)? ", listed) == ["0", "1", "2", "3", "4", "5", "128"], listed
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_an_evaluation_with_130(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    command = [sys.executable, str(ROOT / "tools" / "evaluate.py"), str(run), "--tasks", "point_nav", "--top", "1",
+               "--workers", "1", "PPO.MAX_STATE_ACTION_PAIRS", "10000000", "PPO.NUM_ENVS", "2"]
+    done = _interrupt(command, "1 at a time", tmp_path)
+    assert done.returncode == EXIT_INTERRUPTED and "Traceback" not in done.stdout, done.stdout
+    assert "received signal 2" in done.stdout
