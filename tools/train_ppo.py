@@ -42,7 +42,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true", help="continue from OUT/model.pt if present")
     parser.add_argument("--eval", type=Path, metavar="CKPT", help="replay this checkpoint deterministically")
     parser.add_argument("--episodes", type=int, default=1, help="episodes to replay with --eval")
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (it is drawn on a terminal only anyway)")
     parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
     return parser.parse_intermixed_args(argv)
 
