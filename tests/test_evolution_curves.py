@@ -4,6 +4,7 @@ TensorBoard's own reader."""
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from derl.config import load_config
+from derl.evolution.coordinator import eta_text
 from derl.evolution.curves import SearchCurves
 from derl.evolution.storage import RunDir
 
@@ -31,3 +32,12 @@ def test_running_best_and_aging_window_mean_by_publication(tmp_path):
     assert _points(accumulator, "search/aging_window_mean") == {0: 3.0, 1: 2.0, 2: 3.0, 3: 3.5}
     assert _points(accumulator, "search/morphologies_per_hour") == {3: 120.0}
     assert len(accumulator.Scalars("search/return")) == 4
+
+
+def test_the_coordinator_line_carries_rate_and_eta():
+    assert eta_text({"published": 9, "total": 24, "morphologies_per_hour": 95.2, "eta_hours": 0.158}) == (
+        ", 95/h, ETA 9 min")
+    assert eta_text({"published": 10, "total": 4000, "morphologies_per_hour": 180.0, "eta_hours": 22.17}) == (
+        ", 180/h, ETA 22.2 h")
+    assert eta_text({"published": 24, "total": 24, "morphologies_per_hour": 95.0, "eta_hours": 0.0}) == ""
+    assert eta_text({"published": 0, "total": 24, "morphologies_per_hour": 0.0, "eta_hours": None}) == ""

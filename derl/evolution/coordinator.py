@@ -310,12 +310,8 @@ class Coordinator:
         best = summary["best"]
         best_text = f", best {best['id']} {best.get(self.cfg.EVO.SELECTION_CRITERIA[0]):.3f}" if best else ""
         memory = f", worker memory up to {self._worker_memory_mb():.0f} MB" if self.procs else ""
-        eta = summary["eta_hours"]
-        eta_text = "" if eta is None or summary["published"] >= summary["total"] else (
-            f", {summary['morphologies_per_hour']:.0f}/h, ETA {eta * 60:.0f} min" if eta < 2 else
-            f", {summary['morphologies_per_hour']:.0f}/h, ETA {eta:.1f} h")
         log(f"{summary['published']}/{summary['total']} published, {summary['failed']} failed"
-            f"{best_text}{eta_text}{memory}")
+            f"{best_text}{eta_text(summary)}{memory}")
 
     def _worker_memory_mb(self) -> float:
         """Largest resident memory of one worker with its subprocesses (psutil)."""
@@ -328,6 +324,14 @@ class Coordinator:
             except psutil.NoSuchProcess:
                 pass
         return largest / 2**20
+
+
+def eta_text(summary: dict) -> str:
+    """``", 95/h, ETA 9 min"`` for the progress line (hours past 2 h); empty when done or not measured yet."""
+    eta, rate = summary["eta_hours"], summary["morphologies_per_hour"]
+    if eta is None or summary["published"] >= summary["total"]:
+        return ""
+    return f", {rate:.0f}/h, ETA {eta * 60:.0f} min" if eta < 2 else f", {rate:.0f}/h, ETA {eta:.1f} h"
 
 
 def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
