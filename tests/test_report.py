@@ -157,6 +157,24 @@ def test_replay_with_fewer_steps_and_default_seed(tiny_run, tmp_path):
     assert short["video"].endswith(".gif") and media.read_video(short["video"]).shape[0] == 10
 
 
+def test_tensorboard_of_a_real_search(tiny_run):
+    """`tensorboard --logdir OUT_DIR` of the quick preset (tiny): the search's curves and, as asked
+    (TENSORBOARD.PER_MORPHOLOGY), each morphology's training curves, read by TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    search = EventAccumulator(str(tiny_run / "tensorboard" / "search"))
+    search.Reload()
+    assert {"search/fitness", "search/best", "search/aging_window_mean", "search/return", "morphology/limbs",
+            "morphology/dof"} <= set(search.Tags()["scalars"])
+    assert len(search.Scalars("search/fitness")) == TINY_RUN["search"]
+    morphologies = sorted(p.name for p in (tiny_run / "tensorboard" / "morphologies").iterdir())
+    assert morphologies == sorted(RunView(tiny_run).by_id)
+    one = EventAccumulator(str(tiny_run / "tensorboard" / "morphologies" / morphologies[0]))
+    one.Reload()
+    assert {"episode/return", "reward/forward", "train/entropy", "train/lr"} <= set(one.Tags()["scalars"])
+    assert len(one.Scalars("train/lr")) == TINY_RUN["iterations"]
+
+
 def test_videos_of_the_last_morphologies_of_the_search(tiny_run):
     videos = sorted(p.name for p in (tiny_run / "videos").iterdir())
     assert videos == [f"{TINY_RUN['search'] - 1:06d}.mp4"]  # EVO.VIDEOS_LAST_N 1: the last slot only
