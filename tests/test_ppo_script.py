@@ -73,11 +73,8 @@ def test_missing_env_source_is_a_one_line_error(tmp_path):
 
 
 def test_refused_commands_leave_no_folder(tmp_path):
-    """An unsupported env, or --resume of a folder that is not there: one line, exit 2, nothing created."""
+    """An env refused once training starts (no Box action space): one line, exit 2, no folder left.
+    (--resume of a missing folder and --eval of a missing checkpoint: test_tools_errors.)"""
     unsupported = _run("--env-id", "CartPole-v1", "--out", str(tmp_path / "new" / "run"), *TINY)
     assert unsupported.returncode == 2 and "not supported" in unsupported.stderr, unsupported.stderr
-    missing = _run("--out", str(tmp_path / "missing"), "--resume")
-    assert missing.returncode == 2 and "no training in" in missing.stderr, missing.stderr
-    no_checkpoint = _run("--eval", str(tmp_path / "gone" / "model.pt"))
-    assert no_checkpoint.stderr.strip() == f"error: checkpoint not found: {tmp_path / 'gone' / 'model.pt'}"
     assert list(tmp_path.iterdir()) == []

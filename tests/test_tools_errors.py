@@ -101,6 +101,7 @@ CASES = {
     "train_ppo --eval: corrupt checkpoint": [*TRAIN, "--eval", "corrupt.pt", "--xml", "good.xml"],
     "train_ppo --eval: non-derl checkpoint": [*TRAIN, "--eval", "foreign.pt", "--xml", "good.xml"],
     "train_ppo --eval: missing checkpoint": [*TRAIN, "--eval", "missing.pt", "--xml", "good.xml"],
+    "train_ppo --eval: missing folder": [*TRAIN, "--eval", "missing/model.pt"],
     "train_ppo --eval: no run.json": [*TRAIN, "--eval", "corrupt.pt"],
     "train_ppo --resume: corrupt model.pt": [*TRAIN, "--xml", "good.xml", "--out", "out", "--resume"],
     "replay: missing run": ["tools/replay.py", "missing", "000000"],
