@@ -31,4 +31,4 @@ test-slow: setup
 evolve: setup
 	MUJOCO_GL=egl $(PY) evo_single_proc.py --cfg configs/evo/quick.yml
 	$(PY) tools/status.py output/quick
-	@echo "results: output/quick (summary.json, metadata/, models/; see README)"
+	@echo "results: output/quick (summary.json, metadata/, models/); next: README 'Your first study'"

@@ -4,18 +4,19 @@ Run it once per node with `NODE_ID k NUM_NODES n` and the same shared OUT_DIR;
 run the same command again to resume after a crash. See README (Evolution).
 """
 
-import argparse
 import sys
 
+from derl.cli import ArgumentParser, run
 from derl.config import ConfigError
-from derl.evolution.coordinator import run_node
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cfg", help="YAML config file, e.g. configs/evo/ft.yml")
     parser.add_argument("overrides", nargs="*", help="KEY VALUE pairs, e.g. NODE_ID 1 NUM_NODES 2")
     args = parser.parse_args(argv)
+    from derl.evolution.coordinator import run_node  # after the arguments: --help answers at once
+
     try:
         return run_node(args.cfg, args.overrides)
     except (ConfigError, ValueError, TimeoutError, OSError) as err:
@@ -27,4 +28,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    run(main)

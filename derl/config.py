@@ -194,6 +194,13 @@ def _defaults() -> dict[str, Any]:
             # Record a policy video (PPO.VIDEO_LENGTH frames) of each of the last N slots into videos/.
             "VIDEOS_LAST_N": 0,
         },
+        "TENSORBOARD": {
+            # Event files for `tensorboard --logdir OUT`: a training's curves (OUT/tensorboard/), an
+            # evolution's search curves (OUT_DIR/tensorboard/search/, node 0) and evaluation cells'.
+            "ENABLED": True,
+            # Evolution only: each morphology's training curves too (OUT_DIR/tensorboard/morphologies/).
+            "PER_MORPHOLOGY": False,
+        },
         "OUT_DIR": "output/default",
         "RNG_SEED": 1,
         # cpu | cuda | cuda:N | auto. Only the learner moves; envs stay on the CPU.
@@ -213,7 +220,7 @@ DERIVED_KEYS = ("PPO.MAX_ITERS",)
 # (derl.evolution.search_config); workers get config.yaml plus these.
 NODE_LOCAL_KEYS = (
     "NODE_ID", "OUT_DIR", "DEVICE", "TORCH_THREADS", "EVO.NUM_PROCESSES", "EVO.INIT_WAIT_TIMEOUT",
-    "VECENV.THREADS", "CHECKPOINT_PERIOD",
+    "VECENV.THREADS", "CHECKPOINT_PERIOD", "TENSORBOARD.ENABLED", "TENSORBOARD.PER_MORPHOLOGY",
 )
 
 def _derive(tree: dict[str, Any]) -> None:

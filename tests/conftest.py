@@ -24,14 +24,14 @@ TINY_RUN = {"search": 6, "init": 4, "iterations": 20, "episode_length": 100, "vi
 def tiny_run(tmp_path_factory) -> Path:
     """A finished real search, shared by the report tests: 6 morphologies (4 initial), 20 PPO
     iterations of 64 env steps each, 100-step episodes, a 24-frame video of the last one
-    (EVO.VIDEOS_LAST_N 1). About 20 s on 2 cores."""
+    (EVO.VIDEOS_LAST_N 1), TensorBoard curves per morphology. About 20 s on 2 cores."""
     out = tmp_path_factory.mktemp("tiny") / "run"
     overrides = [
         "OUT_DIR", str(out), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", str(TINY_RUN["init"]),
         "EVO.SEARCH_SPACE_SIZE", str(TINY_RUN["search"]), "EVO.AGING_WINDOW_SIZE", "4",
         "PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "32", "PPO.MAX_STATE_ACTION_PAIRS", str(64 * TINY_RUN["iterations"]),
         "ENV.EPISODE_LENGTH", str(TINY_RUN["episode_length"]), "EVO.VIDEOS_LAST_N", "1",
-        "PPO.VIDEO_LENGTH", str(TINY_RUN["video_length"]),
+        "PPO.VIDEO_LENGTH", str(TINY_RUN["video_length"]), "TENSORBOARD.PER_MORPHOLOGY", "true",
     ]
     done = subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", *overrides],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from derl.analysis.report import ReportOptions, write_report
 from derl.analysis.run import RunView
@@ -54,6 +55,10 @@ def test_evaluation_of_a_tiny_run(evaluated):
     assert "1 cells, 0 already done" in out and f"1/1 done: point_nav run:{best} seed 0" in out
     config = (run / "eval" / "point_nav" / f"{best}-s0" / "config.yaml").read_text()
     assert "TASK: point_nav" in config and "TIMESTEPS: 32" in config  # the task's env, the run's PPO
+    assert "Warning" not in out  # the cell's process starts without loading its module twice
+    curves = EventAccumulator(str(run / "eval" / "point_nav" / f"{best}-s0" / "tensorboard"))
+    curves.Reload()
+    assert {"episode/return", "reward/reach", "train/entropy"} <= set(curves.Tags()["scalars"])
 
 
 def test_rerun_of_a_finished_evaluation_trains_nothing(evaluated):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from derl.evolution.population import parse_id
 from derl.evolution.storage import RunDir
@@ -107,6 +108,13 @@ def test_run_publishes_exactly_the_search_space_and_records_failures(tmp_path):
     status = subprocess.run([sys.executable, "tools/status.py", str(out)], cwd=ROOT, capture_output=True,
                             text=True)
     assert status.returncode == 0 and "done: 12/12" in status.stdout and "state: done" in status.stdout
+    # `tensorboard --logdir OUT_DIR` finds the search's curves: a point per publication number.
+    curves = EventAccumulator(str(out / "tensorboard" / "search"))
+    curves.Reload()
+    assert {"search/fitness", "search/best", "search/aging_window_mean", "search/return"} <= set(
+        curves.Tags()["scalars"])
+    steps = sorted(event.step for event in curves.Scalars("search/fitness"))
+    assert steps == sorted(r["publication"] for r in records.values())
 
 
 def test_random_search_draws_every_slot_like_the_initial_population(tmp_path):
@@ -323,7 +331,7 @@ def test_a_paused_node_that_comes_back_yields_the_slots_it_lost(tmp_path):
     while "took over slot" not in log0.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)
     first_taken = log0.read_text().split("took over slot ")[1].split("(")[1].split(")")[0]
-    while f"published {first_taken}\n" not in log0.read_text() and time.monotonic() < deadline:
+    while f"published {first_taken} " not in log0.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)  # node 1 wakes after its taker has published: it must not touch the files
     for pid in node1_tree:
         os.kill(pid, signal.SIGCONT)

@@ -38,6 +38,20 @@ def test_launch_ssh_runs_one_node_per_host(tmp_path):
     assert_complete(out, 6)
 
 
+def test_launch_ssh_shows_why_a_node_failed(tmp_path):
+    """ssh's exit code alone (255) says nothing: the end of the node's log follows it on the console."""
+    fake_ssh = _script(tmp_path / "fake_ssh", '#!/bin/sh\necho "ssh: connect to host $1 port 22: Connection '
+                                              'refused" >&2\nexit 255\n')
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("unreachable\n")
+    env = dict(ENV, DERL_SSH=str(fake_ssh), DERL_LOG_DIR=str(tmp_path / "logs"), PYTHON=_python())
+    done = subprocess.run(["tools/launch_ssh.sh", str(hosts), "OUT_DIR", str(tmp_path / "run")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 255
+    assert "node 0 on unreachable exited with code 255\n  node 0: ssh: connect to host unreachable port 22: " \
+           "Connection refused" in done.stdout, done.stdout
+
+
 def test_launch_ssh_bad_hosts_file(tmp_path):
     done = subprocess.run(["tools/launch_ssh.sh", str(tmp_path / "none.txt")], cwd=ROOT, capture_output=True,
                           text=True)

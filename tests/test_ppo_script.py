@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from derl.config import load_config
 from derl.morphology import random_genome
@@ -42,6 +43,22 @@ def test_train_from_genome_resume_and_eval(tmp_path):
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3, 4]
 
+    # A resume of the finished training says so and changes nothing (it used to rewrite the summary
+    # as that of zero new episodes: return 0.0, the reward terms gone).
+    before = {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()}
+    again = _run("--out", str(out), "--resume", "--quiet", "MAX_STATE_ACTION_PAIRS", "128")
+    assert again.returncode == 0, again.stderr
+    assert "already finished" in again.stderr and json.loads(again.stdout)["return"] == final["summary"]["return"]
+    assert {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()} == before
+
+    # TensorBoard's own reader finds the curves, by env step, over both sessions.
+    accumulator = EventAccumulator(str(out / "tensorboard"))
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["scalars"])
+    assert {"episode/return", "reward/forward", "train/loss", "train/entropy", "train/approx_kl", "train/lr",
+            "time/steps_per_sec"} <= tags, tags
+    assert [event.step for event in accumulator.Scalars("train/lr")] == [32, 64, 96, 128]
+
     replay = _run("--eval", str(out / "model.pt"), *TINY, "ENV.EPISODE_LENGTH", "20")
     assert replay.returncode == 0, replay.stderr
     report = json.loads(replay.stdout)
@@ -53,3 +70,11 @@ def test_missing_env_source_is_a_one_line_error(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: give one of --xml, --genome or --env-id "
                                     "(or --eval CKPT, or --out DIR --resume)")
+
+
+def test_refused_commands_leave_no_folder(tmp_path):
+    """An env refused once training starts (no Box action space): one line, exit 2, no folder left.
+    (--resume of a missing folder and --eval of a missing checkpoint: test_tools_errors.)"""
+    unsupported = _run("--env-id", "CartPole-v1", "--out", str(tmp_path / "new" / "run"), *TINY)
+    assert unsupported.returncode == 2 and "not supported" in unsupported.stderr, unsupported.stderr
+    assert list(tmp_path.iterdir()) == []

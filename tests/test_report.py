@@ -82,6 +82,15 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
         assert png_size(body) == media.IMAGE_SIZE
     html = (out / "index.html").read_text()
     view = RunView(tiny_run)
+    # What the fitness is, next to the first plot; a tiny run says its plots mean little.
+    assert html.index('class="fitness-note"') < html.index('src="plots/fitness.png"')
+    assert "stochastic" in html and 'class="small-run"' in html and "Small run." in html
+    # A term equal for every morphology is no column (it is listed once under the table).
+    constant = [t for t in {k for r in view.records for k in r.fitness}
+                if len({r.fitness.get(t) for r in view.records}) == 1]
+    top_table = html.split('<table class="top">', 1)[1].split("</table>", 1)[0]
+    assert all(f"<th>{t}</th>" not in top_table for t in constant)
+    assert "std of the last 100 iterations" in top_table and top_table.count(" ± ") >= 3
     for record in view.top(3):
         assert f'id="m{record.id}"' in html
         assert f"{os.path.relpath(tiny_run / 'genomes', out)}/{record.id}.json" in html
@@ -119,7 +128,14 @@ def test_report_videos_are_kept_per_seed(tiny_run, tmp_path, monkeypatch):
 
 def test_replay_equals_train_ppo_eval_and_is_deterministic(tiny_run, tmp_path):
     best = RunView(tiny_run).top(1)[0].id
-    replayed = json.loads(_run_tool("tools/replay.py", str(tiny_run), best, "--seed", "5").stdout)
+    done = _run_tool("tools/replay.py", str(tiny_run), best, "--seed", "5", "--episodes", "3")
+    replayed = json.loads(done.stdout)
+    # Both returns, with their spread, next to the fitness and what it is.
+    assert len(replayed["deterministic"]["returns"]) == len(replayed["stochastic"]["returns"]) == 3
+    assert replayed["deterministic"]["returns"][0] == replayed["return"]
+    assert replayed["stochastic"]["returns"] != replayed["deterministic"]["returns"]
+    assert replayed["fitness"] == RunView(tiny_run).by_id[best].fitness["return"]
+    assert "stochastic" in replayed["note"] and "fitness" in done.stderr and "deterministic" in done.stderr
     evaluated = json.loads(_run_tool(
         "tools/train_ppo.py", "--eval", str(tiny_run / "models" / f"{best}.pt"), "--cfg", str(tiny_run / "config.yaml"),
         "--xml", str(tiny_run / "xml" / f"{best}.xml"), "RNG_SEED", "5", "OUT_DIR", str(tmp_path / "eval")).stdout)
@@ -139,6 +155,24 @@ def test_replay_with_fewer_steps_and_default_seed(tiny_run, tmp_path):
                                  str(tmp_path / "v.gif")).stdout)
     assert short["length"] <= 10 and short["seed"] == view.cfg.RNG_SEED
     assert short["video"].endswith(".gif") and media.read_video(short["video"]).shape[0] == 10
+
+
+def test_tensorboard_of_a_real_search(tiny_run):
+    """`tensorboard --logdir OUT_DIR` of the quick preset (tiny): the search's curves and, as asked
+    (TENSORBOARD.PER_MORPHOLOGY), each morphology's training curves, read by TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    search = EventAccumulator(str(tiny_run / "tensorboard" / "search"))
+    search.Reload()
+    assert {"search/fitness", "search/best", "search/aging_window_mean", "search/return", "morphology/limbs",
+            "morphology/dof"} <= set(search.Tags()["scalars"])
+    assert len(search.Scalars("search/fitness")) == TINY_RUN["search"]
+    morphologies = sorted(p.name for p in (tiny_run / "tensorboard" / "morphologies").iterdir())
+    assert morphologies == sorted(RunView(tiny_run).by_id)
+    one = EventAccumulator(str(tiny_run / "tensorboard" / "morphologies" / morphologies[0]))
+    one.Reload()
+    assert {"episode/return", "reward/forward", "train/entropy", "train/lr"} <= set(one.Tags()["scalars"])
+    assert len(one.Scalars("train/lr")) == TINY_RUN["iterations"]
 
 
 def test_videos_of_the_last_morphologies_of_the_search(tiny_run):

@@ -62,6 +62,10 @@ def _inputs(work: Path) -> None:
     (run / "metadata" / "000000.json").write_text(json.dumps({
         "id": "000000", "slot": 0, "attempt": 0, "publication": 0, "lineage": "000000", "parent_id": None,
         "return": 1.0, "__reward__forward": 1.0}))
+    training = work / "training"  # a folder of tools/train_ppo.py, not an evolution run
+    training.mkdir()
+    (training / "config.yaml").write_text(dump_config(cfg))
+    (training / "run.json").write_text(json.dumps({"xml": "good.xml"}))
     (work / "bad_genomes").mkdir()
     (work / "bad_genomes" / "x.json").write_text(_genome(group={"radius": -1.0}))
 
@@ -97,6 +101,7 @@ CASES = {
     "train_ppo --eval: corrupt checkpoint": [*TRAIN, "--eval", "corrupt.pt", "--xml", "good.xml"],
     "train_ppo --eval: non-derl checkpoint": [*TRAIN, "--eval", "foreign.pt", "--xml", "good.xml"],
     "train_ppo --eval: missing checkpoint": [*TRAIN, "--eval", "missing.pt", "--xml", "good.xml"],
+    "train_ppo --eval: missing folder": [*TRAIN, "--eval", "missing/model.pt"],
     "train_ppo --eval: no run.json": [*TRAIN, "--eval", "corrupt.pt"],
     "train_ppo --resume: corrupt model.pt": [*TRAIN, "--xml", "good.xml", "--out", "out", "--resume"],
     "replay: missing run": ["tools/replay.py", "missing", "000000"],
@@ -107,6 +112,16 @@ CASES = {
     "report: --out is a file": ["tools/report.py", "run", "--out", "a_file", "--no-media"],
     "status: missing run": ["tools/status.py", "missing"],
     "status: not a run": ["tools/status.py", "bad_genomes"],
+    "status: a training folder": ["tools/status.py", "training"],
+    "report: a training folder": ["tools/report.py", "training", "--no-media"],
+    "replay: a training folder": ["tools/replay.py", "training", "000000"],
+    "replay: negative --episodes": ["tools/replay.py", "run", "000000", "--episodes", "-1"],
+    "report: unknown flag": ["tools/report.py", "run", "--bogus"],
+    "train_ppo: unknown flag": ["tools/train_ppo.py", "--bogus"],
+    "train_ppo --resume: no training there": [*TRAIN, "--out", "missing", "--resume"],
+    "morphology: unknown subcommand": [*MORPHOLOGY, "nonsense"],
+    "bench: no benchmark": ["tools/bench.py"],
+    "bench ppo: unknown flag": ["tools/bench.py", "ppo", "--bogus"],
     "bench: unknown benchmark": ["tools/bench.py", "nonsense"],
     "bench env: unknown env": ["tools/bench.py", "env", "--envs", "nonsense"],
     "bench ab: unknown revision": ["tools/bench.py", "ab", "--base", "no-such-rev"],

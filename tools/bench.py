@@ -10,32 +10,37 @@ import json
 import sys
 from pathlib import Path
 
+from derl.cli import ArgumentParser, run
 from derl.fileio import atomic_write_text
 
 BENCHMARKS = ("env", "ppo", "ab", "evolve", "report", "learner", "ddp", "memory")
 
 
-def main(argv: list[str]) -> None:
-    if not argv or argv[0] not in BENCHMARKS:
-        print(f"usage: tools/bench.py {{{','.join(BENCHMARKS)}}} [options] [--out FILE]", file=sys.stderr)
-        raise SystemExit(2)
-    module = importlib.import_module(f"derl.bench.{argv[0]}")
-    parser = argparse.ArgumentParser(prog=f"tools/bench.py {argv[0]}", description=module.__doc__)
+def main(argv: list[str]) -> int:
+    chooser = ArgumentParser(prog="tools/bench.py", description=__doc__.splitlines()[0],
+                             epilog="`tools/bench.py NAME --help` lists a benchmark's options.")
+    chooser.add_argument("benchmark", choices=BENCHMARKS, help="the benchmark to run")
+    chooser.add_argument("options", nargs=argparse.REMAINDER, help="its options")
+    chosen = chooser.parse_args(argv)
+    module = importlib.import_module(f"derl.bench.{chosen.benchmark}")
+    parser = ArgumentParser(prog=f"tools/bench.py {chosen.benchmark}", description=module.__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
     module.add_arguments(parser)
-    args = parser.parse_args(argv[1:])
+    args = parser.parse_args(chosen.options)
     try:
         result = module.run(args)
     except SystemExit as err:  # a benchmark's "error: ..." on bad input: one line, exit 2 as every tool
         if not isinstance(err.code, str):
             raise
         print(err.code, file=sys.stderr)
-        raise SystemExit(2) from None
+        return 2
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
         atomic_write_text(args.out, text + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(main)

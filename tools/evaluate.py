@@ -12,17 +12,15 @@ With several OUT_DIRs it ends with a line per task comparing the runs (mean retu
 their evaluated cells, best first); --compare FILE also writes that table as JSON.
 """
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
-from derl.evaluation import EvalError, evaluate, plan_cells, task_names, write_comparison
-from derl.evolution.coordinator import usable_cores
+from derl.cli import ArgumentParser, run
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tools/evaluate.py", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="tools/evaluate.py", description=__doc__.splitlines()[0])
     parser.add_argument("args", nargs="+", metavar="OUT_DIR ... [KEY VALUE ...]",
                         help="finished evolution runs, then config overrides (KEY in capitals: PPO.NUM_ENVS 8)")
     parser.add_argument("--tasks", required=True, help="all, or comma-separated names of configs/eval/<task>.yml")
@@ -34,6 +32,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, help="trainings at a time (default: cores // nproc)")
     parser.add_argument("--compare", type=Path, help="write the comparison of the runs to this JSON file")
     args = parser.parse_intermixed_args(argv)
+    # Imported after the arguments: --help and usage errors answer at once.
+    from derl.evaluation import EvalError, evaluate, plan_cells, task_names, write_comparison
+    from derl.evolution.coordinator import usable_cores
     workers = max(1, usable_cores() // max(args.nproc, 1)) if args.workers is None else args.workers
     first_key = next((k for k, arg in enumerate(args.args) if re.fullmatch(r"[A-Z][A-Z0-9_.]*", arg)), len(args.args))
     out_dirs, overrides = [Path(arg) for arg in args.args[:first_key]], args.args[first_key:]
@@ -59,4 +60,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run(main)

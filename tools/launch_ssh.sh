@@ -9,13 +9,16 @@
 # evo_single_proc.py unchanged. Every host must see this checkout at the same path (or DERL_ROOT)
 # with its .venv (`make setup`), and OUT_DIR must be on a filesystem all hosts share.
 # Node K logs to $DERL_LOG_DIR/node-K.log (default: logs/ssh-<date>/). The launcher waits for every
-# node and exits with the highest of their exit codes (README "Exit codes"). Stop the whole search
+# node and exits with the highest of their exit codes (README "Commands and exit codes"); a node that failed has
+# the last $DERL_LOG_LINES (5) lines of its log shown under its exit line. Stop the whole search
 # with `touch OUT_DIR/STOP`; rerun the same command to resume. DERL_SSH replaces `ssh` (e.g. with
 # options, or for tests).
 set -euo pipefail
 
 die() { echo "error: $*" >&2; exit 2; }
-[[ $# -ge 1 ]] || die "usage: tools/launch_ssh.sh HOSTS_FILE [--cfg FILE] [KEY VALUE ...]"
+[[ $# -ge 1 ]] || die "usage: tools/launch_ssh.sh HOSTS_FILE [--cfg FILE] [KEY VALUE ...] (see --help)"
+if [[ "$1" == "-h" || "$1" == "--help" ]]; then sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
+[[ "$1" != -* ]] || die "unknown option $1: the hosts file comes first (see --help)"
 hosts_file="$1"; shift
 [[ -f "$hosts_file" ]] || die "hosts file not found: $hosts_file"
 mapfile -t hosts < <(sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' "$hosts_file" | grep -v '^$' || true)
@@ -41,6 +44,9 @@ for k in "${!pids[@]}"; do
     code=0
     wait "${pids[$k]}" || code=$?
     echo "node $k on ${hosts[$k]} exited with code $code"
+    if (( code != 0 )); then  # the cause is in the node's log (ssh's own errors too): show its end
+        tail -n "${DERL_LOG_LINES:-5}" "$LOG_DIR/node-$k.log" | sed "s/^/  node $k: /"
+    fi
     (( code > worst )) && worst=$code
 done
 exit "$worst"

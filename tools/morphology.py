@@ -10,7 +10,6 @@
 renders the body at its start pose on a floor, headless (MUJOCO_GL=egl).
 """
 
-import argparse
 import json
 import os
 import sys
@@ -18,12 +17,11 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from derl.config import load_config_or_exit  # noqa: E402
-from derl.morphology import cli  # noqa: E402
+from derl.cli import ArgumentParser, run  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="tools/morphology.py", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="tools/morphology.py", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     sample = commands.add_parser("sample", help="random genomes, optionally mutated K times")
     sample.add_argument("--num", type=int, required=True)
@@ -46,6 +44,10 @@ def main(argv: list[str]) -> None:
         sub.add_argument("--cfg", help="YAML config file")
         sub.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
     args = parser.parse_args(argv)
+    # Imported after the arguments: --help and usage errors answer at once.
+    from derl.config import load_config_or_exit
+    from derl.morphology import cli
+
     cfg = load_config_or_exit(args.cfg, args.overrides)
     try:
         if args.command == "sample":
@@ -65,4 +67,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(main)

@@ -1,9 +1,13 @@
-"""Replay a published morphology of a run deterministically, from the run folder alone.
+"""Replay a published morphology of a run, from the run folder alone.
 
-    tools/replay.py OUT_DIR ID [--video FILE] [--steps N] [--seed S]
+    tools/replay.py OUT_DIR ID [--video FILE] [--steps N] [--seed S] [--episodes E]
 
-Uses OUT_DIR/config.yaml (the run's env), xml/ID.xml and models/ID.pt. Prints the first
-episode's return, reward terms, metric and length as JSON; the same seed gives the same numbers,
+Uses OUT_DIR/config.yaml (the run's env), xml/ID.xml and models/ID.pt. Prints as JSON the first
+deterministic episode (mean actions): return, reward terms, metric, length; then E episodes (5) with
+mean actions ("deterministic") and E with sampled actions ("stochastic", as in training), each with
+mean, std, min and max, next to the published "fitness", which is DERL's statistic over stochastic
+training episodes (derl/analysis/replay.py: FITNESS_NOTE); stderr gets the three on one line.
+The same seed gives the same numbers; the first episode's are
 equal to `tools/train_ppo.py --eval OUT_DIR/models/ID.pt --cfg OUT_DIR/config.yaml
 --xml OUT_DIR/xml/ID.xml RNG_SEED S`. --video writes an MP4 (GIF if MP4 is unavailable) of N
 frames (default: the episode length), continuing into new episodes if the first one ends sooner.
@@ -17,25 +21,39 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from derl.analysis.run import RunError, RunView  # noqa: E402
+from derl.cli import ArgumentParser, run  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="tools/replay.py", description=__doc__.splitlines()[0],
+    parser = ArgumentParser(prog="tools/replay.py", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("out_dir", type=Path, help="the run's OUT_DIR")
     parser.add_argument("id", help="a published morphology id, e.g. 000042")
     parser.add_argument("--video", type=Path, help="write a video of the policy here (.mp4 or .gif)")
     parser.add_argument("--steps", type=int, help="episode length (default: the run's ENV.EPISODE_LENGTH)")
     parser.add_argument("--seed", type=int, help="env seed (default: the run's RNG_SEED)")
+    parser.add_argument("--episodes", type=int, default=5,
+                        help="episodes with mean actions and with sampled actions, for the spread (0: the first only)")
     args = parser.parse_args(argv)
+    if args.episodes < 0:
+        parser.error(f"--episodes must be at least 0, got {args.episodes}")
+    # Imported after the arguments: --help and usage errors answer at once.
+    from derl.analysis.run import RunError, RunView
     try:
-        result = RunView(args.out_dir).replay(args.id, seed=args.seed, steps=args.steps, video=args.video)
+        result = RunView(args.out_dir).replay(args.id, seed=args.seed, steps=args.steps, video=args.video,
+                                              episodes=args.episodes)
     except (RunError, ValueError, OSError) as err:  # CheckpointError, malformed MJCF, missing files
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     print(json.dumps(result.to_json(), indent=2))
+    if result.deterministic is not None and result.stochastic is not None:
+        spread = {name: f"{part.to_json()['mean']:.2f} +- {part.to_json()['std']:.2f}"
+                  for name, part in (("stochastic", result.stochastic), ("deterministic", result.deterministic))}
+        fitness = "-" if result.fitness is None else f"{result.fitness:.2f}"
+        print(f"{args.id}: fitness {fitness} (training statistic, stochastic actions) | replay over "
+              f"{args.episodes} episodes: stochastic {spread['stochastic']}, deterministic {spread['deterministic']}",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(main)

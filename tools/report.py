@@ -6,7 +6,6 @@ Writes DIR/index.html (default OUT_DIR/report/index.html), plots/ and media/ bes
 page from disk. Works on a run in progress. Prints what it wrote as JSON.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -14,12 +13,11 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from derl.analysis.report import ReportOptions, write_report  # noqa: E402
-from derl.analysis.run import RunError, RunView  # noqa: E402
+from derl.cli import ArgumentParser, run  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="tools/report.py", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="tools/report.py", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path, help="the run's OUT_DIR")
     parser.add_argument("--out", type=Path, help="report folder (default OUT_DIR/report)")
     parser.add_argument("--top", type=int, default=10, help="morphologies in the table and family tree")
@@ -29,6 +27,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--no-media", action="store_true", help="no body pictures or videos (no rendering)")
     parser.add_argument("--seed", type=int, help="replay seed of the videos (default: the run's RNG_SEED)")
     args = parser.parse_args(argv)
+    # Imported after the arguments: --help and usage errors answer at once.
+    from derl.analysis.report import ReportOptions, write_report
+    from derl.analysis.run import RunError, RunView
     if args.top < 1 or args.video_steps < 1 or not 0 < args.fraction <= 1:
         print("error: need --top >= 1, --video-steps >= 1 and 0 < --fraction <= 1", file=sys.stderr)
         raise SystemExit(2)
@@ -45,4 +46,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(main)

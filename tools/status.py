@@ -1,13 +1,13 @@
 """Shows the progress of an evolution run: `python tools/status.py OUT_DIR`."""
 
-import argparse
 import sys
 
+from derl.cli import ArgumentParser, run
 from derl.evolution.status import status_lines
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(prog="tools/status.py", description=__doc__)
     parser.add_argument("out_dir", help="the run's OUT_DIR, e.g. output/quick")
     args = parser.parse_args(argv)
     try:
@@ -19,4 +19,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    run(main)

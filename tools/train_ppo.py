@@ -12,18 +12,24 @@ metrics.json (see derl/training/run.py). --eval prints the deterministic return 
 Under torchrun (tools/train_ddp.sh) each rank runs this script; rank 0 writes the folder and prints.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
+import signal
 import sys
+from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from derl.config import RETIRED_KEYS, load_config_or_exit
-from derl.ppo.distributed import RankInfo
-from derl.training.run import evaluate, genome_to_xml, saved_source, train_to_folder
+from derl.cli import ArgumentParser, run
+
+if TYPE_CHECKING:
+    from derl.ppo.trainer import TrainResult
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="tools/train_ppo.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--cfg", type=Path, action="append",
@@ -36,20 +42,45 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true", help="continue from OUT/model.pt if present")
     parser.add_argument("--eval", type=Path, metavar="CKPT", help="replay this checkpoint deterministically")
     parser.add_argument("--episodes", type=int, default=1, help="episodes to replay with --eval")
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (it is drawn on a terminal only anyway)")
     parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
     return parser.parse_intermixed_args(argv)
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    # Imported after the arguments: --help and usage errors answer at once.
+    from derl.config import RETIRED_KEYS, load_config_or_exit
+    from derl.ppo.distributed import RankInfo
+    from derl.ppo.trainer import max_iterations
+    from derl.training.run import (
+        CHECKPOINT_FILE,
+        FINAL_METRICS_FILE,
+        RUN_FILE,
+        SignalStop,
+        evaluate,
+        finished_result,
+        genome_to_xml,
+        removed_on_failure,
+        saved_source,
+        train_to_folder,
+    )
+
     cfg_file, retired = args.cfg, frozenset()
+    if args.eval is not None and not args.eval.is_file():
+        return _error(f"checkpoint not found: {args.eval}")
+    source_given = bool(args.xml or args.genome or args.env_id)
+    if args.resume and not source_given and not (args.out and (args.out / RUN_FILE).is_file()):
+        where = args.out or "OUT_DIR"
+        return _error(f"--resume: no training in {where} (no {RUN_FILE}); give --out DIR of a training, "
+                      "or --xml, --genome or --env-id to start one")
     # Replay in the world the policy was trained in; resume the run as it was started.
     saved = args.eval.parent if args.eval is not None else args.out if args.resume else None
     if cfg_file is None and saved is not None and (saved / "config.yaml").is_file():
         cfg_file, retired = [saved / "config.yaml"], RETIRED_KEYS  # derl wrote it, perhaps an older one
     cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None, retired=retired)
     out = args.out or Path(cfg.OUT_DIR)
+    info = RankInfo.from_environ()
     try:
         if args.eval is not None:
             source = None
@@ -59,24 +90,51 @@ def main(argv: list[str]) -> None:
             elif args.env_id:
                 source = {"env_id": args.env_id}
             print(json.dumps(evaluate(cfg, args.eval, source, args.episodes, cfg.RNG_SEED), indent=2))
-            return
-        if not (args.xml or args.genome or args.env_id or args.resume):
+            return 0
+        if not (source_given or args.resume):
             raise ValueError("give one of --xml, --genome or --env-id (or --eval CKPT, or --out DIR --resume)")
-        out.mkdir(parents=True, exist_ok=True)
-        if args.env_id:
-            source = {"env_id": args.env_id}
-        elif not (args.xml or args.genome):
-            source = saved_source(out)  # --resume alone: the run recorded in --out
-        else:
-            source = {"xml": str((args.xml or genome_to_xml(cfg, args.genome, out)).resolve())}
-        result = train_to_folder(cfg, source, out, resume=args.resume, progress=not args.quiet)
+        if args.resume and (done := finished_result(out, max_iterations(cfg, info.world_size))) is not None:
+            if info.is_main:
+                print(f"{out} already finished ({done.iterations} iterations, {done.env_steps} env steps); "
+                      f"nothing to do, {out / FINAL_METRICS_FILE} unchanged. Raise PPO.MAX_STATE_ACTION_PAIRS "
+                      "to train further", file=sys.stderr)
+                _print_result(out, done)
+            return 0
+        with removed_on_failure(out) if info.is_main else nullcontext(), SignalStop() as stop:
+            out.mkdir(parents=True, exist_ok=True)
+            if args.env_id:
+                source = {"env_id": args.env_id}
+            elif not (args.xml or args.genome):
+                source = saved_source(out)  # --resume alone: the run recorded in --out
+            else:
+                source = {"xml": str((args.xml or genome_to_xml(cfg, args.genome, out)).resolve())}
+            result = train_to_folder(cfg, source, out, resume=args.resume, progress=not args.quiet,
+                                     callbacks=[stop])
     except (ValueError, OSError) as err:  # CheckpointError, GenomeError, missing or unwritable files
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if RankInfo.from_environ().is_main:
-        print(json.dumps({"out": str(out), **result.summary, "env_steps": result.env_steps,
-                          "steps_per_sec": round(result.steps_per_sec, 1)}))
+        return _error(str(err))
+    except KeyboardInterrupt:  # Ctrl-C while starting, or a second one
+        print("interrupted; nothing finished. Rerun with --out DIR --resume to continue from the last "
+              "checkpoint, if any", file=sys.stderr)
+        return 130
+    if not result.completed:
+        if info.is_main:
+            print(f"stopped by signal {stop.signum} at iteration {result.iterations}; checkpoint "
+                  f"{out / CHECKPOINT_FILE}. Continue with: tools/train_ppo.py --out {out} --resume", file=sys.stderr)
+        return 128 + (stop.signum or signal.SIGINT)
+    if info.is_main:
+        _print_result(out, result)
+    return 0
+
+
+def _print_result(out: Path, result: TrainResult) -> None:
+    print(json.dumps({"out": str(out), **result.summary, "env_steps": result.env_steps,
+                      "steps_per_sec": round(result.steps_per_sec, 1)}))
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(main)

@@ -6,6 +6,11 @@ with the same seed repeats exactly, and gives what ``tools/train_ppo.py --eval``
 same checkpoint, config and seed. A video keeps going past the end of the first episode (the env
 resets, seeded ``seed + 1``, ...) until it has its frames, as the original's video recorder did;
 the results are those of the first episode.
+
+The published fitness is another statistic: DERL's, over the stochastic episodes of training
+(``FITNESS_NOTE``). A policy's mean action can walk much less far than its noisy actions did in
+training, or further; ``replay(..., episodes=N)`` therefore also plays N episodes each way, with the
+mean action and with sampled actions, and reports the mean and spread of both next to the fitness.
 """
 
 from __future__ import annotations
@@ -24,6 +29,22 @@ if TYPE_CHECKING:
     from derl.analysis.run import RunView
 
 VIDEO_SIZE = (320, 240)  # width, height; multiples of 16 for MP4
+FITNESS_NOTE = ("the fitness is DERL's training statistic: the mean over the last 100 PPO iterations of the "
+                "mean return of the last 10 finished training episodes, with stochastic (sampled) actions; "
+                "a deterministic replay uses the policy's mean action instead and can differ a lot")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Returns and task metrics of several episodes (seeds ``seed``, ``seed + 1``, ...), with mean and std."""
+
+    returns: list[float]
+    metrics: list[float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mean": float(np.mean(self.returns)), "std": float(np.std(self.returns)),
+                "min": float(np.min(self.returns)), "max": float(np.max(self.returns)),
+                "metric_mean": float(np.mean(self.metrics)), "returns": self.returns}
 
 
 @dataclass(frozen=True)
@@ -39,11 +60,18 @@ class ReplayResult:
     length: int
     video: str | None = None
     frames: int = 0
+    fitness: float | None = None  # the published return (metadata), DERL's training statistic
+    deterministic: Spread | None = None  # with episodes > 0: mean actions over several episodes
+    stochastic: Spread | None = None  # and sampled actions, as in training
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "seed": self.seed, "return": self.episode_return, "terms": self.terms,
+        data = {"id": self.id, "seed": self.seed, "return": self.episode_return, "terms": self.terms,
                 "metric": self.metric, "x_pos": self.x_pos, "length": self.length, "video": self.video,
                 "frames": self.frames}
+        if self.deterministic is not None and self.stochastic is not None:
+            data.update({"fitness": self.fitness, "deterministic": self.deterministic.to_json(),
+                         "stochastic": self.stochastic.to_json(), "note": FITNESS_NOTE})
+        return data
 
 
 def with_episode_length(cfg: CfgNode, steps: int) -> CfgNode:
@@ -53,54 +81,58 @@ def with_episode_length(cfg: CfgNode, steps: int) -> CfgNode:
 
 
 def run_policy(cfg: CfgNode, xml_path: Path, checkpoint: Path, seed: int, *, video_frames: int = 0,
-               size: tuple[int, int] = VIDEO_SIZE) -> tuple[dict[str, float], list[np.ndarray], float]:
-    """One deterministic episode (and ``video_frames`` rendered frames, one per step).
+               size: tuple[int, int] = VIDEO_SIZE, deterministic: bool = True,
+               episodes: int = 1) -> tuple[list[dict[str, float]], list[np.ndarray], float]:
+    """``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) and ``video_frames`` rendered frames.
 
-    Returns the first episode's ``info["episode"]`` record, the frames and the frame rate.
+    Actions are the policy's mean, or sampled (``deterministic=False``, torch seeded with ``seed``).
+    Returns the episodes' ``info["episode"]`` records, the frames and the frame rate.
     """
+    import torch
+
     from derl.envs import make_env
     from derl.ppo.episode_stats import EpisodeStats
     from derl.ppo.policy import load_policy
 
     policy = load_policy(checkpoint)
+    torch.manual_seed(seed)  # the action noise of a stochastic replay
     width, height = size
     env = EpisodeStats(make_env(cfg, str(xml_path), render_mode="rgb_array" if video_frames else None,
                                 width=width, height=height))
     frames: list[np.ndarray] = []
-    first: dict[str, float] | None = None
-    episode = 0
+    finished: list[dict[str, float]] = []
     try:
         obs, _ = env.reset(seed=seed)
-        while first is None or len(frames) < video_frames:
-            action = policy.act(obs, deterministic=True, action_space=env.action_space)
+        while len(finished) < episodes or len(frames) < video_frames:
+            action = policy.act(obs, deterministic=deterministic, action_space=env.action_space)
             obs, _, terminated, truncated, info = env.step(action)
             if len(frames) < video_frames:
                 frames.append(env.render())
             if terminated or truncated:
-                if first is None:
-                    first = dict(info["episode"])
-                episode += 1
-                obs, _ = env.reset(seed=seed + episode)
+                finished.append(dict(info["episode"]))
+                obs, _ = env.reset(seed=seed + len(finished))
         fps = 1.0 / env.unwrapped.dt
     finally:
         env.close()
-    return first, frames, fps
+    return finished[:max(episodes, 1)], frames, fps
 
 
 def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps: int | None = None,
            video: str | Path | None = None, video_steps: int | None = None,
-           size: tuple[int, int] = VIDEO_SIZE) -> ReplayResult:
+           size: tuple[int, int] = VIDEO_SIZE, episodes: int = 0) -> ReplayResult:
     """Replays a published morphology of ``view`` deterministically.
 
     Args:
         seed: the env seed of the episode (default: the run's ``RNG_SEED``, as ``train_ppo.py --eval``).
         steps: episode length (default: the run's ``ENV.EPISODE_LENGTH``); an episode may end sooner.
         video: write a video of ``video_steps`` frames (default ``steps`` or the episode length) here.
+        episodes: also play this many episodes with mean and with sampled actions (``Spread``), next
+            to the published fitness (``FITNESS_NOTE``); 0: the first deterministic episode only.
     """
     from derl.analysis.media import write_video
     from derl.analysis.run import RunError
 
-    view.require_published(morphology_id)
+    published = view.require_published(morphology_id)
     run = view.run
     checkpoint, xml_path = run.checkpoint_path(morphology_id), run.xml_path(morphology_id)
     for path in (checkpoint, xml_path):
@@ -111,7 +143,16 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
     cfg = view.cfg if steps is None else with_episode_length(view.cfg, steps)
     seed = cfg.RNG_SEED if seed is None else seed
     frames_wanted = 0 if video is None else (video_steps or cfg.ENV.EPISODE_LENGTH)
-    episode, frames, fps = run_policy(cfg, xml_path, checkpoint, seed, video_frames=frames_wanted, size=size)
+    played, frames, fps = run_policy(cfg, xml_path, checkpoint, seed, video_frames=frames_wanted, size=size,
+                                     episodes=max(episodes, 1))
+    episode = played[0]
+    spreads: dict[str, Spread] = {}
+    if episodes > 0:
+        sampled, _, _ = run_policy(cfg, xml_path, checkpoint, seed, deterministic=False, episodes=episodes)
+        for name, records in (("deterministic", played), ("stochastic", sampled)):
+            spreads[name] = Spread([float(r["return"]) for r in records],
+                                   [float(r.get("metric", math.nan)) for r in records])
+    fitness = published.fitness.get("return") if episodes > 0 else None
     written = None
     if video is not None:
         Path(video).parent.mkdir(parents=True, exist_ok=True)
@@ -121,4 +162,5 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
         id=morphology_id, seed=seed, episode_return=float(episode["return"]), terms=terms,
         metric=float(episode.get("metric", math.nan)), x_pos=float(episode.get("x_pos", math.nan)),
         length=int(episode["length"]), video=written, frames=len(frames),
+        fitness=None if fitness is None else float(fitness), **spreads,
     )

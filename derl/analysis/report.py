@@ -28,12 +28,19 @@ import numpy as np
 from derl.analysis import plots
 from derl.analysis.lineage import tree_layout
 from derl.analysis.records import Morphology
+from derl.analysis.replay import FITNESS_NOTE
 from derl.analysis.run import RunView
 from derl.analysis.stats import running_best, trend, window_mean
 from derl.fileio import atomic_write_text
+from derl.progress import progress_bar
 
 SECTIONS = ("summary", "fitness", "distribution", "morphology", "lineage", "baldwin", "top", "transfer",
             "progress")
+# Below either, the report says plainly that its plots cannot support conclusions (``_small_run_note``).
+SMALL_RUN_MORPHOLOGIES = 300
+SMALL_RUN_STEPS = 1_000_000
+# The iterations DERL's fitness averages over (``derl.ppo.episodes``): the spread shown per top morphology.
+FITNESS_POINTS = 100
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ class _Writer:
         self.view, self.out, self.options = view, out, options
         self.report = Report(out / "index.html")
         self.parts: list[str] = []
+        rows = min(options.top_k, len(view)) if options.media else 0  # a picture and a video each
+        self.bar = progress_bar(len(_BUILDERS) + rows, "report", unit="step")
         (out / "plots").mkdir(parents=True, exist_ok=True)
         (out / "media").mkdir(parents=True, exist_ok=True)
 
@@ -82,7 +91,9 @@ class _Writer:
 
     def timed(self, name: str, build: Callable[[], None]) -> None:
         started = time.perf_counter()
+        self.bar.set_postfix_str(name, refresh=False)
         build()
+        self.bar.update(1)
         self.report.seconds[name] = round(time.perf_counter() - started, 3)
 
     def section(self, name: str, title: str, body: str) -> None:
@@ -113,14 +124,9 @@ def write_report(view: RunView, out: str | Path | None = None, options: ReportOp
     out = Path(out) if out is not None else view.run.report_dir()
     writer = _Writer(view, out, options)
     started = time.perf_counter()
-    writer.timed("summary", lambda: _summary(writer))
-    writer.timed("fitness", lambda: _fitness(writer))
-    writer.timed("morphology", lambda: _morphology(writer))
-    writer.timed("lineage", lambda: _lineage(writer))
-    writer.timed("baldwin", lambda: _baldwin(writer))
-    writer.timed("top", lambda: _top(writer))
-    writer.timed("transfer", lambda: _transfer(writer))
-    writer.timed("progress", lambda: _progress(writer))
+    with writer.bar:
+        for name, build in _BUILDERS.items():
+            writer.timed(name, lambda build=build: build(writer))
     page = _PAGE.format(title=_esc(f"derl report: {view.run.root.name}"), body="\n".join(writer.parts),
                         generated=_esc(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
     atomic_write_text(writer.report.index, page)
@@ -154,7 +160,19 @@ def _summary(w: _Writer) -> None:
         total = f"{hours:.1f} worker-hours" if hours >= 1 else f"{hours * 60:.1f} worker-minutes"
         rows.append(("training time", f"{total} in all, {np.mean(wall):.1f} s per morphology on average"))
     body = "<table class=\"kv\">" + "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
-    w.section("summary", "Summary", body + "</table>")
+    w.section("summary", "Summary", body + "</table>" + _small_run_note(view))
+
+
+def _small_run_note(view: RunView) -> str:
+    """A plain warning when the search is too small for its plots to say much about evolution."""
+    budget = view.cfg.PPO.MAX_STATE_ACTION_PAIRS
+    if len(view) >= SMALL_RUN_MORPHOLOGIES and budget >= SMALL_RUN_STEPS:
+        return ""
+    return (f'<p class="small-run"><b>Small run.</b> {len(view)} morphologies trained for {budget:,} env steps '
+            f"each (DERL: 4,000 at 5,000,000). At this size the trends below (fitness over the search, the "
+            "Baldwin slope, morphology drift) are mostly noise: read them as a check that the machinery "
+            f"works, not as results. Conclusions need at least {SMALL_RUN_MORPHOLOGIES} morphologies and "
+            f"budgets of {SMALL_RUN_STEPS:,}+ env steps.</p>")
 
 
 def _fitness(w: _Writer) -> None:
@@ -171,7 +189,11 @@ def _fitness(w: _Writer) -> None:
                                                                window_mean(values, window), view.fitness_key, window))
     w.section("fitness", "Fitness over the search",
               f"<p>Every published morphology's {_esc(view.fitness_key)} in publication order, the best so "
-              f"far and the mean of the aging window (last {window}).</p>{img}")
+              f"far and the mean of the aging window (last {window}).</p>"
+              f'<p class="fitness-note"><b>What the fitness is:</b> {_esc(FITNESS_NOTE)}. The videos of the top '
+              "morphologies replay the mean action, so a body can lie still there and still have a high fitness; "
+              "<code>tools/replay.py OUT_DIR ID</code> prints both returns with their spread.</p>"
+              f"{img}")
     first = view.fitness(view.initial())
     last = view.fitness(view.last_window())
     first, last = first[np.isfinite(first)], last[np.isfinite(last)]
@@ -236,14 +258,19 @@ def _baldwin(w: _Writer) -> None:
 def _top(w: _Writer) -> None:
     view, options = w.view, w.options
     top = view.top(options.top_k)
-    terms = sorted({key for r in top for key in r.fitness})
+    terms, constant = _varying_terms(view)
+    key = view.fitness_key
+    curves = {r.id: (c.iterations, c.values[key]) for r in top if key in (c := view.curve(r.id, (key,))).values}
     videos = view.videos()
     head = ("<tr><th>rank</th><th>morphology</th><th>body</th><th>policy</th>"
+            + f"<th>{_esc(key)} spread<br><small>std of the last {FITNESS_POINTS} iterations</small></th>"
             + "".join(f"<th>{_esc(t)}</th>" for t in terms)
             + "<th>limbs</th><th>DoF</th><th>mass</th><th>lineage</th><th>files</th></tr>")
     rows = []
     for rank, record in enumerate(top, 1):
         image, video = _media(w, record) if options.media else ("", "")
+        if options.media:
+            w.bar.update(1)
         run = view.run
         files = " ".join(f'<a href="{w.link(path)}">{name}</a>' for name, path in (
             ("genome", run.genome_path(record.id)), ("xml", run.xml_path(record.id)),
@@ -254,15 +281,36 @@ def _top(w: _Writer) -> None:
         rows.append(
             f'<tr id="m{_esc(record.id)}"><td>{rank}</td><td><b>{_esc(record.id)}</b><br>'
             f'{_esc(record.mutation or "initial")}</td><td>{image}</td><td>{video}</td>'
+            + f"<td>{_spread(curves.get(record.id))}</td>"
             + "".join(f"<td>{_num(record.fitness.get(t))}</td>" for t in terms)
             + f"<td>{_num(record.limbs)}</td><td>{_num(record.dof)}</td><td>{_num(record.mass, 2)}</td>"
             f'<td class="lineage">{lineage}</td><td>{files}</td></tr>')
     body = f'<table class="top">{head}{"".join(rows)}</table>' if rows else "<p>nothing published yet</p>"
-    key = view.fitness_key
-    curves = {r.id: (c.iterations, c.values[key]) for r in top if key in (c := view.curve(r.id, (key,))).values}
+    if constant:
+        body += ("<p><small>Not shown, the same for every morphology of this run: "
+                 + ", ".join(f"{_esc(t)} = {_num(v)}" for t, v in sorted(constant.items())) + ".</small></p>")
     if rows:
         body += w.figure("top_curves", lambda: plots.learning_curves(curves, key))
     w.section("top", f"Top {len(top)} by {', '.join(view.criteria)}", body)
+
+
+def _varying_terms(view: RunView) -> tuple[list[str], dict[str, float]]:
+    """The fitness terms that differ between the run's morphologies, and the constant ones with their
+    value (``__reward__stand`` is 0 for every body on a task that does not reward standing)."""
+    values: dict[str, set[float]] = {}
+    for record in view.records:
+        for term, value in record.fitness.items():
+            values.setdefault(term, set()).add(value)
+    constant = {t: next(iter(v)) for t, v in values.items() if len(v) == 1 and len(view) > 1}
+    return sorted(t for t in values if t not in constant), constant
+
+
+def _spread(curve: tuple[np.ndarray, np.ndarray] | None) -> str:
+    """Mean ± std of the last ``FITNESS_POINTS`` points of a learning curve: the points the fitness averages."""
+    if curve is None or not np.isfinite(curve[1]).any():
+        return "–"
+    tail = curve[1][np.isfinite(curve[1])][-FITNESS_POINTS:]
+    return f"{_num(float(tail.mean()), 2)} ± {_num(float(tail.std()), 2)}<br><small>n={len(tail)}</small>"
 
 
 def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
@@ -380,6 +428,11 @@ def _progress(w: _Writer) -> None:
     w.section("progress", "In progress and failed", "".join(parts))
 
 
+_BUILDERS: dict[str, Callable[[_Writer], None]] = {
+    "summary": _summary, "fitness": _fitness, "morphology": _morphology, "lineage": _lineage,
+    "baldwin": _baldwin, "top": _top, "transfer": _transfer, "progress": _progress,
+}
+
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
@@ -389,6 +442,7 @@ td, th {{ border: 1px solid #ccc; padding: 4px 6px; font-size: 13px; vertical-al
 table.kv th {{ text-align: left; background: #f4f4f4; }}
 td.lineage {{ max-width: 18em; font-size: 11px; }}
 .note {{ color: #a33; font-size: 12px; }}
+.small-run, .fitness-note {{ background: #fff8e0; border-left: 4px solid #e0a000; padding: 6px 10px; max-width: 60em; }}
 nav a {{ margin-right: 1em; }}
 </style></head><body>
 <h1>{title}</h1>

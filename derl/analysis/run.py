@@ -49,10 +49,8 @@ class RunView:
 
     def __init__(self, out_dir: str | Path):
         self.run = RunDir(out_dir)
-        if not self.run.root.is_dir():
-            raise RunError(f"run folder not found: {self.run.root}")
-        if not (self.run.root / "metadata").is_dir() and not self.run.config_path().is_file():
-            raise RunError(f"{self.run.root} is not an evolution output folder (no metadata/ or config.yaml)")
+        if (problem := self.run.not_a_search()) is not None:
+            raise RunError(problem)
         self.cfg = self._load_config()
         self._metadata: dict[str, dict[str, Any]] = {}
         self._genomes: dict[str, dict[str, Any] | None] = {}

@@ -41,7 +41,11 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from derl.progress import progress_bar
+
 ROOT = Path(__file__).resolve().parents[2]
+# The progress bar of the running benchmark (``run``): each child training counts one (``_spawn``).
+_PROGRESS = progress_bar(None, "", enabled=False)
 FT_GENOME_SEED = 0
 FT_CONFIG = ROOT / "configs" / "evo" / "ft.yml"
 
@@ -316,13 +320,21 @@ def _child(spec: dict) -> dict:
 # ----------------------------------------------------------------------------- parent
 def _spawn(spec: dict) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    _PROGRESS.set_postfix_str(f"{spec['trainer']}{' physics' if spec.get('record') else ''}")
     proc = subprocess.run(
         [sys.executable, "-m", "derl.bench.ppo", json.dumps(spec)],
         cwd=ROOT, env=env, capture_output=True, text=True, check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"bench child {spec['trainer']} failed:\n{proc.stderr[-3000:]}")
+    _PROGRESS.update(1)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _children(args: argparse.Namespace) -> int:
+    """Trainings ``run`` starts per case (``_speed`` or ``_profile``, then ``_returns``)."""
+    measured = args.repeats + 2 if args.profile else 3 * args.repeats
+    return measured + (2 * args.seeds if args.return_iters > 0 else 0)
 
 
 def ft_case(xml: Path | None, folder: Path) -> dict:
@@ -430,9 +442,12 @@ def _returns(case: dict, args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
+    global _PROGRESS
     results: dict = {"iters": args.iters, "env_steps_per_run": args.iters * 32 * 128, "cases": {}}
-    with tempfile.TemporaryDirectory() as folder:
-        for name in args.envs.split(","):
+    cases = args.envs.split(",")
+    with tempfile.TemporaryDirectory() as folder, progress_bar(len(cases) * _children(args), "bench ppo",
+                                                                  unit="run") as _PROGRESS:
+        for name in cases:
             case = ft_case(args.xml, Path(folder)) if name == "ft" else {"kind": "gym", "env_id": name}
             measure = _profile if args.profile else _speed
             entry = {"case": {k: v for k, v in case.items() if k != "xml" or args.xml}, **measure(case, args)}

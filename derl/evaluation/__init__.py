@@ -4,7 +4,7 @@
 - ``store``: the layout of ``OUT_DIR/eval/``, claims shared between nodes, the summary table, the
   comparison of several runs;
 - ``runner``: one training process per core, restarts, progress lines;
-- ``cell``: the training process of one cell (``python -m derl.evaluation.cell``).
+- ``cell``: the training process of one cell (``python -m derl.evaluation``).
 """
 
 from derl.evaluation.plan import Cell, EvalError, plan_cells, task_names

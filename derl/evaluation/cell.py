@@ -1,6 +1,6 @@
 """The training process of one cell, started by ``derl.evaluation.runner``.
 
-    python -m derl.evaluation.cell RUN_DIR TASK ID SEED OUT_DIR [KEY VALUE ...]
+    python -m derl.evaluation RUN_DIR TASK ID SEED OUT_DIR [KEY VALUE ...]   (derl/evaluation/__main__.py)
 
 Trains from scratch, or from the cell's checkpoint if a killed training left one
 (``train_to_folder(resume=True)``). Exit 0 once ``OUT_DIR/metrics.json`` is written. Under
@@ -50,6 +50,3 @@ def main(argv: list[str]) -> None:
     train_to_folder(cfg, {"xml": str(RunDir(cell.run).xml_path(cell.id))}, Path(out_dir), resume=True,
                     progress=False)
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

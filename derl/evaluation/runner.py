@@ -1,7 +1,7 @@
 """Trains the cells of an evaluation, ``workers`` at a time, each in its own process.
 
 Like the evolution's coordinator: each training runs in its own session
-(``python -m derl.evaluation.cell``) and dies with this process (``PR_SET_PDEATHSIG``); a
+(``python -m derl.evaluation``, ``derl.evaluation.cell``) and dies with this process (``PR_SET_PDEATHSIG``); a
 training that dies is restarted from its checkpoint, at most ``MAX_ATTEMPTS`` times, then
 the cell is given up (exit code 1; a rerun tries it again). Finished cells are skipped, so a
 rerun does nothing twice. Cells claimed by a live process elsewhere are skipped and looked at
@@ -19,11 +19,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tqdm import tqdm
+
 from derl.config import load_run_config
 from derl.evaluation.cell import PARENT_PID_VARIABLE, die_with_parent
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.lease import heartbeat_interval
+from derl.progress import progress_bar
 
 # Starts of one cell on this node (the first included) before it is given up.
 MAX_ATTEMPTS = 3
@@ -34,7 +37,8 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS
 
 
 def log(message: str) -> None:
-    print(f"[evaluate] {message}", flush=True)
+    tqdm.write(f"[evaluate] {message}", file=sys.stdout)  # above the progress bar, if one is drawn
+    sys.stdout.flush()
 
 
 @dataclass
@@ -63,6 +67,8 @@ class Evaluation:
         self.done = 0
         self.not_before: dict[Cell, float] = {}  # cells held elsewhere: when to look again
         self.signalled: int | None = None
+        # Cells done, on a terminal; each running cell's curves are live in its tensorboard/ folder.
+        self.bar = progress_bar(len(self.cells), "cells", unit="cell")
 
     def _store(self, cell: Cell) -> EvalDir:
         return self.stores[cell.run]
@@ -73,7 +79,7 @@ class Evaluation:
         env = dict(os.environ)
         for variable in _THREAD_VARIABLES:  # one training per core: no BLAS/OpenMP thread pools fighting
             env.setdefault(variable, "1")
-        command = [sys.executable, "-m", "derl.evaluation.cell", str(cell.run), cell.task, cell.id,
+        command = [sys.executable, "-m", "derl.evaluation", str(cell.run), cell.task, cell.id,
                    str(cell.seed), str(out_dir), *self.overrides]
         if self.nproc > 1:  # data-parallel ranks, as tools/train_ddp.sh starts them
             command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)]
@@ -99,6 +105,7 @@ class Evaluation:
         try:
             return self._loop()
         finally:
+            self.bar.close()
             self._stop_all()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -108,6 +115,7 @@ class Evaluation:
     def _loop(self) -> int:
         self.pending = [cell for cell in self.cells if self._store(cell).result(cell) is None]
         self.done = len(self.cells) - len(self.pending)
+        self.bar.update(self.done)
         log(f"{len(self.cells)} cells, {self.done} already done, {self.workers} at a time")
         waiting_shown = None
         last_beat = time.monotonic()
@@ -122,6 +130,8 @@ class Evaluation:
                     del self.running[cell]
                     self._exited(cell, training, code)
             self._fill()
+            self.bar.set_postfix_str(f"{len(self.running)} training", refresh=False)
+            self.bar.refresh()
             if time.monotonic() - last_beat >= self.interval:
                 last_beat = time.monotonic()
                 self._beat()
@@ -154,6 +164,7 @@ class Evaluation:
         """Counts a finished cell, prints its line and rewrites its run's summary."""
         self.pending.remove(cell)
         self.done += 1
+        self.bar.update(1)
         summary = result["summary"]
         log(f"{self.done}/{len(self.cells)} done: {cell.label()}: return {_num(summary.get('return'))}, "
             f"metric {_num(summary.get('metric'))} ({how})")

@@ -102,13 +102,22 @@ class DerlBackend:
         should_stop: Callable[[], bool],
         may_save: Callable[[], bool],
     ) -> TrainOutcome:
+        from derl.evolution.storage import RunDir
         from derl.ppo import SaveWhile, StopWhen, train
+        from derl.ppo.callbacks import TensorBoard
         from derl.training.envs import UnimalEnvFactory
 
-        return train(
-            cfg, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
-            metrics_path=metrics_path, resume=resume, callbacks=[StopWhen(should_stop), SaveWhile(may_save)],
-        )
+        callbacks = [StopWhen(should_stop), SaveWhile(may_save)]
+        if cfg.TENSORBOARD.ENABLED and cfg.TENSORBOARD.PER_MORPHOLOGY:  # a search has thousands: if asked
+            callbacks.append(TensorBoard(RunDir(cfg.OUT_DIR).tensorboard_dir(f"morphologies/{Path(xml_path).stem}")))
+        try:
+            return train(
+                cfg, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
+                metrics_path=metrics_path, resume=resume, callbacks=callbacks,
+            )
+        finally:
+            for callback in callbacks[2:]:
+                callback.close()
 
 
     def record_video(self, cfg: CfgNode, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:

@@ -6,7 +6,8 @@ nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker processes, each in its
 own session (process group), restarts one that dies after a back-off that doubles
 while it keeps failing (``derl.evolution.failures``; the node stops once one has
 failed for ``EVO.LEASE_SECONDS``, after which other nodes take its slots over
-anyway), rewrites ``summary.json`` every few seconds, and returns when every
+anyway), rewrites ``summary.json`` every few seconds (node 0 also the search's TensorBoard curves,
+``derl.evolution.curves``), and returns when every
 worker has run out of work. On SIGINT/SIGTERM it stops every process group it started:
 SIGTERM, a grace period, then SIGKILL. Workers also receive SIGTERM if the
 coordinator itself is killed (``PR_SET_PDEATHSIG``), so none is left orphaned.
@@ -26,6 +27,7 @@ import psutil
 
 from derl.config import CfgNode, load_config
 from derl.evolution.backend import Backend, load_backend
+from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
 from derl.evolution.population import num_initial_slots, slot_id
 from derl.evolution.results import PublishedResults, summarize
@@ -150,6 +152,7 @@ class Coordinator:
         self.signalled: int | None = None
         self.results = PublishedResults(run)
         self.logged_progress: tuple[int, int] | None = None
+        self.curves = SearchCurves(cfg, run) if cfg.NODE_ID == 0 and cfg.TENSORBOARD.ENABLED else None
 
     def _handle_signal(self, signum: int, frame) -> None:
         self.signalled = signum
@@ -187,6 +190,8 @@ class Coordinator:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         self._try_write_summary(session)
+        if self.curves is not None:
+            self.curves.close()
         return code
 
     def _supervise(self, session: dict[str, float]) -> int:
@@ -297,6 +302,8 @@ class Coordinator:
             "session_seconds": elapsed, "cpu_fraction": (_cpu_seconds() - session["cpu_at_start"]) / elapsed,
         }
         self.run.write_summary(summary)
+        if self.curves is not None:
+            self.curves.update(self.results.by_id.values(), summary["morphologies_per_hour"])
         progress = (summary["published"], summary["failed"])
         if progress == self.logged_progress:
             return
@@ -305,7 +312,7 @@ class Coordinator:
         best_text = f", best {best['id']} {best.get(self.cfg.EVO.SELECTION_CRITERIA[0]):.3f}" if best else ""
         memory = f", worker memory up to {self._worker_memory_mb():.0f} MB" if self.procs else ""
         log(f"{summary['published']}/{summary['total']} published, {summary['failed']} failed"
-            f"{best_text}{memory}")
+            f"{best_text}{eta_text(summary)}{memory}")
 
     def _worker_memory_mb(self) -> float:
         """Largest resident memory of one worker with its subprocesses (psutil)."""
@@ -318,6 +325,14 @@ class Coordinator:
             except psutil.NoSuchProcess:
                 pass
         return largest / 2**20
+
+
+def eta_text(summary: dict) -> str:
+    """``", 95/h, ETA 9 min"`` for the progress line (hours past 2 h); empty when done or not measured yet."""
+    eta, rate = summary["eta_hours"], summary["morphologies_per_hour"]
+    if eta is None or summary["published"] >= summary["total"]:
+        return ""
+    return f", {rate:.0f}/h, ETA {eta * 60:.0f} min" if eta < 2 else f", {rate:.0f}/h, ETA {eta:.1f} h"
 
 
 def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:

@@ -60,8 +60,8 @@ def _is_running(state: dict, heartbeat: float | None, now: float, lease_seconds:
 def status_lines(out_dir: str) -> list[str]:
     """Done/total, running workers, best fitness and ETA of the run in ``out_dir``."""
     run = RunDir(out_dir)
-    if not run.config_path().exists():
-        raise FileNotFoundError(f"{run.root} is not an evolution output folder (no config.yaml)")
+    if (problem := run.not_a_search()) is not None or not run.config_path().exists():
+        raise FileNotFoundError(problem or f"{run.root} is not an evolution output folder (no config.yaml)")
     cfg = load_run_config(run.config_path())
     results = PublishedResults(run)
     results.refresh()

@@ -35,6 +35,8 @@ Layout::
     retired/<id>.json           removed from the vanilla-tournament population
     workers/<node>-<worker>.json  worker state; .lock: held while it runs; .alive: heartbeat (its mtime)
     videos/<id>.mp4             policy video of one of the last EVO.VIDEOS_LAST_N morphologies (.gif fallback)
+    tensorboard/search/         TensorBoard event files of the search's curves (node 0; append-only, as
+                                TensorBoard writes them); tensorboard/morphologies/<id>/: per morphology, if asked
     eval/                       transfer evaluation (tools/evaluate.py; layout in derl.evaluation.store)
     report/                     the static HTML report (tools/report.py)
     summary.json                progress, best so far, top-k, morphologies/hour
@@ -160,6 +162,19 @@ class RunDir:
         for folder in _FOLDERS:
             (self.root / folder).mkdir(parents=True, exist_ok=True)
 
+    def not_a_search(self) -> str | None:
+        """Why ``root`` is no evolution ``OUT_DIR`` (missing, empty, a ``tools/train_ppo.py`` training), or None."""
+        if not self.root.is_dir():
+            return f"run folder not found: {self.root}"
+        if (self.root / "metadata").is_dir():
+            return None
+        if (self.root / "run.json").is_file():  # derl.training.run's layout
+            return (f"{self.root} is a training of tools/train_ppo.py, not an evolution OUT_DIR: its result is "
+                    "metrics.json, its curves tensorboard/")
+        if not self.config_path().is_file():
+            return f"{self.root} is not an evolution output folder (no metadata/ or config.yaml)"
+        return None
+
     # Paths of a morphology's files.
     def genome_path(self, morphology_id: str) -> Path:
         return self.root / "genomes" / f"{morphology_id}.json"
@@ -181,6 +196,10 @@ class RunDir:
 
     def video_path(self, morphology_id: str, suffix: str = ".mp4") -> Path:
         return self.root / "videos" / f"{morphology_id}{suffix}"
+
+    def tensorboard_dir(self, name: str) -> Path:
+        """``tensorboard/<name>``: event files (``search``, ``morphologies/<id>``) for ``tensorboard --logdir``."""
+        return self.root / "tensorboard" / name
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root))

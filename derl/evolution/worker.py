@@ -395,7 +395,10 @@ class Worker:
         publication = self.run.take_publication_number(morphology_id, self.node, self.worker)
         if not self.run.publish(self.build_metadata(morphology_id, slot, attempt, seed, outcome, publication)):
             raise SlotLost  # published by the worker that took the slot over
-        self._log(f"published {morphology_id}")
+        shown = (self.cfg.EVO.SELECTION_CRITERIA[0], "return")
+        fitness = {key: outcome.summary.get(key, float("nan")) for key in shown}
+        self._log(f"published {morphology_id} (publication {publication}): "
+                  + ", ".join(f"{key} {value:.3f}" for key, value in fitness.items()))
 
     def _record_video(self, morphology_id: str, seed: int) -> None:
         """``videos/<id>.mp4`` of one of the last ``EVO.VIDEOS_LAST_N`` morphologies, before it is published.

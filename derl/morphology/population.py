@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -27,6 +27,7 @@ from derl.config import CfgNode
 from derl.morphology.genome import Genome
 from derl.morphology.geometry import rotation_signature
 from derl.morphology.mutations import random_genome
+from derl.progress import progress_bar
 
 SPECIES_THRESHOLD = 0.2
 CANDIDATES_PER_MEMBER = 10
@@ -82,12 +83,15 @@ def _candidate(cfg: CfgNode, seed: np.random.SeedSequence, index: int) -> Genome
 
 
 def _build_candidates(cfg: CfgNode, seeds: Sequence[np.random.SeedSequence], num_workers: int) -> list[Genome]:
+    def shown(items: Iterable) -> list:  # minutes at DERL's 5,760 candidates: a progress bar
+        return list(progress_bar(len(seeds), "initial population candidates", unit="genome", iterable=items))
+
     if num_workers <= 1:
-        return [_candidate(cfg, s, k) for k, s in enumerate(seeds)]
+        return shown(_candidate(cfg, s, k) for k, s in enumerate(seeds))
     context = multiprocessing.get_context("spawn")  # no forked copies of threads or rng state
     with ProcessPoolExecutor(num_workers, mp_context=context) as pool:
         chunk = max(1, len(seeds) // (num_workers * 8))
-        return list(pool.map(_candidate, [cfg] * len(seeds), seeds, range(len(seeds)), chunksize=chunk))
+        return shown(pool.map(_candidate, [cfg] * len(seeds), seeds, range(len(seeds)), chunksize=chunk))
 
 
 def initial_population(

@@ -8,12 +8,16 @@
   another process now (an evolution slot taken over): nothing is written and the run returns early;
 - ``on_iteration(record)`` after each iteration, with its metrics record (the same on all ranks);
 - ``on_checkpoint(iteration, path)`` after each checkpoint (rank 0 wrote it).
+
+``TensorBoard`` writes each record to event files; the caller closes it when training ends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+
+from derl.ppo.episode_stats import REWARD_PREFIX
 
 
 class Callback:
@@ -60,3 +64,52 @@ class OnIteration(Callback):
 
     def on_iteration(self, record: dict) -> None:
         self.function(record)
+
+
+# Record fields (``PPO.iterate``) that are episode statistics or timings; reward terms have their own
+# group and everything else (losses, entropy, KL, learning rate) is the learner's.
+_EPISODE_FIELDS = frozenset({"return", "x_pos", "metric", "length", "episodes"})
+_TIME_FIELDS = frozenset({"steps_per_sec", "collect_seconds", "update_seconds"})
+
+
+def tensorboard_tag(key: str) -> str | None:
+    """The TensorBoard tag of a metrics record field (``episode/return``, ``reward/forward``,
+    ``train/entropy``, ``time/steps_per_sec``); None for the x axes themselves."""
+    if key in ("iteration", "env_steps"):
+        return None
+    if key.startswith(REWARD_PREFIX):
+        return f"reward/{key[len(REWARD_PREFIX):]}"
+    group = "episode" if key in _EPISODE_FIELDS else "time" if key in _TIME_FIELDS else "train"
+    return f"{group}/{key}"
+
+
+class TensorBoard(Callback):
+    """Writes every iteration's record to TensorBoard event files in ``log_dir``, by env step.
+
+    The learning curve (``episode/return``, ``episode/metric``), each reward term, the losses,
+    entropy, KL and learning rate (``train/``) and the throughput (``time/``): what SB3's and
+    CleanRL's users open first. Give it to the rank that writes files (rank 0).
+    """
+
+    def __init__(self, log_dir: str | Path):
+        self.log_dir = Path(log_dir)
+        self.writer = None
+
+    def on_iteration(self, record: dict) -> None:
+        if self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked for
+
+            # A resumed run hides the points an earlier run wrote past its last checkpoint.
+            self.writer = SummaryWriter(str(self.log_dir), purge_step=record["env_steps"], flush_secs=30)
+        for key, value in record.items():
+            tag = tensorboard_tag(key)
+            if tag is not None and isinstance(value, int | float) and not isinstance(value, bool):
+                self.writer.add_scalar(tag, value, record["env_steps"])
+
+    def on_checkpoint(self, iteration: int, path: Path | None) -> None:
+        if self.writer is not None:
+            self.writer.flush()  # a curve on disk as far as the checkpoint
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

@@ -1,13 +1,15 @@
 """What ``tools/train_ppo.py`` does: pick the env, train into an output folder, replay a policy.
 
-Output folder layout (all files written atomically):
+Output folder layout (every file but TensorBoard's append-only event files written atomically):
 
 - ``config.yaml``: the resolved config; ``run.json``: the env source (``xml`` or ``env_id``);
 - ``<id>.xml``: the unimal MJCF when training from a genome file;
 - ``model.pt``: checkpoint (``torch.load(weights_only=True)``), ``metrics.jsonl``: one record per
   iteration, ``metrics.json``: the final ``TrainResult`` (``summary`` = means of the last 100
   episodes of ``return``, every ``__reward__*``, ``x_pos``, ``metric``), env steps and wall time
-  of all ranks together.
+  of all ranks together; written once the training has run its whole budget;
+- ``tensorboard/``: TensorBoard event files of the curves (``TENSORBOARD.ENABLED``;
+  ``derl.ppo.callbacks.TensorBoard``).
 
 Under ``torchrun`` (``tools/train_ddp.sh``) every rank runs ``train_to_folder``; rank 0 alone
 writes the folder.
@@ -16,28 +18,31 @@ writes the folder.
 from __future__ import annotations
 
 import dataclasses
-import sys
-import time
+import shutil
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 
 from derl.config import CfgNode, dump_config
 from derl.fileio import atomic_write_text, read_json, write_json
-from derl.ppo.callbacks import Callback
+from derl.ppo.callbacks import Callback, StopWhen, TensorBoard
 from derl.ppo.device import learner_device
 from derl.ppo.distributed import ProcessGroup, RankInfo
 from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
 from derl.ppo.episodes import mean_fields
 from derl.ppo.policy import load_policy
 from derl.ppo.trainer import TrainResult, max_iterations, train
+from derl.progress import progress_bar
 from derl.training.envs import env_factory
 
 CHECKPOINT_FILE = "model.pt"
 METRICS_LINES_FILE = "metrics.jsonl"
 FINAL_METRICS_FILE = "metrics.json"
 RUN_FILE = "run.json"
+TENSORBOARD_DIR = "tensorboard"
 
 
 def genome_to_xml(cfg: CfgNode, genome_path: Path, out_dir: Path) -> Path:
@@ -66,58 +71,129 @@ def saved_source(folder: Path) -> dict[str, str]:
     return source
 
 
-class ProgressLine(Callback):
-    """A stderr line rewritten in place: iteration, env steps, steps/s, mean return, ETA."""
+class ProgressBar(Callback):
+    """The training's progress bar (``derl.progress``): iteration, env steps, mean return, ETA."""
 
-    def __init__(self, max_iters: int, stream: TextIO = sys.stderr):
-        self.max_iters, self.stream = max_iters, stream
-        self.started = time.perf_counter()
-        self.first_iteration: int | None = None
+    def __init__(self, max_iters: int):
+        self.bar = progress_bar(max_iters, "train", unit="iter")
+        self.first = True
 
     def on_iteration(self, record: dict) -> None:
-        if self.first_iteration is None:
-            self.first_iteration = record["iteration"] - 1
-        elapsed = time.perf_counter() - self.started
-        done = record["iteration"] - self.first_iteration
-        eta = elapsed / done * (self.max_iters - record["iteration"])
+        if self.first:  # a resumed run starts its bar (and its rate) at the checkpoint's iteration
+            self.bar.n = self.bar.last_print_n = self.bar.initial = record["iteration"] - 1
+            self.first = False
         mean_return = f"{record['return']:.1f}" if "return" in record else "-"
-        self.stream.write(
-            f"\riter {record['iteration']}/{self.max_iters} | steps {record['env_steps']} | "
-            f"{record['steps_per_sec']:.0f} steps/s | return {mean_return} | "
-            f"ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}   "
-        )
-        if record["iteration"] == self.max_iters:
-            self.stream.write("\n")
-        self.stream.flush()
+        self.bar.set_postfix_str(f"steps {record['env_steps']}, return {mean_return}", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class SignalStop(StopWhen):
+    """Ctrl-C or SIGTERM while training: the run saves its checkpoint at the end of the iteration
+    and returns (``TrainResult.completed`` False), so ``--resume`` continues it. A second signal
+    stops at once (``KeyboardInterrupt``)."""
+
+    def __init__(self):
+        super().__init__(lambda: self.signum is not None)
+        self.signum: int | None = None
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> SignalStop:
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+
+def finished_result(out_dir: Path, max_iters: int) -> TrainResult | None:
+    """The saved ``metrics.json`` of a training in ``out_dir`` that already ran ``max_iters`` iterations.
+
+    A resume of it has nothing to do; training "again" would replace its summary with that of
+    zero new episodes.
+    """
+    path = out_dir / FINAL_METRICS_FILE
+    if not path.is_file():
+        return None
+    saved = read_json(path)
+    try:
+        result = TrainResult(**{f.name: saved[f.name] for f in dataclasses.fields(TrainResult) if f.name in saved})
+    except TypeError:
+        raise ValueError(f"{path}: not a metrics.json of tools/train_ppo.py") from None
+    return result if result.completed and result.iterations >= max_iters else None
+
+
+@contextmanager
+def removed_on_failure(out_dir: Path) -> Iterator[None]:
+    """Undoes what a command added to ``out_dir`` if it fails before its first checkpoint.
+
+    A refused command (a bad env, a malformed MJCF, Ctrl-C while starting) leaves no half-made
+    folder: a folder it created goes, in an existing one the files it added go. Once ``model.pt``
+    exists the folder holds a training to resume and nothing is removed.
+    """
+    created = next((p for p in reversed([out_dir, *out_dir.parents]) if not p.exists()), None)
+    before = set(out_dir.iterdir()) if created is None and out_dir.is_dir() else set()
+    try:
+        yield
+    except BaseException:
+        if not (out_dir / CHECKPOINT_FILE).is_file():
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            elif out_dir.is_dir():
+                for path in set(out_dir.iterdir()) - before:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        raise
 
 
 def train_to_folder(
-    cfg: CfgNode, source: dict[str, str], out_dir: Path, resume: bool = False, progress: bool = True
+    cfg: CfgNode, source: dict[str, str], out_dir: Path, resume: bool = False, progress: bool = True,
+    callbacks: Sequence[Callback] = (),
 ) -> TrainResult:
     """Trains with ``seed = RNG_SEED`` and writes the output folder (module docstring).
 
     Joins the ranks ``torchrun`` started, if any (``derl.ppo.distributed``); one rank otherwise.
+    A resume of a finished training returns its saved result and writes nothing
+    (``finished_result``); a run stopped by a callback keeps its checkpoint and gets no
+    ``metrics.json``. With ``TENSORBOARD.ENABLED``, rank 0 writes ``out_dir/tensorboard/``.
     """
     factory = env_factory(cfg, source)
     info = RankInfo.from_environ()
+    if resume and (done := finished_result(out_dir, max_iterations(cfg, info.world_size))) is not None:
+        return done
     device = learner_device(cfg.DEVICE, info.local_rank, info.world_size)
     out_dir.mkdir(parents=True, exist_ok=True)
     with ProcessGroup(device, info) as comm:
+        own: list[Callback] = []
         if comm.is_main:
             atomic_write_text(out_dir / "config.yaml", dump_config(cfg))
             write_json(out_dir / RUN_FILE, source)
-        show = progress and comm.is_main
-        result = train(
-            cfg,
-            factory,
-            seed=cfg.RNG_SEED,
-            checkpoint_path=out_dir / CHECKPOINT_FILE,
-            metrics_path=out_dir / METRICS_LINES_FILE,
-            resume=resume,
-            callbacks=[ProgressLine(max_iterations(cfg, comm.world_size))] if show else [],
-            comm=comm,
-        )
-        if comm.is_main:
+            if progress:
+                own.append(ProgressBar(max_iterations(cfg, comm.world_size)))
+            if cfg.TENSORBOARD.ENABLED:
+                own.append(TensorBoard(out_dir / TENSORBOARD_DIR))
+        try:
+            result = train(
+                cfg,
+                factory,
+                seed=cfg.RNG_SEED,
+                checkpoint_path=out_dir / CHECKPOINT_FILE,
+                metrics_path=out_dir / METRICS_LINES_FILE,
+                resume=resume,
+                callbacks=[*callbacks, *own],
+                comm=comm,
+            )
+        finally:
+            for callback in own:
+                callback.close()
+        if comm.is_main and result.completed:
             write_json(out_dir / FINAL_METRICS_FILE, dataclasses.asdict(result))
     return result
 

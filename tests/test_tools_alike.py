@@ -1,0 +1,118 @@
+"""Every command behaves alike (README "Commands and exit codes"): ``--help`` prints help and exits
+0, Ctrl-C stops a training with exit code 130 and no traceback, and the README's exit-code table is
+the code's."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from derl.cli import EXIT_INTERRUPTED, EXIT_USAGE
+from derl.config import load_config
+from derl.evolution import worker
+from derl.morphology import random_genome
+from tests.conftest import ROOT
+
+TOOLS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tools").glob("*.py")) + ["evo_single_proc.py"]
+LAUNCHERS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tools").glob("*.sh")) + ["tools/slurm/derl.sbatch"]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def test_help_exits_0_for_every_tool_and_launcher():
+    commands = [[sys.executable, tool] for tool in TOOLS] + [["bash", launcher] for launcher in LAUNCHERS]
+    assert len(commands) >= 11
+    running = [subprocess.Popen([*command, "--help"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for command in commands]  # side by side: 2 s
+    for command, proc in zip(commands, running, strict=True):
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (command, err)
+        assert "usage" in out.lower() or len(out.splitlines()) > 3, (command, out)
+
+
+def _interrupt(command: list[str], started: str, tmp_path: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Starts ``command``, waits for ``started`` in its output (the work is under way), sends SIGINT."""
+    log = tmp_path / "log.txt"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while started not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, log.read_text()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    return subprocess.CompletedProcess(command, code, log.read_text(), "")
+
+
+def test_ctrl_c_stops_train_ppo_with_a_checkpoint_and_130(tmp_path):
+    genome = tmp_path / "g.json"
+    genome.write_text(random_genome(load_config(), np.random.default_rng(0), "g0").to_json())
+    out = tmp_path / "run"
+    # metrics.jsonl appears at the first checkpoint (every iteration here): training is under way.
+    command = [sys.executable, str(ROOT / "tools" / "train_ppo.py"), "--genome", str(genome), "--out", str(out),
+               "PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "16", "PPO.BATCH_SIZE", "16", "CHECKPOINT_PERIOD", "1",
+               "PPO.MAX_STATE_ACTION_PAIRS", "10000000", "TENSORBOARD.ENABLED", "false"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and "--resume" in err, err
+    assert (out / "model.pt").is_file() and not (out / "metrics.json").exists()  # resumable, not finished
+    assert not (out / "tensorboard").exists()  # TENSORBOARD.ENABLED false writes none
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_an_evolution_with_130(tmp_path):
+    command = [sys.executable, str(ROOT / "evo_single_proc.py"), "--cfg", str(ROOT / "configs/evo/quick.yml"),
+               "OUT_DIR", str(tmp_path / "run"), "EVO.NUM_PROCESSES", "1"]
+    done = _interrupt(command, "started 1 workers", tmp_path)
+    assert done.returncode == EXIT_INTERRUPTED and "Traceback" not in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_benchmark_with_130(tmp_path):
+    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "ppo", "--iters", "100000"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(8)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err
+
+
+def test_readme_exit_code_table_is_the_codes():
+    """The README's table, the constants the code returns and the SLURM script's header agree."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Commands and exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+|128 \+ N) \| [^|]+ \| (`\w+`|-) \|$", section, flags=re.MULTILINE)
+    assert [code for code, _ in rows] == ["0", "1", "2", "3", "4", "5", "128 + N"], rows
+    constants = {"EXIT_USAGE": EXIT_USAGE, "EXIT_FATAL": worker.EXIT_FATAL, "EXIT_STOPPED": worker.EXIT_STOPPED,
+                 "EXIT_ENVIRONMENT": worker.EXIT_ENVIRONMENT, "EXIT_INTERRUPTED": EXIT_INTERRUPTED}
+    named = {name.strip("`"): code for code, name in rows if name != "-"}
+    assert set(named) == set(constants), named
+    for name, code in named.items():
+        assert constants[name] == (128 + signal.SIGINT if code == "128 + N" else int(code)), (name, code)
+    header = (ROOT / "tools" / "slurm" / "derl.sbatch").read_text().split("#SBATCH", 1)[0]
+    flat = " ".join(header.replace("#", " ").split())
+    listed = re.search(r"README \"Commands and exit codes\" \(([^)]*)\)", flat).group(1)
+    assert re.findall(r"(\d+)(?:\+N)? ", listed) == ["0", "1", "2", "3", "4", "5", "128"], listed
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_an_evaluation_with_130(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    command = [sys.executable, str(ROOT / "tools" / "evaluate.py"), str(run), "--tasks", "point_nav", "--top", "1",
+               "--workers", "1", "PPO.MAX_STATE_ACTION_PAIRS", "10000000", "PPO.NUM_ENVS", "2"]
+    done = _interrupt(command, "1 at a time", tmp_path)
+    assert done.returncode == EXIT_INTERRUPTED and "Traceback" not in done.stdout, done.stdout
+    assert "received signal 2" in done.stdout
