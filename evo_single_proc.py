@@ -5,6 +5,7 @@ run the same command again to resume after a crash. See README (Evolution).
 """
 
 import argparse
+import signal
 import sys
 
 from derl.config import ConfigError
@@ -21,9 +22,9 @@ def main(argv: list[str]) -> int:
     except (ConfigError, ValueError, TimeoutError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (coordinator.Interrupted)
         print("interrupted while preparing the run; run the same command again to resume", file=sys.stderr)
-        return 130
+        return 128 + getattr(err, "signum", signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,11 @@ def current_umask() -> int:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` atomically (temp file + fsync + rename)."""
+    """Writes ``data`` to ``path`` atomically (temp file + fsync + rename).
+
+    Raises:
+        OSError: naming ``path`` (a full disk's ENOSPC from ``write`` or ``fsync`` names no file).
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -56,6 +60,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, err.strerror, str(path)) from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -256,15 +256,19 @@ def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_pat
     truncated = out / "metadata" / f"{victim}.json"
     truncated.write_text(truncated.read_text()[:40])
     (out / "metadata" / "notes.txt").write_text("a stray file\n")
+    seven_done = any(parse_id(m)[0] == 7 for m in published(out))
     (out / "slots" / "000007.json").write_text("{}")
 
     assert start(out, iterations=20, log_name="rerun.log").wait(timeout=120) == 0
     records = assert_complete(out, 12)
     moved = sorted(p.name for p in (out / "quarantine").iterdir())
-    assert moved == [f"metadata-{victim}.json", "metadata-notes.txt", "slots-000007.json"]
+    assert moved == [f"metadata-{victim}.json", "metadata-notes.txt"]
     log = (tmp_path / "run-rerun.log").read_text()
-    for name in (f"metadata/{victim}.json", "metadata/notes.txt", "slots/000007.json"):
+    for name in (f"metadata/{victim}.json", "metadata/notes.txt"):
         assert sum(f"{name} " in line and "moved to quarantine/" in line for line in log.splitlines()) == 1
+    # A damaged claim stays (the lease decides who owns a slot) and is superseded by a later lease.
+    assert (out / "slots" / "000007.json").read_text() == "{}"
+    assert seven_done or not RunDir(out, skip=True).read_slot(7).get("damaged")
     assert records[victim]["slot"] == parse_id(victim)[0]  # republished from its finished checkpoint
 
 

@@ -40,6 +40,8 @@ def _inputs(work: Path) -> None:
     (work / "nan_gear.json").write_text(_genome(group={"joints": [{"axis": "x", "range": [-30, 30],
                                                                   "gear": float("nan")}]}))
     (work / "string_length.json").write_text(_genome(group={"length": "long"}))
+    (work / "huge_head.json").write_text(_genome(head_radius=1e300))  # a mujoco.FatalError once built
+    (work / "huge_gear.json").write_text(_genome(group={"joints": [{"axis": "x", "range": [-30, 30], "gear": 1e30}]}))
     (work / "escape.json").write_text(_genome(id="../../escaped"))
     (work / "malformed.xml").write_text("<mujoco><worldbody><geom></mujoco>")
     (work / "not_unimal.xml").write_text("<mujoco><worldbody/></mujoco>")
@@ -76,6 +78,11 @@ CASES = {
     "morphology xml: negative head radius": [*MORPHOLOGY, "xml", "negative_head.json"],
     "morphology xml: NaN gear": [*MORPHOLOGY, "xml", "nan_gear.json"],
     "morphology xml: string length": [*MORPHOLOGY, "xml", "string_length.json"],
+    "morphology xml: huge head radius": [*MORPHOLOGY, "xml", "huge_head.json"],
+    "morphology xml: huge gear": [*MORPHOLOGY, "xml", "huge_gear.json"],
+    "morphology image: huge size": [*MORPHOLOGY, "image", "good.json", "--out", "out/x.png", "--size", "100000",
+                                    "100000"],
+    "train_ppo: huge head radius": [*TRAIN, "--genome", "huge_head.json", "--out", "out"],
     "morphology xml: a folder": [*MORPHOLOGY, "xml", "bad_genomes"],
     "morphology mutate: crafted id": [*MORPHOLOGY, "mutate", "escape.json", "--seed", "1", "--out", "out"],
     "morphology mutate: negative seed": [*MORPHOLOGY, "mutate", "good.json", "--seed", "-1", "--out", "out"],

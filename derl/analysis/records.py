@@ -11,11 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-# Metadata fields that are bookkeeping, not fitness terms.
-BOOKKEEPING = frozenset({
-    "id", "parent_id", "lineage", "mutation", "slot", "attempt", "seed", "node", "worker", "env_steps",
-    "iterations", "wall_time", "steps_per_sec", "files", "published_at", "publication", "device",
-})
+from derl.evolution.schema import BOOKKEEPING
 
 
 @dataclass(frozen=True)

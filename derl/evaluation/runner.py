@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from derl.config import load_run_config
-from derl.evaluation.cell import PARENT_PID_VARIABLE, die_with_parent
+from derl.evaluation.cell import PARENT_PID_VARIABLE
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.lease import heartbeat_interval
+from derl.lifetime import die_with_parent
 
 # Starts of one cell on this node (the first included) before it is given up.
 MAX_ATTEMPTS = 3

@@ -134,6 +134,18 @@ def _wait_for_initial_population(cfg: CfgNode, run: RunDir) -> None:
         time.sleep(INIT_POLL_SECONDS)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT while the run is prepared; ``signum`` gives the exit code 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame) -> None:
+    raise Interrupted(signum)
+
+
 class Coordinator:
     """Starts, watches, restarts and stops this node's worker processes."""
 
@@ -343,7 +355,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     # Workers run config.yaml plus the node-local keys, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
     cfg = load_config(run.config_path(), [*node_local_overrides(cfg), "OUT_DIR", str(run.root),
                                           "EVO.NUM_PROCESSES", str(num)])
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops preparation like Ctrl-C
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops preparation like Ctrl-C, exit 143
     prepare_run(cfg, run, load_backend())
     worker_args = ["--cfg", str(run.config_path()), *node_local_overrides(cfg)]
     code = Coordinator(cfg, run, worker_args, devices).run_workers()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -24,6 +25,7 @@ from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
 from derl.config import CfgNode
+from derl.lifetime import pool_process_init
 from derl.morphology.genome import Genome
 from derl.morphology.geometry import rotation_signature
 from derl.morphology.mutations import random_genome
@@ -85,9 +87,18 @@ def _build_candidates(cfg: CfgNode, seeds: Sequence[np.random.SeedSequence], num
     if num_workers <= 1:
         return [_candidate(cfg, s, k) for k, s in enumerate(seeds)]
     context = multiprocessing.get_context("spawn")  # no forked copies of threads or rng state
-    with ProcessPoolExecutor(num_workers, mp_context=context) as pool:
+    # Pool processes die with this one, also on SIGKILL; an interrupt drops the queued candidates
+    # instead of waiting for them (``with`` would), so SIGTERM stops a node at once.
+    pool = ProcessPoolExecutor(num_workers, mp_context=context, initializer=pool_process_init,
+                               initargs=(os.getpid(),))
+    try:
         chunk = max(1, len(seeds) // (num_workers * 8))
-        return list(pool.map(_candidate, [cfg] * len(seeds), seeds, range(len(seeds)), chunksize=chunk))
+        candidates = list(pool.map(_candidate, [cfg] * len(seeds), seeds, range(len(seeds)), chunksize=chunk))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return candidates
 
 
 def initial_population(
