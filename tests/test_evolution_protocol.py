@@ -253,10 +253,10 @@ def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_pat
     coordinator.send_signal(signal.SIGTERM)
     assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
     victim = sorted(published(out))[0]
+    seven_done = any(parse_id(m)[0] == 7 for m in published(out))
     truncated = out / "metadata" / f"{victim}.json"
     truncated.write_text(truncated.read_text()[:40])
     (out / "metadata" / "notes.txt").write_text("a stray file\n")
-    seven_done = any(parse_id(m)[0] == 7 for m in published(out))
     (out / "slots" / "000007.json").write_text("{}")
 
     assert start(out, iterations=20, log_name="rerun.log").wait(timeout=120) == 0
@@ -339,3 +339,27 @@ def test_a_paused_node_that_comes_back_yields_the_slots_it_lost(tmp_path):
     assert "yielding it without publishing" in (tmp_path / "run-node1.log").read_text()
     for record in records.values():  # node 1, woken, wrote nothing over its takers' checkpoints
         assert json.loads((out / record["files"]["checkpoint"]).read_text()) == {"iteration": 60}, record["id"]
+
+
+def test_a_corrupt_claim_of_a_slot_in_training_is_never_trained_twice(tmp_path):
+    """Slot 5's claim is truncated while worker 0-x trains it and the other worker runs out of work:
+    the lease, not the claim's content, decides ownership, so nobody else trains slot 5 while its owner
+    beats, and the model and metrics published belong to the one training (before, the idle worker
+    quarantined the claim, claimed the slot as lease 0 and trained it too)."""
+    out = tmp_path / "run"
+    env = dict(ENV, DERL_FAKE_FAILING_ATTEMPTS="0")
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "6", iterations=40, env=env)
+    claim = out / "slots" / "000005.json"
+    deadline = time.monotonic() + 60
+    while not (claim.exists() and "000005" in starts_or_none(out)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    claim.write_text(claim.read_text()[:25])
+    assert coordinator.wait(timeout=120) == 0
+    records = assert_complete(out, 6)
+    assert all(count == 1 for count in starts(out).values()), starts(out)
+    assert records["000005"]["worker"] in (0, 1)
+    assert not (out / "quarantine").exists() or not list((out / "quarantine").iterdir())
+
+
+def starts_or_none(out_dir: Path) -> Counter:
+    return starts(out_dir) if (out_dir / "fake_starts").is_dir() else Counter()
