@@ -124,7 +124,7 @@ def sentinel(tmp_path) -> Path:
     return folder
 
 
-@pytest.mark.slow  # ~50 s: a search, a report and an evaluation; tests/test_evolution_untrusted.py covers each kind in-process
+@pytest.mark.slow  # ~50 s: a search, a report, an evaluation (test_evolution_untrusted.py: in-process)
 def test_several_planted_files_at_once(finished_run, tmp_path, sentinel):
     """The default suite's small version: a FIFO, a folder, a link outside, deep nesting, wrong types."""
     out = tmp_path / "run"
