@@ -363,3 +363,33 @@ def test_a_corrupt_claim_of_a_slot_in_training_is_never_trained_twice(tmp_path):
 
 def starts_or_none(out_dir: Path) -> Counter:
     return starts(out_dir) if (out_dir / "fake_starts").is_dir() else Counter()
+
+
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGKILL])
+def test_the_initial_population_pool_dies_with_its_coordinator(tmp_path, sig):
+    """Node 0 builds the initial population in a process pool (real backend, many candidates): SIGTERM
+    exits 143 at once, and after SIGKILL of the coordinator none of its pool processes is left
+    (before, they and the resource tracker slept for good, and SIGTERM exited 130)."""
+    from derl.evolution.coordinator import usable_cores
+
+    if usable_cores() < 2:
+        pytest.skip("one core: the initial population is built without a pool")
+    env = {key: value for key, value in ENV.items() if key != "DERL_EVO_BACKEND"}
+    out = tmp_path / "run"
+    coordinator = start(out, "EVO.INIT_POPULATION_SIZE", "5000", "EVO.SEARCH_SPACE_SIZE", "5000", env=env)
+    deadline = time.monotonic() + 90
+    pool = []
+    while len(pool) < 2 and time.monotonic() < deadline and coordinator.poll() is None:
+        time.sleep(0.2)
+        try:
+            pool = [p for p in psutil.Process(coordinator.pid).children(recursive=True)
+                    if "multiprocessing" in " ".join(p.cmdline())]
+        except psutil.NoSuchProcess:
+            break
+    assert len(pool) >= 2, "no pool started"
+    coordinator.send_signal(sig)
+    assert coordinator.wait(timeout=30) == (128 + sig if sig == signal.SIGTERM else -signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while any(alive(p.pid) for p in pool) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p.pid) for p in pool)

@@ -18,7 +18,6 @@ import multiprocessing
 import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -87,18 +86,12 @@ def _build_candidates(cfg: CfgNode, seeds: Sequence[np.random.SeedSequence], num
     if num_workers <= 1:
         return [_candidate(cfg, s, k) for k, s in enumerate(seeds)]
     context = multiprocessing.get_context("spawn")  # no forked copies of threads or rng state
-    # Pool processes die with this one, also on SIGKILL; an interrupt drops the queued candidates
-    # instead of waiting for them (``with`` would), so SIGTERM stops a node at once.
-    pool = ProcessPoolExecutor(num_workers, mp_context=context, initializer=pool_process_init,
-                               initargs=(os.getpid(),))
-    try:
+    # Pool processes die with this one, also on SIGKILL; leaving the block (an interrupt included)
+    # terminates them at once, where a ProcessPoolExecutor would wait for the chunks they hold.
+    with context.Pool(num_workers, initializer=pool_process_init, initargs=(os.getpid(),)) as pool:
         chunk = max(1, len(seeds) // (num_workers * 8))
-        candidates = list(pool.map(_candidate, [cfg] * len(seeds), seeds, range(len(seeds)), chunksize=chunk))
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return candidates
+        return pool.starmap(_candidate, zip([cfg] * len(seeds), seeds, range(len(seeds)), strict=True),
+                            chunksize=chunk)
 
 
 def initial_population(
