@@ -41,6 +41,7 @@ def _inputs(work: Path) -> None:
                                                                   "gear": float("nan")}]}))
     (work / "string_length.json").write_text(_genome(group={"length": "long"}))
     (work / "huge_head.json").write_text(_genome(head_radius=1e300))  # a mujoco.FatalError once built
+    (work / "deep.json").write_text("[" * 200_000)  # a RecursionError in json.loads
     (work / "escape.json").write_text(_genome(id="../../escaped"))
     (work / "malformed.xml").write_text("<mujoco><worldbody><geom></mujoco>")
     (work / "not_unimal.xml").write_text("<mujoco><worldbody/></mujoco>")
@@ -81,6 +82,7 @@ CASES = {
     "morphology image: huge size": [*MORPHOLOGY, "image", "good.json", "--out", "out/x.png", "--size", "100000",
                                     "100000"],
     "train_ppo: huge head radius": [*TRAIN, "--genome", "huge_head.json", "--out", "out"],
+    "train_ppo: deeply nested genome": [*TRAIN, "--genome", "deep.json", "--out", "out"],
     "morphology xml: a folder": [*MORPHOLOGY, "xml", "bad_genomes"],
     "morphology mutate: crafted id": [*MORPHOLOGY, "mutate", "escape.json", "--seed", "1", "--out", "out"],
     "morphology mutate: negative seed": [*MORPHOLOGY, "mutate", "good.json", "--seed", "-1", "--out", "out"],

@@ -128,8 +128,10 @@ class Genome:
         """
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except ValueError as err:  # JSONDecodeError, or an integer of more digits than Python converts
             raise GenomeError(f"genome is not valid JSON: {err}") from None
+        except RecursionError:  # a crafted file nesting thousands of levels
+            raise GenomeError("genome is not valid JSON: nested too deep") from None
         if not isinstance(data, dict):
             raise GenomeError("genome JSON must be an object")
         version = data.get("schema_version")
