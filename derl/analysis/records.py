@@ -86,7 +86,7 @@ def body_stats(genome: dict[str, Any] | None) -> BodyStats:
             mass += copies * volume * genome["limb_density"]
             limbs += copies
             dof += copies * len(group["joints"])
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ArithmeticError):  # a genome of the wrong shape, or values that overflow
         return BodyStats()
     return BodyStats(limbs=limbs, dof=dof, mass=mass)
 
