@@ -4,8 +4,9 @@
 Training is the fake backend's (``tests/evo_fake_backend.py``) and every evaluation cell is planted
 finished, so nothing trains for real. After each corruption: no traceback, no hang, the sentinel
 folder outside the run unchanged byte for byte, and the search ends with exactly
-``SEARCH_SPACE_SIZE`` results whose files match their metadata (``assert_complete``). The full
-table is slow; one case that plants several kinds at once runs in the default suite.
+``SEARCH_SPACE_SIZE`` results whose files match their metadata (``assert_complete``). Every case
+is slow (a search, a report and an evaluation each); ``tests/test_evolution_untrusted.py`` checks
+each kind in-process in the default suite.
 """
 
 import json

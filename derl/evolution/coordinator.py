@@ -118,7 +118,8 @@ def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
     log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
     genomes = backend.initial_population(cfg, cfg.RNG_SEED, ids, num_workers=usable_cores())
     for morphology_id, genome in zip(ids, genomes, strict=True):
-        run.write_genome(morphology_id, genome, backend.to_mjcf(cfg, genome))
+        if not run.has_genome(morphology_id):  # init_population.json lost, genomes kept: never rewrite one
+            run.write_genome(morphology_id, genome, backend.to_mjcf(cfg, genome))
     run.mark_init_population(ids)
 
 
