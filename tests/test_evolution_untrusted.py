@@ -73,10 +73,10 @@ def test_a_quarantine_folder_that_is_a_link_is_refused(tmp_path, sentinel):
     run = RunDir(tmp_path / "run", quarantine=True)
     run.root.mkdir()
     (run.root / "quarantine").symlink_to(sentinel)
-    with pytest.raises(ValueError, match="quarantine is not a folder"):
+    with pytest.raises(OSError, match="quarantine is not a folder"):
         run.create()
     (run.root / "metadata" / "000001.json").write_text("[]")
-    with pytest.raises(ValueError, match="quarantine is not a folder"):
+    with pytest.raises(OSError, match="quarantine is not a folder"):
         run.read_metadata("000001")
     assert (run.root / "metadata" / "000001.json").exists() and sorted(os.listdir(sentinel)) == ["victim.json"]
 

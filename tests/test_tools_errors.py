@@ -42,6 +42,8 @@ def _inputs(work: Path) -> None:
     (work / "string_length.json").write_text(_genome(group={"length": "long"}))
     (work / "huge_head.json").write_text(_genome(head_radius=1e300))  # a mujoco.FatalError once built
     (work / "deep.json").write_text("[" * 200_000)  # a RecursionError in json.loads
+    (work / "linked_run").mkdir()
+    (work / "linked_run" / "quarantine").symlink_to("../out")  # quarantined files would leave the run
     (work / "escape.json").write_text(_genome(id="../../escaped"))
     (work / "malformed.xml").write_text("<mujoco><worldbody><geom></mujoco>")
     (work / "not_unimal.xml").write_text("<mujoco><worldbody/></mujoco>")
@@ -123,6 +125,7 @@ CASES = {
     "evo_single_proc: missing config": ["evo_single_proc.py", "--cfg", "missing.yml"],
     "evo_single_proc: unknown key": ["evo_single_proc.py", "NO.SUCH_KEY", "1", "OUT_DIR", "out"],
     "evo_single_proc: OUT_DIR under a file": ["evo_single_proc.py", "OUT_DIR", "a_file/run"],
+    "evo_single_proc: quarantine/ is a link": ["evo_single_proc.py", "OUT_DIR", "linked_run"],
 }
 
 

@@ -11,12 +11,10 @@ needs the folder, such as listed files being present, is checked in ``RunDir.rea
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
-from derl.evolution.population import parse_id
+from derl.evolution.population import ID_PATTERN, parse_id
 
-ID_PATTERN = re.compile(r"\d{6,}(?:-\d+)?")
 # Metadata fields that are bookkeeping, not fitness terms (every other field is a finite number).
 BOOKKEEPING = frozenset({
     "id", "parent_id", "lineage", "mutation", "slot", "attempt", "seed", "node", "worker", "env_steps",

@@ -121,18 +121,21 @@ class RunDir:
         self._counter = itertools.count()
 
     def create(self) -> None:
-        """Makes the layout's folders; one that is a symbolic link or a file is refused (ValueError):
+        """Makes the layout's folders; one that is a symbolic link or a file is refused (``NotRegularFile``):
         files written or moved through it would land outside ``OUT_DIR``."""
         self.root.mkdir(parents=True, exist_ok=True)
+        for folder in _FOLDERS:  # every one checked before any is made
+            if os.path.lexists(self.root / folder):
+                self._real_folder(folder)
         for folder in _FOLDERS:
-            if not os.path.lexists(self.root / folder):
-                (self.root / folder).mkdir(exist_ok=True)
-            self._real_folder(folder)
+            (self.root / folder).mkdir(exist_ok=True)
 
     def _real_folder(self, folder: str) -> Path:
+        """``OUT_DIR/folder``, a real folder; else ``NotRegularFile`` (an OSError: the node's problem,
+        never a morphology's)."""
         path = self.root / folder
         if not stat.S_ISDIR(os.lstat(path).st_mode):
-            raise ValueError(f"{path} is not a folder (a symbolic link or a file): remove it or use another OUT_DIR")
+            raise NotRegularFile(path, "is not a folder (a symbolic link or a file): remove it or use another OUT_DIR")
         return path
 
     # Paths of a morphology's files.
