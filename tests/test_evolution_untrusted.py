@@ -75,6 +75,8 @@ def test_a_quarantine_folder_that_is_a_link_is_refused(tmp_path, sentinel):
     (run.root / "quarantine").symlink_to(sentinel)
     with pytest.raises(OSError, match="quarantine is not a folder"):
         run.create()
+    assert sorted(os.listdir(run.root)) == ["quarantine"]  # nothing made before the check
+    (run.root / "metadata").mkdir()
     (run.root / "metadata" / "000001.json").write_text("[]")
     with pytest.raises(OSError, match="quarantine is not a folder"):
         run.read_metadata("000001")
