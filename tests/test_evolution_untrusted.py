@@ -168,3 +168,27 @@ def test_a_damaged_claim_is_kept_while_a_worker_on_its_slot_beats(tmp_path):
     assert takeover_reason(run, 2, claim, now=beat + 5, lease_seconds=10, me=(0, 1)) is not None
     assert run.take_over_slot(2, claim, {"slot": 2, "id": "000002", "attempt": 0, "node": 1, "worker": 0})
     assert run.slot_taken_over(2, 0) and run.read_slot(2)["node"] == 1
+
+
+def test_status_skips_a_fifo_a_folder_and_deep_nesting_in_one_line_each(tmp_path, capsys):
+    """A FIFO named metadata/000007.json blocked status.py for good; a folder of that name was a
+    traceback; 200 KB of [[[ a RecursionError. Now each is one warning line and the status is shown."""
+    import signal
+
+    from derl.config import dump_config, load_config
+    from derl.evolution.status import status_lines
+
+    run = search_run(tmp_path)
+    run.config_path().write_text(dump_config(load_config(None, [])))
+    os.mkfifo(run.root / "metadata" / "000007.json")
+    (run.root / "metadata" / "000008.json").mkdir()
+    (run.root / "workers" / "0-0.json").write_text("[" * 200_000)
+    signal.alarm(20)  # a hang fails the test instead of the suite
+    try:
+        lines = status_lines(str(run.root))
+    finally:
+        signal.alarm(0)
+    assert lines[1].startswith("done: 0/")
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 3 and all(line.startswith("warning: ") and "skipped" in line for line in warnings)
+    assert os.path.exists(run.root / "metadata" / "000007.json")  # a read-only tool moves nothing
