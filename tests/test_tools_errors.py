@@ -83,7 +83,6 @@ CASES = {
     "morphology xml: huge head radius": [*MORPHOLOGY, "xml", "huge_head.json"],
     "morphology image: huge size": [*MORPHOLOGY, "image", "good.json", "--out", "out/x.png", "--size", "100000",
                                     "100000"],
-    "train_ppo: huge head radius": [*TRAIN, "--genome", "huge_head.json", "--out", "out"],
     "train_ppo: deeply nested genome": [*TRAIN, "--genome", "deep.json", "--out", "out"],
     "morphology xml: a folder": [*MORPHOLOGY, "xml", "bad_genomes"],
     "morphology mutate: crafted id": [*MORPHOLOGY, "mutate", "escape.json", "--seed", "1", "--out", "out"],
