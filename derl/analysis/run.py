@@ -172,7 +172,11 @@ class RunView:
             morphology_id = claim["id"]
             if morphology_id in self._metadata or self.run.is_published(morphology_id):
                 continue
-            if self.run.has_failed(morphology_id):
+            try:
+                if self.run.has_failed(morphology_id):
+                    continue
+            except JsonFileError as err:  # a failure record that fails its schema: named, and the slot skipped
+                self.unreadable[str(err.path)] = str(err)
                 continue
             trainings.append(Training(morphology_id, claim["slot"], claim["node"], claim["worker"],
                                       len(self.curve(morphology_id, ()))))
