@@ -14,9 +14,13 @@ safe to share between processes and nodes:
 - a morphology is published by its ``metadata/<id>.json``, written last and
   created exclusively, so no morphology is published twice;
 - published files are never rewritten or deleted, so readers may cache them;
-- a file that does not parse or match its schema (a stray or corrupt file) is moved
-  to ``quarantine/`` with a one-line warning by the search processes
-  (``quarantine=True``); other readers get a ``JsonFileError`` naming the file.
+- the folder is untrusted input (README: "The output folder is untrusted input"): every read
+  checks its file kind's schema (``derl.evolution.schema``); ids are checked before they become
+  paths; files are opened without following links or blocking on FIFOs (``derl.fileio``);
+- a file that is not a regular file, does not parse or match its schema (a stray or corrupt
+  file) is moved to ``quarantine/`` with a one-line warning by the search processes
+  (``quarantine=True``), skipped with one by ``skip=True``; other readers get a
+  ``JsonFileError`` naming the file. A damaged claim is kept: the lease decides (``read_slot``).
 
 Layout::
 
