@@ -173,6 +173,11 @@ def test_bad_input_is_one_line_and_exit_2(tiny_run, tmp_path, capsys):
     shutil.copytree(tiny_run, unfinished, ignore=shutil.ignore_patterns("000005.json"))
     with pytest.raises(EvalError, match="no finished run \\(5 of 6"):
         plan_cells([unfinished], ["patrol"], 2, None, 1, [])
+    linked = tmp_path / "linked"
+    shutil.copytree(tiny_run, linked, ignore=shutil.ignore_patterns("eval"))
+    (linked / "eval").symlink_to(tmp_path)
+    with pytest.raises(EvalError, match="eval is not a folder"):
+        plan_cells([linked], ["patrol"], 1, None, 1, [])
     with pytest.raises(EvalError, match="unknown task"):
         task_names("patrol,point-nav")
     assert len(task_names("all")) == 8
