@@ -4,6 +4,7 @@ Run it once per node with `NODE_ID k NUM_NODES n` and the same shared OUT_DIR;
 run the same command again to resume after a crash. See README (Evolution).
 """
 
+import signal
 import sys
 
 from derl.cli import ArgumentParser, run
@@ -22,9 +23,9 @@ def main(argv: list[str]) -> int:
     except (ConfigError, ValueError, TimeoutError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (coordinator.Interrupted)
         print("interrupted while preparing the run; run the same command again to resume", file=sys.stderr)
-        return 130
+        return 128 + getattr(err, "signum", signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -387,6 +387,8 @@ def _read_yaml(cfg_file: str | Path) -> Mapping[str, Any]:
     except yaml.YAMLError as err:
         first = str(err).splitlines()[0] if str(err) else "invalid YAML"
         raise ConfigError(f"config file {path} is not valid YAML: {first}") from None
+    except RecursionError:  # a crafted file nesting thousands of levels
+        raise ConfigError(f"config file {path} nests too deep to be a config") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):

@@ -223,3 +223,25 @@ def test_videos_are_mp4_with_every_frame_or_gif_when_mp4_fails(tmp_path, monkeyp
     path = media.write_video(_frames(5), tmp_path / "b.mp4", fps=50)
     assert path == tmp_path / "b.gif" and media.read_video(path).shape == (5, 48, 64, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.gif"]  # nothing staged left
+
+
+def test_a_report_of_a_run_with_planted_files_never_hangs_or_fails(tmp_path, synthetic_run):
+    """A FIFO as a curve and as eval/summary.json, a failure record of the wrong type and a genome
+    whose numbers overflow: the report is written, each named as a problem or skipped."""
+    import os
+
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    (run / "metrics" / "000003.jsonl").unlink()
+    os.mkfifo(run / "metrics" / "000003.jsonl")
+    (run / "eval").mkdir()
+    os.mkfifo(run / "eval" / "summary.json")
+    (run / "error_metadata").mkdir(exist_ok=True)
+    (run / "error_metadata" / "000004.json").write_text("[1, 2]")
+    genome = json.loads((run / "genomes" / "000005.json").read_text())
+    (run / "genomes" / "000005.json").write_text(json.dumps({**genome, "head_radius": 1e300}))
+    view = RunView(run)
+    assert len(view.curve("000003")) == 0 and view.by_id["000005"].mass is None
+    report = write_report(view, tmp_path / "report", ReportOptions(top_k=2, media=False))
+    assert str(run / "error_metadata" / "000004.json") in view.unreadable
+    assert any("eval/summary.json" in problem for problem in report.problems)

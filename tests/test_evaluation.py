@@ -178,6 +178,11 @@ def test_bad_input_is_one_line_and_exit_2(tiny_run, tmp_path, capsys):
     shutil.copytree(tiny_run, unfinished, ignore=shutil.ignore_patterns("000005.json"))
     with pytest.raises(EvalError, match="no finished run \\(5 of 6"):
         plan_cells([unfinished], ["patrol"], 2, None, 1, [])
+    linked = tmp_path / "linked"
+    shutil.copytree(tiny_run, linked, ignore=shutil.ignore_patterns("eval"))
+    (linked / "eval").symlink_to(tmp_path)
+    with pytest.raises(EvalError, match="eval is not a folder"):
+        plan_cells([linked], ["patrol"], 1, None, 1, [])
     with pytest.raises(EvalError, match="unknown task"):
         task_names("patrol,point-nav")
     assert len(task_names("all")) == 8
@@ -249,3 +254,22 @@ def test_runs_are_compared_by_the_mean_return_of_their_cells():
     assert [(e["rank"], e["source"], e["morphologies"], e["cells"], e["return"]) for e in table] == [
         (1, "vt", 1, 1, 5.0), (2, "ft", 2, 3, 4.0), (3, "mvt", 1, 1, None)]
     assert table[1]["metric"] == pytest.approx(0.3)  # (0.1 + 0.3 + 0.5) / 3
+
+
+@pytest.mark.parametrize("text", ["[]", "[1, 2]", "null", '{"summary": [], "env_steps": 1, "iterations": 1}',
+                                  '{"summary": {"return": "x"}, "env_steps": 1, "iterations": 1}'])
+def test_a_result_or_claim_of_the_wrong_type_counts_as_unfinished_or_stale(tmp_path, capsys, text):
+    """``[]`` or ``[1,2]`` as a cell's metrics.json or claim crashed tools/evaluate.py with a traceback."""
+    (tmp_path / "tmp").mkdir()
+    cell = Cell(tmp_path, "patrol", "000001", 0)
+    store = EvalDir(tmp_path, lease_seconds=600, identity=Identity("node-a", os.getpid(), "a"))
+    path = store.cell_dir(cell) / "metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    assert store.result(cell) is None and store.rows() == []
+    assert len(capsys.readouterr().err.splitlines()) == 2  # one warning per read
+    claim = tmp_path / "eval" / "claims" / "patrol" / "000001-s0-0.json"
+    claim.parent.mkdir(parents=True)
+    claim.write_text(text)
+    os.utime(claim, (time.time() - 700, time.time() - 700))
+    assert store.claim(cell) == 1  # judged by its time alone

@@ -189,7 +189,7 @@ def _full_disk_then_rerun(tmp_path: Path, disk: InjectedFullDisk | TmpfsFullDisk
     log = (tmp_path / f"{out.name}-coordinator.log").read_text()
     assert "Traceback" not in log
     errors = [line for line in log.splitlines() if "error: OSError: [Errno 28] No space left on device" in line]
-    assert errors and all("environment failure" in line for line in errors)
+    assert errors and all("environment failure" in line and str(out) in line for line in errors)  # names the file
     assert "restarting it in 1 s" in log and "stopping node 0" in log
 
     assert list((out / "tmp").iterdir()) == []  # no staged file left
@@ -303,3 +303,33 @@ def test_a_child_of_a_quarantined_parent_is_published_with_its_lineage_from_the_
     worker = Worker(load_config(None, {"OUT_DIR": str(tmp_path)}), run, FakeBackend(), 0)
     assert worker._lineage("000010", "000007") == "000003/000007/000010"
     assert worker._lineage("000003", None) == "000003"
+
+
+@pytest.mark.parametrize("err, words", [
+    (OSError(28, "No space left on device", "/shared/run/tmp/x"),
+     "OSError: [Errno 28] No space left on device: '/shared/run/tmp/x' (an environment failure: this node's"),
+    (TypeError("unsupported operand"), "TypeError: unsupported operand (a bug in derl (traceback above)"),
+    (ValueError("selection criterion"), "ValueError: selection criterion (a morphology's error raised outside"),
+])
+def test_a_workers_last_error_line_is_worded_by_its_class(monkeypatch, capsys, err, words):
+    from derl.evolution import worker
+
+    def fail(*args):
+        raise err
+
+    monkeypatch.setattr(worker, "_run_worker", fail)
+    assert worker.run_worker(load_config(None, []), 0) == worker.EXIT_ENVIRONMENT
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"[worker 0-0] error: {words}") and "failure, not the morphology's" not in line
+
+
+def test_a_full_disk_names_the_file_it_could_not_write(tmp_path, monkeypatch):
+    from derl.fileio import write_json
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match=r"No space left on device: '.*/a.json'"):
+        write_json(tmp_path / "a.json", {"x": 1})
+    assert list(tmp_path.iterdir()) == []

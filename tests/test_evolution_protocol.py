@@ -261,6 +261,7 @@ def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_pat
     coordinator.send_signal(signal.SIGTERM)
     assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
     victim = sorted(published(out))[0]
+    seven_done = any(parse_id(m)[0] == 7 for m in published(out))
     truncated = out / "metadata" / f"{victim}.json"
     truncated.write_text(truncated.read_text()[:40])
     (out / "metadata" / "notes.txt").write_text("a stray file\n")
@@ -269,10 +270,13 @@ def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_pat
     assert start(out, iterations=20, log_name="rerun.log").wait(timeout=120) == 0
     records = assert_complete(out, 12)
     moved = sorted(p.name for p in (out / "quarantine").iterdir())
-    assert moved == [f"metadata-{victim}.json", "metadata-notes.txt", "slots-000007.json"]
+    assert moved == [f"metadata-{victim}.json", "metadata-notes.txt"]
     log = (tmp_path / "run-rerun.log").read_text()
-    for name in (f"metadata/{victim}.json", "metadata/notes.txt", "slots/000007.json"):
+    for name in (f"metadata/{victim}.json", "metadata/notes.txt"):
         assert sum(f"{name} " in line and "moved to quarantine/" in line for line in log.splitlines()) == 1
+    # A damaged claim stays (the lease decides who owns a slot) and is superseded by a later lease.
+    assert (out / "slots" / "000007.json").read_text() == "{}"
+    assert seven_done or not RunDir(out, skip=True).read_slot(7).get("damaged")
     assert records[victim]["slot"] == parse_id(victim)[0]  # republished from its finished checkpoint
 
 
@@ -343,3 +347,57 @@ def test_a_paused_node_that_comes_back_yields_the_slots_it_lost(tmp_path):
     assert "yielding it without publishing" in (tmp_path / "run-node1.log").read_text()
     for record in records.values():  # node 1, woken, wrote nothing over its takers' checkpoints
         assert json.loads((out / record["files"]["checkpoint"]).read_text()) == {"iteration": 60}, record["id"]
+
+
+def test_a_corrupt_claim_of_a_slot_in_training_is_never_trained_twice(tmp_path):
+    """Slot 5's claim is truncated while worker 0-x trains it and the other worker runs out of work:
+    the lease, not the claim's content, decides ownership, so nobody else trains slot 5 while its owner
+    beats, and the model and metrics published belong to the one training (before, the idle worker
+    quarantined the claim, claimed the slot as lease 0 and trained it too)."""
+    out = tmp_path / "run"
+    env = dict(ENV, DERL_FAKE_FAILING_ATTEMPTS="0")
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "6", iterations=40, env=env)
+    claim = out / "slots" / "000005.json"
+    deadline = time.monotonic() + 60
+    while not (claim.exists() and "000005" in starts_or_none(out)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    claim.write_text(claim.read_text()[:25])
+    assert coordinator.wait(timeout=120) == 0
+    records = assert_complete(out, 6)
+    assert all(count == 1 for count in starts(out).values()), starts(out)
+    assert records["000005"]["worker"] in (0, 1)
+    assert not (out / "quarantine").exists() or not list((out / "quarantine").iterdir())
+
+
+def starts_or_none(out_dir: Path) -> Counter:
+    return starts(out_dir) if (out_dir / "fake_starts").is_dir() else Counter()
+
+
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGKILL])
+def test_the_initial_population_pool_dies_with_its_coordinator(tmp_path, sig):
+    """Node 0 builds the initial population in a process pool (real backend, many candidates): SIGTERM
+    exits 143 at once, and after SIGKILL of the coordinator none of its pool processes is left
+    (before, they and the resource tracker slept for good, and SIGTERM exited 130)."""
+    from derl.evolution.coordinator import usable_cores
+
+    if usable_cores() < 2:
+        pytest.skip("one core: the initial population is built without a pool")
+    env = {key: value for key, value in ENV.items() if key != "DERL_EVO_BACKEND"}
+    out = tmp_path / "run"
+    coordinator = start(out, "EVO.INIT_POPULATION_SIZE", "5000", "EVO.SEARCH_SPACE_SIZE", "5000", env=env)
+    deadline = time.monotonic() + 90
+    pool = []
+    while len(pool) < 2 and time.monotonic() < deadline and coordinator.poll() is None:
+        time.sleep(0.2)
+        try:
+            pool = [p for p in psutil.Process(coordinator.pid).children(recursive=True)
+                    if "multiprocessing" in " ".join(p.cmdline())]
+        except psutil.NoSuchProcess:
+            break
+    assert len(pool) >= 2, "no pool started"
+    coordinator.send_signal(sig)
+    assert coordinator.wait(timeout=30) == (128 + sig if sig == signal.SIGTERM else -signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while any(alive(p.pid) for p in pool) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p.pid) for p in pool)

@@ -6,6 +6,7 @@ import pytest
 from derl.config import load_config
 from derl.evolution.population import slot_id
 from derl.evolution.results import PublishedResults, rank, summarize
+from derl.evolution.schema import morphology_files
 from derl.evolution.storage import RunDir
 
 FORWARD = [5.0, 9.0, 1.0, 7.0, 3.0, 2.0, 8.0, 4.0, 6.0, 0.5]  # slot k has FORWARD[k]
@@ -13,9 +14,11 @@ FORWARD = [5.0, 9.0, 1.0, 7.0, 3.0, 2.0, 8.0, 4.0, 6.0, 0.5]  # slot k has FORWA
 
 def publish(run, slot, value):
     morphology_id = slot_id(slot)
+    for relative in morphology_files(morphology_id).values():
+        (run.root / relative).write_text("stand-in\n")
     number = run.take_publication_number(morphology_id, node=0, worker=0)
     run.publish({"id": morphology_id, "slot": slot, "attempt": 0, "lineage": morphology_id, "__reward__forward": value,
-                 "publication": number})
+                 "publication": number, "files": morphology_files(morphology_id)})
     return number
 
 

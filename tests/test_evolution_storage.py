@@ -117,17 +117,18 @@ def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_
         reader.read_slot(3)
     search = RunDir(tmp_path, quarantine=True)
     assert search.published_ids() == ["000001"]  # notes.txt moved out of the way
-    assert search.read_metadata("000001") is None and search.read_slot(3) is None
-    assert search.read_worker_state(0, 0) is None and not search.is_claimed(3)
+    assert search.read_metadata("000001") is None and search.read_worker_state(0, 0) is None
+    # A damaged claim stays: the lease, not the file's content, decides who owns the slot.
+    assert search.read_slot(3)["damaged"] == "has no valid morphology id (id=None)" and search.is_claimed(3)
     moved = sorted(p.name for p in (tmp_path / "quarantine").iterdir())
-    assert moved == ["metadata-000001.json", "metadata-notes.txt", "slots-000003.json", "workers-0-0.json"]
+    assert moved == ["metadata-000001.json", "metadata-notes.txt", "workers-0-0.json"]
     warnings = capsys.readouterr().err.splitlines()
-    assert len(warnings) == 4 and all(line.startswith("warning: ") and "moved to quarantine/" in line
-                                      for line in warnings)
+    assert len(warnings) == 4 and all(line.startswith("warning: ") for line in warnings)
+    assert sum("moved to quarantine/" in line for line in warnings) == 3
     assert any("metadata/notes.txt is not a metadata/ file name" in line for line in warnings)
     # The same name going bad again gets its own place in quarantine/.
-    (tmp_path / "slots" / "000003.json").write_text("[]")
-    assert search.read_slot(3) is None and len(list((tmp_path / "quarantine").iterdir())) == 5
+    (tmp_path / "workers" / "0-0.json").write_text("[]")
+    assert search.read_worker_state(0, 0) is None and len(list((tmp_path / "quarantine").iterdir())) == 4
 
 
 def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):

@@ -60,3 +60,45 @@ def test_written_files_get_the_mode_of_a_plain_open(tmp_path, umask, mode):
     assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == mode
     assert stat.S_IMODE((tmp_path / "b.txt").stat().st_mode) == mode
     assert stat.S_IMODE((tmp_path / "folder").stat().st_mode) == mode | (mode & 0o444) >> 2  # r -> x
+
+
+def test_only_regular_files_are_read_and_links_are_never_followed(tmp_path):
+    """A symlink, FIFO, directory or device where a JSON file belongs is refused in one line, at once
+    (a FIFO without a writer would block a plain open forever)."""
+    from derl.fileio import JsonFileError, NotRegularFile, open_file
+
+    secret = tmp_path / "outside.json"
+    secret.write_text('{"secret": 1}')
+    (tmp_path / "link.json").symlink_to(secret)
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "dir.json").mkdir()
+    (tmp_path / "device.json").symlink_to("/dev/zero")
+    for name, kind in [("link", "a symbolic link"), ("fifo", "a FIFO"), ("dir", "a directory"),
+                       ("device", "a symbolic link")]:
+        with pytest.raises(JsonFileError, match=rf"{name}.json: is {kind}, not a regular file"):
+            read_json(tmp_path / f"{name}.json")
+    with pytest.raises(NotRegularFile, match="is a symbolic link"):  # creating through a planted link
+        open_file(tmp_path / "link.json", os.O_CREAT | os.O_WRONLY)
+    with pytest.raises(FileNotFoundError):
+        read_json(tmp_path / "missing.json")
+    assert secret.read_text() == '{"secret": 1}'
+
+
+def test_json_reads_are_bounded_in_size_and_depth(tmp_path):
+    from derl.fileio import MAX_JSON_DEPTH, JsonFileError
+
+    deep, nested, big, digits = (tmp_path / name for name in ("deep", "nested", "big", "digits"))
+    deep.write_text("[" * 200_000)  # RecursionError in json.loads
+    nested.write_text("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1))
+    big.write_text('"' + "x" * 100 + '"')
+    digits.write_text("1" * 5000)  # beyond Python's int conversion limit: ValueError, not JSONDecodeError
+    with pytest.raises(JsonFileError, match=rf"deep: nests deeper than {MAX_JSON_DEPTH} levels"):
+        read_json(deep)
+    with pytest.raises(JsonFileError, match="nests deeper"):
+        read_json(nested)
+    with pytest.raises(JsonFileError, match="big: is larger than 50 bytes"):
+        read_json(big, max_bytes=50)
+    with pytest.raises(JsonFileError, match="digits: not valid JSON"):
+        read_json(digits)
+    nested.write_text("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)
+    assert read_json(nested)

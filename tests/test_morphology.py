@@ -334,3 +334,15 @@ def test_random_genome_config_errors():
         random_genome(load_config(overrides={"LIMB.NUM_LIMBS_RANGE": [2, 12, 1]}), rng(), "x")
     with pytest.raises(ValueError, match="config key LIMB.HEIGHT_RANGE must be"):
         random_genome(load_config(overrides={"LIMB.HEIGHT_RANGE": [0.2, 0.4]}), rng(), "x")
+
+
+@pytest.mark.parametrize("field, value", [("head_radius", 1e300), ("head_density", 1e9), ("limb_density", 0.01)])
+def test_genome_values_outside_physical_bounds_are_refused(field, value):
+    data = json.loads(random_genome(load_config(None, []), np.random.default_rng(0), "g").to_json())
+    data[field] = value
+    with pytest.raises(GenomeError, match=rf"{field} must be a number in \["):
+        Genome.from_json(json.dumps(data))
+    data = json.loads(random_genome(load_config(None, []), np.random.default_rng(0), "g").to_json())
+    data["groups"][0]["joints"][0]["gear"] = 1e30
+    with pytest.raises(GenomeError, match=r"joint gear must be a number in \[0.001, 10000\], got 1e\+30"):
+        Genome.from_json(json.dumps(data))

@@ -114,3 +114,17 @@ def test_stored_config_round_trips_with_its_header(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(HEADER + dump_config(cfg))
     assert load_config(path).to_dict() == cfg.to_dict()
+
+
+def test_deleting_the_header_does_not_make_a_current_run_look_old(tmp_path):
+    """Provenance comes from manifest/: a config.yaml stripped of its header comment in a run a current
+    derl recorded is not adopted, so a resume with four times the PPO budget is still refused."""
+    out = tmp_path / "run"
+    config = first_node(out)
+    (out / "config.yaml").write_text(config.removeprefix(HEADER))
+    refused = evo(out, "PPO.MAX_STATE_ACTION_PAIRS", "81920")
+    assert refused.returncode == 2 and "older derl" not in refused.stdout + refused.stderr
+    assert refused.stderr.splitlines() == [f"error: config differs from {out / 'config.yaml'}: "
+                                           "PPO.MAX_STATE_ACTION_PAIRS 81920 != 20480; start with the same "
+                                           "config or a new OUT_DIR"]
+    assert load_config(out / "config.yaml").PPO.MAX_STATE_ACTION_PAIRS == 20480

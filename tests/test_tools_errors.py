@@ -40,6 +40,10 @@ def _inputs(work: Path) -> None:
     (work / "nan_gear.json").write_text(_genome(group={"joints": [{"axis": "x", "range": [-30, 30],
                                                                   "gear": float("nan")}]}))
     (work / "string_length.json").write_text(_genome(group={"length": "long"}))
+    (work / "huge_head.json").write_text(_genome(head_radius=1e300))  # a mujoco.FatalError once built
+    (work / "deep.json").write_text("[" * 200_000)  # a RecursionError in json.loads
+    (work / "linked_run").mkdir()
+    (work / "linked_run" / "quarantine").symlink_to("../out")  # quarantined files would leave the run
     (work / "escape.json").write_text(_genome(id="../../escaped"))
     (work / "malformed.xml").write_text("<mujoco><worldbody><geom></mujoco>")
     (work / "not_unimal.xml").write_text("<mujoco><worldbody/></mujoco>")
@@ -80,6 +84,10 @@ CASES = {
     "morphology xml: negative head radius": [*MORPHOLOGY, "xml", "negative_head.json"],
     "morphology xml: NaN gear": [*MORPHOLOGY, "xml", "nan_gear.json"],
     "morphology xml: string length": [*MORPHOLOGY, "xml", "string_length.json"],
+    "morphology xml: huge head radius": [*MORPHOLOGY, "xml", "huge_head.json"],
+    "morphology image: huge size": [*MORPHOLOGY, "image", "good.json", "--out", "out/x.png", "--size", "100000",
+                                    "100000"],
+    "train_ppo: deeply nested genome": [*TRAIN, "--genome", "deep.json", "--out", "out"],
     "morphology xml: a folder": [*MORPHOLOGY, "xml", "bad_genomes"],
     "morphology mutate: crafted id": [*MORPHOLOGY, "mutate", "escape.json", "--seed", "1", "--out", "out"],
     "morphology mutate: negative seed": [*MORPHOLOGY, "mutate", "good.json", "--seed", "-1", "--out", "out"],
@@ -131,6 +139,7 @@ CASES = {
     "evo_single_proc: missing config": ["evo_single_proc.py", "--cfg", "missing.yml"],
     "evo_single_proc: unknown key": ["evo_single_proc.py", "NO.SUCH_KEY", "1", "OUT_DIR", "out"],
     "evo_single_proc: OUT_DIR under a file": ["evo_single_proc.py", "OUT_DIR", "a_file/run"],
+    "evo_single_proc: quarantine/ is a link": ["evo_single_proc.py", "OUT_DIR", "linked_run"],
 }
 
 

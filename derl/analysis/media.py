@@ -97,11 +97,18 @@ def picture_config(cfg: CfgNode | None = None) -> CfgNode:
     return CfgNode(tree)
 
 
+# The largest picture side rendered: OpenGL's framebuffers stop at 8192-16384 pixels (driver-dependent),
+# and 4096 x 4096 RGB is already 48 MB.
+MAX_IMAGE_SIDE = 4096
+
+
 def render_body(mjcf: str, cfg: CfgNode | None = None, size: tuple[int, int] = IMAGE_SIZE) -> np.ndarray:
     """A picture ``[H, W, 3]`` of a unimal (MJCF text) standing at its start pose on a floor."""
     from derl.envs import UnimalEnv
 
     width, height = size
+    if not (16 <= min(size) and max(size) <= MAX_IMAGE_SIDE):
+        raise ValueError(f"picture size {width} x {height} is outside 16 .. {MAX_IMAGE_SIDE} pixels a side")
     env = UnimalEnv(None, picture_config(cfg), mjcf=mjcf)
     try:
         model, data = env.model, env.data

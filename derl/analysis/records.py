@@ -11,11 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-# Metadata fields that are bookkeeping, not fitness terms.
-BOOKKEEPING = frozenset({
-    "id", "parent_id", "lineage", "mutation", "slot", "attempt", "seed", "node", "worker", "env_steps",
-    "iterations", "wall_time", "steps_per_sec", "files", "published_at", "publication", "device",
-})
+from derl.evolution.schema import BOOKKEEPING
 
 
 @dataclass(frozen=True)
@@ -90,7 +86,7 @@ def body_stats(genome: dict[str, Any] | None) -> BodyStats:
             mass += copies * volume * genome["limb_density"]
             limbs += copies
             dof += copies * len(group["joints"])
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ArithmeticError):  # a genome of the wrong shape, or values that overflow
         return BodyStats()
     return BodyStats(limbs=limbs, dof=dof, mass=mass)
 

@@ -170,7 +170,11 @@ class RunView:
             morphology_id = claim["id"]
             if morphology_id in self._metadata or self.run.is_published(morphology_id):
                 continue
-            if self.run.has_failed(morphology_id):
+            try:
+                if self.run.has_failed(morphology_id):
+                    continue
+            except JsonFileError as err:  # a failure record that fails its schema: named, and the slot skipped
+                self.unreadable[str(err.path)] = str(err)
                 continue
             trainings.append(Training(morphology_id, claim["slot"], claim["node"], claim["worker"],
                                       len(self.curve(morphology_id, ()))))
@@ -187,13 +191,13 @@ class RunView:
     def failed(self) -> list[dict[str, Any]]:
         failures = []
         for morphology_id in sorted(self.run.failed_ids()):
-            path = self.run.error_path(morphology_id)
             try:
-                failures.append(read_json(path))
-            except FileNotFoundError:
+                failure = self.run.read_failure(morphology_id)
+            except JsonFileError as err:  # names the file
+                self.unreadable[str(err.path)] = str(err)
                 continue
-            except json.JSONDecodeError as err:  # JsonFileError names the file
-                self.unreadable[str(path)] = str(err)
+            if failure is not None:
+                failures.append(failure)
         return failures
 
     def summary(self) -> dict[str, Any] | None:
@@ -202,12 +206,12 @@ class RunView:
     def eval_summary(self) -> dict[str, Any] | list | None:
         """``eval/summary.json`` of the transfer evaluation, or None where there is none."""
         path = self.run.eval_summary_path()
-        if not path.is_file():
-            return None
         try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise RunError(f"{path}: not valid JSON ({err})") from None
+            return read_json(path)
+        except FileNotFoundError:
+            return None
+        except JsonFileError as err:  # not a regular file, too large or deep, not JSON
+            raise RunError(str(err)) from None
 
     def videos(self) -> dict[str, Path]:
         return self.run.videos()

@@ -1,7 +1,8 @@
 """Report speed: ``tools/report.py`` on a synthetic finished run of 4,000 morphologies (no trainings).
 
-The synthetic run folder has what a real one has, minus checkpoints: ``config.yaml`` (the FT
-preset), a claim, a genome (real UNIMAL bodies, drawn from a pool of random genomes), an MJCF
+The synthetic run folder has what a real one has, minus trained checkpoints (each is a placeholder
+file, so the records pass the run's schema): ``config.yaml`` (the FT preset), a claim, a
+publication number, a genome (real UNIMAL bodies, drawn from a pool of random genomes), an MJCF
 and a metadata file per slot, and a learning curve per morphology with ``--iterations`` records
 of the trainer's fields (1,220: the paper's budget). Parents are drawn from the newest
 ``AGING_WINDOW_SIZE`` morphologies, so lineages are as deep as an aging search makes them.
@@ -87,7 +88,9 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
         final = 100 + 60 * progress + 25 * quality[body] + float(rng.normal(0, 10))
         speed = 3 + 4 * progress + float(rng.normal(0, 0.5))  # later morphologies learn faster
         atomic_write_text(run.metrics_path(morphology_id), _curve_lines(final, iterations, speed, rng))
+        atomic_write_text(run.checkpoint_path(morphology_id), "a synthetic run has no trained checkpoint\n")
         run.claim_slot(slot, {"slot": slot, "id": morphology_id, "attempt": 0, "node": 0, "worker": slot % 16})
+        publication = run.take_publication_number(morphology_id, 0, slot % 16)
         run.publish({
             "id": morphology_id, "parent_id": parent, "lineage": lineage[morphology_id], "mutation": mutation,
             "slot": slot, "attempt": 0, "seed": slot, "node": 0, "worker": slot % 16, "return": final - 0.1,
@@ -97,7 +100,7 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
             "files": {name: run.relative(path) for name, path in (
                 ("genome", run.genome_path(morphology_id)), ("xml", run.xml_path(morphology_id)),
                 ("checkpoint", run.checkpoint_path(morphology_id)), ("metrics", run.metrics_path(morphology_id)))},
-            "published_at": started + 10.0 * slot, "publication": slot,
+            "published_at": started + 10.0 * slot, "publication": publication,
         })
     run.mark_init_population([slot_id(s) for s in range(init)])
     write_json(out / "summary.json", {"published": morphologies, "total": morphologies})

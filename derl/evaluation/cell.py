@@ -10,22 +10,13 @@ Each process dies with its parent (the evaluation, or torchrun's agent for a ran
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
-import sys
 from pathlib import Path
 
 from derl.evaluation.plan import Cell, cell_config
 from derl.evolution.storage import RunDir
+from derl.lifetime import die_with_parent
 from derl.training.run import train_to_folder
-
-
-def die_with_parent() -> None:
-    """Asks Linux to kill this process when its parent dies (no orphaned trainings)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
 
 PARENT_PID_VARIABLE = "DERL_EVAL_PARENT_PID"
 

@@ -10,6 +10,7 @@ command line's ``KEY VALUE`` pairs, then ``RNG_SEED`` = the cell's seed.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,9 @@ def plan_cells(out_dirs: Sequence[Path], tasks: Sequence[str], top: int | None, 
     for out_dir in out_dirs:
         run = Path(out_dir).resolve()
         chosen = select_ids(run, top, ids)
+        if os.path.islink(run / "eval") or os.path.lexists(run / "eval") and not (run / "eval").is_dir():
+            raise EvalError(f"{run / 'eval'} is not a folder (a symbolic link or a file): trainings written "
+                            "through it would leave the run; remove it")
         for task in tasks:
             try:
                 cell_config(Cell(run, task, chosen[0], 0), run / "eval", overrides)

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 from derl.config import load_run_config
-from derl.evaluation.cell import PARENT_PID_VARIABLE, die_with_parent
+from derl.evaluation.cell import PARENT_PID_VARIABLE
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.lease import heartbeat_interval
+from derl.lifetime import die_with_parent
 from derl.progress import progress_bar
 
 # Starts of one cell on this node (the first included) before it is given up.
@@ -126,7 +127,7 @@ class Evaluation:
             for cell, training in list(self.running.items()):
                 code = training.proc.poll()
                 if code is not None:
-                    self._kill(training, signal.SIGKILL)  # env subprocesses it may leave behind
+                    self._kill(training, signal.SIGKILL)  # processes it may leave behind
                     del self.running[cell]
                     self._exited(cell, training, code)
             self._fill()

@@ -33,6 +33,7 @@ import psutil
 
 from derl.evaluation.plan import Cell
 from derl.evolution.lease import is_stale
+from derl.evolution.schema import eval_claim_problem, eval_result_problem
 from derl.evolution.storage import Identity, RunDir
 from derl.fileio import JsonFileError, atomic_write_text, create_exclusive, read_json, write_json
 from derl.training.run import FINAL_METRICS_FILE
@@ -56,16 +57,23 @@ class EvalDir:
     def result(self, cell: Cell) -> dict[str, Any] | None:
         """The final ``TrainResult`` of a finished cell, or None.
 
-        A ``metrics.json`` that does not parse counts as unfinished (one warning line): the cell is
-        trained again, from its checkpoint, and the file rewritten.
+        A ``metrics.json`` that does not parse or match its schema (``derl.evolution.schema``) counts
+        as unfinished (one warning line): the cell is trained again, from its checkpoint, and the
+        file rewritten.
         """
+        path = self.cell_dir(cell) / FINAL_METRICS_FILE
         try:
-            return read_json(self.cell_dir(cell) / FINAL_METRICS_FILE)
+            result = read_json(path)
         except FileNotFoundError:
             return None
         except JsonFileError as err:
             print(f"warning: {err}; the cell counts as unfinished", file=sys.stderr, flush=True)
             return None
+        problem = eval_result_problem(result)
+        if problem:
+            print(f"warning: {path} {problem}; the cell counts as unfinished", file=sys.stderr, flush=True)
+            return None
+        return result
 
     # Claims.
     def _claim_path(self, cell: Cell, generation: int) -> Path:
@@ -81,12 +89,14 @@ class EvalDir:
 
     def _is_stale(self, path: Path) -> bool:
         try:
-            mtime = path.stat().st_mtime
+            mtime = os.lstat(path).st_mtime
             owner = read_json(path)
         except FileNotFoundError:
             return False  # replaced meanwhile: judge again later
         except JsonFileError:
-            owner = {}  # being written right now (create_exclusive writes after creating)
+            owner = {}  # being written right now (create_exclusive writes after creating), or not a file
+        if eval_claim_problem(owner):
+            owner = {}  # a damaged claim: judged by its time alone
         if owner.get("host") == self.identity.host and isinstance(owner.get("pid"), int):
             started = _process_started(owner["pid"])
             if started is None or started != owner.get("started", started):
@@ -106,11 +116,11 @@ class EvalDir:
 
     def beat(self, cell: Cell, generation: int) -> None:
         """Touches the claim (the file server's clock, as ``RunDir.beat``)."""
-        os.utime(self._claim_path(cell, generation))
+        os.utime(self._claim_path(cell, generation), follow_symlinks=False)
 
     def lost(self, cell: Cell, generation: int) -> bool:
         """True once another process holds a later claim of ``cell``."""
-        return self._claim_path(cell, generation + 1).exists()
+        return os.path.lexists(self._claim_path(cell, generation + 1))
 
     # The summary.
     def rows(self) -> list[dict[str, Any]]:

@@ -121,7 +121,8 @@ def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
     log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
     genomes = backend.initial_population(cfg, cfg.RNG_SEED, ids, num_workers=usable_cores())
     for morphology_id, genome in zip(ids, genomes, strict=True):
-        run.write_genome(morphology_id, genome, backend.to_mjcf(cfg, genome))
+        if not run.has_genome(morphology_id):  # init_population.json lost, genomes kept: never rewrite one
+            run.write_genome(morphology_id, genome, backend.to_mjcf(cfg, genome))
     run.mark_init_population(ids)
 
 
@@ -135,6 +136,18 @@ def _wait_for_initial_population(cfg: CfgNode, run: RunDir) -> None:
             raise TimeoutError(f"no initial population from node 0 in {run.root} after "
                                f"{cfg.EVO.INIT_WAIT_TIMEOUT} s; is node 0 running with the same OUT_DIR?")
         time.sleep(INIT_POLL_SECONDS)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT while the run is prepared; ``signum`` gives the exit code 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame) -> None:
+    raise Interrupted(signum)
 
 
 class Coordinator:
@@ -213,7 +226,7 @@ class Coordinator:
 
     def _on_exit(self, worker: int, proc: subprocess.Popen, code: int) -> int | None:
         """Handles a worker's exit; the node's exit code if the whole node must stop, else None."""
-        self._kill_group(proc, signal.SIGKILL)  # env subprocesses a dead worker may leave behind
+        self._kill_group(proc, signal.SIGKILL)  # processes a dead worker may leave behind
         del self.procs[worker]
         if code in (0, EXIT_STOPPED):
             log(f"worker {worker} {'finished' if code == 0 else 'stopped'}")
@@ -361,7 +374,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     # Workers run config.yaml plus the node-local keys, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
     cfg = load_config(run.config_path(), [*node_local_overrides(cfg), "OUT_DIR", str(run.root),
                                           "EVO.NUM_PROCESSES", str(num)])
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops preparation like Ctrl-C
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops preparation like Ctrl-C, exit 143
     prepare_run(cfg, run, load_backend())
     worker_args = ["--cfg", str(run.config_path()), *node_local_overrides(cfg)]
     code = Coordinator(cfg, run, worker_args, devices).run_workers()

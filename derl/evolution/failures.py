@@ -71,6 +71,14 @@ def classify(err: BaseException) -> Cause:
     return "bug"
 
 
+# What a worker's last error line says about a failure that stopped it, by ``classify``'s cause.
+WHOSE = {
+    "environment": "an environment failure: this node's disk, files, devices or installation, not the morphology's",
+    "bug": "a bug in derl (traceback above), not the morphology's",
+    "morphology": "a morphology's error raised outside its training, so no slot paid for it",
+}
+
+
 def describe(err: BaseException) -> str:
     """``Type: message`` on one line (the first line of the message)."""
     lines = str(err).strip().splitlines()

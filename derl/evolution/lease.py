@@ -36,8 +36,21 @@ def is_stale(now: float, heartbeat: float | None, claimed: float | None, lease_s
     return not times or now - max(times) > lease_seconds
 
 
-def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, lease_seconds: float) -> str | None:
-    """Why the owner of ``claim`` (the current claim of ``slot``) no longer holds it, or None."""
+def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, lease_seconds: float,
+                    me: tuple[int, int] | None = None) -> str | None:
+    """Why the owner of ``claim`` (the current claim of ``slot``) no longer holds it, or None.
+
+    A damaged claim (``RunDir.read_slot``) names no owner. Every worker records a slot in its
+    state before it claims or takes it over, so the slot is held while a worker other than ``me``
+    (node, worker) whose state says it works on the slot has beaten within ``lease_seconds``.
+    """
+    if claim.get("damaged"):
+        holders = [state for state in run.worker_states()
+                   if state.get("slot") == slot and (state["node"], state["worker"]) != me]
+        beats = [t for t in (run.heartbeat_time(s["node"], s["worker"]) for s in holders) if t is not None]
+        if is_stale(now, max(beats, default=None), None, lease_seconds):
+            return f"its claim {claim['damaged']}, and no other worker on slot {slot} beat in {lease_seconds:g} s"
+        return None
     owner = (claim["node"], claim["worker"])
     name = f"{owner[0]}-{owner[1]}"
     state = run.read_worker_state(*owner) or {}  # read before the metadata: the owner publishes, then moves on

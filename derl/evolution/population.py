@@ -20,7 +20,8 @@ import numpy as np
 
 from derl.config import CfgNode
 
-_ID_PATTERN = re.compile(r"^(\d{6,})(?:-(\d+))?$")
+# A morphology id: the slot (6 digits or more), then ``-attempt`` for a replacement; nothing else.
+ID_PATTERN = re.compile(r"(\d{6,})(?:-(\d+))?")
 
 
 def slot_id(slot: int, attempt: int = 0) -> str:
@@ -32,7 +33,7 @@ def slot_id(slot: int, attempt: int = 0) -> str:
 
 def parse_id(morphology_id: str) -> tuple[int, int]:
     """Inverse of ``slot_id``: ``(slot, attempt)``."""
-    match = _ID_PATTERN.match(morphology_id)
+    match = ID_PATTERN.fullmatch(morphology_id) if isinstance(morphology_id, str) else None
     if match is None:
         raise ValueError(f"not a morphology id: {morphology_id!r}")
     return int(match.group(1)), int(match.group(2) or 0)

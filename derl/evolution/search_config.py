@@ -10,9 +10,11 @@ or another search size would silently mix into one population.
 that node and renamed into place, so no update is lost and no lock is needed (locks are
 unreliable on NFS); a node whose versions differ from another's warns in one line.
 
-A ``config.yaml`` without ``HEADER`` was written by a derl from before this rule (node 0
-rewrote it at every start): node 0 adopts its current config once and says so; other nodes
-wait for that, as they wait for the initial population.
+A run whose ``manifest/`` is empty was written by a derl from before this rule (node 0 rewrote
+``config.yaml`` at every start, without ``HEADER``): node 0 adopts its current config once and
+says so; other nodes wait for that, as they wait for the initial population. Provenance comes
+from the manifest, not from the header comment: a ``config.yaml`` whose header was deleted in
+a run that a current derl recorded is held to the rule like any other.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 from derl.config import DERIVED_KEYS, NODE_LOCAL_KEYS, CfgNode, ConfigError, dump_config, flatten, load_config
 from derl.evolution.storage import RunDir
+from derl.fileio import NotRegularFile
 
 HEADER = ("# The config of this search (derl): created once by the first node. Every node and worker runs it\n"
           f"# plus its own node-local keys: {', '.join(NODE_LOCAL_KEYS)}.\n")
@@ -62,7 +65,7 @@ def join_search(cfg: CfgNode, run: RunDir, log) -> CfgNode:
     path = run.config_path()
     if run.create_config(HEADER + dump_config(cfg)):
         log(f"node {cfg.NODE_ID}: created {path}")
-    elif not run.read_config_text().startswith(HEADER):
+    elif not run.manifest() and not _config_text(run).startswith(HEADER):
         _adopt_old_config(cfg, run, log)
     try:
         stored = load_config(path)
@@ -87,10 +90,18 @@ def _adopt_old_config(cfg: CfgNode, run: RunDir, log) -> None:
     log(f"node {cfg.NODE_ID}: {path} was written by an older derl; waiting for node 0 to adopt its config "
         f"(timeout EVO.INIT_WAIT_TIMEOUT={cfg.EVO.INIT_WAIT_TIMEOUT} s)")
     deadline = time.monotonic() + cfg.EVO.INIT_WAIT_TIMEOUT
-    while not run.read_config_text().startswith(HEADER):
+    while not _config_text(run).startswith(HEADER):
         if time.monotonic() > deadline:
             raise TimeoutError(f"node 0 did not adopt {path} in {cfg.EVO.INIT_WAIT_TIMEOUT} s; start node 0")
         time.sleep(POLL_SECONDS)
+
+
+def _config_text(run: RunDir) -> str:
+    """``config.yaml``'s text; one that is not a regular file is a ``ConfigError`` naming it."""
+    try:
+        return run.read_config_text() or ""
+    except NotRegularFile as err:
+        raise ConfigError(str(err)) from None
 
 
 def versions() -> dict[str, Any]:

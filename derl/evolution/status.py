@@ -30,7 +30,7 @@ def node_lines(cfg: CfgNode, run: RunDir, results: PublishedResults) -> list[str
     done = {parse_id(morphology_id)[0] for morphology_id in results.by_id}
     held: dict[int, list[int]] = defaultdict(list)
     for slot in run.claimed_slots():
-        if slot not in done and (claim := run.read_slot(slot)) is not None:
+        if slot not in done and (claim := run.read_slot(slot)) is not None and not claim.get("damaged"):
             held[claim["node"]].append(slot)
     states: dict[int, list[dict]] = defaultdict(list)
     for state in run.worker_states():
@@ -59,7 +59,7 @@ def _is_running(state: dict, heartbeat: float | None, now: float, lease_seconds:
 
 def status_lines(out_dir: str) -> list[str]:
     """Done/total, running workers, best fitness and ETA of the run in ``out_dir``."""
-    run = RunDir(out_dir)
+    run = RunDir(out_dir, skip=True)  # a bad file is named in one warning line and skipped
     if (problem := run.not_a_search()) is not None or not run.config_path().exists():
         raise FileNotFoundError(problem or f"{run.root} is not an evolution output folder (no config.yaml)")
     cfg = load_run_config(run.config_path())

@@ -14,9 +14,13 @@ safe to share between processes and nodes:
 - a morphology is published by its ``metadata/<id>.json``, written last and
   created exclusively, so no morphology is published twice;
 - published files are never rewritten or deleted, so readers may cache them;
-- a file that does not parse or match its schema (a stray or corrupt file) is moved
-  to ``quarantine/`` with a one-line warning by the search processes
-  (``quarantine=True``); other readers get a ``JsonFileError`` naming the file.
+- the folder is untrusted input (README: "The output folder is untrusted input"): every read
+  checks its file kind's schema (``derl.evolution.schema``); ids are checked before they become
+  paths; files are opened without following links or blocking on FIFOs (``derl.fileio``);
+- a file that is not a regular file, does not parse or match its schema (a stray or corrupt
+  file) is moved to ``quarantine/`` with a one-line warning by the search processes
+  (``quarantine=True``), skipped with one by ``skip=True``; other readers get a
+  ``JsonFileError`` naming the file. A damaged claim is kept: the lease decides (``read_slot``).
 
 Layout::
 
@@ -53,80 +57,38 @@ import os
 import re
 import secrets
 import socket
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from derl.evolution.population import parse_id
-from derl.fileio import JsonFileError, atomic_write_text, read_json, write_json
+from derl.evolution import schema
+from derl.fileio import JsonFileError, NotRegularFile, atomic_write_text, open_file, read_bytes, read_json, write_json
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
-            "retired", "workers", "videos", "manifest", "tmp")
-_ID = r"\d{6,}(?:-\d+)?"
+            "retired", "workers", "videos", "manifest", "tmp", "quarantine")
+_ID = schema.ID_PATTERN.pattern
 # The only names the listed folders may hold; anything else is foreign (hidden names are ignored:
 # NFS keeps deleted open files as .nfsXXXX).
 _NAMES = {
-    "slots": re.compile(r"^\d{6,}\.json$"),
-    "leases": re.compile(r"^\d{6,}-\d+\.json$"),
-    "published": re.compile(r"^\d{8,}\.json$"),
-    "metadata": re.compile(rf"^{_ID}\.json$"),
-    "error_metadata": re.compile(rf"^{_ID}\.json$"),
-    "retired": re.compile(rf"^{_ID}\.json$"),
-    "workers": re.compile(r"^\d+-\d+\.(json|lock|alive)$"),
-    "manifest": re.compile(r"^\d+\.json$"),
+    "slots": re.compile(r"^\d{6,}\.json\Z"),
+    "leases": re.compile(r"^\d{6,}-\d+\.json\Z"),
+    "published": re.compile(r"^\d{8,}\.json\Z"),
+    "metadata": re.compile(rf"^{_ID}\.json\Z"),
+    "error_metadata": re.compile(rf"^{_ID}\.json\Z"),
+    "retired": re.compile(rf"^{_ID}\.json\Z"),
+    "workers": re.compile(r"^\d+-\d+\.(json|lock|alive)\Z"),
+    "manifest": re.compile(r"^\d+\.json\Z"),
 }
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _id_problem(data: Any, name: str) -> str | None:
-    """Why ``data`` is not a record of morphology ``name`` (id, slot, attempt), or None."""
-    if not isinstance(data, dict):
-        return "is not a JSON object"
-    if data.get("id") != name:
-        return f"has id {data.get('id')!r}, expected {name!r}"
-    if (data.get("slot"), data.get("attempt")) != parse_id(name):
-        return f"has slot/attempt {data.get('slot')!r}/{data.get('attempt')!r}, expected {parse_id(name)}"
-    return None
-
-
-def claim_problem(data: Any, slot: int) -> str | None:
-    """Why ``data`` is not a claim of ``slot``, or None."""
-    if not isinstance(data, dict):
-        return "is not a JSON object"
-    if not isinstance(data.get("id"), str) or not re.fullmatch(_ID, data["id"]):
-        return f"has no valid morphology id (id={data.get('id')!r})"
-    if parse_id(data["id"])[0] != slot:
-        return f"claims {data['id']}, not in slot {slot}"
-    missing = [key for key in ("node", "worker") if not _is_int(data.get(key))]
-    return f"lacks integer {', '.join(missing)}" if missing else _id_problem(data, data["id"])
-
-
-def metadata_problem(data: Any, name: str) -> str | None:
-    """Why ``data`` is not the published metadata of ``name``, or None."""
-    problem = _id_problem(data, name)
-    if problem is None and not (_is_int(data.get("publication")) and data["publication"] >= 0):
-        problem = f"has no publication number (publication={data.get('publication')!r})"
-    if problem is None and not isinstance(data.get("lineage"), str):
-        problem = "has no lineage"
-    return problem
-
-
-def worker_state_problem(data: Any, node: int, worker: int) -> str | None:
-    if not isinstance(data, dict):
-        return "is not a JSON object"
-    if (data.get("node"), data.get("worker")) != (node, worker):
-        return f"is the state of worker {data.get('node')!r}-{data.get('worker')!r}, expected {node}-{worker}"
-    return None
-
-
-def manifest_problem(data: Any, node: int) -> str | None:
-    if not isinstance(data, dict):
-        return "is not a JSON object"
-    return None if data.get("node") == node else f"is not the manifest entry of node {node}"
+def _checked_id(morphology_id: str) -> str:
+    """``morphology_id`` if it is a morphology id; a ``ValueError`` before it can become a path
+    (``../../victim`` from a crafted record must never name a file outside ``OUT_DIR``)."""
+    if not schema.is_id(morphology_id):
+        raise ValueError(f"not a morphology id: {morphology_id!r:.60}")
+    return morphology_id
 
 
 class Identity(NamedTuple):
@@ -150,17 +112,37 @@ class RunDir:
     Args:
         identity: this process (``Identity.current()`` unless a test injects one); it
             names staged files and is recorded in the claims this process makes.
+        quarantine: a file that fails its schema is moved to ``quarantine/`` (the search).
+        skip: a file that fails its schema is skipped with one warning line (read-only tools);
+            with neither, reading it raises ``JsonFileError``.
     """
 
-    def __init__(self, out_dir: str | Path, identity: Identity | None = None, quarantine: bool = False):
+    def __init__(self, out_dir: str | Path, identity: Identity | None = None, quarantine: bool = False,
+                 skip: bool = False):
         self.root = Path(out_dir).resolve()
         self.identity = identity or Identity.current()
         self.quarantine_bad_files = quarantine
+        self.skip_bad_files = skip
+        self._warned: set[Path] = set()
         self._counter = itertools.count()
 
     def create(self) -> None:
+        """Makes the layout's folders; one that is a symbolic link or a file is refused (``NotRegularFile``):
+        files written or moved through it would land outside ``OUT_DIR``."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for folder in _FOLDERS:  # every one checked before any is made
+            if os.path.lexists(self.root / folder):
+                self._real_folder(folder)
         for folder in _FOLDERS:
-            (self.root / folder).mkdir(parents=True, exist_ok=True)
+            (self.root / folder).mkdir(exist_ok=True)
+
+    def _real_folder(self, folder: str) -> Path:
+        """``OUT_DIR/folder``, a real folder; else ``NotRegularFile`` (an OSError: the node's problem,
+        never a morphology's)."""
+        path = self.root / folder
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise NotRegularFile(path, "is not a folder (a symbolic link or a file): remove it or use another OUT_DIR")
+        return path
 
     def not_a_search(self) -> str | None:
         """Why ``root`` is no evolution ``OUT_DIR`` (missing, empty, a ``tools/train_ppo.py`` training), or None."""
@@ -177,25 +159,25 @@ class RunDir:
 
     # Paths of a morphology's files.
     def genome_path(self, morphology_id: str) -> Path:
-        return self.root / "genomes" / f"{morphology_id}.json"
+        return self.root / "genomes" / f"{_checked_id(morphology_id)}.json"
 
     def xml_path(self, morphology_id: str) -> Path:
-        return self.root / "xml" / f"{morphology_id}.xml"
+        return self.root / "xml" / f"{_checked_id(morphology_id)}.xml"
 
     def checkpoint_path(self, morphology_id: str) -> Path:
-        return self.root / "models" / f"{morphology_id}.pt"
+        return self.root / "models" / f"{_checked_id(morphology_id)}.pt"
 
     def metrics_path(self, morphology_id: str) -> Path:
-        return self.root / "metrics" / f"{morphology_id}.jsonl"
+        return self.root / "metrics" / f"{_checked_id(morphology_id)}.jsonl"
 
     def metadata_path(self, morphology_id: str) -> Path:
-        return self.root / "metadata" / f"{morphology_id}.json"
+        return self.root / "metadata" / f"{_checked_id(morphology_id)}.json"
 
     def error_path(self, morphology_id: str) -> Path:
-        return self.root / "error_metadata" / f"{morphology_id}.json"
+        return self.root / "error_metadata" / f"{_checked_id(morphology_id)}.json"
 
     def video_path(self, morphology_id: str, suffix: str = ".mp4") -> Path:
-        return self.root / "videos" / f"{morphology_id}{suffix}"
+        return self.root / "videos" / f"{_checked_id(morphology_id)}{suffix}"
 
     def tensorboard_dir(self, name: str) -> Path:
         """``tensorboard/<name>``: event files (``search``, ``morphologies/<id>``) for ``tensorboard --logdir``."""
@@ -252,11 +234,23 @@ class RunDir:
 
     # Foreign and corrupt files.
     def quarantine(self, path: Path, reason: str) -> None:
-        """Moves ``path`` to ``quarantine/`` (its relative path flattened) with a one-line warning."""
+        """Moves ``path`` to ``quarantine/`` (its relative path flattened) with a one-line warning.
+
+        Only an entry of ``OUT_DIR`` or of one of its folders moves, into the real folder
+        ``quarantine/``; the rename moves the entry itself (a symbolic link, never what it points to).
+        """
+        relative = path.relative_to(self.root) if path.is_absolute() else None
+        if relative is None or len(relative.parts) > 2 or any(part in ("", ".", "..") for part in relative.parts) \
+                or (len(relative.parts) == 2 and relative.parts[0] not in _FOLDERS + ("eval",)):
+            raise ValueError(f"{path} is not a file of {self.root}; not moved to quarantine/")
         folder = self.root / "quarantine"
-        folder.mkdir(exist_ok=True)
-        target = folder / self.relative(path).replace(os.sep, "-")
-        if target.exists():
+        if not os.path.lexists(folder):
+            folder.mkdir(exist_ok=True)
+        self._real_folder("quarantine")
+        if len(relative.parts) == 2:
+            self._real_folder(relative.parts[0])
+        target = folder / "-".join(relative.parts)
+        if os.path.lexists(target):
             target = target.with_name(f"{target.name}.{self.identity.token}-{next(self._counter)}")
         try:
             os.rename(path, target)
@@ -265,9 +259,17 @@ class RunDir:
         print(f"warning: {path} {reason}; moved to {self.relative(target)}", file=sys.stderr, flush=True)
 
     def _bad_file(self, path: Path, reason: str) -> None:
-        if not self.quarantine_bad_files:
+        if self.quarantine_bad_files:
+            self.quarantine(path, reason)
+        elif self.skip_bad_files:
+            self._warn_once(path, f"{reason}; skipped")
+        else:
             raise JsonFileError(path, reason)
-        self.quarantine(path, reason)
+
+    def _warn_once(self, path: Path, message: str) -> None:
+        if path not in self._warned:
+            self._warned.add(path)
+            print(f"warning: {path} {message}", file=sys.stderr, flush=True)
 
     def _read_checked(self, path: Path, problem: Callable[[Any], str | None]) -> Any | None:
         """The JSON content of ``path`` if it parses and ``problem`` finds nothing; None if missing.
@@ -315,8 +317,13 @@ class RunDir:
         self._write_text(self.config_path(), text)
 
     def read_config_text(self) -> str | None:
+        """The text of ``config.yaml``, None if missing.
+
+        Raises:
+            NotRegularFile: it is a symbolic link, FIFO, directory or device, or over 16 MiB.
+        """
         try:
-            return self.config_path().read_text()
+            return read_bytes(self.config_path()).decode(errors="replace")
         except FileNotFoundError:
             return None
 
@@ -324,14 +331,13 @@ class RunDir:
         return self.root / "config.yaml"
 
     def stop_requested(self) -> bool:
-        return (self.root / "STOP").exists()
+        return os.path.lexists(self.root / "STOP")
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         self._write_json(self.root / "summary.json", summary)
 
     def read_summary(self) -> dict[str, Any] | None:
-        return self._read_checked(self.root / "summary.json",
-                                  lambda data: None if isinstance(data, dict) else "is not a JSON object")
+        return self._read_checked(self.root / "summary.json", schema.summary_problem)
 
     # Versions of each node (manifest/<node>.json: one writer per file, so no update is lost).
     def write_manifest(self, node: int, entry: dict[str, Any]) -> None:
@@ -342,7 +348,7 @@ class RunDir:
         entries = {}
         for node in sorted(int(name) for name in self._names("manifest")):
             entry = self._read_checked(self.root / "manifest" / f"{node}.json",
-                                       lambda data, node=node: manifest_problem(data, node))
+                                       lambda data, node=node: schema.manifest_problem(data, node))
             if entry is not None:
                 entries[node] = entry
         return entries
@@ -350,12 +356,7 @@ class RunDir:
     # Initial population.
     def init_population_ids(self) -> list[str] | None:
         """The ids of the initial population, or None until node 0 has written all of it."""
-        def problem(data: Any) -> str | None:
-            ids = data.get("ids") if isinstance(data, dict) else None
-            ok = isinstance(ids, list) and all(isinstance(i, str) and re.fullmatch(_ID, i) for i in ids)
-            return None if ok else "has no list of morphology ids"
-
-        data = self._read_checked(self.root / "init_population.json", problem)
+        data = self._read_checked(self.root / "init_population.json", schema.init_population_problem)
         return None if data is None else data["ids"]
 
     def mark_init_population(self, ids: list[str]) -> None:
@@ -368,11 +369,8 @@ class RunDir:
         self._write_text(self.genome_path(morphology_id), genome_json)
 
     def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
-        def problem(data: Any) -> str | None:
-            ok = isinstance(data, dict) and data.get("id") == morphology_id
-            return None if ok else f"is not a genome with id {morphology_id!r}"
-
-        return self._read_checked(self.genome_path(morphology_id), problem)
+        return self._read_checked(self.genome_path(morphology_id),
+                                  lambda data: schema.genome_problem(data, morphology_id))
 
     def has_genome(self, morphology_id: str) -> bool:
         """True if the genome exists and parses (a corrupt one is quarantined, then made anew)."""
@@ -405,20 +403,41 @@ class RunDir:
         return self._create_json(self._slot_path(slot), {**claim, **self.identity.as_dict(), "lease": 0})
 
     def is_claimed(self, slot: int) -> bool:
-        return self._slot_path(slot).exists() or bool(self._leases(slot))
+        return os.path.lexists(self._slot_path(slot)) or bool(self._leases(slot))
 
     def read_slot(self, slot: int) -> dict[str, Any] | None:
-        """The current claim of ``slot`` (its latest lease: ``lease`` counts takeovers), or None."""
-        for lease in sorted(self._leases(slot), reverse=True) + [0]:
-            claim = self._read_checked(self._lease_path(slot, lease), lambda data: claim_problem(data, slot))
-            if claim is not None:
-                return {**claim, "lease": lease}
-        return None
+        """The current claim of ``slot`` (its latest lease: ``lease`` counts takeovers), or None if unclaimed.
+
+        The latest lease file decides who owns the slot, whatever it holds. One that fails its
+        schema (truncated, say) is not quarantined, which would free the slot while its owner may
+        still train it: it comes back as ``{"slot", "lease", "damaged": reason}`` with the owner
+        unknown (``node``, ``worker``, ``id`` and ``attempt`` None), and is taken over, by the next
+        lease, only once no worker working on the slot has beaten for ``EVO.LEASE_SECONDS``
+        (``derl.evolution.lease.takeover_reason``). A reader without ``quarantine`` or ``skip``
+        gets the ``JsonFileError``.
+        """
+        leases = sorted(self._leases(slot), reverse=True)
+        lease = leases[0] if leases else 0
+        path = self._lease_path(slot, lease)
+        try:
+            claim = read_json(path)
+            reason = schema.claim_problem(claim, slot)
+        except FileNotFoundError:
+            return None
+        except JsonFileError as err:
+            reason = err.reason
+        if reason is None:
+            return {**claim, "lease": lease}
+        if not (self.quarantine_bad_files or self.skip_bad_files):
+            raise JsonFileError(path, reason)
+        self._warn_once(path, f"{reason}; kept: slot {slot} is taken over only once its owner is silent")
+        return {"slot": slot, "lease": lease, "damaged": reason, "id": None, "attempt": None, "node": None,
+                "worker": None}
 
     def claim_time(self, slot: int, lease: int) -> float | None:
         """Modification time (shared-filesystem clock) of the claim file of ``slot``'s lease ``lease``."""
         try:
-            return self._lease_path(slot, lease).stat().st_mtime
+            return os.lstat(self._lease_path(slot, lease)).st_mtime
         except FileNotFoundError:
             return None
 
@@ -438,7 +457,7 @@ class RunDir:
 
     def slot_taken_over(self, slot: int, lease: int) -> bool:
         """True once someone holds a later lease of ``slot`` than ``lease`` (one stat on the shared folder)."""
-        return self._lease_path(slot, lease + 1).exists()
+        return os.path.lexists(self._lease_path(slot, lease + 1))
 
     def num_claimed_slots(self) -> int:
         return len(self.claimed_slots())
@@ -451,14 +470,48 @@ class RunDir:
         return self._names("error_metadata")
 
     def is_published(self, morphology_id: str) -> bool:
-        return self.metadata_path(morphology_id).exists()
+        return os.path.lexists(self.metadata_path(morphology_id))
 
     def has_failed(self, morphology_id: str) -> bool:
-        return self.error_path(morphology_id).exists()
+        """True if ``error_metadata/<id>.json`` exists and matches its schema (a bad one is quarantined,
+        and the morphology counts as not failed: it is tried again)."""
+        return self._read_checked(self.error_path(morphology_id),
+                                  lambda data: schema.error_problem(data, morphology_id)) is not None
+
+    def read_failure(self, morphology_id: str) -> dict[str, Any] | None:
+        return self._read_checked(self.error_path(morphology_id),
+                                  lambda data: schema.error_problem(data, morphology_id))
 
     def read_metadata(self, morphology_id: str) -> dict[str, Any] | None:
-        """The published metadata of ``morphology_id``; None if missing or quarantined."""
-        return self._read_checked(self.metadata_path(morphology_id), lambda data: metadata_problem(data, morphology_id))
+        """The published metadata of ``morphology_id``; None if missing or quarantined.
+
+        Besides its schema (``derl.evolution.schema.metadata_problem``), the files it lists must be
+        regular files of this folder and its publication number must be its own
+        (``published/<n>.json`` names it), so no two records share a number.
+        """
+        return self._read_checked(self.metadata_path(morphology_id),
+                                  lambda data: schema.metadata_problem(data, morphology_id)
+                                  or self._metadata_files_problem(data))
+
+    def _metadata_files_problem(self, data: dict[str, Any]) -> str | None:
+        for relative in data["files"].values():
+            try:
+                if not stat.S_ISREG(os.lstat(self.root / relative).st_mode):
+                    return f"lists {relative}, which is not a regular file"
+            except FileNotFoundError:
+                return f"lists {relative}, which is missing"
+        number = data["publication"]
+        path = self.root / "published" / f"{number:08d}.json"
+        try:
+            taken = read_json(path)
+        except FileNotFoundError:
+            return f"has publication {number}, which was never taken (no {self.relative(path)})"
+        except JsonFileError as err:
+            return f"has publication {number}, whose record {self.relative(path)} {err.reason}"
+        if schema.published_problem(taken) or taken["id"] != data["id"]:
+            return f"has publication {number}, which {self.relative(path)} gives to {taken.get('id')!r:.40}" \
+                if isinstance(taken, dict) else f"has publication {number}, whose record is not an object"
+        return None
 
     def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
         """The next free publication number, taken by creating ``published/<n>.json`` exclusively.
@@ -470,7 +523,7 @@ class RunDir:
         the morphology takes a new number when it is published again.
         """
         folder = self.root / "published"
-        taken = [int(name) for name in self._names("published")]
+        taken = [int(name) for name in self._names("published")]  # a damaged record's number stays taken
         number = max(taken, default=-1) + 1
         record = {"id": morphology_id, "node": node, "worker": worker}
         while not self._create_json(folder / f"{number:08d}.json", record):
@@ -490,7 +543,7 @@ class RunDir:
 
     def retire(self, morphology_id: str) -> None:
         """Removes a morphology from the vanilla population; its files stay."""
-        self._create_json(self.root / "retired" / f"{morphology_id}.json", {"id": morphology_id})
+        self._create_json(self.root / "retired" / f"{_checked_id(morphology_id)}.json", {"id": morphology_id})
 
     def retired_ids(self) -> set[str]:
         return set(self._names("retired"))
@@ -522,7 +575,9 @@ class RunDir:
     def videos(self) -> dict[str, Path]:
         """The published videos by morphology id."""
         folder = self.root / "videos"
-        return {p.stem: p for p in folder.glob("*") if not p.name.startswith(".")} if folder.is_dir() else {}
+        found = folder.glob("*") if folder.is_dir() else []
+        return {p.stem: p for p in found if schema.is_id(p.stem) and p.suffix in (".mp4", ".gif")
+                and stat.S_ISREG(os.lstat(p).st_mode)}
 
     def eval_summary_path(self) -> Path:
         return self.root / "eval" / "summary.json"
@@ -542,7 +597,7 @@ class RunDir:
 
     def read_worker_state(self, node: int, worker: int) -> dict[str, Any] | None:
         path = self.root / "workers" / f"{self.worker_name(node, worker)}.json"
-        return self._read_checked(path, lambda data: worker_state_problem(data, node, worker))
+        return self._read_checked(path, lambda data: schema.worker_state_problem(data, node, worker))
 
     def worker_indices(self, node: int) -> list[int]:
         """Every worker index of ``node`` that has ever written its state, in any session."""
@@ -563,24 +618,39 @@ class RunDir:
 
     def beat(self, node: int, worker: int) -> float:
         """Touches the heartbeat of ``node-worker``; returns its new mtime (the filesystem's "now")."""
-        path = self.heartbeat_path(node, worker)
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o666))  # less the umask
-        os.utime(path)  # no explicit time: the file server's clock (NFS SET_TO_SERVER_TIME)
-        return path.stat().st_mtime
+        fd = self.open_own_file(self.heartbeat_path(node, worker))
+        try:
+            os.utime(fd)  # no explicit time: the file server's clock (NFS SET_TO_SERVER_TIME)
+            return os.fstat(fd).st_mtime
+        finally:
+            os.close(fd)
+
+    def open_own_file(self, path: Path) -> int:
+        """A writable descriptor of the regular file ``path`` of ``workers/`` or ``tmp/``, created if missing.
+
+        Something else planted there (a symbolic link to a file outside ``OUT_DIR``, a FIFO) is
+        never followed: it is moved to ``quarantine/`` and a regular file created in its place.
+        """
+        try:
+            return open_file(path, os.O_CREAT | os.O_RDWR)
+        except NotRegularFile as err:
+            self.quarantine(path, err.reason)
+            return open_file(path, os.O_CREAT | os.O_RDWR)
 
     def heartbeat_time(self, node: int, worker: int) -> float | None:
         """The last heartbeat of ``node-worker`` (file mtime), None if it never beat."""
         try:
-            return self.heartbeat_path(node, worker).stat().st_mtime
+            return os.lstat(self.heartbeat_path(node, worker)).st_mtime
         except FileNotFoundError:
             return None
 
     def filesystem_now(self) -> float:
         """The shared filesystem's clock: the mtime of a probe file created now in ``tmp/``."""
         probe = self.root / "tmp" / f"clock-{self.identity.host}-{self.identity.pid}-{self.identity.token}"
-        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY, 0o666))  # less the umask
+        fd = open_file(probe, os.O_CREAT | os.O_WRONLY)
         try:
-            os.utime(probe)
-            return probe.stat().st_mtime
+            os.utime(fd)
+            return os.fstat(fd).st_mtime
         finally:
+            os.close(fd)
             probe.unlink(missing_ok=True)

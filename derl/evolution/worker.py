@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import fcntl
 import json
 import os
@@ -35,11 +34,13 @@ from typing import Any
 
 from derl.config import CfgNode, load_config_or_exit
 from derl.evolution.backend import Backend, TrainOutcome, load_backend
-from derl.evolution.failures import classify, describe
+from derl.evolution.failures import WHOSE, classify, describe
 from derl.evolution.lease import Heartbeat, heartbeat_interval, takeover_reason
 from derl.evolution.population import init_claim_order, num_initial_slots, parse_id, ppo_seed, slot_id, slot_rng
 from derl.evolution.results import PublishedResults, is_finite_summary
+from derl.evolution.schema import morphology_files
 from derl.evolution.storage import RunDir
+from derl.lifetime import die_with_parent
 
 EXIT_FATAL = 3
 EXIT_STOPPED = 4
@@ -208,13 +209,14 @@ class Worker:
         self._write_state(slot=slot, id=claim["id"], status="taking over")
         if not self._new_lease(slot, claim):
             return False  # another worker was faster
-        self._log(f"took over slot {slot} ({claim['id']}): {reason}")
+        self._log(f"took over slot {slot} ({claim['id'] or 'damaged claim'}): {reason}")
         return True
 
     def _new_lease(self, slot: int, claim: dict[str, Any]) -> bool:
         """Takes the next lease of ``slot`` for this worker (exclusive creation); False if another
         process took it first. Whoever held ``claim`` sees the later lease and yields the slot."""
-        mine = {"slot": slot, "id": claim["id"], "attempt": claim["attempt"], "node": self.node,
+        attempt = claim["attempt"] or 0  # a damaged claim: from attempt 0, skipping those failed or published
+        mine = {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt, "node": self.node,
                 "worker": self.worker}
         return self.run.take_over_slot(slot, claim, mine)
 
@@ -222,7 +224,13 @@ class Worker:
         """Resumes a slot this (node, worker) held in an earlier session, under a new lease: a process
         of that session still running elsewhere (a node requeued while cut off) then yields it."""
         claim = self.run.read_slot(slot)
-        if claim and (claim["node"], claim["worker"]) == (self.node, self.worker) and self._new_lease(slot, claim):
+        if claim and claim.get("damaged"):  # ours unless another worker on this slot still beats
+            now = self.run.beat(self.node, self.worker)
+            if takeover_reason(self.run, slot, claim, now, self.lease_seconds, (self.node, self.worker)) is None:
+                return
+        elif not claim or (claim["node"], claim["worker"]) != (self.node, self.worker):
+            return
+        if self._new_lease(slot, claim):
             self._log(f"resuming slot {slot}")
             self._fill_slot(slot)
 
@@ -327,7 +335,7 @@ class Worker:
                 except (Stopped, FatalError, SlotLost):
                     raise
                 except Exception as err:  # noqa: BLE001 - a failure of the morphology is recorded, not fatal
-                    self.stop.check()  # e.g. env subprocesses killed during shutdown
+                    self.stop.check()  # e.g. its processes killed during shutdown
                     if not self.stop.still_ours():  # the taker may publish this id: no failure record
                         raise SlotLost from None
                     if classify(err) != "morphology":
@@ -414,14 +422,22 @@ class Worker:
 
     def _lineage(self, morphology_id: str, parent_id: str | None) -> str:
         """``<root>/.../<parent>/<id>``: the parent's published lineage, or, if its metadata was
-        quarantined after it was chosen, its genome's parent, and so on (the result is not lost)."""
-        if parent_id is None:
-            return morphology_id
-        parent = self.results.by_id.get(parent_id)
-        if parent is None:
-            grandparent = json.loads(self.run.read_genome(parent_id)).get("parent_id")
-            return f"{self._lineage(parent_id, grandparent)}/{morphology_id}"
-        return f"{parent['lineage']}/{morphology_id}"
+        quarantined after it was chosen, its genome's parent, and so on (the result is not lost).
+
+        Where the chain breaks (an ancestor's genome quarantined too, or a crafted cycle) the
+        lineage starts at the last ancestor known: the result is published, never retried forever.
+        """
+        chain = [morphology_id]
+        while parent_id is not None and parent_id not in chain:
+            parent = self.results.by_id.get(parent_id)
+            if parent is not None:
+                return "/".join([parent["lineage"], *reversed(chain)])
+            chain.append(parent_id)
+            try:
+                parent_id = json.loads(self.run.read_genome(parent_id)).get("parent_id")
+            except FileNotFoundError:
+                break
+        return "/".join(reversed(chain))
 
     def build_metadata(self, morphology_id: str, slot: int, attempt: int, seed: int,
                        outcome: TrainOutcome, publication: int) -> dict[str, Any]:
@@ -446,12 +462,7 @@ class Worker:
             "iterations": int(outcome.iterations),
             "wall_time": float(outcome.wall_time),
             "steps_per_sec": float(outcome.steps_per_sec),
-            "files": {
-                "genome": self.run.relative(self.run.genome_path(morphology_id)),
-                "xml": self.run.relative(self.run.xml_path(morphology_id)),
-                "checkpoint": self.run.relative(self.run.checkpoint_path(morphology_id)),
-                "metrics": self.run.relative(self.run.metrics_path(morphology_id)),
-            },
+            "files": morphology_files(morphology_id),
             "published_at": time.time(),
             "publication": publication,
         }
@@ -475,16 +486,9 @@ def peak_gpu_bytes() -> int:
     return torch.cuda.max_memory_reserved() + CUDA_CONTEXT_BYTES  # the trainer set its device current
 
 
-def _die_with_parent() -> None:
-    """Asks Linux to send SIGTERM when the coordinator dies (no orphaned workers)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _try_worker_lock(run: RunDir, node: int, worker: int) -> int | None:
     """The lock of worker ``node-worker`` if no process holds it (None if one does)."""
-    fd = os.open(run.worker_lock_path(node, worker), os.O_CREAT | os.O_RDWR, 0o666)  # less the umask
+    fd = run.open_own_file(run.worker_lock_path(node, worker))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -498,7 +502,7 @@ def _hold_worker_lock(run: RunDir, node: int, worker: int) -> int:
     fd = _try_worker_lock(run, node, worker)
     if fd is None:
         print(f"[worker {node}-{worker}] waiting for the previous worker {node}-{worker} to exit", flush=True)
-        fd = os.open(run.worker_lock_path(node, worker), os.O_CREAT | os.O_RDWR, 0o666)  # less the umask
+        fd = run.open_own_file(run.worker_lock_path(node, worker))
         fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
@@ -516,14 +520,13 @@ def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int
         cause = classify(err)
         if cause != "environment":
             traceback.print_exc()
-        print(f"[worker {cfg.NODE_ID}-{worker}] error: {describe(err)} ({cause} failure, not the morphology's: "
-              "the slot and its checkpoint are kept; the coordinator restarts the worker)",
-              file=sys.stderr, flush=True)
+        print(f"[worker {cfg.NODE_ID}-{worker}] error: {describe(err)} ({WHOSE[cause]}; the slot and its "
+              "checkpoint are kept; the coordinator restarts the worker)", file=sys.stderr, flush=True)
         return EXIT_ENVIRONMENT
 
 
 def _run_worker(cfg: CfgNode, worker: int, backend: Backend | None) -> int:
-    _die_with_parent()
+    die_with_parent(signal.SIGTERM)  # the coordinator's death stops this worker like a signal
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
     run = RunDir(cfg.OUT_DIR, quarantine=True)
     if run.init_population_ids() is None:

@@ -62,10 +62,11 @@ def genome_xml(cfg: CfgNode, path: Path) -> str:
 
 def image(cfg: CfgNode, path: Path, out: Path, size: tuple[int, int] = (480, 360)) -> Path:
     """Writes a PNG picture of the genome at ``path`` (rendered headless; see derl.analysis.media)."""
-    from derl.analysis.media import render_body, write_png
+    from derl.analysis.media import MAX_IMAGE_SIDE, render_body, write_png
 
-    if out.suffix.lower() != ".png" or min(size) < 16:
-        raise InputError(f"--out must be a .png file and --size at least 16 x 16 (got {out}, {size})")
+    if out.suffix.lower() != ".png" or not 16 <= min(size) <= max(size) <= MAX_IMAGE_SIDE:
+        raise InputError(f"--out must be a .png file and --size within 16 .. {MAX_IMAGE_SIDE} pixels a side "
+                         f"(got {out}, {size})")
     out.parent.mkdir(parents=True, exist_ok=True)
     return write_png(render_body(to_mjcf(load_genome(path), cfg), cfg, size), out)
 

@@ -128,8 +128,10 @@ class Genome:
         """
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except ValueError as err:  # JSONDecodeError, or an integer of more digits than Python converts
             raise GenomeError(f"genome is not valid JSON: {err}") from None
+        except RecursionError:  # a crafted file nesting thousands of levels
+            raise GenomeError("genome is not valid JSON: nested too deep") from None
         if not isinstance(data, dict):
             raise GenomeError("genome JSON must be an object")
         version = data.get("schema_version")
@@ -247,26 +249,31 @@ def check_id(value: str, name: str = "id") -> str:
     return value
 
 
+# Physical bounds of every value the MJCF builder uses, far outside what mutations draw (configs:
+# radii 0.05-0.1 m, lengths 0.2-0.4 m, densities 500-1000 kg/m^3, gears 150-300, angles in degrees)
+# and inside what MuJoCo compiles and simulates (a head_radius of 1e300 is a mujoco.FatalError).
+SIZE_BOUNDS = (1e-3, 10.0)  # m: head and limb radii, limb lengths
+DENSITY_BOUNDS = (1.0, 1e5)  # kg/m^3
+GEAR_BOUNDS = (1e-3, 1e4)
+ANGLE_BOUNDS = (-360.0, 360.0)  # degrees: directions and joint ranges
+
+
 def _check_values(genome: Genome) -> None:
-    """Ids usable as file names; sizes, densities and gears finite and positive; angles finite."""
+    """Ids usable as file names; every number finite and inside its physical bounds (above)."""
     check_id(genome.id)
     if genome.parent_id is not None:
         check_id(genome.parent_id, "parent_id")
-    positive = [("head_radius", genome.head_radius), ("head_density", genome.head_density),
-                ("limb_density", genome.limb_density)]
-    finite = []
+    bounded = [("head_radius", genome.head_radius, SIZE_BOUNDS), ("head_density", genome.head_density, DENSITY_BOUNDS),
+               ("limb_density", genome.limb_density, DENSITY_BOUNDS)]
     for group in genome.groups:
         name = f"limb group {list(group.ids)}"
-        positive += [(f"{name} radius", group.radius), (f"{name} length", group.length)]
-        finite += [(f"{name} theta", group.theta), (f"{name} phi", group.phi)]
+        bounded += [(f"{name} radius", group.radius, SIZE_BOUNDS), (f"{name} length", group.length, SIZE_BOUNDS),
+                    (f"{name} theta", group.theta, ANGLE_BOUNDS), (f"{name} phi", group.phi, ANGLE_BOUNDS)]
         for joint in group.joints:
-            positive.append((f"{name} joint gear", joint.gear))
-            finite += [(f"{name} joint range", value) for value in joint.range]
+            bounded.append((f"{name} joint gear", joint.gear, GEAR_BOUNDS))
+            bounded += [(f"{name} joint range", value, ANGLE_BOUNDS) for value in joint.range]
             if joint.range[0] > joint.range[1]:
                 raise GenomeError(f"genome {genome.id}: {name} joint range {list(joint.range)} is reversed")
-    for name, value in positive:
-        if not (math.isfinite(value) and value > 0):
-            raise GenomeError(f"genome {genome.id}: {name} must be a positive number, got {value!r}")
-    for name, value in finite:
-        if not math.isfinite(value):
-            raise GenomeError(f"genome {genome.id}: {name} must be finite, got {value!r}")
+    for name, value, (low, high) in bounded:
+        if not (math.isfinite(value) and low <= value <= high):
+            raise GenomeError(f"genome {genome.id}: {name} must be a number in [{low:g}, {high:g}], got {value!r}")

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
 from derl.config import CfgNode
+from derl.lifetime import pool_process_init
 from derl.morphology.genome import Genome
 from derl.morphology.geometry import rotation_signature
 from derl.morphology.mutations import random_genome
@@ -82,6 +83,10 @@ def _candidate(cfg: CfgNode, seed: np.random.SeedSequence, index: int) -> Genome
     return random_genome(cfg, np.random.default_rng(seed), f"candidate-{index}")
 
 
+def _candidate_job(job: tuple[CfgNode, np.random.SeedSequence, int]) -> Genome:
+    return _candidate(*job)
+
+
 def _build_candidates(cfg: CfgNode, seeds: Sequence[np.random.SeedSequence], num_workers: int) -> list[Genome]:
     def shown(items: Iterable) -> list:  # minutes at DERL's 5,760 candidates: a progress bar
         return list(progress_bar(len(seeds), "initial population candidates", unit="genome", iterable=items))
@@ -89,9 +94,12 @@ def _build_candidates(cfg: CfgNode, seeds: Sequence[np.random.SeedSequence], num
     if num_workers <= 1:
         return shown(_candidate(cfg, s, k) for k, s in enumerate(seeds))
     context = multiprocessing.get_context("spawn")  # no forked copies of threads or rng state
-    with ProcessPoolExecutor(num_workers, mp_context=context) as pool:
+    # Pool processes die with this one, also on SIGKILL; leaving the block (an interrupt included)
+    # terminates them at once, where a ProcessPoolExecutor would wait for the chunks they hold.
+    with context.Pool(num_workers, initializer=pool_process_init, initargs=(os.getpid(),)) as pool:
         chunk = max(1, len(seeds) // (num_workers * 8))
-        return shown(pool.map(_candidate, [cfg] * len(seeds), seeds, range(len(seeds)), chunksize=chunk))
+        jobs = zip([cfg] * len(seeds), seeds, range(len(seeds)), strict=True)
+        return shown(pool.imap(_candidate_job, jobs, chunksize=chunk))  # in order, as they finish
 
 
 def initial_population(

@@ -1,0 +1,209 @@
+"""The schema of every JSON file kind of ``OUT_DIR``: one checker per kind, shared by writer and readers.
+
+Each checker takes the parsed content (and what the file's name says it must be) and returns why
+it is not a valid file of its kind, or None. ``derl.evolution.storage.RunDir`` applies them at
+every read, so nothing downstream sees a file that fails (README: "The output folder is untrusted
+input"): types, finite numbers, ranges, the id matching the file name, parent ids that are ids,
+the files a record lists being the run's own. Pure functions: no filesystem access here (what
+needs the folder, such as listed files being present, is checked in ``RunDir.read_metadata``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from derl.evolution.population import ID_PATTERN, parse_id
+
+# Metadata fields that are bookkeeping, not fitness terms (every other field is a finite number).
+BOOKKEEPING = frozenset({
+    "id", "parent_id", "lineage", "mutation", "slot", "attempt", "seed", "node", "worker", "env_steps",
+    "iterations", "wall_time", "steps_per_sec", "files", "published_at", "publication", "device",
+})
+# The files of a published morphology: ``files`` key -> (folder, suffix), relative to OUT_DIR.
+MORPHOLOGY_FILES = {"genome": ("genomes", ".json"), "xml": ("xml", ".xml"), "checkpoint": ("models", ".pt"),
+                    "metrics": ("metrics", ".jsonl")}
+
+
+def is_id(value: Any) -> bool:
+    """True for a morphology id (``000042``, ``000042-1``): the only names that become paths."""
+    return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
+
+
+def morphology_files(morphology_id: str) -> dict[str, str]:
+    """The ``files`` entry of a morphology's metadata: its files' paths relative to ``OUT_DIR``."""
+    return {key: f"{folder}/{morphology_id}{suffix}" for key, (folder, suffix) in MORPHOLOGY_FILES.items()}
+
+
+def _is_int(value: Any, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_number(value: Any, minimum: float = -math.inf) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= minimum)
+
+
+def _typed(data: dict[str, Any], checks: dict[str, tuple[Any, str]]) -> str | None:
+    """The first ``key`` present in ``data`` whose ``test(value)`` fails, as a reason."""
+    for key, (test, what) in checks.items():
+        if key in data and not test(data[key]):
+            return f"has {key} {data[key]!r:.60}, expected {what}"
+    return None
+
+
+def _required(data: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+    missing = [key for key in keys if key not in data]
+    return f"lacks {', '.join(missing)}" if missing else None
+
+
+_OPTIONAL_ID = (lambda v: v is None or is_id(v), "a morphology id or null")
+_INDEX = (_is_int, "an integer >= 0")
+
+
+def _id_problem(data: Any, name: str) -> str | None:
+    """Why ``data`` is not a record of morphology ``name`` (id, slot, attempt), or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    if data.get("id") != name:
+        return f"has id {data.get('id')!r:.60}, expected {name!r}"
+    if (data.get("slot"), data.get("attempt")) != parse_id(name):
+        return f"has slot/attempt {data.get('slot')!r:.30}/{data.get('attempt')!r:.30}, expected {parse_id(name)}"
+    return None
+
+
+def claim_problem(data: Any, slot: int) -> str | None:
+    """Why ``data`` is not a claim (``slots/`` or ``leases/``) of ``slot``, or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    if not is_id(data.get("id")):
+        return f"has no valid morphology id (id={data.get('id')!r:.60})"
+    if parse_id(data["id"])[0] != slot:
+        return f"claims {data['id']}, not in slot {slot}"
+    missing = [key for key in ("node", "worker") if not _is_int(data.get(key))]
+    if missing:
+        return f"lacks integer {', '.join(missing)}"
+    return _id_problem(data, data["id"]) or _typed(data, {
+        "lease": _INDEX, "pid": _INDEX, "host": (lambda v: isinstance(v, str), "a string"),
+        "token": (lambda v: isinstance(v, str), "a string")})
+
+
+def metadata_problem(data: Any, name: str) -> str | None:
+    """Why ``data`` is not the published metadata of ``name``, or None (the folder-level checks:
+    ``RunDir.read_metadata``)."""
+    problem = _id_problem(data, name) or _required(data, ("lineage", "publication", "files"))
+    if problem:
+        return problem
+    if not _is_int(data["publication"]):
+        return f"has no publication number (publication={data['publication']!r:.60})"
+    problem = _typed(data, {
+        "parent_id": (lambda v: v is None or (is_id(v) and v != name), "another morphology's id or null"),
+        "mutation": (lambda v: v is None or isinstance(v, str), "a string or null"),
+        "seed": _INDEX, "node": _INDEX, "worker": _INDEX, "env_steps": _INDEX, "iterations": _INDEX,
+        "device": (lambda v: isinstance(v, str), "a string"),
+        "wall_time": (lambda v: _is_number(v, 0), "a finite number >= 0"),
+        "steps_per_sec": (lambda v: _is_number(v, 0), "a finite number >= 0"),
+        "published_at": (lambda v: _is_number(v, 0), "a finite number >= 0"),
+    })
+    if problem:
+        return problem
+    lineage = data["lineage"].split("/") if isinstance(data["lineage"], str) else None
+    parent = data.get("parent_id")
+    if not lineage or not all(map(is_id, lineage)) or lineage[-1] != name or \
+            (lineage[-2] if len(lineage) > 1 else None) != parent:
+        return f"has lineage {data['lineage']!r:.60}, expected ids ending in {parent + '/' if parent else ''}{name}"
+    if data["files"] != morphology_files(name):
+        return f"lists files {data['files']!r:.80}, expected {morphology_files(name)}"
+    for key, value in data.items():
+        if key not in BOOKKEEPING and not _is_number(value):
+            return f"has {key} {value!r:.60}, expected a finite number (every result is one)"
+    return None
+
+
+def published_problem(data: Any) -> str | None:
+    """Why ``data`` is not a publication record (``published/<n>.json``), or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    if not is_id(data.get("id")):
+        return f"has no valid morphology id (id={data.get('id')!r:.60})"
+    return _required(data, ("node", "worker")) or _typed(data, {"node": _INDEX, "worker": _INDEX})
+
+
+def error_problem(data: Any, name: str) -> str | None:
+    """Why ``data`` is not the failure record (``error_metadata/``) of ``name``, or None."""
+    return _id_problem(data, name) or _required(data, ("reason",)) or _typed(data, {
+        "reason": (lambda v: isinstance(v, str), "a string"), "traceback": (lambda v: isinstance(v, str), "a string"),
+        "node": _INDEX, "worker": _INDEX})
+
+
+def retired_problem(data: Any, name: str) -> str | None:
+    if not isinstance(data, dict) or data.get("id") != name:
+        return f"is not the retirement of {name}"
+    return None
+
+
+def genome_problem(data: Any, name: str) -> str | None:
+    """Why ``data`` is not a genome with id ``name`` (the body itself: ``derl.morphology.genome``), or None."""
+    if not isinstance(data, dict) or data.get("id") != name:
+        return f"is not a genome with id {name!r}"
+    return _typed(data, {
+        "parent_id": (lambda v: v is None or (is_id(v) and v != name), "another morphology's id or null"),
+        "mutation": (lambda v: v is None or isinstance(v, str), "a string or null")})
+
+
+def worker_state_problem(data: Any, node: int, worker: int) -> str | None:
+    """Why ``data`` is not the state (``workers/<node>-<worker>.json``) of that worker, or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    if (data.get("node"), data.get("worker")) != (node, worker):
+        return f"is the state of worker {data.get('node')!r:.20}-{data.get('worker')!r:.20}, expected {node}-{worker}"
+    return _typed(data, {
+        "slot": (lambda v: v is None or _is_int(v), "a slot number or null"), "id": _OPTIONAL_ID,
+        "status": (lambda v: isinstance(v, str), "a string"), "pid": _INDEX,
+        "updated": (_is_number, "a finite number"), "peak_rss_bytes": _INDEX, "peak_gpu_bytes": _INDEX})
+
+
+def manifest_problem(data: Any, node: int) -> str | None:
+    """Why ``data`` is not node ``node``'s entry of ``manifest/``, or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    if data.get("node") != node:
+        return f"is not the manifest entry of node {node}"
+    return _typed(data, {key: (lambda v: v is None or isinstance(v, str), "a string or null")
+                         for key in ("derl", "commit", "python", "torch", "mujoco", "numpy", "gymnasium", "host")})
+
+
+def init_population_problem(data: Any) -> str | None:
+    ids = data.get("ids") if isinstance(data, dict) else None
+    ok = isinstance(ids, list) and all(map(is_id, ids)) and len(set(ids)) == len(ids)
+    return None if ok else "has no list of distinct morphology ids"
+
+
+def summary_problem(data: Any) -> str | None:
+    """Why ``data`` is not a ``summary.json``, or None (the fields ``tools/status.py`` shows)."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    return _typed(data, {"eta_hours": (lambda v: v is None or _is_number(v, 0), "a finite number or null"),
+                         "morphologies_per_hour": (_is_number, "a finite number"),
+                         "updated": (lambda v: _is_number(v, 0), "a finite number >= 0")})
+
+
+def eval_result_problem(data: Any) -> str | None:
+    """Why ``data`` is not a finished evaluation cell's ``metrics.json``, or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    problem = _required(data, ("summary", "env_steps", "iterations")) or _typed(data, {
+        "summary": (lambda v: isinstance(v, dict), "an object"), "env_steps": _INDEX, "iterations": _INDEX})
+    if problem:
+        return problem
+    bad = [key for key, value in data["summary"].items() if not _is_number(value)]
+    return f"has summary {bad[0]} {data['summary'][bad[0]]!r:.60}, expected a finite number" if bad else None
+
+
+def eval_claim_problem(data: Any) -> str | None:
+    """Why ``data`` is not an evaluation claim (``eval/claims/``), or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    return _typed(data, {"host": (lambda v: isinstance(v, str), "a string"), "pid": _INDEX,
+                         "token": (lambda v: isinstance(v, str), "a string"),
+                         "started": (lambda v: v is None or _is_number(v), "a number or null")})

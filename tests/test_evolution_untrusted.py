@@ -1,0 +1,194 @@
+"""The run folder as untrusted input: crafted ids, planted links and FIFOs, records that lie.
+
+Each test plants what a damaged or hostile shared folder may hold and checks that derl touches
+nothing outside ``OUT_DIR``, never blocks, and keeps every bad record away from the search.
+"""
+
+import json
+import os
+
+import pytest
+
+from derl.evolution.lease import takeover_reason
+from derl.evolution.schema import metadata_problem, morphology_files
+from derl.evolution.storage import RunDir
+
+
+@pytest.fixture
+def sentinel(tmp_path):
+    """A folder outside the run with a file in it; tests assert both stay byte for byte."""
+    folder = tmp_path / "sentinel"
+    folder.mkdir()
+    (folder / "victim.json").write_text('{"id": "victim"}')
+    return folder
+
+
+def snapshot(folder):
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+def search_run(tmp_path):
+    run = RunDir(tmp_path / "run", quarantine=True)
+    run.create()
+    return run
+
+
+def test_an_id_from_a_record_never_becomes_a_path_outside_the_folder(tmp_path, sentinel):
+    run = search_run(tmp_path)
+    before = snapshot(sentinel)
+    for build in (run.genome_path, run.metadata_path, run.checkpoint_path, run.error_path, run.video_path):
+        with pytest.raises(ValueError, match="not a morphology id"):
+            build("../../sentinel/victim")
+    with pytest.raises(ValueError, match="not a morphology id"):
+        run.metadata_path("000001\n")
+    # A genome naming such a parent is itself invalid: quarantined, never followed.
+    run.write_genome("000004", json.dumps({"id": "000004", "parent_id": "../../sentinel/victim"}), "<mujoco/>")
+    assert not run.has_genome("000004")
+    with pytest.raises(ValueError, match="is not a file of"):
+        run.quarantine(run.root / "genomes" / ".." / ".." / "sentinel" / "victim.json", "crafted")
+    assert snapshot(sentinel) == before
+    assert [p.name for p in (run.root / "quarantine").iterdir()] == ["genomes-000004.json"]
+
+
+def test_planted_links_are_never_followed(tmp_path, sentinel):
+    from derl.evolution.worker import _try_worker_lock
+
+    run = search_run(tmp_path)
+    before = snapshot(sentinel)
+    (run.root / "workers" / "0-0.alive").symlink_to(sentinel / "victim.json")
+    (run.root / "workers" / "0-0.lock").symlink_to(sentinel / "created-by-derl")
+    (run.root / "workers" / "0-0.json").symlink_to(sentinel / "victim.json")
+    run.beat(0, 0)
+    os.close(_try_worker_lock(run, 0, 0))
+    assert run.read_worker_state(0, 0) is None
+    assert snapshot(sentinel) == before
+    for name in ("0-0.alive", "0-0.lock"):  # the links moved aside, regular files in their place
+        assert (run.root / "workers" / name).is_file() and not (run.root / "workers" / name).is_symlink()
+    assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == [
+        "workers-0-0.alive", "workers-0-0.json", "workers-0-0.lock"]
+    assert all(p.is_symlink() for p in (run.root / "quarantine").iterdir())
+
+
+def test_a_quarantine_folder_that_is_a_link_is_refused(tmp_path, sentinel):
+    run = RunDir(tmp_path / "run", quarantine=True)
+    run.root.mkdir()
+    (run.root / "quarantine").symlink_to(sentinel)
+    with pytest.raises(OSError, match="quarantine is not a folder"):
+        run.create()
+    assert sorted(os.listdir(run.root)) == ["quarantine"]  # nothing made before the check
+    (run.root / "metadata").mkdir()
+    (run.root / "metadata" / "000001.json").write_text("[]")
+    with pytest.raises(OSError, match="quarantine is not a folder"):
+        run.read_metadata("000001")
+    assert (run.root / "metadata" / "000001.json").exists() and sorted(os.listdir(sentinel)) == ["victim.json"]
+
+
+def test_a_fifo_or_folder_where_a_record_belongs_is_quarantined_at_once(tmp_path):
+    run = search_run(tmp_path)
+    os.mkfifo(run.root / "metadata" / "000007.json")
+    (run.root / "metadata" / "000008.json").mkdir()
+    os.mkfifo(run.root / "summary.json")
+    assert run.read_metadata("000007") is None and run.read_metadata("000008") is None
+    assert run.read_summary() is None
+    assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == [
+        "metadata-000007.json", "metadata-000008.json", "summary.json"]
+
+
+def published_record(run, morphology_id, **fields):
+    """A finished morphology's files, its publication number and a valid record (``fields`` override)."""
+    for relative in morphology_files(morphology_id).values():
+        (run.root / relative).write_text("stand-in\n")
+    number = run.take_publication_number(morphology_id, 0, 0)
+    slot = int(morphology_id.split("-")[0])
+    return {"id": morphology_id, "parent_id": None, "lineage": morphology_id, "mutation": None, "slot": slot,
+            "attempt": 0, "seed": 1, "node": 0, "worker": 0, "device": "cpu", "__reward__forward": 2.0,
+            "env_steps": 100, "iterations": 1, "wall_time": 1.0, "steps_per_sec": 100.0,
+            "files": morphology_files(morphology_id), "published_at": 1.7e9, "publication": number, **fields}
+
+
+@pytest.mark.parametrize("fields, reason", [
+    ({"__reward__forward": "abc"}, "has __reward__forward 'abc', expected a finite number"),
+    ({"__reward__forward": None}, "has __reward__forward None, expected a finite number"),
+    ({"wall_time": -1}, "has wall_time -1, expected a finite number >= 0"),
+    ({"parent_id": "../../victim"}, "has parent_id '../../victim', expected another morphology's id"),
+    ({"lineage": "000009/000003"}, "has lineage '000009/000003'"),
+    ({"files": {"genome": "../../victim.json"}}, "lists files"),
+    ({"publication": True}, "has no publication number"),
+])
+def test_a_record_that_lies_is_refused(tmp_path, fields, reason):
+    run = search_run(tmp_path)
+    assert reason in metadata_problem(published_record(run, "000003", **fields), "000003")
+
+
+def test_a_planted_record_or_a_reused_publication_number_is_quarantined(tmp_path, capsys):
+    run = search_run(tmp_path)
+    run.publish(published_record(run, "000000"))
+    planted = {"id": "000001", "slot": 1, "attempt": 0, "lineage": "000001", "publication": 0,
+               "__reward__forward": 1e300, "files": morphology_files("000001")}
+    (run.root / "metadata" / "000001.json").write_text(json.dumps(planted))  # no files, number 0 is 000000's
+    record = published_record(run, "000002")
+    os.unlink(run.root / "models" / "000002.pt")
+    run.publish(record)
+    assert run.read_metadata("000000")["publication"] == 0
+    assert run.read_metadata("000001") is None and run.read_metadata("000002") is None
+    err = capsys.readouterr().err
+    assert "000001.json lists genomes/000001.json, which is missing" in err
+    assert "000002.json lists models/000002.pt, which is missing" in err
+    for relative in morphology_files("000001").values():
+        (run.root / relative).write_text("stand-in\n")
+    (run.root / "metadata" / "000001.json").write_text(json.dumps(planted))
+    assert run.read_metadata("000001") is None
+    assert "has publication 0, which published/00000000.json gives to '000000'" in capsys.readouterr().err
+
+
+def test_a_worker_state_of_the_wrong_type_is_quarantined_and_memory_estimated_without_it(tmp_path):
+    from derl.evolution.coordinator import DEFAULT_WORKER_MEMORY_BYTES, worker_memory_estimate
+
+    run = search_run(tmp_path)
+    run.write_worker_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": "x"})
+    run.write_worker_state(0, 1, {"node": 0, "worker": 1, "slot": "../x"})
+    assert worker_memory_estimate(run, 0) == (DEFAULT_WORKER_MEMORY_BYTES, "default until workers have been measured")
+    assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == ["workers-0-0.json", "workers-0-1.json"]
+
+
+def test_a_damaged_claim_is_kept_while_a_worker_on_its_slot_beats(tmp_path):
+    """The lease decides ownership: a truncated claim of a slot whose owner heartbeats is never handed
+    to a second worker; once nobody working on it has beaten for the lease, it is taken over."""
+    run = search_run(tmp_path)
+    run.claim_slot(2, {"slot": 2, "id": "000002", "attempt": 0, "node": 0, "worker": 1})
+    run.write_worker_state(0, 1, {"node": 0, "worker": 1, "slot": 2, "id": "000002", "status": "training"})
+    beat = run.beat(0, 1)
+    path = run.root / "slots" / "000002.json"
+    path.write_text(path.read_text()[:20])  # truncated while worker 0-1 trains
+    claim = run.read_slot(2)
+    assert claim["damaged"].startswith("not valid JSON") and claim["lease"] == 0 and path.exists()
+    assert takeover_reason(run, 2, claim, now=beat + 5, lease_seconds=10) is None
+    assert "no other worker on slot 2 beat" in takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10)
+    # Worker 0-1 itself, restarted, resumes it: no other worker is on the slot.
+    assert takeover_reason(run, 2, claim, now=beat + 5, lease_seconds=10, me=(0, 1)) is not None
+    assert run.take_over_slot(2, claim, {"slot": 2, "id": "000002", "attempt": 0, "node": 1, "worker": 0})
+    assert run.slot_taken_over(2, 0) and run.read_slot(2)["node"] == 1
+
+
+def test_status_skips_a_fifo_a_folder_and_deep_nesting_in_one_line_each(tmp_path, capsys):
+    """A FIFO named metadata/000007.json blocked status.py for good; a folder of that name was a
+    traceback; 200 KB of [[[ a RecursionError. Now each is one warning line and the status is shown."""
+    import signal
+
+    from derl.config import dump_config, load_config
+    from derl.evolution.status import status_lines
+
+    run = search_run(tmp_path)
+    run.config_path().write_text(dump_config(load_config(None, [])))
+    os.mkfifo(run.root / "metadata" / "000007.json")
+    (run.root / "metadata" / "000008.json").mkdir()
+    (run.root / "workers" / "0-0.json").write_text("[" * 200_000)
+    signal.alarm(20)  # a hang fails the test instead of the suite
+    try:
+        lines = status_lines(str(run.root))
+    finally:
+        signal.alarm(0)
+    assert lines[1].startswith("done: 0/")
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 3 and all(line.startswith("warning: ") and "skipped" in line for line in warnings)
+    assert os.path.exists(run.root / "metadata" / "000007.json")  # a read-only tool moves nothing
