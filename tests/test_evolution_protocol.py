@@ -356,7 +356,7 @@ def test_a_corrupt_claim_of_a_slot_in_training_is_never_trained_twice(tmp_path):
     quarantined the claim, claimed the slot as lease 0 and trained it too)."""
     out = tmp_path / "run"
     env = dict(ENV, DERL_FAKE_FAILING_ATTEMPTS="0")
-    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "6", iterations=40, env=env)
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "6", iterations=20, env=env)
     claim = out / "slots" / "000005.json"
     deadline = time.monotonic() + 60
     while not (claim.exists() and "000005" in starts_or_none(out)) and time.monotonic() < deadline:

@@ -192,3 +192,20 @@ def test_status_skips_a_fifo_a_folder_and_deep_nesting_in_one_line_each(tmp_path
     warnings = capsys.readouterr().err.splitlines()
     assert len(warnings) == 3 and all(line.startswith("warning: ") and "skipped" in line for line in warnings)
     assert os.path.exists(run.root / "metadata" / "000007.json")  # a read-only tool moves nothing
+
+
+def test_a_folder_of_the_layout_that_is_a_link_is_never_read_through(tmp_path, sentinel, capsys):
+    from derl.analysis.run import RunView
+    from derl.config import dump_config, load_config
+
+    run = search_run(tmp_path)
+    run.config_path().write_text(dump_config(load_config(None, [])))
+    (sentinel / "000003.json").write_text(json.dumps(published_record(run, "000003")))
+    os.rmdir(run.root / "metadata")
+    (run.root / "metadata").symlink_to(sentinel)
+    reader = RunDir(run.root, skip=True)
+    assert reader.published_ids() == [] and reader.read_metadata("000003") is None
+    assert "metadata is a link or a file, not a folder" in capsys.readouterr().err
+    assert len(RunView(run.root)) == 0  # the report's reader too
+    with pytest.raises(OSError, match="metadata is not a folder"):
+        run.published_ids()  # the search stops on it

@@ -274,9 +274,13 @@ class RunDir:
     def _read_checked(self, path: Path, problem: Callable[[Any], str | None]) -> Any | None:
         """The JSON content of ``path`` if it parses and ``problem`` finds nothing; None if missing.
 
-        A bad file is quarantined (``quarantine=True``, then None) or raises ``JsonFileError``.
+        A bad file is quarantined (``quarantine=True``, then None) or raises ``JsonFileError``. So is
+        a file whose folder is a link (its content lies outside ``OUT_DIR``: never read).
         """
         try:
+            if path.parent != self.root and not stat.S_ISDIR(os.lstat(path.parent).st_mode):
+                self._bad_file(path, f"is in {path.parent.name}/, which is a link or a file, not a folder")
+                return None
             data = read_json(path)
         except FileNotFoundError:
             return None
@@ -293,6 +297,11 @@ class RunDir:
         """Stems of the ``suffix`` files of ``folder``; foreign names are quarantined (or skipped)."""
         names = []
         try:
+            if not stat.S_ISDIR(os.lstat(self.root / folder).st_mode):  # a link: its entries lie outside
+                if self.quarantine_bad_files:
+                    self._real_folder(folder)  # raises: the search stops on it (the node's problem)
+                self._warn_once(self.root / folder, "is a link or a file, not a folder; its files are not read")
+                return []
             entries = list(os.scandir(self.root / folder))
         except FileNotFoundError:
             return []
