@@ -116,9 +116,10 @@ def _chains(num_chains: int, length: int, seed: int):
         yield genome
 
 
-def test_fuzz_2000_mutation_chains_compile():
+def test_fuzz_500_mutation_chains_compile():
+    # 500 keep make test inside its budget; the slow tests below run 2000 longer chains
     limb_counts = set()
-    for genome in _chains(2000, 1, seed=99):
+    for genome in _chains(500, 1, seed=99):
         model = mujoco.MjModel.from_xml_string(to_mjcf(genome, CFG))
         assert model.nu == genome.dof and model.nbody == genome.num_limbs + 2
         limb_counts.add(genome.num_limbs)
