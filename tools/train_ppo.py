@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from contextlib import nullcontext
@@ -119,8 +120,11 @@ def main(argv: list[str]) -> int:
     if not result.completed:
         if info.is_main:
             print(f"stopped by signal {stop.signum} at iteration {result.iterations}; checkpoint "
-                  f"{out / CHECKPOINT_FILE}. Continue with: tools/train_ppo.py --out {out} --resume", file=sys.stderr)
-        return 128 + (stop.signum or signal.SIGINT)
+                  f"{out / CHECKPOINT_FILE}. Continue with the same command and --resume (one process: "
+                  f"tools/train_ppo.py --out {out} --resume)", file=sys.stderr)
+        # Under tools/train_ddp.sh a rank exits 0 (torchrun reports any other code as a failure, with a
+        # traceback); the script itself exits 128 + N.
+        return int(os.environ.get("DERL_RANK_STOP_EXIT", 128 + (stop.signum or signal.SIGINT)))
     if info.is_main:
         _print_result(out, result)
     return 0
