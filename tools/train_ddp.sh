@@ -87,7 +87,7 @@ agent=$!
 signal=0
 forward() { signal=$1; pkill "-$1" -P "$agent" || kill -TERM "$agent" 2>/dev/null || true; }  # no rank yet: stop torchrun
 trap 'forward 2' INT
-trap 'forward 15' TERM
+trap 'forward 15' TERM HUP  # a closed terminal stops the ranks as SIGTERM does
 while :; do
     code=0
     wait "$agent" || code=$?
