@@ -116,3 +116,25 @@ def test_ctrl_c_stops_an_evaluation_with_130(tiny_run, tmp_path):
     done = _interrupt(command, "1 at a time", tmp_path)
     assert done.returncode == EXIT_INTERRUPTED and "Traceback" not in done.stdout, done.stdout
     assert "received signal 2" in done.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_data_parallel_training_with_130(tmp_path):
+    """tools/train_ddp.sh: the ranks checkpoint and stop; torchrun's agent sees no signal and no failed
+    rank, so nothing prints a traceback; the script exits 130."""
+    genome = tmp_path / "g.json"
+    genome.write_text(random_genome(load_config(), np.random.default_rng(0), "g0").to_json())
+    out = tmp_path / "run"
+    command = ["bash", str(ROOT / "tools" / "train_ddp.sh"), "--nproc", "2", "--genome", str(genome), "--out",
+               str(out), "PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "16", "PPO.BATCH_SIZE", "16", "CHECKPOINT_PERIOD", "1",
+               "PPO.MAX_STATE_ACTION_PAIRS", "10000000"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=dict(ENV, PYTHON=sys.executable), stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 240
+    while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and "--resume" in err, err
+    assert (out / "model.pt").is_file() and not (out / "metrics.json").exists()

@@ -17,7 +17,8 @@
 # Everything else goes to tools/train_ppo.py (see its --help): e.g.
 #   tools/train_ddp.sh --gpus 4 --genome best.json --cfg configs/gpu_server.yml --out output/best
 #   tools/train_ddp.sh --gpus 4 --genome best.json --cfg configs/gpu_server.yml --out output/best --resume
-# PPO.NUM_ENVS is per rank; PPO.MAX_STATE_ACTION_PAIRS is the total over all ranks.
+# PPO.NUM_ENVS is per rank; PPO.MAX_STATE_ACTION_PAIRS is the total over all ranks. Ctrl-C (or
+# SIGTERM) stops every rank after its iteration with a checkpoint; exit code 130 (143), as every tool.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -76,4 +77,21 @@ if [[ "$dry_run" -eq 1 ]]; then
 fi
 # One torch thread per rank unless asked otherwise (torchrun would also set this, with a warning).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-exec "${command[@]}"
+# Ctrl-C or SIGTERM: torchrun's agent would print a traceback for the signal, and one for any rank
+# that exits nonzero. So the agent runs in its own session (the terminal's Ctrl-C reaches this
+# script only), the signal goes to the ranks, which stop after their iteration with a checkpoint and
+# exit 0 (DERL_RANK_STOP_EXIT), and this script exits 128 + N like every derl command.
+export DERL_RANK_STOP_EXIT=0
+setsid "${command[@]}" &
+agent=$!
+signal=0
+forward() { signal=$1; pkill "-$1" -P "$agent" || kill -TERM "$agent" 2>/dev/null || true; }  # no rank yet: stop torchrun
+trap 'forward 2' INT
+trap 'forward 15' TERM HUP  # a closed terminal stops the ranks as SIGTERM does
+while :; do
+    code=0
+    wait "$agent" || code=$?
+    kill -0 "$agent" 2>/dev/null || break  # wait returns early when a signal arrives: wait again
+done
+(( signal == 0 )) || exit $((128 + signal))  # rank 0 said where its checkpoint is
+exit "$code"

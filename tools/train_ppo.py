@@ -10,19 +10,23 @@
 The output folder (default OUT_DIR) gets config.yaml, run.json, model.pt, metrics.jsonl and
 metrics.json (see derl/training/run.py). --eval prints the deterministic return as JSON.
 Under torchrun (tools/train_ddp.sh) each rank runs this script; rank 0 writes the folder and prints.
+A --resume of a finished training says so and changes nothing. Exit codes (README "Commands and exit
+codes"): 0 done, 2 bad input (a refused command leaves no folder behind), 130/143 stopped by Ctrl-C or
+SIGTERM after saving a checkpoint (resume with --resume).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from derl.cli import ArgumentParser, run
+from derl.cli import EXIT_INTERRUPTED, ArgumentParser, run
 
 if TYPE_CHECKING:
     from derl.ppo.trainer import TrainResult
@@ -39,7 +43,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     source.add_argument("--genome", type=Path, help="genome JSON file (derl.morphology)")
     source.add_argument("--env-id", help="a Gymnasium env id with a Box action space, e.g. Ant-v5")
     parser.add_argument("--out", type=Path, help="output folder (default: OUT_DIR)")
-    parser.add_argument("--resume", action="store_true", help="continue from OUT/model.pt if present")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from OUT/model.pt if present; a finished training is left as it is")
     parser.add_argument("--eval", type=Path, metavar="CKPT", help="replay this checkpoint deterministically")
     parser.add_argument("--episodes", type=int, default=1, help="episodes to replay with --eval")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (it is drawn on a terminal only anyway)")
@@ -115,12 +120,15 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:  # Ctrl-C while starting, or a second one
         print("interrupted; nothing finished. Rerun with --out DIR --resume to continue from the last "
               "checkpoint, if any", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     if not result.completed:
         if info.is_main:
             print(f"stopped by signal {stop.signum} at iteration {result.iterations}; checkpoint "
-                  f"{out / CHECKPOINT_FILE}. Continue with: tools/train_ppo.py --out {out} --resume", file=sys.stderr)
-        return 128 + (stop.signum or signal.SIGINT)
+                  f"{out / CHECKPOINT_FILE}. Continue with the same command and --resume (one process: "
+                  f"tools/train_ppo.py --out {out} --resume)", file=sys.stderr)
+        # Under tools/train_ddp.sh a rank exits 0 (torchrun reports any other code as a failure, with a
+        # traceback); the script itself exits 128 + N.
+        return int(os.environ.get("DERL_RANK_STOP_EXIT", 128 + (stop.signum or signal.SIGINT)))
     if info.is_main:
         _print_result(out, result)
     return 0

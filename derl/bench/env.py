@@ -30,6 +30,7 @@ from derl.envs import UnimalVectorEnv
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.world import build_xml
 from derl.morphology import random_genome, to_mjcf
+from derl.progress import progress_bar
 
 EVAL_DIR = PRESET_DIR.parent / "eval"
 
@@ -149,7 +150,8 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit(f"error: {err}") from None
     result: dict = {"steps": args.steps, "num_envs": args.num_envs, "threads": args.threads,
                     "morphologies": args.morphologies, "frame_skip": FRAME_SKIP}
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, progress_bar(len(names) * args.morphologies, "bench env",
+                                                                  unit="body") as bar:
         for name in names:
             cfg = configs[name]
             rows = []
@@ -160,5 +162,6 @@ def run(args: argparse.Namespace) -> dict:
                 xml_path.write_text(to_mjcf(genome, cfg))
                 measured = _measure(cfg, xml_path, seed, args)
                 rows.append({"seed": seed, "num_limbs": genome.num_limbs, **measured})
+                bar.update(1)
             result[name] = {**_summary(rows), "per_morphology": rows}
     return result

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from derl.fileio import read_json
+from derl.progress import progress_bar
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,7 +59,8 @@ def _run(args: argparse.Namespace, workers: int, out_dir: Path) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="derl-bench-evolve-") as tmp:
-        runs = [_run(args, workers, Path(tmp) / f"w{workers}") for workers in args.workers]
+        shown = progress_bar(len(args.workers), "bench evolve", unit="search", iterable=args.workers)
+        runs = [_run(args, workers, Path(tmp) / f"w{workers}") for workers in shown]
     rates = [r["morphologies_per_hour"] for r in runs]
     return {
         "config": {"init": args.init, "search": args.search, "steps_per_morphology": args.steps,
