@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import gymnasium as gym
 import mujoco
@@ -42,6 +43,18 @@ from derl.envs.world import build_world, head_height
 FRAME_SKIP = 4
 BOUND_STATE = ("qpos", "qvel", "ctrl", "time")
 BOUND_DERIVED = ("xpos", "xmat", "site_xpos", "sensordata", "qfrc_actuator")
+
+
+def unimal_mjcf(xml_path: str | Path | None, mjcf: str | None) -> str:
+    """The unimal's MJCF text, given as a file or as text (exactly one of them)."""
+    if (xml_path is None) == (mjcf is None):
+        raise ValueError("give exactly one of xml_path and mjcf")
+    if mjcf is not None:
+        return mjcf
+    path = Path(xml_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"unimal MJCF not found: {path}")
+    return path.read_text()
 
 
 def _as_slice(indices: np.ndarray) -> slice | np.ndarray:

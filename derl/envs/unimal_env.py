@@ -16,7 +16,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from derl.envs.batch import UnimalBatch
+from derl.envs.batch import UnimalBatch, unimal_mjcf
 from derl.envs.vector_env import observation_space
 
 FLAGS = ("out_of_map", "unstable")
@@ -42,13 +42,7 @@ class UnimalEnv(gym.Env):
                  mjcf: str | None = None):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        if (xml_path is None) == (mjcf is None):
-            raise ValueError("give exactly one of xml_path and mjcf")
-        if mjcf is None:
-            path = Path(xml_path)
-            if not path.is_file():
-                raise FileNotFoundError(f"unimal MJCF not found: {path}")
-            mjcf = path.read_text()
+        mjcf = unimal_mjcf(xml_path, mjcf)
         self.cfg = cfg
         self.render_mode = render_mode
         self.sim = sim = UnimalBatch(mjcf, cfg, 1, persistent=True)

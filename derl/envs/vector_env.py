@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from derl.envs.batch import UnimalBatch
+from derl.envs.batch import UnimalBatch, unimal_mjcf
 
 
 def observation_space(sizes: dict[str, int]) -> gym.spaces.Dict:
@@ -39,13 +39,7 @@ class UnimalVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, xml_path: str | Path | None, cfg, num_envs: int, *, mjcf: str | None = None):
-        if (xml_path is None) == (mjcf is None):
-            raise ValueError("give exactly one of xml_path and mjcf")
-        if mjcf is None:
-            path = Path(xml_path)
-            if not path.is_file():
-                raise FileNotFoundError(f"unimal MJCF not found: {path}")
-            mjcf = path.read_text()
+        mjcf = unimal_mjcf(xml_path, mjcf)
         self.num_envs = num_envs
         self.sim = UnimalBatch(mjcf, cfg, num_envs, threads=int(cfg.VECENV.THREADS))
         self.single_observation_space = observation_space(self.sim.obs_sizes)
