@@ -204,6 +204,7 @@ def _training(out_dir: Path, worker: str) -> bool:
         return False
 
 
+@pytest.mark.slow  # ~25-30 s: kept out of make test's 10-minute budget
 def test_restart_with_fewer_workers_adopts_their_claimed_slots(tmp_path):
     """Worker 0-2 holds a claimed slot when the node stops; the node comes back with 2 workers
     (as NUM_PROCESSES 0 may decide) and worker 0 (2 mod 2) must finish that slot."""
@@ -237,6 +238,7 @@ def test_two_nodes_share_one_search_without_collisions(tmp_path):
     assert "waiting for node 0" in (tmp_path / "run-node1.log").read_text()
 
 
+@pytest.mark.slow  # ~25-30 s: kept out of make test's 10-minute budget
 def test_stop_file_stops_workers_and_the_run_resumes_once_it_is_deleted(tmp_path):
     out = tmp_path / "run"
     coordinator = start(out, iterations=20)

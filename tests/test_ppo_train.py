@@ -30,6 +30,7 @@ def _make_pendulum(_index):
 _pendulum = vec(_make_pendulum)
 
 
+@pytest.mark.slow  # ~25-30 s: kept out of make test's 10-minute budget
 def test_pendulum_return_clearly_improves():
     # Pendulum's random policy scores about -1200 per 200-step episode; a swing-up policy about -200.
     # 60k steps with Pendulum-friendly keys (short horizon, 10 epochs, small batches) reach -260
