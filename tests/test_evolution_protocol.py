@@ -117,6 +117,7 @@ def test_run_publishes_exactly_the_search_space_and_records_failures(tmp_path):
     assert steps == sorted(r["publication"] for r in records.values())
 
 
+@pytest.mark.slow  # 13-23 s: kept out of make test's 10-minute budget
 def test_random_search_draws_every_slot_like_the_initial_population(tmp_path):
     out = tmp_path / "run"
     assert start(out, "EVO.IS_EVO", "false").wait(timeout=120) == 0
@@ -224,6 +225,7 @@ def test_restart_with_fewer_workers_adopts_their_claimed_slots(tmp_path):
     assert "adopting slot" in (tmp_path / "run-coordinator.log").read_text()
 
 
+@pytest.mark.slow  # 13-23 s: kept out of make test's 10-minute budget
 def test_two_nodes_share_one_search_without_collisions(tmp_path):
     out = tmp_path / "run"
     common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14")
@@ -255,6 +257,7 @@ def test_stop_file_stops_workers_and_the_run_resumes_once_it_is_deleted(tmp_path
     assert_complete(out, 12)
 
 
+@pytest.mark.slow  # 13-23 s: kept out of make test's 10-minute budget
 def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_path):
     out = tmp_path / "run"
     coordinator = start(out, iterations=20)

@@ -1,3 +1,4 @@
+import pytest
 """The report, replays and videos on a tiny real run (the session fixture ``tiny_run``) and on live runs."""
 
 import json
@@ -249,6 +250,7 @@ def test_morphology_image(tiny_run, tmp_path):
     assert bad.returncode == 2 and "genome file not found" in bad.stderr
 
 
+@pytest.mark.slow  # 13-23 s: kept out of make test's 10-minute budget
 def test_a_video_that_cannot_be_made_never_costs_the_result(tmp_path):
     """The fake backend has no ``record_video``: every video of EVO.VIDEOS_LAST_N fails, every result stays."""
     from tests.test_evolution_protocol import assert_complete, start
