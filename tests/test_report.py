@@ -1,4 +1,3 @@
-import pytest
 """The report, replays and videos on a tiny real run (the session fixture ``tiny_run``) and on live runs."""
 
 import json
@@ -13,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from derl.analysis import media, plots
 from derl.analysis.report import ReportOptions, write_report
