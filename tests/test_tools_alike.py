@@ -25,6 +25,19 @@ LAUNCHERS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tools").glob("*.sh
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
+def _interrupt_training(proc: subprocess.Popen, out: Path, start_timeout: float, stop_timeout: float) -> None:
+    """Ctrl-C once the training in ``out`` has checkpointed (metrics.jsonl appears at the first checkpoint):
+    it stops with 130, no traceback, a resumable checkpoint and no final metrics."""
+    deadline = time.monotonic() + start_timeout
+    while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=stop_timeout)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and "--resume" in err, err
+    assert (out / "model.pt").is_file() and not (out / "metrics.json").exists()  # resumable, not finished
+
+
 def test_help_exits_0_for_every_tool_and_launcher():
     commands = [[sys.executable, tool] for tool in TOOLS] + [["bash", launcher] for launcher in LAUNCHERS]
     assert len(commands) >= 11
@@ -58,15 +71,8 @@ def test_ctrl_c_stops_train_ppo_with_a_checkpoint_and_130(tmp_path):
     command = [sys.executable, str(ROOT / "tools" / "train_ppo.py"), "--genome", str(genome), "--out", str(out),
                "PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "16", "PPO.BATCH_SIZE", "16", "CHECKPOINT_PERIOD", "1",
                "PPO.MAX_STATE_ACTION_PAIRS", "10000000", "TENSORBOARD.ENABLED", "false"]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == EXIT_INTERRUPTED, err
-    assert "Traceback" not in err and "--resume" in err, err
-    assert (out / "model.pt").is_file() and not (out / "metrics.json").exists()  # resumable, not finished
+    _interrupt_training(subprocess.Popen(command, cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True),
+                        out, start_timeout=120, stop_timeout=60)
     assert not (out / "tensorboard").exists()  # TENSORBOARD.ENABLED false writes none
 
 
@@ -130,11 +136,4 @@ def test_ctrl_c_stops_data_parallel_training_with_130(tmp_path):
                "PPO.MAX_STATE_ACTION_PAIRS", "10000000"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=dict(ENV, PYTHON=sys.executable), stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 240
-    while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == EXIT_INTERRUPTED, err
-    assert "Traceback" not in err and "--resume" in err, err
-    assert (out / "model.pt").is_file() and not (out / "metrics.json").exists()
+    _interrupt_training(proc, out, start_timeout=240, stop_timeout=120)

@@ -20,7 +20,7 @@ from derl.envs.batch import UnimalBatch, unimal_mjcf
 from derl.envs.vector_env import observation_space
 
 FLAGS = ("out_of_map", "unstable")
-ENV = np.zeros(1, np.intp)
+THE_ENV = np.zeros(1, np.intp)  # the batch's one simulation, as the index array reset takes
 
 
 class UnimalEnv(gym.Env):
@@ -71,7 +71,7 @@ class UnimalEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         super().reset(seed=seed)
         self.sim.rngs[0] = self.np_random
-        self.sim.reset(ENV)
+        self.sim.reset(THE_ENV)
         self._upload_terrain()
         return self._observe(), {}
 
