@@ -17,8 +17,11 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	touch $(STAMP)
 
+# ruff, then the architecture check: the import floors in pyproject.toml [tool.importlinter] (README
+# "Architecture"), imports inside functions included.
 lint: setup
 	$(VENV)/bin/ruff check derl tools tests evo_single_proc.py
+	$(VENV)/bin/lint-imports --no-cache
 
 test: lint
 	MUJOCO_GL=egl $(PY) -m pytest -q -m "not slow" tests

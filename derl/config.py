@@ -7,7 +7,9 @@ of each key is the type of its default; ``1e6`` is accepted for an integer key
 when it is a whole number. Derived keys (``PPO.MAX_ITERS``) are computed, never
 set by hand.
 
-Usage::
+This module is the ground floor: it imports no other part of derl. Whether a value can work
+(a task that exists, a tournament type, a device on this machine) is checked one floor up, by
+``derl.checked_config``, whose ``load_config`` is what programs call::
 
     cfg = load_config("configs/evo/ft.yml", ["NUM_PROCESSES", "8"])
     cfg.EVO.NUM_PROCESSES  # -> 8
@@ -16,8 +18,7 @@ Usage::
 from __future__ import annotations
 
 import difflib
-import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -27,7 +28,7 @@ import yaml
 class ConfigError(ValueError):
     """A bad config file, key or value. The message is one line for the user.
 
-    ``keys`` are the dotted keys at fault (``key`` the first): ``load_config`` adds where the first
+    ``keys`` are the dotted keys at fault (``key`` the first): ``parse_config`` adds where the first
     of them that was set came from (a file, the command line), else that it is a default value.
     """
 
@@ -214,6 +215,10 @@ def _defaults() -> dict[str, Any]:
 
 # Keys computed from others; setting them by hand is an error.
 DERIVED_KEYS = ("PPO.MAX_ITERS",)
+
+# The values EVO.TOURNAMENT_TYPE may take: derl.evolution.selection implements them and
+# derl.checked_config checks the key against them, both from this one definition.
+TOURNAMENT_TYPES = ("aging_num", "aging_percent", "vanilla_num", "vanilla_percent")
 
 # Keys that say how one node runs, not what the search is: they may differ between the nodes of a
 # search and between runs of one node. Every other key of a node must equal OUT_DIR/config.yaml
@@ -414,7 +419,7 @@ REPLACED_KEYS = {
                         "sets its threads",
 }
 # Keys that derl wrote into every dumped ``config.yaml`` until nothing was left to read them: a run
-# folder from then still holds them. ``load_run_config`` drops them there; anywhere else they are
+# folder from then still holds them. ``derl.checked_config.load_run_config`` drops them there; anywhere else they are
 # unknown keys, as any key that does nothing.
 RETIRED_KEYS = frozenset({
     "BODY.SYMMETRY_PLANE", "CFG_DEST", "CUDNN.BENCHMARK", "CUDNN.DETERMINISTIC", "ENV.AVOID_REWARD_WEIGHT",
@@ -427,35 +432,29 @@ RETIRED_KEYS = frozenset({
 })
 
 
-def load_run_config(config_yaml: str | Path) -> CfgNode:
-    """``load_config`` of a ``config.yaml`` that derl wrote (a run's or a training's), old ones included.
-
-    The ``RETIRED_KEYS`` an older derl dumped are dropped, so its finished runs stay readable by the
-    report, status, evaluation and ``train_ppo.py --eval``; a user's own config files and the command
-    line get no such leniency.
-    """
-    return load_config(config_yaml, retired=RETIRED_KEYS)
-
-
-def load_config(
+def parse_config(
     cfg_file: str | Path | Sequence[str | Path] | None = None,
     overrides: Sequence[str] | Mapping[str, Any] = (),
-    this_node: bool = False,
     retired: frozenset[str] = frozenset(),
+    check: Callable[[CfgNode], None] | None = None,
 ) -> CfgNode:
-    """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen, checked tree.
+    """The defaults, then ``cfg_file``, then ``overrides``: the frozen tree, typed but not checked.
+
+    Programs load a config with ``derl.checked_config.load_config``, which passes the checks of
+    every domain (tasks, terrain, mutations, devices) as ``check``; this module knows none of them.
 
     Args:
         cfg_file: optional YAML file with a (partial) tree of keys, or several applied in order
             (a task preset, then ``configs/gpu_server.yml``).
         overrides: ``["KEY", "VALUE", ...]`` strings from the command line (values parsed
             as YAML), or a mapping of keys to already-typed values.
-        this_node: the config will train here: also check that ``DEVICE`` exists on this machine.
-        retired: keys skipped where a file sets them (``load_run_config``).
+        retired: keys skipped where a file sets them (``RETIRED_KEYS`` for a run's own config.yaml).
+        check: called with the tree before the derived keys are computed; a ``ConfigError`` it
+            raises gets where its key was set (a file, the command line) or that it is a default.
 
     Raises:
         ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any
-            value ``derl.config_check.check_config`` rejects (named with the file that set it).
+            value ``check`` rejects (named with the file that set it).
     """
     tree = _defaults()
     leaves = [path for path, _ in flatten(tree)]
@@ -474,12 +473,26 @@ def load_config(
         except ConfigError as err:
             raise ConfigError(f"{err} (set in {origin})" if origin != "command line" else str(err)) from None
         origins[path] = origin
-    from derl.config_check import check_config  # lazy: it imports the registries (MuJoCo)
+    if check is not None:
+        try:
+            check(CfgNode(tree))  # before deriving: derived keys divide by checked counts
+        except ConfigError as err:
+            raise ConfigError(f"{err} ({_origin(err.keys, origins)})", *err.keys) from None
+    _derive(tree)
+    return CfgNode(tree)
 
-    try:
-        check_config(CfgNode(tree), this_node)  # before deriving: derived keys divide by checked counts
-    except ConfigError as err:
-        raise ConfigError(f"{err} ({_origin(err.keys, origins)})", *err.keys) from None
+
+def with_values(cfg: CfgNode, values: Mapping[str, Any]) -> CfgNode:
+    """``cfg`` with some keys set to values a program computed (an absolute ``OUT_DIR``, a worker count).
+
+    No file is read: a node that loaded and checked its config once passes it on this way. Values
+    take their key's type, derived keys are recomputed; the values are the caller's to keep valid.
+    """
+    tree = cfg.to_dict()
+    for key, value in values.items():
+        if key in DERIVED_KEYS:
+            raise ConfigError(f"config key {key} is derived and cannot be set")
+        _set(tree, key, value)
     _derive(tree)
     return CfgNode(tree)
 
@@ -496,25 +509,7 @@ def _origin_text(origin: str) -> str:
 PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "evo"
 
 
-def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) -> CfgNode:
-    """``configs/evo/<name>.yml`` (``ft``, ``vt``, ``mvt``, ``quick``), then ``overrides``."""
-    path = PRESET_DIR / f"{name}.yml"
-    if not path.is_file():
-        known = sorted(p.stem for p in PRESET_DIR.glob("*.yml"))
-        raise ConfigError(f"unknown preset {name!r}; known: {', '.join(known)}")
-    return load_config(path, overrides)
-
-
 def dump_config(cfg: CfgNode) -> str:
-    """The resolved config as YAML text; ``load_config`` of it gives ``cfg`` back."""
+    """The resolved config as YAML text; loading it gives ``cfg`` back."""
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)
 
-
-def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str],
-                        this_node: bool = False, retired: frozenset[str] = frozenset()) -> CfgNode:
-    """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
-    try:
-        return load_config(cfg_file, overrides, this_node, retired)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None

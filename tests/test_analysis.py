@@ -20,7 +20,7 @@ from derl.analysis.report import ReportOptions, eval_rows, transfer_table, write
 from derl.analysis.run import RunError, RunView
 from derl.analysis.stats import running_best, trend, window_mean
 from derl.bench.report import build_synthetic_run
-from derl.config import load_preset
+from derl.checked_config import load_preset
 from derl.evolution.results import rank
 from derl.morphology import random_genome, to_mjcf
 
@@ -211,7 +211,7 @@ def _frames(count: int) -> list[np.ndarray]:
 
 
 def test_videos_are_mp4_with_every_frame_or_gif_when_mp4_fails(tmp_path, monkeypatch):
-    from derl.analysis import media
+    from derl.envs import media
 
     path = media.write_video(_frames(7), tmp_path / "a.mp4", fps=50)
     assert path == tmp_path / "a.mp4" and media.read_video(path).shape == (7, 48, 64, 3)

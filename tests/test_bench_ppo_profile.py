@@ -8,7 +8,7 @@ from gymnasium.vector import SyncVectorEnv
 
 from derl.bench import ppo_profile
 from derl.bench.ppo_profile import Profiler, profile_run, summarise
-from derl.config import load_preset
+from derl.checked_config import load_preset
 from derl.ppo import rollout
 from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
 from derl.training.envs import UnimalEnvFactory

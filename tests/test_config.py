@@ -3,7 +3,8 @@ import sys
 
 import pytest
 
-from derl.config import ConfigError, dump_config, load_config, load_config_or_exit
+from derl.checked_config import load_config, load_config_or_exit
+from derl.config import ConfigError, dump_config
 from tests.conftest import ROOT
 
 
@@ -85,7 +86,7 @@ def test_missing_and_malformed_file(tmp_path):
 
 def test_script_error_is_one_line_exit_2(tmp_path):
     """A script entry point prints one line, no traceback, and exits with code 2."""
-    code = "from derl.config import load_config_or_exit; load_config_or_exit(None, ['NOPE', '1'])"
+    code = "from derl.checked_config import load_config_or_exit; load_config_or_exit(None, ['NOPE', '1'])"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: unknown config key 'NOPE'"
@@ -97,7 +98,7 @@ def test_load_config_or_exit_passes_good_config():
 
 
 def test_presets_load_and_unknown_preset_is_one_line():
-    from derl.config import load_preset
+    from derl.checked_config import load_preset
 
     assert load_preset("vt").TERRAIN.SIZE == (50, 50, 1)
     assert load_preset("ft", {"RNG_SEED": 3}).RNG_SEED == 3

@@ -1,4 +1,4 @@
-"""The one validation of a loaded config (derl.config_check) and the rule that no key is inert."""
+"""The one validation of a loaded config (derl.checked_config) and the rule that no key is inert."""
 
 import ast
 import subprocess
@@ -8,21 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from derl.config import (
-    REPLACED_KEYS,
-    RETIRED_KEYS,
-    ConfigError,
-    _defaults,
-    dump_config,
-    flatten,
-    load_config,
-    load_run_config,
-)
-from derl.config_check import LR_SCALING_NAMES
+from derl.checked_config import LR_SCALING_NAMES, load_config, load_run_config
+from derl.config import REPLACED_KEYS, RETIRED_KEYS, ConfigError, _defaults, dump_config, flatten
 from tests.conftest import ROOT
 
 # Modules whose mention of a key is not a use: the tree itself and its validation.
-NOT_READERS = ("derl/config.py", "derl/config_check.py")
+NOT_READERS = ("derl/config.py", "derl/checked_config.py")
 
 
 @pytest.mark.parametrize("overrides, key, text", [

@@ -9,7 +9,7 @@ terrain, props and goals drawn anew at each reset.
 import numpy as np
 import pytest
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.envs import UnimalEnv, UnimalVectorEnv
 from tests.test_envs_tasks import CONFIGS, FIXTURE
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from derl.config import load_config, load_preset
+from derl.checked_config import load_config, load_preset
 from derl.envs import ENV_ID, UnimalEnv, make_env, make_genome_env
 from derl.morphology import random_genome, to_mjcf
 from derl.ppo.episode_stats import EpisodeStats

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from derl.config import load_config, load_preset
+from derl.checked_config import load_config, load_preset
 from derl.envs import UnimalEnv
 from derl.morphology import random_genome, to_mjcf
 

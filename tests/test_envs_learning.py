@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.envs import UnimalEnv
 from derl.morphology import random_genome, to_mjcf
 from derl.training.run import CHECKPOINT_FILE, evaluate, train_to_folder

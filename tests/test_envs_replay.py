@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.config import load_preset
+from derl.checked_config import load_preset
 from derl.envs import UnimalEnv
 
 ASSETS = Path(__file__).parent / "assets" / "envs"

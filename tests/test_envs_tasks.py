@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from derl.config import ConfigError, load_config
+from derl.checked_config import load_config
+from derl.config import ConfigError
 from derl.envs import TASKS, UnimalEnv, UnimalVectorEnv
 from derl.envs.tasks.locomotion import Locomotion
 from derl.morphology import random_genome, to_mjcf

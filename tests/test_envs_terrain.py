@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from derl.config import load_preset
+from derl.checked_config import load_preset
 from derl.envs.observations import HeightPatch
 from derl.envs.terrain import Corridor, draw_heights, max_height, obstacles_fit, value_range
 
@@ -105,7 +105,7 @@ def test_flat_and_unknown_types():
     assert not obstacles_fit(cfg)
     assert not draw_heights(cfg, Corridor.from_cfg(cfg), np.random.default_rng(0)).any()
     with pytest.raises(ValueError, match="config key TERRAIN.TYPES: unknown value 'lava'"):
-        vt_cfg(**{"TERRAIN.TYPES": ["lava"]})  # checked when the config loads (derl.config_check)
+        vt_cfg(**{"TERRAIN.TYPES": ["lava"]})  # checked when the config loads (derl.checked_config)
 
 
 def test_height_patch_has_derl_size_and_log_spacing():

@@ -3,7 +3,7 @@ TensorBoard's own reader."""
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.evolution.coordinator import eta_text
 from derl.evolution.curves import SearchCurves
 from derl.evolution.storage import RunDir

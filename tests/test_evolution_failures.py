@@ -13,7 +13,8 @@ import mujoco
 import pytest
 import torch
 
-from derl.config import ConfigError, load_config
+from derl.checked_config import load_config
+from derl.config import ConfigError
 from derl.evolution.coordinator import RETRY_SECONDS, Coordinator
 from derl.evolution.failures import Streak, classify, describe, gives_up, next_streak, restart_delay
 from derl.evolution.storage import RunDir

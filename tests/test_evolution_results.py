@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.evolution.population import slot_id
 from derl.evolution.results import PublishedResults, rank, summarize
 from derl.evolution.schema import morphology_files

@@ -132,7 +132,7 @@ def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_
 
 
 def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
-    from derl.config import load_config
+    from derl.checked_config import load_config
     from derl.evolution.results import PublishedResults
     from derl.evolution.status import node_lines
 

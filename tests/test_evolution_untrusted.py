@@ -175,7 +175,8 @@ def test_status_skips_a_fifo_a_folder_and_deep_nesting_in_one_line_each(tmp_path
     traceback; 200 KB of [[[ a RecursionError. Now each is one warning line and the status is shown."""
     import signal
 
-    from derl.config import dump_config, load_config
+    from derl.checked_config import load_config
+    from derl.config import dump_config
     from derl.evolution.status import status_lines
 
     run = search_run(tmp_path)
@@ -196,7 +197,8 @@ def test_status_skips_a_fifo_a_folder_and_deep_nesting_in_one_line_each(tmp_path
 
 def test_a_folder_of_the_layout_that_is_a_link_is_never_read_through(tmp_path, sentinel, capsys):
     from derl.analysis.run import RunView
-    from derl.config import dump_config, load_config
+    from derl.checked_config import load_config
+    from derl.config import dump_config
 
     run = search_run(tmp_path)
     run.config_path().write_text(dump_config(load_config(None, [])))

@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from derl.config import CfgNode, load_config
+from derl.checked_config import load_config
+from derl.config import CfgNode
 from derl.morphology import Genome, GenomeError, Joint, LimbGroup, mutate, random_genome
 from derl.morphology import mutations as ops
 from derl.morphology.genome import direction, validate

@@ -4,7 +4,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.morphology import Genome, mutate, random_genome, to_mjcf
 from derl.morphology.geometry import capsule_frame, place_limbs
 from derl.morphology.mjcf import contact_pairs

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.evolution.coordinator import DEFAULT_WORKER_GPU_BYTES, worker_devices, worker_memory_estimate
 from derl.evolution.storage import RunDir
 from derl.ppo.device import (
@@ -75,7 +75,7 @@ def test_workers_fit_the_gpus_free_memory_round_robin():
 def test_cpu_workers_get_no_device_override_and_import_no_torch(tmp_path):
     cfg = load_config(None, {"OUT_DIR": str(tmp_path)})
     assert worker_devices(cfg, RunDir(tmp_path), 3) == (["cpu"] * 3, 3)
-    code = ("import sys; from derl.config import load_config; from derl.evolution.coordinator import "
+    code = ("import sys; from derl.checked_config import load_config; from derl.evolution.coordinator import "
             "worker_devices; worker_devices(load_config(), None, 2); print('torch' in sys.modules)")
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.multiprocessing as tmp
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.ppo import StopWhen, train
 from derl.ppo.distributed import Comm, ProcessGroup, RankInfo, merge_statistics
 from derl.ppo.learner import Learner, normalize_advantages

@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from derl.config import load_config, load_preset
+from derl.checked_config import load_config, load_preset
 from derl.ppo.rollout import sync_vector_env
 from derl.ppo.trainer import PPO
 from derl.training.envs import UnimalEnvFactory

@@ -4,7 +4,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.ppo.distributed import Comm
 from derl.ppo.gradients import loss_and_gradient
 from derl.ppo.learner import Learner

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.morphology import random_genome
 
 ROOT = Path(__file__).resolve().parents[1]

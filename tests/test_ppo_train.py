@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from derl.config import load_config
+from derl.checked_config import load_config
 from derl.ppo import OnIteration, SaveWhile, StopWhen, load_policy, train
 from derl.ppo.device import resolve_device
 from derl.ppo.losses import gaussian_log_prob

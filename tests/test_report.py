@@ -14,9 +14,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from derl.analysis import media, plots
+from derl.analysis import plots
+from derl.analysis.replay import replay
 from derl.analysis.report import ReportOptions, write_report
 from derl.analysis.run import RunView
+from derl.envs import media
 from tests.conftest import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +146,7 @@ def test_replay_equals_train_ppo_eval_and_is_deterministic(tiny_run, tmp_path):
     assert replayed["metric"] == evaluated["metric"] and replayed["length"] == evaluated["lengths"][0]
     assert replayed["terms"]["__reward__forward"] == evaluated["__reward__forward"]
     video = tmp_path / "best.mp4"
-    again = RunView(tiny_run).replay(best, seed=5, video=video, video_steps=30)
+    again = replay(RunView(tiny_run), best, seed=5, video=video, video_steps=30)
     assert again.episode_return == replayed["return"]  # rendering changes nothing
     assert media.read_video(video).shape[0] == 30 == again.frames
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from derl.config import NODE_LOCAL_KEYS, dump_config, load_config
+from derl.checked_config import load_config
+from derl.config import NODE_LOCAL_KEYS, dump_config
 from derl.evolution.search_config import HEADER, differences, join_search, node_local_overrides, versions
 from derl.evolution.storage import RunDir
 from tests.test_evolution_protocol import ENV, ROOT

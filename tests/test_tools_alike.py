@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from derl.checked_config import load_config
 from derl.cli import EXIT_INTERRUPTED, EXIT_USAGE
-from derl.config import load_config
 from derl.evolution import worker
 from derl.morphology import random_genome
 from tests.conftest import ROOT

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from derl.config import dump_config, load_config
+from derl.checked_config import load_config
+from derl.config import dump_config
 from derl.morphology import random_genome, to_mjcf
 from tests.conftest import ROOT
 

@@ -45,23 +45,23 @@ def main(argv: list[str]) -> None:
         sub.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
     args = parser.parse_args(argv)
     # Imported after the arguments: --help and usage errors answer at once.
-    from derl.config import load_config_or_exit
-    from derl.morphology import cli
+    from derl.checked_config import load_config_or_exit
+    from derl.cli import morphology
 
     cfg = load_config_or_exit(args.cfg, args.overrides)
     try:
         if args.command == "sample":
-            for path in cli.sample(cfg, args.num, args.seed, args.out, args.mutations):
+            for path in morphology.sample(cfg, args.num, args.seed, args.out, args.mutations):
                 print(path)
         elif args.command == "xml":
-            sys.stdout.write(cli.genome_xml(cfg, args.genome))
+            sys.stdout.write(morphology.genome_xml(cfg, args.genome))
         elif args.command == "mutate":
-            print(cli.mutate_file(cfg, args.genome, args.seed, args.out))
+            print(morphology.mutate_file(cfg, args.genome, args.seed, args.out))
         elif args.command == "image":
-            print(cli.image(cfg, args.genome, args.out, tuple(args.size)))
+            print(morphology.image(cfg, args.genome, args.out, tuple(args.size)))
         else:
-            print(json.dumps(cli.stats(args.dir), indent=2))
-    except (ValueError, OSError) as err:  # cli.InputError, unwritable --out
+            print(json.dumps(morphology.stats(args.dir), indent=2))
+    except (ValueError, OSError) as err:  # morphology.InputError, unwritable --out
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -38,10 +38,11 @@ def main(argv: list[str]) -> None:
     if args.episodes < 0:
         parser.error(f"--episodes must be at least 0, got {args.episodes}")
     # Imported after the arguments: --help and usage errors answer at once.
+    from derl.analysis.replay import replay
     from derl.analysis.run import RunError, RunView
     try:
-        result = RunView(args.out_dir).replay(args.id, seed=args.seed, steps=args.steps, video=args.video,
-                                              episodes=args.episodes)
+        result = replay(RunView(args.out_dir), args.id, seed=args.seed, steps=args.steps, video=args.video,
+                        episodes=args.episodes)
     except (RunError, ValueError, OSError) as err:  # CheckpointError, malformed MJCF, missing files
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -55,7 +55,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     # Imported after the arguments: --help and usage errors answer at once.
-    from derl.config import RETIRED_KEYS, load_config_or_exit
+    from derl.checked_config import load_config_or_exit
+    from derl.config import RETIRED_KEYS
     from derl.ppo.distributed import RankInfo
     from derl.ppo.trainer import max_iterations
     from derl.training.run import (

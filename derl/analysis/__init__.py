@@ -5,8 +5,8 @@
 - ``curves``: learning curves and the learning-speed statistic (Baldwin effect).
 - ``lineage``: the lineage graph and a family-tree layout.
 - ``stats``: running best, aging-window mean, linear trend.
-- ``replay``: deterministic replays of a trained policy, with video.
-- ``media``: headless rendering, PNG, MP4 (GIF fallback).
+- ``replay``: deterministic replays of a trained policy, with video (pictures and video files:
+  ``derl.envs.media``).
 - ``plots``: matplotlib figures from records; ``report``: the static HTML report.
 """
 

@@ -18,17 +18,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from derl.analysis.run import RunError, RunView
 from derl.config import CfgNode
+from derl.envs.media import VIDEO_SIZE, write_video
 from derl.ppo.episode_stats import REWARD_PREFIX
+from derl.training.play import run_policy
 
-if TYPE_CHECKING:
-    from derl.analysis.run import RunView
-
-VIDEO_SIZE = (320, 240)  # width, height; multiples of 16 for MP4
 FITNESS_NOTE = ("the fitness is DERL's training statistic: the mean over the last 100 PPO iterations of the "
                 "mean return of the last 10 finished training episodes, with stochastic (sampled) actions; "
                 "a deterministic replay uses the policy's mean action instead and can differ a lot")
@@ -80,43 +79,6 @@ def with_episode_length(cfg: CfgNode, steps: int) -> CfgNode:
     return CfgNode(tree)
 
 
-def run_policy(cfg: CfgNode, xml_path: Path, checkpoint: Path, seed: int, *, video_frames: int = 0,
-               size: tuple[int, int] = VIDEO_SIZE, deterministic: bool = True,
-               episodes: int = 1) -> tuple[list[dict[str, float]], list[np.ndarray], float]:
-    """``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) and ``video_frames`` rendered frames.
-
-    Actions are the policy's mean, or sampled (``deterministic=False``, torch seeded with ``seed``).
-    Returns the episodes' ``info["episode"]`` records, the frames and the frame rate.
-    """
-    import torch
-
-    from derl.envs import make_env
-    from derl.ppo.episode_stats import EpisodeStats
-    from derl.ppo.policy import load_policy
-
-    policy = load_policy(checkpoint)
-    torch.manual_seed(seed)  # the action noise of a stochastic replay
-    width, height = size
-    env = EpisodeStats(make_env(cfg, str(xml_path), render_mode="rgb_array" if video_frames else None,
-                                width=width, height=height))
-    frames: list[np.ndarray] = []
-    finished: list[dict[str, float]] = []
-    try:
-        obs, _ = env.reset(seed=seed)
-        while len(finished) < episodes or len(frames) < video_frames:
-            action = policy.act(obs, deterministic=deterministic, action_space=env.action_space)
-            obs, _, terminated, truncated, info = env.step(action)
-            if len(frames) < video_frames:
-                frames.append(env.render())
-            if terminated or truncated:
-                finished.append(dict(info["episode"]))
-                obs, _ = env.reset(seed=seed + len(finished))
-        fps = 1.0 / env.unwrapped.dt
-    finally:
-        env.close()
-    return finished[:max(episodes, 1)], frames, fps
-
-
 def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps: int | None = None,
            video: str | Path | None = None, video_steps: int | None = None,
            size: tuple[int, int] = VIDEO_SIZE, episodes: int = 0) -> ReplayResult:
@@ -129,9 +91,6 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
         episodes: also play this many episodes with mean and with sampled actions (``Spread``), next
             to the published fitness (``FITNESS_NOTE``); 0: the first deterministic episode only.
     """
-    from derl.analysis.media import write_video
-    from derl.analysis.run import RunError
-
     published = view.require_published(morphology_id)
     run = view.run
     checkpoint, xml_path = run.checkpoint_path(morphology_id), run.xml_path(morphology_id)

@@ -28,9 +28,10 @@ import numpy as np
 from derl.analysis import plots
 from derl.analysis.lineage import tree_layout
 from derl.analysis.records import Morphology
-from derl.analysis.replay import FITNESS_NOTE
+from derl.analysis.replay import FITNESS_NOTE, replay
 from derl.analysis.run import RunView
 from derl.analysis.stats import running_best, trend, window_mean
+from derl.envs.media import render_body, write_png
 from derl.fileio import atomic_write_text
 from derl.progress import progress_bar
 
@@ -315,8 +316,6 @@ def _spread(curve: tuple[np.ndarray, np.ndarray] | None) -> str:
 
 def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
     """The picture and policy video of one morphology (reused when already rendered)."""
-    from derl.analysis.media import render_body, write_png
-
     view, steps = w.view, w.options.video_steps
     seed = view.cfg.RNG_SEED if w.options.seed is None else w.options.seed
     image_path = w.out / "media" / f"{record.id}.png"
@@ -332,8 +331,8 @@ def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
     try:
         stem = f"{record.id}-s{seed}-{steps}f"
         existing = [p for p in (w.out / "media").glob(f"{stem}.*") if p.suffix in (".mp4", ".gif")]
-        path = existing[0] if existing else Path(view.replay(
-            record.id, seed=seed, video=w.out / "media" / f"{stem}.mp4", video_steps=steps).video)
+        path = existing[0] if existing else Path(replay(
+            view, record.id, seed=seed, video=w.out / "media" / f"{stem}.mp4", video_steps=steps).video)
         w.report.media[path.name] = str(path)
         if path.suffix == ".gif":
             return image, f'<img src="{w.link(path)}" width="320" alt="policy of {_esc(record.id)}">'

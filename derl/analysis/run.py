@@ -7,7 +7,8 @@ what was published since. Nothing is written to the run folder.
     view = RunView("output/quick")
     best = view.top(1)[0]
     curve = view.curve(best.id)
-    view.replay(best.id, seed=0)
+
+``derl.analysis.replay.replay(view, best.id, seed=0)`` replays one (a floor above: it runs the policy).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import numpy as np
 from derl.analysis.curves import Curve, iterations_to_fraction, read_curve
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
-from derl.config import CfgNode, ConfigError, load_config, load_run_config
+from derl.checked_config import load_config, load_run_config
+from derl.config import CfgNode, ConfigError
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.evolution.storage import RunDir
@@ -222,13 +224,6 @@ class RunView:
 
     def is_finished(self) -> bool:
         return len(self.records) >= self.total
-
-    # ------------------------------------------------------------------ replay
-    def replay(self, morphology_id: str, **kwargs: Any):
-        """``derl.analysis.replay.replay`` of a published morphology (see there for arguments)."""
-        from derl.analysis.replay import replay
-
-        return replay(self, morphology_id, **kwargs)
 
     def require_published(self, morphology_id: str) -> Morphology:
         if morphology_id not in self.by_id:

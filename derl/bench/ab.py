@@ -74,14 +74,23 @@ def _load_package(path: Path) -> None:
     spec.loader.exec_module(package)
 
 
+def _config_loader(package: str):
+    """The module with ``load_preset``: ``checked_config``, or ``config`` in a base from before it."""
+    try:
+        return importlib.import_module(f"{package}.checked_config")
+    except ModuleNotFoundError as err:
+        if err.name != f"{package}.checked_config":
+            raise
+        return importlib.import_module(f"{package}.config")
+
+
 class _Training:
     """One PPO of a package (``derl`` or ``derl_base``), stepped an iteration at a time."""
 
     def __init__(self, package: str, xml: Path, iters: int):
-        config = importlib.import_module(f"{package}.config")
         envs = importlib.import_module(f"{package}.training.envs")
         trainer = importlib.import_module(f"{package}.ppo.trainer")
-        cfg = config.load_preset("ft", speed_overrides(iters))
+        cfg = _config_loader(package).load_preset("ft", speed_overrides(iters))
         self.ppo = trainer.PPO(cfg, envs.UnimalEnvFactory(cfg, str(xml)), seed=0)
         self.ppo.collector.reset(0)
         self.rng_state = torch.get_rng_state()

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from derl.bench.learner import FT_CONFIG, FT_GENOME_SEED, ft_xml
+from derl.checked_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,8 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace):
     """The config every run starts from (before the per-run keys)."""
-    from derl.config import load_config
-
     return load_config(None if args.env_id else FT_CONFIG, args.overrides)
 
 

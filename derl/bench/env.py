@@ -25,7 +25,8 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
-from derl.config import PRESET_DIR, ConfigError, load_config
+from derl.checked_config import load_config
+from derl.config import PRESET_DIR, ConfigError
 from derl.envs import UnimalVectorEnv
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.world import build_xml

@@ -22,6 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+from derl.checked_config import load_config
+from derl.morphology import random_genome, to_mjcf
+from derl.ppo.device import resolve_device
+from derl.ppo.trainer import PPO
+from derl.training.envs import GymEnvFactory, UnimalEnvFactory
+
 ROOT = Path(__file__).resolve().parents[2]
 FT_CONFIG = ROOT / "configs" / "evo" / "ft.yml"
 FT_GENOME_SEED = 0
@@ -43,9 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def ft_xml(folder: Path) -> Path:
     """The MJCF of the FT benchmark morphology (``random_genome`` seed 0 under ``ft.yml``)."""
-    from derl.config import load_config
-    from derl.morphology import random_genome, to_mjcf
-
     cfg = load_config(FT_CONFIG)
     genome = random_genome(cfg, np.random.default_rng(FT_GENOME_SEED), f"bench-{FT_GENOME_SEED}")
     path = folder / f"{genome.id}.xml"
@@ -54,9 +57,6 @@ def ft_xml(folder: Path) -> Path:
 
 
 def _point(args: argparse.Namespace, factory, num_envs: int, steps: int, minibatch: int, amp: bool) -> dict:
-    from derl.config import load_config
-    from derl.ppo.trainer import PPO
-
     overrides = {"PPO.NUM_ENVS": num_envs, "PPO.TIMESTEPS": steps, "PPO.BATCH_SIZE": minibatch,
                  "PPO.MAX_STATE_ACTION_PAIRS": (args.iters + 1) * num_envs * steps, "PPO.AMP": amp,
                  "DEVICE": args.device, "TORCH_THREADS": 1, "PPO.LINEAR_LR_DECAY": False}
@@ -84,9 +84,6 @@ def _point(args: argparse.Namespace, factory, num_envs: int, steps: int, minibat
 
 
 def run(args: argparse.Namespace) -> dict:
-    from derl.ppo.device import resolve_device
-    from derl.training.envs import GymEnvFactory, UnimalEnvFactory
-
     device = str(resolve_device(args.device))
     amps = {"off": [False], "on": [True], "both": [False, True]}[args.amp]
     started = time.perf_counter()
@@ -94,8 +91,6 @@ def run(args: argparse.Namespace) -> dict:
         if args.env_id:
             factory, env = GymEnvFactory(args.env_id), args.env_id
         else:
-            from derl.config import load_config
-
             factory = UnimalEnvFactory(load_config(FT_CONFIG), str(ft_xml(Path(folder))))
             env = f"ft (random_genome seed {FT_GENOME_SEED})"
         grid = itertools.product(args.envs, args.timesteps, args.minibatch, amps)

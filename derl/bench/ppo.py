@@ -41,6 +41,8 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from derl.checked_config import load_config
+from derl.morphology import random_genome, to_mjcf
 from derl.progress import progress_bar
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,15 +76,13 @@ def speed_overrides(iters: int) -> dict:
 
 def _config(case: dict, iters: int):
     """The FT evolution config for unimals, the defaults for Gymnasium envs; DERL's PPO keys."""
-    from derl.config import load_config
-
     return load_config(FT_CONFIG if case["kind"] == "unimal" else None, speed_overrides(iters))
 
 
 def _env_factory(case: dict, cfg, flat: bool):
     """``make(i)`` builds one env (SB3 steps them in its ``DummyVecEnv``)."""
     if case["kind"] == "unimal":
-        from derl.envs import make_env
+        from derl.envs import make_env  # lazy: each trainer's child imports only what it runs (peak RSS)
 
         return lambda _i: make_env(cfg, case["xml"], flat=flat)
     return lambda _i: gym.make(case["env_id"])
@@ -91,7 +91,7 @@ def _env_factory(case: dict, cfg, flat: bool):
 def _vector_env_factory(case: dict, cfg):
     """What derl trains on: ``factory(num_envs, first_index)``, the batched Unimal env or Gymnasium's
     ``SyncVectorEnv`` of an env id."""
-    from derl.training.envs import GymEnvFactory, UnimalEnvFactory
+    from derl.training.envs import GymEnvFactory, UnimalEnvFactory  # lazy: as in _env_factory
 
     return UnimalEnvFactory(cfg, case["xml"]) if case["kind"] == "unimal" else GymEnvFactory(case["env_id"])
 
@@ -207,7 +207,7 @@ def _lockstep_physics_seconds(replays: list[_Replay]) -> float:
 def _run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: bool) -> dict:
     """One derl training; ``with_returns`` adds the episode-return wrapper (return runs only: speed
     runs time derl as a worker runs it), ``record`` the physics replay after it."""
-    from derl.ppo import OnIteration, train
+    from derl.ppo import OnIteration, train  # lazy: the SB3 child never imports derl's learner
 
     cfg = _config(case, iters)
     base = _vector_env_factory(case, cfg)
@@ -299,7 +299,7 @@ def _run_sb3(case: dict, iters: int, seed: int) -> dict:
 
 
 def _run_profiled(case: dict, iters: int, seed: int) -> dict:
-    from derl.bench.ppo_profile import profile_run
+    from derl.bench.ppo_profile import profile_run  # lazy: only the profiled child imports the profiler
 
     cfg = _config(case, iters)
     return profile_run(cfg, _vector_env_factory(case, cfg), seed)
@@ -341,9 +341,6 @@ def ft_case(xml: Path | None, folder: Path) -> dict:
     """The FT case on the unimal ``xml``, or on the seeded random genome (its MJCF written to ``folder``)."""
     if xml is not None:
         return {"kind": "unimal", "xml": str(xml.resolve()), "genome": None}
-    from derl.config import load_config
-    from derl.morphology import random_genome, to_mjcf
-
     cfg = load_config(FT_CONFIG)
     genome = random_genome(cfg, np.random.default_rng(FT_GENOME_SEED), f"bench-{FT_GENOME_SEED}")
     path = folder / f"{genome.id}.xml"
@@ -421,7 +418,7 @@ def _speed(case: dict, args: argparse.Namespace) -> dict:
 
 def _profile(case: dict, args: argparse.Namespace) -> dict:
     """The instrumented run, the least disturbed of ``--repeats`` plain runs, the physics replay."""
-    from derl.bench.ppo_profile import summarise
+    from derl.bench.ppo_profile import summarise  # lazy: it imports derl's learner (torch); the parent spawns
 
     spec = {"case": case, "iters": args.iters, "seed": 0}
     profiled = _spawn({"trainer": "profile", **spec})

@@ -52,6 +52,9 @@ import mujoco
 import mujoco.batch
 from gymnasium.vector import VectorEnv
 
+from derl.envs import batch
+from derl.ppo import acting, episode_stats, learner, normalize, rollout, train, trainer
+
 FULL_TRAINING_STEPS = 5_000_000
 
 
@@ -96,9 +99,6 @@ class Profiler:
 
 
 def _instrument_derl(profiler: Profiler) -> None:
-    from derl.envs import batch
-    from derl.ppo import acting, episode_stats, learner, normalize, rollout, trainer
-
     patch = profiler.patch
     patch(mujoco, "mj_step", "physics")
     patch(mujoco.batch.Batch, "step", "physics")
@@ -151,8 +151,6 @@ def _instrumenting_factory(profiler: Profiler, make_vec_env: Callable[[int, int]
 
 def profile_run(cfg, make_vec_env: Callable[[int, int], VectorEnv], seed: int) -> dict:
     """One instrumented training: seconds per component (exclusive, wall) and the run's clocks."""
-    from derl.ppo import train
-
     profiler = Profiler()
     try:
         _instrument_derl(profiler)

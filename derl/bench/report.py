@@ -24,10 +24,12 @@ import numpy as np
 
 from derl.analysis.report import ReportOptions, write_report
 from derl.analysis.run import RunView
-from derl.config import dump_config, load_preset
+from derl.checked_config import load_preset
+from derl.config import dump_config
 from derl.evolution.population import slot_id
 from derl.evolution.storage import RunDir
 from derl.fileio import atomic_write_text, write_json
+from derl.morphology import random_genome, to_mjcf
 
 TARGET_SECONDS = 30.0
 MUTATIONS = ("grow_limb", "joint_angle", "limb_params", "dof", "density", "gear", "delete_limb")
@@ -59,8 +61,6 @@ def _curve_lines(final: float, iterations: int, speed: float, rng: np.random.Gen
 
 def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: int, seed: int = 0) -> None:
     """Writes a finished synthetic run of ``morphologies`` into ``out`` (see the module docstring)."""
-    from derl.morphology import random_genome, to_mjcf
-
     rng = np.random.default_rng(seed)
     init = min(576, morphologies)
     cfg = load_preset("ft", {"OUT_DIR": str(out), "EVO.SEARCH_SPACE_SIZE": morphologies,

@@ -3,7 +3,7 @@
 ``make_env(cfg, xml_path, seed)`` builds the env of ``ENV.TASK`` for a unimal MJCF file
 (``make_genome_env`` for a ``Genome``); it is also registered as
 ``gymnasium.make("Unimal-v0", xml_path=..., cfg=...)``. The three evolution environments are
-the presets ``configs/evo/{ft,vt,mvt}.yml`` (``derl.config.load_preset``), the evaluation tasks
+the presets ``configs/evo/{ft,vt,mvt}.yml`` (``derl.checked_config.load_preset``), the evaluation tasks
 ``configs/eval/<task>.yml``. Tasks (``derl.envs.tasks``) own their world; ``check_task_config``
 checks a config's observation keys and selection criteria against its task. A trainer's envs are one
 ``UnimalVectorEnv`` (``derl.envs.vector_env``: every simulation in one ``mujoco.batch.Batch``);
@@ -31,7 +31,7 @@ def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: st
     """The Unimal env for a unimal MJCF file and a config.
 
     Args:
-        cfg: the config tree (``derl.config.load_config``).
+        cfg: the config tree (``derl.checked_config.load_config``).
         xml_path: the unimal's MJCF file.
         seed: seeds the env's generator (the first ``reset()`` needs no seed).
         render_mode: None or "rgb_array".

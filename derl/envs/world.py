@@ -13,6 +13,7 @@ from __future__ import annotations
 from lxml import etree
 
 from derl.envs.mjcf import child, fmt, sub
+from derl.envs.tasks import make_task
 
 
 def _add_visuals(root: etree._Element, worldbody: etree._Element, head: etree._Element, task) -> None:
@@ -86,6 +87,4 @@ def build_world(unimal_xml: str | bytes, cfg, task) -> str:
 
 def build_xml(unimal_xml: str | bytes, cfg) -> str:
     """The env's MJCF text for a unimal's MJCF in the world of ``cfg.ENV.TASK``."""
-    from derl.envs.tasks import make_task
-
     return build_world(unimal_xml, cfg, make_task(cfg))

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from derl.analysis.run import RunError, RunView
-from derl.config import DERIVED_KEYS, CfgNode, ConfigError, load_config, load_run_config
+from derl.checked_config import load_config, load_run_config
+from derl.config import DERIVED_KEYS, CfgNode, ConfigError
 
 EVAL_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "eval"
 # What a cell keeps of the evolution run's config: how PPO trains and for how long.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from derl.config import load_run_config
+from derl.checked_config import load_run_config
 from derl.evaluation.cell import PARENT_PID_VARIABLE
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir

@@ -18,6 +18,9 @@ from typing import Protocol
 import numpy as np
 
 from derl.config import CfgNode
+from derl.envs.media import write_video
+from derl.evolution.storage import RunDir
+from derl.morphology import Genome, initial_population, mutate, random_genome, to_mjcf
 
 BACKEND_VARIABLE = "DERL_EVO_BACKEND"
 
@@ -67,27 +70,23 @@ class Backend(Protocol):
 
 
 class DerlBackend:
-    """derl.morphology for genomes, derl.envs + derl.ppo for training."""
+    """derl.morphology for genomes, derl.envs + derl.ppo for training.
+
+    Training and videos import torch inside the method: a coordinator and the workers of a test
+    backend (``DERL_EVO_BACKEND``) never load it.
+    """
 
     def initial_population(self, cfg: CfgNode, seed: int, ids: Sequence[str], num_workers: int) -> list[str]:
-        from derl.morphology import initial_population
-
         genomes = initial_population(cfg, seed, len(ids), list(ids), num_workers=num_workers)
         return [genome.to_json() for genome in genomes]
 
     def random_genome(self, cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> str:
-        from derl.morphology import random_genome
-
         return random_genome(cfg, rng, genome_id).to_json()
 
     def mutate(self, cfg: CfgNode, parent_json: str, rng: np.random.Generator, child_id: str) -> str:
-        from derl.morphology import Genome, mutate
-
         return mutate(Genome.from_json(parent_json), cfg, rng, child_id).to_json()
 
     def to_mjcf(self, cfg: CfgNode, genome_json: str) -> str:
-        from derl.morphology import Genome, to_mjcf
-
         return to_mjcf(Genome.from_json(genome_json), cfg)
 
     def train(
@@ -102,8 +101,7 @@ class DerlBackend:
         should_stop: Callable[[], bool],
         may_save: Callable[[], bool],
     ) -> TrainOutcome:
-        from derl.evolution.storage import RunDir
-        from derl.ppo import SaveWhile, StopWhen, train
+        from derl.ppo import SaveWhile, StopWhen, train  # lazy: torch (see the class docstring)
         from derl.ppo.callbacks import TensorBoard
         from derl.training.envs import UnimalEnvFactory
 
@@ -121,8 +119,7 @@ class DerlBackend:
 
 
     def record_video(self, cfg: CfgNode, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
-        from derl.analysis.media import write_video
-        from derl.analysis.replay import run_policy
+        from derl.training.play import run_policy  # lazy: torch (see the class docstring)
 
         _, frames, fps = run_policy(cfg, xml_path, checkpoint_path, seed, video_frames=cfg.PPO.VIDEO_LENGTH)
         return write_video(frames, path, fps)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import psutil
 
-from derl.config import CfgNode, load_config
+from derl.checked_config import load_config
+from derl.config import CfgNode, with_values
 from derl.evolution.backend import Backend, load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
@@ -372,8 +373,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     if cfg.DEVICE != "cpu":
         log(f"learner devices of workers 0..{num - 1}: {', '.join(devices)}")
     # Workers run config.yaml plus the node-local keys, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
-    cfg = load_config(run.config_path(), [*node_local_overrides(cfg), "OUT_DIR", str(run.root),
-                                          "EVO.NUM_PROCESSES", str(num)])
+    cfg = with_values(cfg, {"OUT_DIR": str(run.root), "EVO.NUM_PROCESSES": num})
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops preparation like Ctrl-C, exit 143
     prepare_run(cfg, run, load_backend())
     worker_args = ["--cfg", str(run.config_path()), *node_local_overrides(cfg)]

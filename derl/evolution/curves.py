@@ -19,6 +19,7 @@ import numpy as np
 
 from derl.config import CfgNode
 from derl.evolution.storage import RunDir
+from derl.morphology import Genome, GenomeError
 
 SEARCH_TAGS = ("search/fitness", "search/return", "search/best", "search/aging_window_mean",
                "search/morphologies_per_hour", "morphology/limbs", "morphology/dof")
@@ -60,8 +61,6 @@ class SearchCurves:
 
     def _body(self, morphology_id: str, step: int) -> None:
         """Limbs and degrees of freedom of the genome, where it is one of ``derl.morphology``."""
-        from derl.morphology import Genome, GenomeError
-
         try:
             genome = Genome.from_json(self.run.read_genome(morphology_id))
         except (GenomeError, OSError, ValueError):

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from derl.config import DERIVED_KEYS, NODE_LOCAL_KEYS, CfgNode, ConfigError, dump_config, flatten, load_config
+from derl.checked_config import load_config
+from derl.config import DERIVED_KEYS, NODE_LOCAL_KEYS, CfgNode, ConfigError, dump_config, flatten
 from derl.evolution.storage import RunDir
 from derl.fileio import NotRegularFile
 
@@ -58,6 +59,9 @@ def differences(mine: CfgNode, stored: CfgNode) -> list[str]:
 def join_search(cfg: CfgNode, run: RunDir, log) -> CfgNode:
     """This node's config: ``config.yaml`` (created from ``cfg`` if missing) plus ``cfg``'s node-local keys.
 
+    That is ``cfg`` itself once every other key matches, so ``config.yaml`` is read only to compare
+    (and not at all by the node that just created it): a node loads its config once.
+
     Raises:
         ConfigError: a search-defining key differs from ``config.yaml`` (one line naming them all),
             or ``config.yaml`` does not load.
@@ -65,8 +69,16 @@ def join_search(cfg: CfgNode, run: RunDir, log) -> CfgNode:
     path = run.config_path()
     if run.create_config(HEADER + dump_config(cfg)):
         log(f"node {cfg.NODE_ID}: created {path}")
-    elif not run.manifest() and not _config_text(run).startswith(HEADER):
-        _adopt_old_config(cfg, run, log)
+    else:
+        if not run.manifest() and not _config_text(run).startswith(HEADER):
+            _adopt_old_config(cfg, run, log)
+        _require_same_search(cfg, path)
+    _record_versions(cfg.NODE_ID, run)
+    return cfg
+
+
+def _require_same_search(cfg: CfgNode, path: Path) -> None:
+    """Raises ``ConfigError`` if ``path`` does not load or a search-defining key differs from ``cfg``."""
     try:
         stored = load_config(path)
     except ConfigError as err:
@@ -75,8 +87,6 @@ def join_search(cfg: CfgNode, run: RunDir, log) -> CfgNode:
     if found:
         raise ConfigError(f"config differs from {path}: {', '.join(found)}; "
                           "start with the same config or a new OUT_DIR")
-    _record_versions(cfg.NODE_ID, run)
-    return load_config(path, node_local_overrides(cfg), this_node=True)
 
 
 def _adopt_old_config(cfg: CfgNode, run: RunDir, log) -> None:

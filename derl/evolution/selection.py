@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-TOURNAMENT_TYPES = ("aging_num", "aging_percent", "vanilla_num", "vanilla_percent")
+from derl.config import TOURNAMENT_TYPES
 
 
 def pareto_mask(costs: np.ndarray) -> np.ndarray:

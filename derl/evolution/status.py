@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from derl.config import CfgNode, load_run_config
+from derl.checked_config import load_run_config
+from derl.config import CfgNode
 from derl.evolution.population import parse_id
 from derl.evolution.results import PublishedResults, rank
 from derl.evolution.storage import RunDir

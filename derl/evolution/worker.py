@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from derl.config import CfgNode, load_config_or_exit
+from derl.checked_config import load_config_or_exit
+from derl.config import CfgNode
 from derl.evolution.backend import Backend, TrainOutcome, load_backend
 from derl.evolution.failures import WHOSE, classify, describe
 from derl.evolution.lease import Heartbeat, heartbeat_interval, takeover_reason

@@ -45,7 +45,7 @@ from derl.ppo.obs_layout import ObsLayout
 from derl.ppo.rollout import Collector, MakeVecEnv, Rollout
 
 CHECKPOINT_VERSION = 2  # 2: one action-noise generator state per rank
-LR_SCALINGS = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}  # names: config_check.LR_SCALING_NAMES
+LR_SCALINGS = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}  # names: checked_config.LR_SCALING_NAMES
 log = logging.getLogger(__name__)
 
 

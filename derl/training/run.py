@@ -28,6 +28,7 @@ import numpy as np
 
 from derl.config import CfgNode, dump_config
 from derl.fileio import atomic_write_text, read_json, write_json
+from derl.morphology import Genome, GenomeError, to_mjcf
 from derl.ppo.callbacks import Callback, StopWhen, TensorBoard
 from derl.ppo.device import learner_device
 from derl.ppo.distributed import ProcessGroup, RankInfo
@@ -47,8 +48,6 @@ TENSORBOARD_DIR = "tensorboard"
 
 def genome_to_xml(cfg: CfgNode, genome_path: Path, out_dir: Path) -> Path:
     """Writes the MJCF of a genome JSON file to ``out_dir/<id>.xml``; returns its path."""
-    from derl.morphology import Genome, GenomeError, to_mjcf
-
     if not genome_path.is_file():
         raise FileNotFoundError(f"genome file not found: {genome_path}")
     try:

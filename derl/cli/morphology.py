@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from derl.config import CfgNode
+from derl.envs.media import MAX_IMAGE_SIDE, render_body, write_png
 from derl.fileio import atomic_write_text
 from derl.morphology.genome import Genome, GenomeError
 from derl.morphology.geometry import rotation_signature
@@ -61,9 +62,7 @@ def genome_xml(cfg: CfgNode, path: Path) -> str:
 
 
 def image(cfg: CfgNode, path: Path, out: Path, size: tuple[int, int] = (480, 360)) -> Path:
-    """Writes a PNG picture of the genome at ``path`` (rendered headless; see derl.analysis.media)."""
-    from derl.analysis.media import MAX_IMAGE_SIDE, render_body, write_png
-
+    """Writes a PNG picture of the genome at ``path`` (rendered headless; see derl.envs.media)."""
     if out.suffix.lower() != ".png" or not 16 <= min(size) <= max(size) <= MAX_IMAGE_SIDE:
         raise InputError(f"--out must be a .png file and --size within 16 .. {MAX_IMAGE_SIDE} pixels a side "
                          f"(got {out}, {size})")

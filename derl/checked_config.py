@@ -1,4 +1,8 @@
-"""The one validation of a loaded config: everything checkable before anything trains.
+"""Loading a config: ``derl.config`` parses it, this module checks it against every domain.
+
+This is the floor above the domains a config names (``derl.envs``, ``derl.morphology``,
+``derl.ppo``) and below the programs that run one (training, evolution, analysis, evaluation,
+the tools): ``derl.config`` imports none of them.
 
 ``load_config`` calls ``check_config`` on every tree it loads, so a typo in a
 selection criterion, a tournament type, a mutation op, a device name or a range
@@ -6,7 +10,7 @@ selection criterion, a tournament type, a mutation op, a device name or a range
 ``tools/train_ppo.py`` and every worker at start-up in one line, instead of after
 the initial population has trained. The rules live next to what they protect: the
 task registry names the reward terms, ``derl.morphology.mutations`` the operators,
-``derl.evolution.selection`` the tournaments, ``derl.envs.terrain`` the obstacles.
+``derl.config.TOURNAMENT_TYPES`` the tournaments, ``derl.envs.terrain`` the obstacles.
 
 ``this_node=True`` adds what depends on the machine: ``DEVICE`` must exist here.
 Readers of a finished run (reports, status) leave it off, so a GPU run's config
@@ -17,10 +21,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from derl.config import CfgNode, ConfigError
+from derl.config import PRESET_DIR, RETIRED_KEYS, TOURNAMENT_TYPES, CfgNode, ConfigError, parse_config
+from derl.envs.observations import OBS_TYPES
+from derl.envs.tasks import check_task_config
+from derl.envs.tasks.manipulation import OBJECTS
+from derl.envs.terrain import OBSTACLES
+from derl.morphology.mutations import OPERATORS, expand_range
 
 # Counts that must be at least 1.
 POSITIVE_KEYS = (
@@ -46,6 +57,58 @@ RANGE_KEYS = (
     "TERRAIN.HFIELD_LENGTH_RANGE", "TERRAIN.CURVE_HEIGHT_RANGE", "TERRAIN.STEP_LENGTH_RANGE",
     "TERRAIN.RUGGED_SQUARE_CLIP_RANGE", "OBJECT.OBSTACLE_LEN_RANGE", "OBJECT.OBSTACLE_WIDTH_RANGE",
 )
+
+
+def load_config(
+    cfg_file: str | Path | Sequence[str | Path] | None = None,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    this_node: bool = False,
+    retired: frozenset[str] = frozenset(),
+) -> CfgNode:
+    """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen, checked tree.
+
+    Args:
+        cfg_file: optional YAML file with a (partial) tree of keys, or several applied in order
+            (a task preset, then ``configs/gpu_server.yml``).
+        overrides: ``["KEY", "VALUE", ...]`` strings from the command line (values parsed
+            as YAML), or a mapping of keys to already-typed values.
+        this_node: the config will train here: also check that ``DEVICE`` exists on this machine.
+        retired: keys skipped where a file sets them (``load_run_config``).
+
+    Raises:
+        ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any
+            value ``check_config`` rejects (named with the file that set it).
+    """
+    return parse_config(cfg_file, overrides, retired, check=lambda cfg: check_config(cfg, this_node))
+
+
+def load_run_config(config_yaml: str | Path) -> CfgNode:
+    """``load_config`` of a ``config.yaml`` that derl wrote (a run's or a training's), old ones included.
+
+    The ``RETIRED_KEYS`` an older derl dumped are dropped, so its finished runs stay readable by the
+    report, status, evaluation and ``train_ppo.py --eval``; a user's own config files and the command
+    line get no such leniency.
+    """
+    return load_config(config_yaml, retired=RETIRED_KEYS)
+
+
+def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) -> CfgNode:
+    """``configs/evo/<name>.yml`` (``ft``, ``vt``, ``mvt``, ``quick``), then ``overrides``."""
+    path = PRESET_DIR / f"{name}.yml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PRESET_DIR.glob("*.yml"))
+        raise ConfigError(f"unknown preset {name!r}; known: {', '.join(known)}")
+    return load_config(path, overrides)
+
+
+def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str],
+                        this_node: bool = False, retired: frozenset[str] = frozenset()) -> CfgNode:
+    """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
+    try:
+        return load_config(cfg_file, overrides, this_node, retired)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def check_config(cfg: CfgNode, this_node: bool = False) -> None:
@@ -100,9 +163,6 @@ def _check_numbers(cfg: CfgNode) -> None:
 
 
 def _check_evolution(cfg: CfgNode) -> None:
-    from derl.evolution.selection import TOURNAMENT_TYPES
-    from derl.morphology.mutations import OPERATORS
-
     evo = cfg.EVO
     if evo.IS_EVO and evo.INIT_POPULATION_SIZE > evo.SEARCH_SPACE_SIZE:
         raise ConfigError(f"config key EVO.INIT_POPULATION_SIZE ({evo.INIT_POPULATION_SIZE}) must not exceed "
@@ -137,12 +197,6 @@ def _check_choices(cfg: CfgNode) -> None:
 
 def _check_world(cfg: CfgNode) -> None:
     """The task (criteria and observations against its reward terms), terrain, objects and ranges."""
-    from derl.envs.observations import OBS_TYPES
-    from derl.envs.tasks import check_task_config
-    from derl.envs.tasks.manipulation import OBJECTS
-    from derl.envs.terrain import OBSTACLES
-    from derl.morphology.mutations import expand_range
-
     check_task_config(cfg)  # ENV.TASK, and the criteria and observations against its declarations
     if not cfg.ENV.OBS_TYPES:
         raise ConfigError(f"config key ENV.OBS_TYPES is empty; use some of {', '.join(OBS_TYPES)}", "ENV.OBS_TYPES")
@@ -167,7 +221,7 @@ def check_device_here(device: str) -> None:
     """``DEVICE`` exists on this machine: ``cuda`` without a visible GPU is an error (torch only for CUDA)."""
     if device in ("cpu", "auto"):
         return
-    from derl.ppo.device import visible_gpu_count
+    from derl.ppo.device import visible_gpu_count  # lazy: torch takes seconds, and only a GPU device needs it
 
     gpus = visible_gpu_count()
     index = int(device.partition(":")[2] or 0)

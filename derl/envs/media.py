@@ -14,9 +14,11 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from derl.config import CfgNode, load_config
+from derl.config import CfgNode, parse_config
+from derl.envs.unimal_env import UnimalEnv
 
 IMAGE_SIZE = (480, 360)  # width, height of a body picture
+VIDEO_SIZE = (320, 240)  # width, height of a policy video; multiples of 16 for MP4
 # Free camera for body pictures: seen from the front left, a little from above.
 AZIMUTH, ELEVATION = 135.0, -20.0
 
@@ -92,7 +94,7 @@ def read_video(path: str | Path) -> np.ndarray:
 
 def picture_config(cfg: CfgNode | None = None) -> CfgNode:
     """``cfg`` (default: the defaults) with a plain floor world: a body picture shows the body only."""
-    tree = (cfg if cfg is not None else load_config()).to_dict()
+    tree = (cfg if cfg is not None else parse_config()).to_dict()
     tree["ENV"].update(MODULES=["Floor", "Agent"], TASK="locomotion", KEYS_TO_KEEP=["proprioceptive"])
     return CfgNode(tree)
 
@@ -104,8 +106,6 @@ MAX_IMAGE_SIDE = 4096
 
 def render_body(mjcf: str, cfg: CfgNode | None = None, size: tuple[int, int] = IMAGE_SIZE) -> np.ndarray:
     """A picture ``[H, W, 3]`` of a unimal (MJCF text) standing at its start pose on a floor."""
-    from derl.envs import UnimalEnv
-
     width, height = size
     if not (16 <= min(size) and max(size) <= MAX_IMAGE_SIDE):
         raise ValueError(f"picture size {width} x {height} is outside 16 .. {MAX_IMAGE_SIDE} pixels a side")
