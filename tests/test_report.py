@@ -118,12 +118,12 @@ def test_report_videos_are_kept_per_seed(tiny_run, tmp_path, monkeypatch):
     (out / "media" / f"{best}.png").write_bytes(b"")  # reused: no body is rendered
     replayed = []
 
-    def replay(morphology_id, *, seed, video, video_steps):
+    def replay(_view, morphology_id, *, seed, video, video_steps):
         replayed.append(video.name)
         video.write_bytes(b"")
         return SimpleNamespace(video=video)
 
-    monkeypatch.setattr(view, "replay", replay)
+    monkeypatch.setattr("derl.analysis.report.replay", replay)
     for seed in (None, other, other):
         assert write_report(view, out, ReportOptions(top_k=1, video_steps=5, seed=seed)).problems == []
     assert replayed == [f"{best}-s{view.cfg.RNG_SEED}-5f.mp4", f"{best}-s{other}-5f.mp4"]
