@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from derl.config import CfgNode
-from derl.ppo.episode_stats import REWARD_PREFIX
+from derl.metrics import REWARD_PREFIX
 
 if TYPE_CHECKING:
     from derl.analysis.run import RunView

@@ -63,7 +63,7 @@ class SearchCurves:
         from derl.morphology import Genome, GenomeError
 
         try:
-            genome = Genome.from_json(self.run.read_genome(morphology_id))
+            genome = Genome.from_dict(self.run.read_genome(morphology_id))
         except (GenomeError, OSError, ValueError):
             return
         self.writer.add_scalar("morphology/limbs", genome.num_limbs, step)
