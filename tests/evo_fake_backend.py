@@ -15,6 +15,7 @@ import os
 import time
 from pathlib import Path
 
+from derl.evolution.backend import GenomeFiles
 from derl.evolution.population import parse_id
 from derl.fileio import atomic_write_text, create_exclusive
 
@@ -24,6 +25,11 @@ ITERATION_SECONDS = 0.05
 def _genome(genome_id, parent_id, mutation, size):
     return json.dumps({"schema_version": 1, "id": genome_id, "parent_id": parent_id, "mutation": mutation,
                        "size": size})
+
+
+def _files(genome_id, parent_id, mutation, size):
+    return GenomeFiles(_genome(genome_id, parent_id, mutation, size),
+                       f'<mujoco model="unimal"><!-- {genome_id} --></mujoco>\n')
 
 
 class Result:
@@ -38,17 +44,13 @@ class Result:
 
 class FakeBackend:
     def initial_population(self, cfg, seed, ids, num_workers):
-        return [_genome(genome_id, None, None, 1.0 + k) for k, genome_id in enumerate(ids)]
+        return [_files(genome_id, None, None, 1.0 + k) for k, genome_id in enumerate(ids)]
 
     def random_genome(self, cfg, rng, genome_id):
-        return _genome(genome_id, None, None, float(rng.uniform(0, 5)))
+        return _files(genome_id, None, None, float(rng.uniform(0, 5)))
 
-    def mutate(self, cfg, parent_json, rng, child_id):
-        parent = json.loads(parent_json)
-        return _genome(child_id, parent["id"], "size", parent["size"] + float(rng.normal()))
-
-    def to_mjcf(self, cfg, genome_json):
-        return f'<mujoco model="unimal"><!-- {json.loads(genome_json)["id"]} --></mujoco>\n'
+    def mutate(self, cfg, parent, rng, child_id):
+        return _files(child_id, parent["id"], "size", parent["size"] + float(rng.normal()))
 
     def train(self, cfg, xml_path, *, seed, checkpoint_path, metrics_path, resume, should_stop, may_save):
         genome_id = Path(xml_path).stem

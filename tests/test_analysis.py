@@ -15,12 +15,13 @@ from matplotlib.container import BarContainer
 from derl.analysis import plots
 from derl.analysis.curves import Curve, iterations_to_fraction, parse_curve, read_curve
 from derl.analysis.lineage import LineageGraph, tree_layout
-from derl.analysis.records import body_stats, fitness_terms, publication_order, to_record
+from derl.analysis.records import body_stats, publication_order, to_record
 from derl.analysis.report import ReportOptions, eval_rows, transfer_table, write_report
 from derl.analysis.run import RunError, RunView
 from derl.analysis.stats import running_best, trend, window_mean
 from derl.bench.report import build_synthetic_run
 from derl.checked_config import load_preset
+from derl.evolution.record import fitness_terms
 from derl.evolution.results import rank
 from derl.morphology import random_genome, to_mjcf
 
@@ -44,8 +45,8 @@ def test_body_stats_of_a_genome_without_a_body_are_unknown():
 
 
 def _meta(morphology_id, slot, **extra):
-    return {"id": morphology_id, "slot": slot, "parent_id": None, "lineage": morphology_id, "mutation": None,
-            "return": 1.0, "__reward__forward": 2.0, "wall_time": 5.0, "files": {}, **extra}
+    return {"id": morphology_id, "slot": slot, "attempt": 0, "parent_id": None, "lineage": morphology_id,
+            "mutation": None, "return": 1.0, "__reward__forward": 2.0, "wall_time": 5.0, "files": {}, **extra}
 
 
 def test_publication_order_uses_the_publication_number_else_the_time():
@@ -98,7 +99,8 @@ def test_running_statistics_and_trend():
 
 
 def _records(lineages):
-    return [to_record(_meta(chain.split("/")[-1], k, lineage=chain), None, k) for k, chain in enumerate(lineages)]
+    return [to_record(_meta(chain.split("/")[-1], k, lineage=chain, publication=k), None, k)
+            for k, chain in enumerate(lineages)]
 
 
 def test_lineage_graph_and_family_tree_layout():

@@ -235,6 +235,21 @@ def test_escape_bowl_ends_with_100_at_radius_42():
     assert terminated and info["__reward__escape"] == 100 and reward > 90
 
 
+def test_bowl_is_the_2d_spline_zoom_of_its_bumps():
+    from scipy import ndimage
+
+    from derl.envs.arenas import BOWL_MIN_RADIUS, BOWL_SMOOTHNESS, BowlShape
+
+    side, divs, max_z = 10.0, 10, 1.3
+    heights = BowlShape(side, divs, max_z).draw(np.random.default_rng(3))
+    n, cells = 201, 10
+    bumps = np.random.default_rng(3).uniform(BOWL_SMOOTHNESS, 1.0, (cells, cells))
+    axis = np.linspace(-1.0, 1.0, n)
+    rho = np.clip(np.hypot(axis[:, None], axis[None, :]), BOWL_MIN_RADIUS, 1.0)
+    expected = np.clip(ndimage.zoom(bumps, n / cells), 0.0, 1.0)[:n, :n] * (0.5 - np.cos(2 * np.pi * rho) / 2) * max_z
+    np.testing.assert_allclose(heights, expected, rtol=0, atol=1e-13)
+
+
 def test_manipulation_ball_is_reached_and_pushed_as_in_mvt():
     env = task_env("manipulation_ball")
     env.reset(seed=0)

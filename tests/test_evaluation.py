@@ -19,7 +19,7 @@ from derl.analysis.run import RunView
 from derl.evaluation import Cell, EvalError, plan_cells, task_names
 from derl.evaluation.cell import PARENT_PID_VARIABLE, orphaned
 from derl.evaluation.store import EvalDir, compare_runs, ranking
-from derl.evolution.storage import Identity
+from derl.shared_folder import Identity
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("patrol", "point_nav")

@@ -17,13 +17,15 @@ from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.evolution.coordinator import RETRY_SECONDS, Coordinator
 from derl.evolution.failures import Streak, classify, describe, gives_up, next_streak, restart_delay
+from derl.evolution.process import EXIT_ENVIRONMENT, EXIT_FATAL
+from derl.evolution.results import PublishedResults
+from derl.evolution.step import lineage
 from derl.evolution.storage import RunDir
-from derl.evolution.worker import EXIT_ENVIRONMENT, EXIT_FATAL, Worker
 from derl.fileio import JsonFileError
 from derl.morphology.genome import GenomeError
 from derl.ppo.checkpoint import CheckpointError
 from derl.ppo.device import DeviceError
-from tests.evo_fake_backend import FakeBackend, _genome
+from tests.evo_fake_backend import _genome
 from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
 from tests.test_evolution_run import tiny_search
 
@@ -301,9 +303,9 @@ def test_a_child_of_a_quarantined_parent_is_published_with_its_lineage_from_the_
     run.create()
     for genome_id, parent_id in [("000003", None), ("000007", "000003"), ("000010", "000007")]:
         run.write_genome(genome_id, _genome(genome_id, parent_id, None, 1.0), "<mujoco/>")
-    worker = Worker(load_config(None, {"OUT_DIR": str(tmp_path)}), run, FakeBackend(), 0)
-    assert worker._lineage("000010", "000007") == "000003/000007/000010"
-    assert worker._lineage("000003", None) == "000003"
+    results = PublishedResults(run)
+    assert lineage(run, results, "000010", "000007") == "000003/000007/000010"
+    assert lineage(run, results, "000003", None) == "000003"
 
 
 @pytest.mark.parametrize("err, words", [

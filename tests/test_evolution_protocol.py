@@ -21,8 +21,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from derl.evolution.population import parse_id
+from derl.evolution.process import EXIT_STOPPED
 from derl.evolution.storage import RunDir
-from derl.evolution.worker import EXIT_STOPPED
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, DERL_EVO_BACKEND="tests.evo_fake_backend:FakeBackend", PYTHONPATH=str(ROOT))

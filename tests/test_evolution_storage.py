@@ -8,8 +8,9 @@ import re
 import pytest
 
 from derl.evolution.lease import is_stale, takeover_reason
-from derl.evolution.storage import Identity, RunDir
+from derl.evolution.storage import RunDir
 from derl.fileio import JsonFileError
+from derl.shared_folder import Identity
 
 RACES = 1000
 
@@ -159,7 +160,7 @@ def test_a_corrupt_genome_is_quarantined_and_counts_as_missing(tmp_path):
     search = RunDir(tmp_path, quarantine=True)
     search.create()
     search.write_genome("000004", '{"id": "000004", "size": 1.0}\n', "<mujoco/>")
-    assert search.has_genome("000004") and json.loads(search.read_genome("000004"))["size"] == 1.0
+    assert search.has_genome("000004") and search.read_genome("000004")["size"] == 1.0
     (tmp_path / "genomes" / "000004.json").write_text('{"id": "000004", "si')
     assert not search.has_genome("000004")
     with pytest.raises(FileNotFoundError, match="genomes/000004.json is missing"):

@@ -51,7 +51,7 @@ def test_an_id_from_a_record_never_becomes_a_path_outside_the_folder(tmp_path, s
 
 
 def test_planted_links_are_never_followed(tmp_path, sentinel):
-    from derl.evolution.worker import _try_worker_lock
+    from derl.evolution.process import try_worker_lock
 
     run = search_run(tmp_path)
     before = snapshot(sentinel)
@@ -59,7 +59,7 @@ def test_planted_links_are_never_followed(tmp_path, sentinel):
     (run.root / "workers" / "0-0.lock").symlink_to(sentinel / "created-by-derl")
     (run.root / "workers" / "0-0.json").symlink_to(sentinel / "victim.json")
     run.beat(0, 0)
-    os.close(_try_worker_lock(run, 0, 0))
+    os.close(try_worker_lock(run, 0, 0))
     assert run.read_worker_state(0, 0) is None
     assert snapshot(sentinel) == before
     for name in ("0-0.alive", "0-0.lock"):  # the links moved aside, regular files in their place

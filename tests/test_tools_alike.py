@@ -16,7 +16,7 @@ import pytest
 
 from derl.checked_config import load_config
 from derl.cli import EXIT_INTERRUPTED, EXIT_USAGE
-from derl.evolution import worker
+from derl.evolution import process
 from derl.morphology import random_genome
 from tests.conftest import ROOT
 
@@ -101,8 +101,8 @@ def test_readme_exit_code_table_is_the_codes():
     section = readme.split("## Commands and exit codes", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\d+|128 \+ N) \| [^|]+ \| (`\w+`|-) \|$", section, flags=re.MULTILINE)
     assert [code for code, _ in rows] == ["0", "1", "2", "3", "4", "5", "128 + N"], rows
-    constants = {"EXIT_USAGE": EXIT_USAGE, "EXIT_FATAL": worker.EXIT_FATAL, "EXIT_STOPPED": worker.EXIT_STOPPED,
-                 "EXIT_ENVIRONMENT": worker.EXIT_ENVIRONMENT, "EXIT_INTERRUPTED": EXIT_INTERRUPTED}
+    constants = {"EXIT_USAGE": EXIT_USAGE, "EXIT_FATAL": process.EXIT_FATAL, "EXIT_STOPPED": process.EXIT_STOPPED,
+                 "EXIT_ENVIRONMENT": process.EXIT_ENVIRONMENT, "EXIT_INTERRUPTED": EXIT_INTERRUPTED}
     named = {name.strip("`"): code for code, name in rows if name != "-"}
     assert set(named) == set(constants), named
     for name, code in named.items():

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from derl.evolution.schema import BOOKKEEPING
+from derl.evolution.record import PublishedRecord
 
 
 @dataclass(frozen=True)
@@ -91,12 +91,6 @@ def body_stats(genome: dict[str, Any] | None) -> BodyStats:
     return BodyStats(limbs=limbs, dof=dof, mass=mass)
 
 
-def fitness_terms(metadata: dict[str, Any]) -> dict[str, float]:
-    """The numeric results of a metadata record (everything that is not bookkeeping)."""
-    return {key: float(value) for key, value in metadata.items()
-            if key not in BOOKKEEPING and isinstance(value, int | float) and not isinstance(value, bool)}
-
-
 def publication_order(metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records in publication order: by ``publication`` if all have it, else ``published_at``, slot."""
     if metadata and all(isinstance(m.get("publication"), int) for m in metadata):
@@ -105,23 +99,25 @@ def publication_order(metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def to_record(metadata: dict[str, Any], genome: dict[str, Any] | None, publication: int) -> Morphology:
-    lineage = metadata.get("lineage") or metadata["id"]
+    """The morphology of a metadata object that passed its schema (``RunDir.read_metadata``), with the
+    body of its genome, ``publication``-th in publication order."""
+    published = PublishedRecord.from_json(metadata)
     return Morphology(
-        id=metadata["id"],
-        parent_id=metadata.get("parent_id"),
-        lineage=tuple(lineage.split("/")),
-        mutation=metadata.get("mutation"),
+        id=published.id,
+        parent_id=published.parent_id,
+        lineage=tuple(published.lineage.split("/")),
+        mutation=published.mutation,
         publication=publication,
-        slot=int(metadata.get("slot", 0)),
-        attempt=int(metadata.get("attempt", 0)),
-        seed=metadata.get("seed"),
-        fitness=fitness_terms(metadata),
+        slot=published.slot,
+        attempt=published.attempt,
+        seed=published.seed,
+        fitness=published.fitness,
         body=body_stats(genome),
-        wall_time=_optional_float(metadata.get("wall_time")),
-        iterations=metadata.get("iterations"),
-        env_steps=metadata.get("env_steps"),
-        published_at=_optional_float(metadata.get("published_at")),
-        files=dict(metadata.get("files") or {}),
+        wall_time=_optional_float(published.wall_time),
+        iterations=published.iterations,
+        env_steps=published.env_steps,
+        published_at=_optional_float(published.published_at),
+        files=dict(published.files),
     )
 
 

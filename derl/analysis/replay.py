@@ -25,7 +25,7 @@ import numpy as np
 from derl.analysis.run import RunError, RunView
 from derl.config import CfgNode
 from derl.envs.media import VIDEO_SIZE, write_video
-from derl.ppo.episode_stats import REWARD_PREFIX
+from derl.metrics import REWARD_PREFIX
 from derl.training.play import run_policy
 
 FITNESS_NOTE = ("the fitness is DERL's training statistic: the mean over the last 100 PPO iterations of the "

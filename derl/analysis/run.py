@@ -92,7 +92,7 @@ class RunView:
 
     def _read_genome(self, morphology_id: str) -> dict[str, Any] | None:
         try:
-            return json.loads(self.run.read_genome(morphology_id))
+            return self.run.read_genome(morphology_id)
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 

@@ -34,8 +34,9 @@ import psutil
 from derl.evaluation.plan import Cell
 from derl.evolution.lease import is_stale
 from derl.evolution.schema import eval_claim_problem, eval_result_problem
-from derl.evolution.storage import Identity, RunDir
+from derl.evolution.storage import RunDir
 from derl.fileio import JsonFileError, atomic_write_text, create_exclusive, read_json, write_json
+from derl.shared_folder import Identity
 from derl.training.run import FINAL_METRICS_FILE
 
 COLUMNS = ("id", "source", "task", "seed", "return", "metric", "env_steps", "iterations")

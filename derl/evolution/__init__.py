@@ -2,11 +2,15 @@
 
 - ``selection``: Pareto front and tournaments (pure functions).
 - ``population``: slots, morphology ids, seed streams, the split of the initial population.
-- ``storage``: ``RunDir``, the only code that knows the ``OUT_DIR`` layout.
+- ``storage``: ``RunDir``, the only code that knows the ``OUT_DIR`` layout (on ``derl.shared_folder``).
+- ``record`` and ``schema``: the published record, typed; the schema of every file kind.
 - ``search_config``: one ``config.yaml`` per search, node-local keys, each node's versions (``manifest/``).
 - ``results``: published metadata, parent selection, ``summary.json``.
-- ``lease``: heartbeats and the takeover of slots whose owner went silent (dead nodes).
 - ``backend``: genomes and training (derl.morphology, derl.envs, derl.ppo).
+- ``step``: the DERL step (tournament, mutation, training, publication) for one morphology.
+- ``scheduling``: which slot a worker fills next (claim, resume, adopt, take over, help).
+- ``lease``: heartbeats, the takeover of slots whose owner went silent (dead nodes), the stop signal.
+- ``process``: exit codes, signals, the worker lock and state, shared by worker and coordinator.
 - ``worker``: one worker process; ``coordinator``: one node (``evo_single_proc.py``).
 - ``status``: progress of a run (``tools/status.py``).
 

@@ -1,7 +1,8 @@
 """What the evolution needs from the rest of derl: genomes, MJCF and PPO training.
 
-The worker only sees genomes as JSON text and training as a function, through
-the ``Backend`` protocol. ``DerlBackend`` is the real one (derl.morphology,
+The worker sees a genome as the JSON it reads and writes (a parent parsed once by ``RunDir``, a
+child as the files it is written to: ``GenomeFiles``) and training as a function, through the
+``Backend`` protocol. ``DerlBackend`` is the real one (derl.morphology,
 derl.envs, derl.ppo). The environment variable ``DERL_EVO_BACKEND=module:attr``
 selects another object with the same methods, inherited by every worker process:
 the protocol tests use it to run many morphologies in seconds.
@@ -13,7 +14,7 @@ import importlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -36,18 +37,23 @@ class TrainOutcome(Protocol):
     completed: bool
 
 
+class GenomeFiles(NamedTuple):
+    """A new genome as it is written (``RunDir.write_genome``): its JSON text and its MJCF, both made
+    from the one genome object the backend built."""
+
+    genome_json: str
+    mjcf: str
+
+
 class Backend(Protocol):
-    def initial_population(self, cfg: CfgNode, seed: int, ids: Sequence[str], num_workers: int) -> list[str]:
-        """Genome JSON texts of a de-duplicated initial population, one per id."""
+    def initial_population(self, cfg: CfgNode, seed: int, ids: Sequence[str], num_workers: int) -> list[GenomeFiles]:
+        """A de-duplicated initial population, one genome per id."""
 
-    def random_genome(self, cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> str:
-        """Genome JSON of one new random morphology (replaces a failed initial one)."""
+    def random_genome(self, cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
+        """One new random morphology (replaces a failed initial one)."""
 
-    def mutate(self, cfg: CfgNode, parent_json: str, rng: np.random.Generator, child_id: str) -> str:
-        """Genome JSON of a child of ``parent_json`` (one mutation)."""
-
-    def to_mjcf(self, cfg: CfgNode, genome_json: str) -> str:
-        """The MJCF text of a genome."""
+    def mutate(self, cfg: CfgNode, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
+        """A child of the genome ``parent`` (as ``RunDir.read_genome`` returns it), by one mutation."""
 
     def train(
         self,
@@ -76,18 +82,15 @@ class DerlBackend:
     backend (``DERL_EVO_BACKEND``) never load it.
     """
 
-    def initial_population(self, cfg: CfgNode, seed: int, ids: Sequence[str], num_workers: int) -> list[str]:
+    def initial_population(self, cfg: CfgNode, seed: int, ids: Sequence[str], num_workers: int) -> list[GenomeFiles]:
         genomes = initial_population(cfg, seed, len(ids), list(ids), num_workers=num_workers)
-        return [genome.to_json() for genome in genomes]
+        return [_files(cfg, genome) for genome in genomes]
 
-    def random_genome(self, cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> str:
-        return random_genome(cfg, rng, genome_id).to_json()
+    def random_genome(self, cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
+        return _files(cfg, random_genome(cfg, rng, genome_id))
 
-    def mutate(self, cfg: CfgNode, parent_json: str, rng: np.random.Generator, child_id: str) -> str:
-        return mutate(Genome.from_json(parent_json), cfg, rng, child_id).to_json()
-
-    def to_mjcf(self, cfg: CfgNode, genome_json: str) -> str:
-        return to_mjcf(Genome.from_json(genome_json), cfg)
+    def mutate(self, cfg: CfgNode, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
+        return _files(cfg, mutate(Genome.from_dict(parent), cfg, rng, child_id))
 
     def train(
         self,
@@ -123,6 +126,11 @@ class DerlBackend:
 
         _, frames, fps = run_policy(cfg, xml_path, checkpoint_path, seed, video_frames=cfg.PPO.VIDEO_LENGTH)
         return write_video(frames, path, fps)
+
+
+def _files(cfg: CfgNode, genome: Any) -> GenomeFiles:
+    """The JSON and MJCF of a ``derl.morphology.Genome``."""
+    return GenomeFiles(genome.to_json(), to_mjcf(genome, cfg))
 
 
 def load_backend() -> Backend:

@@ -31,10 +31,16 @@ from derl.evolution.backend import Backend, load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
 from derl.evolution.population import num_initial_slots, slot_id
+from derl.evolution.process import (
+    COORDINATOR_PID_VARIABLE,
+    EXIT_ENVIRONMENT,
+    EXIT_FATAL,
+    EXIT_STOPPED,
+    catch_stop_signals,
+)
 from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.search_config import join_search, node_local_overrides
 from derl.evolution.storage import RunDir
-from derl.evolution.worker import COORDINATOR_PID_VARIABLE, EXIT_ENVIRONMENT, EXIT_FATAL, EXIT_STOPPED
 
 # Peak resident memory of one worker before any was measured in this OUT_DIR: the largest preset
 # measured (ft.yml, 32 envs: 1.23 GB; vt 0.74 GB; mvt 0.53 GB) plus a margin.
@@ -121,9 +127,9 @@ def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
     ids = [slot_id(slot) for slot in range(num_initial_slots(cfg.EVO))]
     log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
     genomes = backend.initial_population(cfg, cfg.RNG_SEED, ids, num_workers=usable_cores())
-    for morphology_id, genome in zip(ids, genomes, strict=True):
+    for morphology_id, files in zip(ids, genomes, strict=True):
         if not run.has_genome(morphology_id):  # init_population.json lost, genomes kept: never rewrite one
-            run.write_genome(morphology_id, genome, backend.to_mjcf(cfg, genome))
+            run.write_genome(morphology_id, files.genome_json, files.mjcf)
     run.mark_init_population(ids)
 
 
@@ -190,7 +196,7 @@ class Coordinator:
 
     def run_workers(self) -> int:
         """Runs the workers to the end of this node's work; returns the process exit code."""
-        previous = {sig: signal.signal(sig, self._handle_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = catch_stop_signals(self._handle_signal)
         self.results.refresh()
         session = {"started": time.time(), "published_at_start": len(self.results.by_id),
                    "cpu_at_start": _cpu_seconds()}

@@ -5,7 +5,7 @@ the body, non-finite training values, an invalid genome. Everything else is the 
 (a full disk, an I/O error, a missing GPU or module, a corrupt checkpoint, a bug in derl): the
 worker stops without recording anything, its slot and checkpoint stay as they were, and the
 coordinator restarts it after a back-off, so that the run resumes once the cause is gone.
-Pure functions: ``derl.evolution.worker`` and ``coordinator`` apply them.
+Pure functions: ``derl.evolution.scheduling``, ``worker`` and ``coordinator`` apply them.
 """
 
 from __future__ import annotations

@@ -8,18 +8,26 @@ slot is free to take over when its owner's heartbeat is older than
 ``EVO.LEASE_SECONDS``, or when its owner, alive, works on another slot (its
 result was quarantined, say). The takeover itself is an exclusive creation of the
 slot's next lease (``RunDir.take_over_slot``): one taker wins; the old owner, if it
-comes back, sees the later lease and yields the slot without publishing.
+comes back, sees the later lease and yields the slot without publishing (``StopSignal``
+raises ``SlotLost``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
+from derl.evolution.process import COORDINATOR_PID_VARIABLE, Stopped
 from derl.evolution.storage import RunDir
 
 # Heartbeats at most this far apart, and at least four per lease.
 HEARTBEAT_SECONDS = 30.0
+# How often a training worker looks for the STOP file and a later lease of its slot, and rewrites its state.
+STOP_POLL_SECONDS = 5.0
+STATE_SECONDS = 30.0
 
 
 def heartbeat_interval(lease_seconds: float) -> float:
@@ -88,3 +96,52 @@ class Heartbeat:
                 self.run.beat(self.node, self.worker)
             except OSError:
                 pass  # a full or flaky filesystem: the next beat retries; a long outage costs the lease
+
+
+class SlotLost(Exception):
+    """Another worker took this slot over (our heartbeat went stale) or published it: yield it."""
+
+
+class StopSignal:
+    """``should_stop`` for the trainer: a signal, a dead coordinator, the STOP file, or the slot's lease lost.
+
+    The STOP file and the lease are checked at most every ``STOP_POLL_SECONDS`` and
+    ``write_state`` called every ``STATE_SECONDS``, so polling once per PPO iteration costs nothing.
+    """
+
+    def __init__(self, run: RunDir, write_state: Callable[[], None]):
+        self.run = run
+        self.write_state = write_state
+        self.parent = int(os.environ.get(COORDINATOR_PID_VARIABLE, os.getppid()))
+        self.requested = False
+        # Set by the worker while it fills a slot: True once another worker has taken the slot over.
+        self.slot_lost: Callable[[], bool] | None = None
+        self.lost = False
+        self._last_poll = self._last_beat = time.monotonic()
+
+    def handle_signal(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __call__(self) -> bool:
+        if os.getppid() != self.parent:
+            self.requested = True
+        now = time.monotonic()
+        if now - self._last_beat >= STATE_SECONDS:
+            self._last_beat = now
+            self.write_state()
+        if not self.requested and now - self._last_poll >= STOP_POLL_SECONDS:
+            self._last_poll = now
+            self.requested = self.run.stop_requested()
+            self.lost = self.lost or (self.slot_lost is not None and self.slot_lost())
+        return self.requested or self.lost
+
+    def check(self) -> None:
+        """Raises ``SlotLost`` or ``Stopped`` if the worker must leave its slot."""
+        if self():
+            raise SlotLost if self.lost and not self.requested else Stopped
+
+    def still_ours(self) -> bool:
+        """Whether the slot's files are still ours to write: a fresh look at the leases before each
+        checkpoint (a worker woken from a long pause must not overwrite those of its taker)."""
+        self.lost = self.lost or (self.slot_lost is not None and self.slot_lost())
+        return not self.lost

@@ -12,6 +12,7 @@ from derl.config import CfgNode
 from derl.evolution import selection
 from derl.evolution.population import num_initial_slots, parse_id
 from derl.evolution.storage import RunDir
+from derl.metrics import is_reward_term
 
 TOP_K = 10
 
@@ -60,7 +61,7 @@ def criteria_table(records: list[dict[str, Any]], criteria: tuple[str, ...]) -> 
     try:
         return np.array([[float(record[key]) for key in criteria] for record in records], dtype=float)
     except KeyError as err:
-        available = ", ".join(sorted(k for k in records[0] if k.startswith("__reward__")))
+        available = ", ".join(sorted(k for k in records[0] if is_reward_term(k)))
         raise ValueError(
             f"selection criterion {err.args[0]} is not in the metadata (has: {available})"
         ) from None

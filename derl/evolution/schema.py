@@ -14,25 +14,12 @@ import math
 from typing import Any
 
 from derl.evolution.population import ID_PATTERN, parse_id
-
-# Metadata fields that are bookkeeping, not fitness terms (every other field is a finite number).
-BOOKKEEPING = frozenset({
-    "id", "parent_id", "lineage", "mutation", "slot", "attempt", "seed", "node", "worker", "env_steps",
-    "iterations", "wall_time", "steps_per_sec", "files", "published_at", "publication", "device",
-})
-# The files of a published morphology: ``files`` key -> (folder, suffix), relative to OUT_DIR.
-MORPHOLOGY_FILES = {"genome": ("genomes", ".json"), "xml": ("xml", ".xml"), "checkpoint": ("models", ".pt"),
-                    "metrics": ("metrics", ".jsonl")}
+from derl.evolution.record import BOOKKEEPING, morphology_files
 
 
 def is_id(value: Any) -> bool:
     """True for a morphology id (``000042``, ``000042-1``): the only names that become paths."""
     return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
-
-
-def morphology_files(morphology_id: str) -> dict[str, str]:
-    """The ``files`` entry of a morphology's metadata: its files' paths relative to ``OUT_DIR``."""
-    return {key: f"{folder}/{morphology_id}{suffix}" for key, (folder, suffix) in MORPHOLOGY_FILES.items()}
 
 
 def _is_int(value: Any, minimum: int = 0) -> bool:
@@ -59,6 +46,7 @@ def _required(data: dict[str, Any], keys: tuple[str, ...]) -> str | None:
 
 _OPTIONAL_ID = (lambda v: v is None or is_id(v), "a morphology id or null")
 _INDEX = (_is_int, "an integer >= 0")
+_NON_NEGATIVE = (lambda v: _is_number(v, 0), "a finite number >= 0")
 
 
 def _id_problem(data: Any, name: str) -> str | None:
@@ -88,9 +76,19 @@ def claim_problem(data: Any, slot: int) -> str | None:
         "token": (lambda v: isinstance(v, str), "a string")})
 
 
+# The optional bookkeeping fields of a ``PublishedRecord`` (but ``parent_id``, which depends on the id)
+# and what each must be; the required ones (``record.REQUIRED``) are checked one by one in ``metadata_problem``.
+METADATA_TYPES = {
+    "mutation": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "seed": _INDEX, "node": _INDEX, "worker": _INDEX, "env_steps": _INDEX, "iterations": _INDEX,
+    "device": (lambda v: isinstance(v, str), "a string"),
+    "wall_time": _NON_NEGATIVE, "steps_per_sec": _NON_NEGATIVE, "published_at": _NON_NEGATIVE,
+}
+
+
 def metadata_problem(data: Any, name: str) -> str | None:
-    """Why ``data`` is not the published metadata of ``name``, or None (the folder-level checks:
-    ``RunDir.read_metadata``)."""
+    """Why ``data`` is not the published metadata (``derl.evolution.record.PublishedRecord``) of
+    ``name``, or None (the folder-level checks: ``RunDir.read_metadata``)."""
     problem = _id_problem(data, name) or _required(data, ("lineage", "publication", "files"))
     if problem:
         return problem
@@ -98,13 +96,7 @@ def metadata_problem(data: Any, name: str) -> str | None:
         return f"has no publication number (publication={data['publication']!r:.60})"
     problem = _typed(data, {
         "parent_id": (lambda v: v is None or (is_id(v) and v != name), "another morphology's id or null"),
-        "mutation": (lambda v: v is None or isinstance(v, str), "a string or null"),
-        "seed": _INDEX, "node": _INDEX, "worker": _INDEX, "env_steps": _INDEX, "iterations": _INDEX,
-        "device": (lambda v: isinstance(v, str), "a string"),
-        "wall_time": (lambda v: _is_number(v, 0), "a finite number >= 0"),
-        "steps_per_sec": (lambda v: _is_number(v, 0), "a finite number >= 0"),
-        "published_at": (lambda v: _is_number(v, 0), "a finite number >= 0"),
-    })
+        **METADATA_TYPES})
     if problem:
         return problem
     lineage = data["lineage"].split("/") if isinstance(data["lineage"], str) else None

@@ -1,26 +1,18 @@
-"""The shared output folder (``OUT_DIR``): its layout and every read and write of it.
+"""The evolution's shared output folder (``OUT_DIR``): its layout and every read and write of it.
 
-Nothing else in derl builds paths inside ``OUT_DIR``. Rules that make the folder
-safe to share between processes and nodes:
+Nothing else in derl builds paths inside ``OUT_DIR``. ``RunDir`` adds the layout and the records
+of the protocol to the primitives of ``derl.shared_folder.SharedFolder`` (staged writes, exclusive
+creations, checked reads, quarantine), which make the folder safe to share between processes and
+nodes. Besides those:
 
-- every file written here is staged in ``tmp/`` (``derl.fileio``: temp + fsync +
-  rename) and then renamed into place, so these folders never show a partial
-  file; staged names carry the host, the pid, a random token of the process and a
-  counter, so no two processes (other hosts, other pid namespaces) or calls share
-  one; ``models/`` and ``metrics/`` are written by derl.ppo, atomically too (a
-  temporary file next to the target, then a rename);
-- claims are published with ``os.link``, which fails if the target exists: an
-  exclusive creation whose file is complete from the first moment it is seen;
-- a morphology is published by its ``metadata/<id>.json``, written last and
-  created exclusively, so no morphology is published twice;
+- ``models/`` and ``metrics/`` are written by derl.ppo, atomically too (a temporary file next to
+  the target, then a rename);
+- claims are exclusive creations, complete from the first moment they are seen;
+- a morphology is published by its ``metadata/<id>.json``, written last and created exclusively,
+  so no morphology is published twice;
 - published files are never rewritten or deleted, so readers may cache them;
-- the folder is untrusted input (README: "The output folder is untrusted input"): every read
-  checks its file kind's schema (``derl.evolution.schema``); ids are checked before they become
-  paths; files are opened without following links or blocking on FIFOs (``derl.fileio``);
-- a file that is not a regular file, does not parse or match its schema (a stray or corrupt
-  file) is moved to ``quarantine/`` with a one-line warning by the search processes
-  (``quarantine=True``), skipped with one by ``skip=True``; other readers get a
-  ``JsonFileError`` naming the file. A damaged claim is kept: the lease decides (``read_slot``).
+- every read checks its file kind's schema (``derl.evolution.schema``); ids are checked before
+  they become paths. A damaged claim is kept: the lease decides (``read_slot``).
 
 Layout::
 
@@ -34,7 +26,7 @@ Layout::
     slots/<slot>.json           claim of a slot: {slot, id, attempt, node, worker, host, pid, token, lease}
     leases/<slot>-<g>.json      the claim after the g-th takeover of a slot whose owner went silent
     published/<n>.json          publication number n, taken by exclusive creation: {id, node, worker}
-    metadata/<id>.json          published result (see derl.evolution.worker.build_metadata)
+    metadata/<id>.json          published result (derl.evolution.record.PublishedRecord)
     error_metadata/<id>.json    failed morphology: {id, slot, attempt, reason, node, worker}
     retired/<id>.json           removed from the vanilla-tournament population
     workers/<node>-<worker>.json  worker state; .lock: held while it runs; .alive: heartbeat (its mtime)
@@ -51,26 +43,21 @@ Layout::
 
 from __future__ import annotations
 
-import itertools
-import json
 import os
 import re
-import secrets
-import socket
 import stat
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from derl.evolution import schema
-from derl.fileio import JsonFileError, NotRegularFile, atomic_write_text, open_file, read_bytes, read_json, write_json
+from derl.fileio import JsonFileError, read_bytes, read_json
+from derl.shared_folder import SharedFolder
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
             "retired", "workers", "videos", "manifest", "tmp", "quarantine")
 _ID = schema.ID_PATTERN.pattern
-# The only names the listed folders may hold; anything else is foreign (hidden names are ignored:
-# NFS keeps deleted open files as .nfsXXXX).
+# The only names the listed folders may hold; anything else is foreign.
 _NAMES = {
     "slots": re.compile(r"^\d{6,}\.json\Z"),
     "leases": re.compile(r"^\d{6,}-\d+\.json\Z"),
@@ -91,25 +78,10 @@ def _checked_id(morphology_id: str) -> str:
     return morphology_id
 
 
-class Identity(NamedTuple):
-    """Who writes: unique across hosts and pid namespaces thanks to the random token."""
+class RunDir(SharedFolder):
+    """One run's ``OUT_DIR``: its paths, claims, leases, publications and records.
 
-    host: str
-    pid: int
-    token: str
-
-    @staticmethod
-    def current() -> Identity:
-        return Identity(socket.gethostname(), os.getpid(), secrets.token_hex(8))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "token": self.token}
-
-
-class RunDir:
-    """One run's ``OUT_DIR``: paths, atomic writes, exclusive claims, listings.
-
-    Args:
+    Args (``SharedFolder``):
         identity: this process (``Identity.current()`` unless a test injects one); it
             names staged files and is recorded in the claims this process makes.
         quarantine: a file that fails its schema is moved to ``quarantine/`` (the search).
@@ -117,32 +89,9 @@ class RunDir:
             with neither, reading it raises ``JsonFileError``.
     """
 
-    def __init__(self, out_dir: str | Path, identity: Identity | None = None, quarantine: bool = False,
-                 skip: bool = False):
-        self.root = Path(out_dir).resolve()
-        self.identity = identity or Identity.current()
-        self.quarantine_bad_files = quarantine
-        self.skip_bad_files = skip
-        self._warned: set[Path] = set()
-        self._counter = itertools.count()
-
-    def create(self) -> None:
-        """Makes the layout's folders; one that is a symbolic link or a file is refused (``NotRegularFile``):
-        files written or moved through it would land outside ``OUT_DIR``."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        for folder in _FOLDERS:  # every one checked before any is made
-            if os.path.lexists(self.root / folder):
-                self._real_folder(folder)
-        for folder in _FOLDERS:
-            (self.root / folder).mkdir(exist_ok=True)
-
-    def _real_folder(self, folder: str) -> Path:
-        """``OUT_DIR/folder``, a real folder; else ``NotRegularFile`` (an OSError: the node's problem,
-        never a morphology's)."""
-        path = self.root / folder
-        if not stat.S_ISDIR(os.lstat(path).st_mode):
-            raise NotRegularFile(path, "is not a folder (a symbolic link or a file): remove it or use another OUT_DIR")
-        return path
+    FOLDERS = _FOLDERS
+    NAMES = _NAMES
+    OTHER_FOLDERS = ("eval",)
 
     def not_a_search(self) -> str | None:
         """Why ``root`` is no evolution ``OUT_DIR`` (missing, empty, a ``tools/train_ppo.py`` training), or None."""
@@ -182,139 +131,6 @@ class RunDir:
     def tensorboard_dir(self, name: str) -> Path:
         """``tensorboard/<name>``: event files (``search``, ``morphologies/<id>``) for ``tensorboard --logdir``."""
         return self.root / "tensorboard" / name
-
-    def relative(self, path: Path) -> str:
-        return str(path.relative_to(self.root))
-
-    # Atomic writes, staged outside the target folder.
-    def _staged(self, target: Path) -> Path:
-        me, call = self.identity, next(self._counter)
-        return self.root / "tmp" / f"{me.host}-{me.pid}-{me.token}-{call}-{target.parent.name}-{target.name}"
-
-    def _write_text(self, target: Path, text: str) -> None:
-        staged = self._staged(target)
-        atomic_write_text(staged, text)
-        self._move_staged(staged, target)
-
-    def _write_json(self, target: Path, obj: Any) -> None:
-        staged = self._staged(target)
-        write_json(staged, obj)
-        self._move_staged(staged, target)
-
-    @staticmethod
-    def _move_staged(staged: Path, target: Path) -> None:
-        """Renames a staged file into place; if that fails (I/O error, full disk), removes it."""
-        try:
-            os.replace(staged, target)
-        except BaseException:
-            staged.unlink(missing_ok=True)
-            raise
-
-    def _create_json(self, target: Path, obj: Any) -> bool:
-        """Creates ``target`` with ``obj`` unless it exists; True if this call created it."""
-        staged = self._staged(target)
-        write_json(staged, obj)
-        return self._link_staged(staged, target)
-
-    def _create_text(self, target: Path, text: str) -> bool:
-        staged = self._staged(target)
-        atomic_write_text(staged, text)
-        return self._link_staged(staged, target)
-
-    @staticmethod
-    def _link_staged(staged: Path, target: Path) -> bool:
-        """Links the complete ``staged`` file to ``target`` unless it exists (then False), and drops ``staged``."""
-        try:
-            os.link(staged, target)
-        except FileExistsError:
-            return False
-        finally:
-            staged.unlink()
-        return True
-
-    # Foreign and corrupt files.
-    def quarantine(self, path: Path, reason: str) -> None:
-        """Moves ``path`` to ``quarantine/`` (its relative path flattened) with a one-line warning.
-
-        Only an entry of ``OUT_DIR`` or of one of its folders moves, into the real folder
-        ``quarantine/``; the rename moves the entry itself (a symbolic link, never what it points to).
-        """
-        relative = path.relative_to(self.root) if path.is_absolute() else None
-        if relative is None or len(relative.parts) > 2 or any(part in ("", ".", "..") for part in relative.parts) \
-                or (len(relative.parts) == 2 and relative.parts[0] not in _FOLDERS + ("eval",)):
-            raise ValueError(f"{path} is not a file of {self.root}; not moved to quarantine/")
-        folder = self.root / "quarantine"
-        if not os.path.lexists(folder):
-            folder.mkdir(exist_ok=True)
-        self._real_folder("quarantine")
-        if len(relative.parts) == 2:
-            self._real_folder(relative.parts[0])
-        target = folder / "-".join(relative.parts)
-        if os.path.lexists(target):
-            target = target.with_name(f"{target.name}.{self.identity.token}-{next(self._counter)}")
-        try:
-            os.rename(path, target)
-        except FileNotFoundError:
-            return  # moved by another process, or gone
-        print(f"warning: {path} {reason}; moved to {self.relative(target)}", file=sys.stderr, flush=True)
-
-    def _bad_file(self, path: Path, reason: str) -> None:
-        if self.quarantine_bad_files:
-            self.quarantine(path, reason)
-        elif self.skip_bad_files:
-            self._warn_once(path, f"{reason}; skipped")
-        else:
-            raise JsonFileError(path, reason)
-
-    def _warn_once(self, path: Path, message: str) -> None:
-        if path not in self._warned:
-            self._warned.add(path)
-            print(f"warning: {path} {message}", file=sys.stderr, flush=True)
-
-    def _read_checked(self, path: Path, problem: Callable[[Any], str | None]) -> Any | None:
-        """The JSON content of ``path`` if it parses and ``problem`` finds nothing; None if missing.
-
-        A bad file is quarantined (``quarantine=True``, then None) or raises ``JsonFileError``. So is
-        a file whose folder is a link (its content lies outside ``OUT_DIR``: never read).
-        """
-        try:
-            if path.parent != self.root and not stat.S_ISDIR(os.lstat(path.parent).st_mode):
-                self._bad_file(path, f"is in {path.parent.name}/, which is a link or a file, not a folder")
-                return None
-            data = read_json(path)
-        except FileNotFoundError:
-            return None
-        except JsonFileError as err:
-            self._bad_file(path, err.reason)
-            return None
-        reason = problem(data)
-        if reason is None:
-            return data
-        self._bad_file(path, reason)
-        return None
-
-    def _names(self, folder: str, suffix: str = ".json") -> list[str]:
-        """Stems of the ``suffix`` files of ``folder``; foreign names are quarantined (or skipped)."""
-        names = []
-        try:
-            if not stat.S_ISDIR(os.lstat(self.root / folder).st_mode):  # a link: its entries lie outside
-                if self.quarantine_bad_files:
-                    self._real_folder(folder)  # raises: the search stops on it (the node's problem)
-                self._warn_once(self.root / folder, "is a link or a file, not a folder; its files are not read")
-                return []
-            entries = list(os.scandir(self.root / folder))
-        except FileNotFoundError:
-            return []
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if not _NAMES[folder].match(entry.name):
-                if self.quarantine_bad_files:
-                    self.quarantine(Path(entry.path), f"is not a {folder}/ file name")
-                continue
-            if entry.name.endswith(suffix):
-                names.append(entry.name[: -len(suffix)])
-        return names
 
     # Run-level files.
     def create_config(self, text: str) -> bool:
@@ -385,8 +201,8 @@ class RunDir:
         """True if the genome exists and parses (a corrupt one is quarantined, then made anew)."""
         return self._checked_genome(morphology_id) is not None
 
-    def read_genome(self, morphology_id: str) -> str:
-        """The genome's JSON text.
+    def read_genome(self, morphology_id: str) -> dict[str, Any]:
+        """The genome, parsed and checked (``schema.genome_problem``; the body itself is the backend's to check).
 
         Raises:
             FileNotFoundError: it is missing, or was just quarantined.
@@ -394,7 +210,7 @@ class RunDir:
         data = self._checked_genome(morphology_id)
         if data is None:
             raise FileNotFoundError(f"{self.genome_path(morphology_id)} is missing (see quarantine/)")
-        return json.dumps(data, indent=2) + "\n"
+        return data
 
     # Slots.
     def _slot_path(self, slot: int) -> Path:
@@ -634,32 +450,9 @@ class RunDir:
         finally:
             os.close(fd)
 
-    def open_own_file(self, path: Path) -> int:
-        """A writable descriptor of the regular file ``path`` of ``workers/`` or ``tmp/``, created if missing.
-
-        Something else planted there (a symbolic link to a file outside ``OUT_DIR``, a FIFO) is
-        never followed: it is moved to ``quarantine/`` and a regular file created in its place.
-        """
-        try:
-            return open_file(path, os.O_CREAT | os.O_RDWR)
-        except NotRegularFile as err:
-            self.quarantine(path, err.reason)
-            return open_file(path, os.O_CREAT | os.O_RDWR)
-
     def heartbeat_time(self, node: int, worker: int) -> float | None:
         """The last heartbeat of ``node-worker`` (file mtime), None if it never beat."""
         try:
             return os.lstat(self.heartbeat_path(node, worker)).st_mtime
         except FileNotFoundError:
             return None
-
-    def filesystem_now(self) -> float:
-        """The shared filesystem's clock: the mtime of a probe file created now in ``tmp/``."""
-        probe = self.root / "tmp" / f"clock-{self.identity.host}-{self.identity.pid}-{self.identity.token}"
-        fd = open_file(probe, os.O_CREAT | os.O_WRONLY)
-        try:
-            os.utime(fd)
-            return os.fstat(fd).st_mtime
-        finally:
-            os.close(fd)
-            probe.unlink(missing_ok=True)

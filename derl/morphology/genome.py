@@ -132,6 +132,16 @@ class Genome:
             raise GenomeError(f"genome is not valid JSON: {err}") from None
         except RecursionError:  # a crafted file nesting thousands of levels
             raise GenomeError("genome is not valid JSON: nested too deep") from None
+        return Genome.from_dict(data)
+
+    @staticmethod
+    def from_dict(data: Any) -> Genome:
+        """Validates a parsed genome (``from_json`` without the parsing: a genome read once is not
+        written back to text to be read again).
+
+        Raises:
+            GenomeError: not an object, wrong schema version, missing or malformed field.
+        """
         if not isinstance(data, dict):
             raise GenomeError("genome JSON must be an object")
         version = data.get("schema_version")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from derl.ppo.episode_stats import REWARD_PREFIX
+from derl.metrics import REWARD_PREFIX
 
 
 class Callback:

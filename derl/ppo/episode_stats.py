@@ -3,9 +3,9 @@
 When an episode ends (terminated or truncated), its statistics are a dict:
 
 - ``return``: sum of the rewards; ``length``: number of steps;
-- every ``__reward__*`` key and ``energy`` (``SUM_KEYS``) the env reports in its step ``info``:
+- every ``__reward__*`` key and ``energy`` (``derl.metrics.SUM_KEYS``) the env reports in its step ``info``:
   its sum over the episode (the episodes that reported it);
-- ``x_pos`` and ``metric`` (``FINAL_KEYS``), when the episode's last step reports them: their
+- ``x_pos`` and ``metric`` (``derl.metrics.FINAL_KEYS``), when the episode's last step reports them: their
   value at that step.
 
 ``EpisodeStatistics`` keeps them for the ``N`` envs of a Gymnasium vector env in autoreset mode
@@ -20,16 +20,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-REWARD_PREFIX = "__reward__"
-SUM_KEYS = ("energy",)  # logged per step, summed per episode, not reward terms
-FINAL_KEYS = ("x_pos", "metric")
+from derl.metrics import FINAL_KEYS, SUM_KEYS, is_reward_term
 
 # One step's tracked info values: key -> (value [N] float64, reported [N] bool).
 StepValues = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 def _is_summed(key: str) -> bool:
-    return key.startswith(REWARD_PREFIX) or key in SUM_KEYS
+    return is_reward_term(key) or key in SUM_KEYS
 
 
 def _is_tracked(key: str) -> bool:

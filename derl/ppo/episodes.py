@@ -11,15 +11,10 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
-from derl.ppo.episode_stats import FINAL_KEYS, REWARD_PREFIX, SUM_KEYS
+from derl.metrics import is_summary_key
 
 EPISODES_PER_POINT = 10
 POINTS = 100
-
-
-def is_summary_key(key: str) -> bool:
-    """``return``, every ``__reward__*`` term, ``energy``, and the final ``x_pos`` and ``metric``."""
-    return key == "return" or key.startswith(REWARD_PREFIX) or key in SUM_KEYS or key in FINAL_KEYS
 
 
 def mean_fields(episodes: Iterable[dict[str, float]]) -> dict[str, float]:

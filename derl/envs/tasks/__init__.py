@@ -11,7 +11,8 @@ from __future__ import annotations
 
 # Importing the task modules registers their tasks.
 from derl.envs.tasks import locomotion, manipulation, navigation  # noqa: F401
-from derl.envs.tasks.base import CTRL_TERM, SUMMARY_FIELDS, Task
+from derl.envs.tasks.base import Task
 from derl.envs.tasks.registry import TASKS, check_task_config, make_task, register
+from derl.metrics import CTRL_TERM, SUMMARY_FIELDS
 
 __all__ = ["CTRL_TERM", "SUMMARY_FIELDS", "TASKS", "Task", "check_task_config", "make_task", "register"]

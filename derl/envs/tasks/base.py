@@ -37,12 +37,9 @@ from derl.envs.mjcf import fmt
 from derl.envs.observations import HeightPatch, head_frame
 from derl.envs.scene import Scene
 
-CTRL_TERM = "__reward__ctrl"
 GROUND_MODULES = ("Floor", "Terrain", "Bowl")
 KNOWN_MODULES = ("Agent", *GROUND_MODULES, "Objects", "PatrolGoals")
 EDGE_MARGIN = 1.0
-# Summary fields every run reports besides the reward terms (derl.ppo.episodes): valid selection criteria.
-SUMMARY_FIELDS = ("return", "energy", "x_pos", "metric")
 
 
 @dataclass(frozen=True)

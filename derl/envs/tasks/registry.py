@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from derl.config import ConfigError
-from derl.envs.tasks.base import CTRL_TERM, SUMMARY_FIELDS, Task
+from derl.envs.tasks.base import Task
+from derl.metrics import CTRL_TERM, SUMMARY_FIELDS
 
 TASKS: dict[str, type[Task]] = {}
 

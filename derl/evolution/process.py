@@ -1,0 +1,104 @@
+"""What a node's coordinator and its worker processes agree on: exit codes, stop signals, the
+worker lock, and the state file in which a worker reports its slot and peak memory.
+
+Exit codes of a worker (README: "Exit codes"): 0 no slot left, ``EXIT_STOPPED`` stopped on request
+(``Stopped``: a signal, the STOP file, the coordinator gone), ``EXIT_FATAL`` a problem a restart
+cannot fix (``FatalError``), ``EXIT_ENVIRONMENT`` a failure that is not the morphology's
+(``derl.evolution.failures``: a full disk, an I/O error, a missing device, a bug); its slot and
+checkpoint stay as they were and the coordinator restarts the worker after a back-off.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from derl.evolution.storage import RunDir
+
+EXIT_FATAL = 3
+EXIT_STOPPED = 4
+EXIT_ENVIRONMENT = 5
+# The coordinator's pid, set in each worker's environment: a worker whose parent changes stops.
+COORDINATOR_PID_VARIABLE = "DERL_EVO_COORDINATOR_PID"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# GPU memory a CUDA context takes outside torch's allocator (driver, kernels), added to its peak.
+CUDA_CONTEXT_BYTES = 500 * 2**20
+
+
+class Stopped(Exception):
+    """The worker was asked to stop; its slot stays claimed and resumes on restart (``EXIT_STOPPED``)."""
+
+
+class FatalError(Exception):
+    """A problem that restarting the worker would repeat (``EXIT_FATAL``)."""
+
+
+def catch_stop_signals(handler: Callable[[int, Any], None]) -> dict[int, Any]:
+    """Sends SIGINT and SIGTERM to ``handler``; returns the handlers they had, to restore."""
+    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this worker and its finished subprocesses (Linux reports KiB)."""
+    usage = [resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(usage) * 1024
+
+
+def peak_gpu_bytes() -> int:
+    """Peak GPU memory of this worker's learner (0 if it never used CUDA); never imports torch."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return 0
+    return torch.cuda.max_memory_reserved() + CUDA_CONTEXT_BYTES  # the trainer set its device current
+
+
+def try_worker_lock(run: RunDir, node: int, worker: int) -> int | None:
+    """The lock of worker ``node-worker`` if no process holds it (None if one does)."""
+    fd = run.open_own_file(run.worker_lock_path(node, worker))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def hold_worker_lock(run: RunDir, node: int, worker: int) -> int:
+    """Blocks until no other process runs as this worker (e.g. one still stopping), then holds the lock."""
+    fd = try_worker_lock(run, node, worker)
+    if fd is None:
+        print(f"[worker {node}-{worker}] waiting for the previous worker {node}-{worker} to exit", flush=True)
+        fd = run.open_own_file(run.worker_lock_path(node, worker))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+class WorkerState:
+    """This worker's ``workers/<node>-<worker>.json`` (slot, status, peak memory: ``tools/status.py`` shows
+    it; the coordinator sizes the next session by the peaks) and its log lines.
+
+    The peaks are kept across restarts; ``previous`` is the state an earlier session left (its slot
+    is resumed first).
+    """
+
+    def __init__(self, run: RunDir, node: int, worker: int):
+        self.run, self.node, self.worker = run, node, worker
+        self.previous = run.read_worker_state(node, worker) or {}
+        self.state: dict[str, Any] = {"slot": None, "id": None, "status": "starting",
+                                      "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0),
+                                      "peak_gpu_bytes": self.previous.get("peak_gpu_bytes", 0)}
+
+    def write(self, **changes: Any) -> None:
+        self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
+                          peak_rss_bytes=max(self.state["peak_rss_bytes"], peak_rss_bytes()),
+                          peak_gpu_bytes=max(self.state["peak_gpu_bytes"], peak_gpu_bytes()))
+        self.run.write_worker_state(self.node, self.worker, self.state)
+
+    def log(self, message: str) -> None:
+        print(f"[worker {self.node}-{self.worker}] {message}", flush=True)

@@ -1,0 +1,142 @@
+"""The DERL evolution step: choose a parent by tournament, mutate it into a child, train the child,
+publish it (README: "Evolution").
+
+DERL's ``tournament_evolution`` runs this step in a loop. Here ``Step`` runs it once for the
+morphology ``slot_id(slot, attempt)`` that the slot scheduler (``derl.evolution.scheduling``) gives
+this worker, and resumes what a killed worker left: a genome already written is not made again,
+a checkpoint is trained on. Leases and stop requests reach it through ``StopSignal``
+(``derl.evolution.lease``); everything it reads and writes goes through ``RunDir``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from derl.config import CfgNode
+from derl.evolution.backend import Backend, TrainOutcome
+from derl.evolution.lease import SlotLost, StopSignal
+from derl.evolution.population import num_initial_slots, ppo_seed, slot_id, slot_rng
+from derl.evolution.process import Stopped
+from derl.evolution.record import PublishedRecord, morphology_files
+from derl.evolution.results import PublishedResults, is_finite_summary
+from derl.evolution.storage import RunDir
+
+
+class Step:
+    """One worker's DERL step; ``results`` is the worker's cache of what is published."""
+
+    def __init__(self, cfg: CfgNode, run: RunDir, backend: Backend, results: PublishedResults, stop: StopSignal,
+                 worker: int, log: Callable[[str], None]):
+        self.cfg, self.run, self.backend, self.results, self.stop = cfg, run, backend, results, stop
+        self.node, self.worker, self.log = cfg.NODE_ID, worker, log
+
+    def __call__(self, slot: int, attempt: int) -> None:
+        """Makes, trains and publishes morphology ``slot_id(slot, attempt)``.
+
+        Raises:
+            Stopped, SlotLost: asked to stop, or the slot was taken over, before it was published.
+            Exception: the morphology failed (the scheduler records it and tries the next attempt).
+        """
+        evo = self.cfg.EVO
+        child_id = slot_id(slot, attempt)
+        if not self.run.has_genome(child_id):
+            rng = slot_rng(self.cfg.RNG_SEED, slot, attempt)
+            if slot < num_initial_slots(evo):  # a replacement of a failed initial morphology
+                child = self.backend.random_genome(self.cfg, rng, child_id)
+            else:
+                parent = self._tournament(rng)
+                child = self.backend.mutate(self.cfg, parent, rng, child_id)
+            self.run.write_genome(child_id, child.genome_json, child.mjcf)
+        seed = ppo_seed(self.cfg.RNG_SEED, slot, attempt)
+        outcome = self._train(child_id, seed)
+        if slot >= evo.SEARCH_SPACE_SIZE - evo.VIDEOS_LAST_N:
+            self._record_video(child_id, seed)
+        self._publish(child_id, slot, attempt, seed, outcome)
+
+    def _tournament(self, rng: np.random.Generator) -> dict[str, Any]:
+        """The genome of the parent that ``EVO.TOURNAMENT_TYPE`` chooses among the published morphologies."""
+        self.results.refresh()
+        parent_id = self.results.select_parent(self.cfg, rng)
+        try:
+            return self.run.read_genome(parent_id)
+        except FileNotFoundError as err:  # quarantined: this child cannot be made; the next attempt
+            raise ValueError(f"parent genome unavailable: {err}") from None  # draws another parent
+
+    def _train(self, morphology_id: str, seed: int) -> TrainOutcome:
+        """Trains the controller of ``morphology_id`` to the end, from its checkpoint if it has one."""
+        checkpoint = self.run.checkpoint_path(morphology_id)
+        resume = checkpoint.exists()
+        self.log(f"{'resuming' if resume else 'training'} {morphology_id} (seed {seed})")
+        outcome = self.backend.train(
+            self.cfg, self.run.xml_path(morphology_id), seed=seed, checkpoint_path=checkpoint,
+            metrics_path=self.run.metrics_path(morphology_id), resume=resume, should_stop=self.stop,
+            may_save=self.stop.still_ours,
+        )
+        if not outcome.completed:
+            self.stop.check()
+            raise Stopped
+        if not is_finite_summary(outcome.summary):
+            raise ValueError(f"training summary is not finite: {outcome.summary}")
+        return outcome
+
+    def _record_video(self, morphology_id: str, seed: int) -> None:
+        """``videos/<id>.mp4`` of one of the last ``EVO.VIDEOS_LAST_N`` morphologies, before it is published.
+
+        A video that cannot be made (no headless GL, say) is logged and skipped: it never costs the result.
+        """
+        try:
+            path = self.run.save_video(morphology_id, lambda staged: self.backend.record_video(
+                self.cfg, self.run.xml_path(morphology_id), self.run.checkpoint_path(morphology_id), seed, staged))
+            self.log(f"video {self.run.relative(path)}")
+        except Exception as err:  # noqa: BLE001 - see the docstring
+            self.log(f"no video for {morphology_id}: {type(err).__name__}: {err}".splitlines()[0])
+
+    def _publish(self, morphology_id: str, slot: int, attempt: int, seed: int, outcome: TrainOutcome) -> None:
+        """Takes a publication number and writes ``metadata/<id>.json``, unless the slot is no longer ours."""
+        # Dying between the number and the metadata leaves the number unused (a gap): the
+        # resumed worker finds the finished checkpoint and takes a new number.
+        if not self.stop.still_ours():
+            raise SlotLost
+        publication = self.run.take_publication_number(morphology_id, self.node, self.worker)
+        genome = self.run.read_genome(morphology_id)
+        self.results.refresh()
+        record = PublishedRecord(
+            id=morphology_id, parent_id=genome.get("parent_id"),
+            lineage=lineage(self.run, self.results, morphology_id, genome.get("parent_id")),
+            mutation=genome.get("mutation"), slot=slot, attempt=attempt, seed=seed, node=self.node,
+            worker=self.worker, device=self.cfg.DEVICE,  # the coordinator gives each worker a concrete device
+            fitness={key: float(value) for key, value in outcome.summary.items()},
+            env_steps=int(outcome.env_steps), iterations=int(outcome.iterations), wall_time=float(outcome.wall_time),
+            steps_per_sec=float(outcome.steps_per_sec), files=morphology_files(morphology_id),
+            published_at=time.time(), publication=publication,
+        )
+        if not self.run.publish(record.to_json()):
+            raise SlotLost  # published by the worker that took the slot over
+        shown = (self.cfg.EVO.SELECTION_CRITERIA[0], "return")
+        fitness = {key: outcome.summary.get(key, float("nan")) for key in shown}
+        self.log(f"published {morphology_id} (publication {publication}): "
+                 + ", ".join(f"{key} {value:.3f}" for key, value in fitness.items()))
+
+
+def lineage(run: RunDir, results: PublishedResults, morphology_id: str, parent_id: str | None) -> str:
+    """``<root>/.../<parent>/<id>``: the parent's published lineage, or, if its metadata was
+    quarantined after it was chosen, its genome's parent, and so on (the result is not lost).
+
+    Where the chain breaks (an ancestor's genome quarantined too, or a crafted cycle) the
+    lineage starts at the last ancestor known: the result is published, never retried forever.
+    """
+    chain = [morphology_id]
+    while parent_id is not None and parent_id not in chain:
+        parent = results.by_id.get(parent_id)
+        if parent is not None:
+            return "/".join([parent["lineage"], *reversed(chain)])
+        chain.append(parent_id)
+        try:
+            parent_id = run.read_genome(parent_id).get("parent_id")
+        except FileNotFoundError:
+            break
+    return "/".join(reversed(chain))

@@ -1,0 +1,254 @@
+"""A folder that processes on several nodes write and read at once: staged writes, exclusive
+creations, and what to do with a file that does not belong.
+
+The primitives under ``derl.evolution.storage.RunDir`` (which adds the layout and the records of
+the evolution's protocol, README: "Output folder"):
+
+- every file is staged in ``tmp/`` (``derl.fileio``: temp + fsync + rename) and then renamed into
+  place, so the target folders never show a partial file; staged names carry the host, the pid, a
+  random token of the process and a counter, so no two processes (other hosts, other pid
+  namespaces) or calls share one;
+- an exclusive creation links the complete staged file to its target with ``os.link``, which fails
+  if the target exists: the file is complete from the first moment it is seen;
+- the folder is untrusted input (README: "The output folder is untrusted input"): files are opened
+  without following links or blocking on FIFOs (``derl.fileio``), every JSON read is checked by a
+  function of its content, and a folder holds only the names its pattern allows;
+- a file that is not a regular file, does not parse or fails its check (a stray or corrupt file) is
+  moved to ``quarantine/`` with a one-line warning (``quarantine=True``), skipped with one
+  (``skip=True``), or else raises a ``JsonFileError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import secrets
+import socket
+import stat
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+from derl.fileio import JsonFileError, NotRegularFile, atomic_write_text, open_file, read_json, write_json
+
+
+class Identity(NamedTuple):
+    """Who writes: unique across hosts and pid namespaces thanks to the random token."""
+
+    host: str
+    pid: int
+    token: str
+
+    @staticmethod
+    def current() -> Identity:
+        return Identity(socket.gethostname(), os.getpid(), secrets.token_hex(8))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "token": self.token}
+
+
+class SharedFolder:
+    """Staged writes, exclusive creations, checked reads and quarantine in the folder ``root``.
+
+    Subclasses name their layout: ``FOLDERS`` (made by ``create``, ``tmp`` and ``quarantine``
+    among them), ``NAMES`` (the only file names a listed folder may hold) and ``OTHER_FOLDERS``
+    (written by other tools; their files may be quarantined too).
+
+    Args:
+        identity: this process (``Identity.current()`` unless a test injects one); it names staged files.
+        quarantine: a file that fails its check is moved to ``quarantine/`` (the writers).
+        skip: a file that fails its check is skipped with one warning line (read-only tools);
+            with neither, reading it raises ``JsonFileError``.
+    """
+
+    FOLDERS: ClassVar[tuple[str, ...]] = ("tmp", "quarantine")
+    NAMES: ClassVar[dict[str, re.Pattern[str]]] = {}
+    OTHER_FOLDERS: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, root: str | Path, identity: Identity | None = None, quarantine: bool = False,
+                 skip: bool = False):
+        self.root = Path(root).resolve()
+        self.identity = identity or Identity.current()
+        self.quarantine_bad_files = quarantine
+        self.skip_bad_files = skip
+        self._warned: set[Path] = set()
+        self._counter = itertools.count()
+
+    def create(self) -> None:
+        """Makes the layout's folders; one that is a symbolic link or a file is refused (``NotRegularFile``):
+        files written or moved through it would land outside the folder."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for folder in self.FOLDERS:  # every one checked before any is made
+            if os.path.lexists(self.root / folder):
+                self._real_folder(folder)
+        for folder in self.FOLDERS:
+            (self.root / folder).mkdir(exist_ok=True)
+
+    def _real_folder(self, folder: str) -> Path:
+        """``root/folder``, a real folder; else ``NotRegularFile`` (an OSError: the node's problem,
+        never a morphology's)."""
+        path = self.root / folder
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise NotRegularFile(path, "is not a folder (a symbolic link or a file): remove it or use another OUT_DIR")
+        return path
+
+    def relative(self, path: Path) -> str:
+        return str(path.relative_to(self.root))
+
+    # Atomic writes, staged outside the target folder.
+    def _staged(self, target: Path) -> Path:
+        me, call = self.identity, next(self._counter)
+        return self.root / "tmp" / f"{me.host}-{me.pid}-{me.token}-{call}-{target.parent.name}-{target.name}"
+
+    def _write_text(self, target: Path, text: str) -> None:
+        staged = self._staged(target)
+        atomic_write_text(staged, text)
+        self._move_staged(staged, target)
+
+    def _write_json(self, target: Path, obj: Any) -> None:
+        staged = self._staged(target)
+        write_json(staged, obj)
+        self._move_staged(staged, target)
+
+    @staticmethod
+    def _move_staged(staged: Path, target: Path) -> None:
+        """Renames a staged file into place; if that fails (I/O error, full disk), removes it."""
+        try:
+            os.replace(staged, target)
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+
+    def _create_json(self, target: Path, obj: Any) -> bool:
+        """Creates ``target`` with ``obj`` unless it exists; True if this call created it."""
+        staged = self._staged(target)
+        write_json(staged, obj)
+        return self._link_staged(staged, target)
+
+    def _create_text(self, target: Path, text: str) -> bool:
+        staged = self._staged(target)
+        atomic_write_text(staged, text)
+        return self._link_staged(staged, target)
+
+    @staticmethod
+    def _link_staged(staged: Path, target: Path) -> bool:
+        """Links the complete ``staged`` file to ``target`` unless it exists (then False), and drops ``staged``."""
+        try:
+            os.link(staged, target)
+        except FileExistsError:
+            return False
+        finally:
+            staged.unlink()
+        return True
+
+    # Foreign and corrupt files.
+    def quarantine(self, path: Path, reason: str) -> None:
+        """Moves ``path`` to ``quarantine/`` (its relative path flattened) with a one-line warning.
+
+        Only an entry of the folder or of one of its folders moves, into the real folder
+        ``quarantine/``; the rename moves the entry itself (a symbolic link, never what it points to).
+        """
+        relative = path.relative_to(self.root) if path.is_absolute() else None
+        if relative is None or len(relative.parts) > 2 or any(part in ("", ".", "..") for part in relative.parts) \
+                or (len(relative.parts) == 2 and relative.parts[0] not in self.FOLDERS + self.OTHER_FOLDERS):
+            raise ValueError(f"{path} is not a file of {self.root}; not moved to quarantine/")
+        folder = self.root / "quarantine"
+        if not os.path.lexists(folder):
+            folder.mkdir(exist_ok=True)
+        self._real_folder("quarantine")
+        if len(relative.parts) == 2:
+            self._real_folder(relative.parts[0])
+        target = folder / "-".join(relative.parts)
+        if os.path.lexists(target):
+            target = target.with_name(f"{target.name}.{self.identity.token}-{next(self._counter)}")
+        try:
+            os.rename(path, target)
+        except FileNotFoundError:
+            return  # moved by another process, or gone
+        print(f"warning: {path} {reason}; moved to {self.relative(target)}", file=sys.stderr, flush=True)
+
+    def _bad_file(self, path: Path, reason: str) -> None:
+        if self.quarantine_bad_files:
+            self.quarantine(path, reason)
+        elif self.skip_bad_files:
+            self._warn_once(path, f"{reason}; skipped")
+        else:
+            raise JsonFileError(path, reason)
+
+    def _warn_once(self, path: Path, message: str) -> None:
+        if path not in self._warned:
+            self._warned.add(path)
+            print(f"warning: {path} {message}", file=sys.stderr, flush=True)
+
+    def _read_checked(self, path: Path, problem: Callable[[Any], str | None]) -> Any | None:
+        """The JSON content of ``path`` if it parses and ``problem`` finds nothing; None if missing.
+
+        A bad file is quarantined (``quarantine=True``, then None) or raises ``JsonFileError``. So is
+        a file whose folder is a link (its content lies outside the folder: never read).
+        """
+        try:
+            if path.parent != self.root and not stat.S_ISDIR(os.lstat(path.parent).st_mode):
+                self._bad_file(path, f"is in {path.parent.name}/, which is a link or a file, not a folder")
+                return None
+            data = read_json(path)
+        except FileNotFoundError:
+            return None
+        except JsonFileError as err:
+            self._bad_file(path, err.reason)
+            return None
+        reason = problem(data)
+        if reason is None:
+            return data
+        self._bad_file(path, reason)
+        return None
+
+    def _names(self, folder: str, suffix: str = ".json") -> list[str]:
+        """Stems of the ``suffix`` files of ``folder``; names ``NAMES`` does not allow are quarantined (or skipped).
+
+        Hidden names are ignored: NFS keeps deleted open files as ``.nfsXXXX``.
+        """
+        names = []
+        try:
+            if not stat.S_ISDIR(os.lstat(self.root / folder).st_mode):  # a link: its entries lie outside
+                if self.quarantine_bad_files:
+                    self._real_folder(folder)  # raises: the search stops on it (the node's problem)
+                self._warn_once(self.root / folder, "is a link or a file, not a folder; its files are not read")
+                return []
+            entries = list(os.scandir(self.root / folder))
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if not self.NAMES[folder].match(entry.name):
+                if self.quarantine_bad_files:
+                    self.quarantine(Path(entry.path), f"is not a {folder}/ file name")
+                continue
+            if entry.name.endswith(suffix):
+                names.append(entry.name[: -len(suffix)])
+        return names
+
+    def open_own_file(self, path: Path) -> int:
+        """A writable descriptor of the regular file ``path`` (a lock, a heartbeat), created if missing.
+
+        Something else planted there (a symbolic link to a file outside the folder, a FIFO) is
+        never followed: it is moved to ``quarantine/`` and a regular file created in its place.
+        """
+        try:
+            return open_file(path, os.O_CREAT | os.O_RDWR)
+        except NotRegularFile as err:
+            self.quarantine(path, err.reason)
+            return open_file(path, os.O_CREAT | os.O_RDWR)
+
+    def filesystem_now(self) -> float:
+        """The shared filesystem's clock: the mtime of a probe file created now in ``tmp/``."""
+        probe = self.root / "tmp" / f"clock-{self.identity.host}-{self.identity.pid}-{self.identity.token}"
+        fd = open_file(probe, os.O_CREAT | os.O_WRONLY)
+        try:
+            os.utime(fd)
+            return os.fstat(fd).st_mtime
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
