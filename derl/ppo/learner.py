@@ -2,11 +2,10 @@
 
 Data-parallel ranks each hold their own rollout. Advantages are normalised with the mean and
 standard deviation of all ranks' advantages together, and after each minibatch's backward pass
-one all-reduce averages the flat gradient buffer, with the minibatch's approximate KL appended:
-every rank then steps with the same gradient (the gradient of the loss on the union of the
-ranks' minibatches) and takes the same KL early-stop decision, on the KL of that union. CPU
-ranks on one machine average through shared memory (``derl.ppo.shm_reduce``), others with the
-process group's all-reduce.
+one all-reduce of the process group (``Comm.mean_``) averages the flat gradient buffer, with the
+minibatch's approximate KL appended: every rank then steps with the same gradient (the gradient
+of the loss on the union of the ranks' minibatches) and takes the same KL early-stop decision,
+on the KL of that union.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from derl.ppo.losses import LossCoefs, LossTerms, Minibatch, compute_gae, miniba
 from derl.ppo.networks import ActorCritic
 from derl.ppo.optim import FlatAdam
 from derl.ppo.rollout import Rollout
-from derl.ppo.shm_reduce import SharedMemoryMean
 
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
@@ -48,8 +46,6 @@ class Learner:
         comm.broadcast_(self.optimizer.params)  # every rank starts from rank 0's weights
         self.coefs = LossCoefs.from_cfg(ppo_cfg)
         self.kl_limit = ppo_cfg.KL_TARGET_COEF * 0.01
-        self._shared = SharedMemoryMean.create(comm, self.optimizer.grads.numel() + 1)
-        self._mean_ = self._shared.mean_ if self._shared is not None else comm.mean_
 
     def batch(self, rollout: Rollout) -> Minibatch:
         """GAE over this rank's rollout, advantages normalised over all ranks, rows on the device."""
@@ -115,14 +111,9 @@ class Learner:
             return approx_kl.item()
         grads = self.optimizer.grads
         buffer = torch.cat([grads, approx_kl.detach().reshape(1).to(grads.dtype)])
-        self._mean_(buffer)
+        self.comm.mean_(buffer)
         grads.copy_(buffer[:-1])
         return buffer[-1].item()
-
-    def close(self) -> None:
-        if self._shared is not None:
-            self._shared.close()
-            self._shared = None
 
     def state_dict(self) -> dict:
         return self.optimizer.state_dict()
