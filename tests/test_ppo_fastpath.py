@@ -89,7 +89,8 @@ def test_a_network_the_fast_paths_do_not_know_trains_through_autograd(caplog):
 @pytest.mark.parametrize("change, reason", [
     (lambda model: model.double(), "parameters are torch.float64, not float32"),
     (lambda model: setattr(model, "extra", nn.Linear(2, 2)), "would ignore its parameters extra.weight, extra.bias"),
-    (lambda model: model.actor_encoder.per_key[0].__setitem__(0, _ScaledLinear(5, 8)), "hold a _ScaledLinear"),
+    (lambda model: setattr(model, "mean_head", nn.Sequential(nn.Linear(8, 2))), "holds a Sequential"),
+    (lambda model: model.actor_encoder.per_key[0].__setitem__(0, _ScaledLinear(5, 8)), "holds a _ScaledLinear"),
 ])
 def test_structure_the_fast_paths_do_not_read_turns_them_off(change, reason, caplog):
     model = ActorCritic(ONE_KEY, action_dim=2, hidden=(8, 8))
@@ -98,6 +99,17 @@ def test_structure_the_fast_paths_do_not_read_turns_them_off(change, reason, cap
     assert fastpath.loss_and_gradient(model, COEFS) is None
     notes = _notes(caplog)
     assert len(notes) == 2 and all(reason in note for note in notes), notes
+
+
+def test_each_fast_path_is_judged_on_its_own(caplog):
+    """An empty combining MLP for one key (the same network): the NumPy forward pass cannot read
+    it and is off; the hand-written gradient handles it, equals autograd's, and stays on."""
+    model = ActorCritic(ONE_KEY, action_dim=2, hidden=(8, 8))
+    model.actor_encoder.combine = model.critic_encoder.combine = nn.ModuleList()
+    assert isinstance(fastpath.actor(model), TorchActor)
+    assert fastpath.loss_and_gradient(model, COEFS) is gradients.loss_and_gradient
+    notes = _notes(caplog)
+    assert len(notes) == 1 and "NumPy forward pass" in notes[0] and "fails on this model (IndexError" in notes[0]
 
 
 def test_an_edit_to_the_network_that_the_fast_paths_do_not_follow_turns_them_off(monkeypatch, caplog):
@@ -113,7 +125,8 @@ def test_an_edit_to_the_network_that_the_fast_paths_do_not_follow_turns_them_off
     assert isinstance(fastpath.actor(model), TorchActor)
     assert fastpath.loss_and_gradient(model, COEFS) is None
     notes = _notes(caplog)
-    assert "NumPy forward pass does not match" in notes[0] and "hand-written gradient differs" in notes[1]
+    assert len(notes) == 2 and all("does not match the reference on a probe batch" in note for note in notes), notes
+    assert "NumPy forward pass" in notes[0] and "hand-written gradient" in notes[1]
 
 
 def test_torch_actor_and_numpy_actor_act_alike():

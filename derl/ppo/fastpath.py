@@ -11,7 +11,8 @@ out only for a model it reproduces, checked twice:
   path does not read (a layer added in ``networks.py`` would be ignored);
 - by behaviour: once, on a probe batch, against the reference (actions, log-probabilities and
   values; loss terms and gradients), so a changed activation or loss that the fast path does
-  not follow is caught too. The probe draws from its own generators and differentiates a copy
+  not follow is caught too, and so is a fast path that fails on the model. Each path is judged
+  on its own. The probe draws from its own generators and differentiates a copy
   of the model: the training's random streams and gradients are untouched.
 
 Otherwise the reference runs, with a logged warning saying why. A network change is therefore
@@ -47,37 +48,47 @@ def _unsupported(model: nn.Module) -> str | None:
     dtypes = sorted({str(p.dtype) for p in model.parameters()})
     if dtypes != ["torch.float32"]:
         return f"its parameters are {', '.join(dtypes)}, not float32"
-    read = {model.log_std, *model.mean_head.parameters(), *model.value_head.parameters()}
+    layers = [model.mean_head, model.value_head]
     for encoder in (model.actor_encoder, model.critic_encoder):
         for mlp in (*encoder.per_key, *([encoder.combine] if encoder.combine is not None else [])):
-            for layer in mlp:
-                if type(layer) is not nn.Linear:
-                    return f"its encoders hold a {type(layer).__name__}, the fast paths read nn.Linear layers only"
-                read |= {layer.weight, layer.bias}
+            layers.extend(mlp)
+    for layer in layers:
+        if type(layer) is not nn.Linear:
+            return f"it holds a {type(layer).__name__} where the fast paths read an nn.Linear"
+    read = {model.log_std, *(p for layer in layers for p in (layer.weight, layer.bias))}
     unread = [name for name, p in model.named_parameters() if p not in read]
     return f"the fast paths would ignore its parameters {', '.join(unread)}" if unread else None
 
 
-def _differs(got: list[torch.Tensor | np.ndarray], expected: list[torch.Tensor | np.ndarray]) -> bool:
-    return not all(torch.allclose(torch.as_tensor(a), torch.as_tensor(b), **TOLERANCE)
-                   for a, b in zip(got, expected, strict=True))
+def _probe(model: nn.Module, agrees: Callable[[], bool], what: str) -> str | None:
+    """Why the fast path cannot stand for ``model`` (structure, then ``agrees()`` on a probe batch)."""
+    try:
+        reason = _unsupported(model)
+        if reason is None and not agrees():
+            reason = "it does not match the reference on a probe batch (networks.py or losses.py changed?)"
+    except Exception as err:  # noqa: BLE001 - whatever stops the fast path on this model turns it off
+        reason = f"it fails on this model ({type(err).__name__}: {err})"
+    if reason is not None:
+        log.warning("%s is off, the reference (the torch model, autograd) runs instead: %s", what, reason)
+    return reason
 
 
-def _note(path: str, reason: str) -> None:
-    log.warning("%s is off, the torch model (autograd) runs instead: %s", path, reason)
+def _same(got: list[torch.Tensor | np.ndarray], expected: list[torch.Tensor | np.ndarray]) -> bool:
+    return all(torch.allclose(torch.as_tensor(a), torch.as_tensor(b), **TOLERANCE)
+               for a, b in zip(got, expected, strict=True))
 
 
 def actor(model: nn.Module) -> NumpyActorCritic | TorchActor:
     """The collector's policy for ``model``: the NumPy forward pass where it reproduces the model."""
-    reason = _unsupported(model)
-    if reason is None:
-        fast, reference = NumpyActorCritic(model), TorchActor(model)
+
+    def agrees() -> bool:
         obs = np.random.default_rng(0).standard_normal((PROBE_ROWS, model.layout.size), dtype=np.float32)
-        got, expected = fast.sample(obs, np.random.default_rng(1)), reference.sample(obs, np.random.default_rng(1))
-        if not _differs(list(got), list(expected)):
-            return fast
-        reason = "its NumPy forward pass does not match the model's on a probe batch (networks.py changed?)"
-    _note("the NumPy forward pass (derl.ppo.acting)", reason)
+        fast, reference = NumpyActorCritic(model), TorchActor(model)
+        return _same(list(fast.sample(obs, np.random.default_rng(1))),
+                     list(reference.sample(obs, np.random.default_rng(1))))
+
+    if _probe(model, agrees, "the NumPy forward pass (derl.ppo.acting)") is None:
+        return NumpyActorCritic(model)
     return TorchActor(model)
 
 
@@ -104,8 +115,8 @@ def loss_and_gradient(model: nn.Module, coefs: LossCoefs, amp: bool = False) -> 
     (autograd). Under ``amp`` autograd differentiates the bf16 forward pass: None, without a note."""
     if amp:
         return None
-    reason = _unsupported(model)
-    if reason is None:
+
+    def agrees() -> bool:
         replica = copy.deepcopy(model)
         for p in replica.parameters():
             p.grad = torch.zeros_like(p)
@@ -113,10 +124,7 @@ def loss_and_gradient(model: nn.Module, coefs: LossCoefs, amp: bool = False) -> 
         terms = hand_written(replica, batch, coefs)
         got = [terms.total, *(p.grad.clone() for p in replica.parameters())]
         reference = minibatch_loss(replica, batch, coefs)
-        expected = [reference.total.detach(), *torch.autograd.grad(reference.total, list(replica.parameters()))]
-        if not _differs(got, expected):
-            return hand_written
-        reason = ("the hand-written gradient differs from autograd's on a probe batch "
-                  "(networks.py or losses.py changed?)")
-    _note("the hand-written gradient (derl.ppo.gradients)", reason)
-    return None
+        return _same(got, [reference.total.detach(),
+                           *torch.autograd.grad(reference.total, list(replica.parameters()))])
+
+    return hand_written if _probe(model, agrees, "the hand-written gradient (derl.ppo.gradients)") is None else None
