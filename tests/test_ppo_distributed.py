@@ -4,7 +4,6 @@ One spawn runs every learner-level scenario (the start-up of two torch processes
 the tests then compare its results with single-process references computed here.
 """
 
-import contextlib
 import json
 import math
 import os
@@ -27,7 +26,6 @@ from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import RunningMeanStd
 from derl.ppo.obs_layout import ObsLayout
 from derl.ppo.rollout import Rollout
-from derl.ppo.shm_reduce import SharedMemoryMean
 from derl.ppo.trainer import learning_rate, max_iterations
 from tests.test_ppo_collector import CountingEnv, vec
 
@@ -68,16 +66,6 @@ def _rollout(model: ActorCritic, envs: range, kl_offset: float = 0.0) -> Rollout
     return rollout
 
 
-@contextlib.contextmanager
-def monkeypatched(owner, name, value):
-    saved = owner.__dict__[name]
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -100,18 +88,8 @@ def _learner_scenarios(rank: int, port: int, out_dir: str) -> None:
         learner = Learner(model, _cfg().PPO, comm)
         results["one_update_stats"] = learner.update(learner.batch(_rollout(model, envs)))
         results["one_update"] = learner.optimizer.params.clone()
-        results["used_shared_memory"] = learner._shared is not None
-        learner.close()
-        # The same through the process group's all-reduce (ranks on several machines).
-        with monkeypatched(SharedMemoryMean, "create", lambda comm, numel: None):
-            model = _model()
-            learner = Learner(model, _cfg().PPO, comm)
-            learner.update(learner.batch(_rollout(model, envs)))
-            results["one_update_gloo"] = learner.optimizer.params.clone()
-        # Many shared-memory calls in a row: the two phases never mix.
-        reducer = SharedMemoryMean.create(comm, 5)
-        results["shm_means"] = [reducer.mean_(torch.full((5,), float(10 * k + rank))).tolist() for k in range(300)]
-        reducer.close()
+        # Many all-reduces in a row: every call averages its own values.
+        results["means"] = [comm.mean_(torch.full((5,), float(10 * k + rank))).tolist() for k in range(300)]
         # Several epochs of small minibatches on different data: the weights stay identical.
         model = _model()
         learner = Learner(model, _cfg(**{"PPO.EPOCHS": 3, "PPO.BATCH_SIZE": 4}).PPO, comm)
@@ -152,8 +130,7 @@ def two_ranks(tmp_path_factory):
 
 def test_parameters_stay_identical_on_both_ranks(two_ranks):
     first, second = two_ranks
-    assert first["used_shared_memory"] and second["used_shared_memory"]  # one machine: shared memory
-    for key in ("one_update", "one_update_gloo", "several_updates"):
+    for key in ("one_update", "several_updates"):
         assert torch.equal(first[key], second[key]), key
     assert not torch.equal(first["one_update"], Learner(_model(), _cfg().PPO, Comm()).optimizer.params)
 
@@ -164,7 +141,6 @@ def test_one_update_on_two_ranks_equals_one_process_on_the_concatenated_batch(tw
     learner = Learner(model, cfg.PPO, Comm())
     stats = learner.update(learner.batch(_rollout(model, range(WORLD * N))))
     torch.testing.assert_close(two_ranks[0]["one_update"], learner.optimizer.params, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(two_ranks[0]["one_update_gloo"], learner.optimizer.params, rtol=1e-5, atol=1e-6)
     # Each rank's loss is the mean over its rows; their mean is the mean over all rows.
     assert two_ranks[0]["one_update_stats"]["loss"] == pytest.approx(stats["loss"], rel=1e-5, abs=1e-6)
 
@@ -177,9 +153,9 @@ def test_a_kl_stop_on_one_rank_stops_both(two_ranks):
     assert all(result["stop_any"] for result in two_ranks)  # a stop request on rank 1 reaches rank 0
 
 
-def test_shared_memory_mean_over_many_calls(two_ranks):
+def test_process_group_mean_over_many_calls(two_ranks):
     expected = [[10 * k + 0.5] * 5 for k in range(300)]  # the mean of 10k + 0 and 10k + 1
-    assert two_ranks[0]["shm_means"] == expected and two_ranks[1]["shm_means"] == expected
+    assert two_ranks[0]["means"] == expected and two_ranks[1]["means"] == expected
 
 
 def test_merged_normaliser_statistics_equal_the_pooled_data(two_ranks):

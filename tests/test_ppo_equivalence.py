@@ -67,7 +67,6 @@ def run_case(name: str) -> dict[str, np.ndarray]:
             out.setdefault("records", []).append([record.get(key, np.nan) for key in RECORD_FIELDS])
     finally:
         ppo.pool.close()
-        ppo.learner.close()
     arrays = {key: np.stack(values) for key, values in out.items()}
     arrays["params"] = ppo.optimizer.params.detach().numpy().copy()
     arrays["exp_avg"] = ppo.optimizer.exp_avg.numpy().copy()

@@ -105,7 +105,6 @@ class _Training:
 
     def close(self) -> None:
         self.ppo.pool.close()
-        self.ppo.learner.close()
 
 
 def compare(base: list[float], new: list[float]) -> dict:

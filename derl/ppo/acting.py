@@ -1,10 +1,15 @@
-"""The actor-critic's forward pass in NumPy, for collecting rollouts.
+"""The collector's policy: the torch model itself (any network), or its forward pass in NumPy.
 
-At a batch of 32 observations a torch op costs several microseconds of dispatch, more than its
+``TorchActor`` runs the model (``forward(obs) -> (mean, value)``, ``log_std``): the reference,
+whatever the network. ``NumpyActorCritic`` is the fast path for exactly ``networks.ActorCritic``;
+``derl.ppo.fastpath`` chooses it. Both draw the same standard-normal noise from the collector's
+generator, so a rollout does not depend on which one acted (to float rounding).
+
+Why NumPy: at a batch of 32 observations a torch op costs several microseconds of dispatch, more than its
 arithmetic; NumPy's small matrix products and ``tanh`` cost a fraction of that. The learner keeps
-the torch model (``derl.ppo.networks``); collection reads a copy of its weights, refreshed by
-``sync()`` before each rollout. Acting therefore always happens on the CPU, next to the envs, and
-never moves a tensor per step.
+the torch model (``derl.ppo.networks``); ``NumpyActorCritic`` reads a copy of its weights,
+refreshed by ``sync()`` before each rollout, so acting happens on the CPU, next to the envs, and
+never moves a tensor per step (``TorchActor`` moves each step's batch to the model's device).
 
 Actor and critic have the same shape (same keys, same hidden sizes), so they run as one network
 of twice the width: a first layer reading an observation key computes both encoders' units at
@@ -22,10 +27,38 @@ import numpy as np
 import torch
 from torch import nn
 
-from derl.ppo.losses import LOG_SQRT_2PI
+from derl.ppo.losses import LOG_SQRT_2PI, gaussian_log_prob
 from derl.ppo.networks import ActorCritic
 
 Layer = tuple[np.ndarray, np.ndarray]  # (weight transposed [in, out], C-contiguous; bias [out])
+
+
+class TorchActor:
+    """The collector's policy through the model itself (on its device, one batch per step)."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.device = model.log_std.device
+
+    def sync(self) -> None:
+        """Nothing to copy: the model is read as it is."""
+
+    @torch.no_grad()
+    def _forward(self, obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model(torch.from_numpy(obs).to(self.device))
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        return self._forward(obs)[1].cpu().numpy()
+
+    def sample(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Gaussian actions, their log-probabilities and the values: ``[n, A]``, ``[n]``, ``[n]``."""
+        mean, value = self._forward(obs)
+        noise = rng.standard_normal(tuple(mean.shape), dtype=np.float32)
+        with torch.no_grad():
+            log_std = self.model.log_std
+            actions = mean + log_std.exp() * torch.from_numpy(noise).to(self.device)
+            log_probs = gaussian_log_prob(actions, mean, log_std)
+        return actions.cpu().numpy(), log_probs.cpu().numpy(), value.cpu().numpy()
 
 
 def _array(param: torch.Tensor) -> np.ndarray:
@@ -70,7 +103,10 @@ def _tanh_mlp(layers: list[Layer], x: np.ndarray) -> np.ndarray:
 
 
 class NumpyActorCritic:
-    """A copy of an ``ActorCritic``'s weights as one joint network; ``sync()`` after they change."""
+    """A copy of an ``ActorCritic``'s weights as one joint network; ``sync()`` after they change.
+
+    Reads the model's layers, not its ``forward``: ``derl.ppo.fastpath`` checks that the two agree.
+    """
 
     def __init__(self, model: ActorCritic):
         self.model = model

@@ -1,30 +1,39 @@
-"""DERL's PPO loss and its gradient, written out by hand: the float32 update's minibatch step.
+"""The float32 update's minibatch step with the network's backward pass written out by hand.
 
-``losses.minibatch_loss`` defines the loss; autograd differentiates it by recording about 200 small
-tensor ops per minibatch and replaying them through its engine. At DERL's minibatch of 512 rows
-and [64, 64] layers the recording, the engine and the per-op dispatch cost more than the matrix
-products. For this network and loss the chain rule is short: the forward pass keeps every tanh
-layer's output, the loss's derivatives with respect to the action means, the values and
-``log_std`` are closed-form (``_loss_and_head_gradients``), and each layer then takes its tanh
-derivative, two products and a sum backwards. Gradients are written straight into the parameters' ``.grad``
-(views into ``FlatAdam.grads``), replacing what was there. Measured on the 9-limb issue-13 body
-(69 observations, 13 actions), one thread: a 512-row minibatch's forward and backward from 1.6-1.8
-ms to 1.0 ms; a whole update (4 epochs, 4096 rows) 26-31% shorter, 5-8 us per env step.
+Autograd differentiates ``losses.minibatch_loss`` by recording every small tensor op of the
+forward pass and replaying them through its engine; at DERL's minibatch of 512 rows and [64, 64]
+layers the recording, the engine and the per-op dispatch cost more than the matrix products. For
+``networks.ActorCritic`` the chain rule is short: the forward pass keeps every tanh layer's
+output, the loss's derivatives with respect to the action means, the values and ``log_std`` are
+closed-form (``_head_gradients``; the loss itself is ``losses.head_loss``, its one definition),
+and each layer then takes its tanh derivative, two products and a sum backwards. Gradients are
+written straight into the parameters' ``.grad`` (views into ``FlatAdam.grads``), replacing what
+was there. Autograd on ``head_loss`` alone instead of ``_head_gradients`` would cost 0.3 ms more
+per 512-row minibatch (its engine walks about 30 nodes), some 2% of a training.
 
-The result equals autograd's to float rounding (``tests/test_ppo_gradients.py``), ties included:
-where the clipped and unclipped terms of a ``min``/``max`` are equal, autograd splits the
-gradient between them and both halves are the same number.
+Only ``derl.ppo.fastpath`` hands this out, after checking it against autograd on
+``losses.minibatch_loss`` for the model and loss at hand; the tests check it there too, clip
+ties included (``tests/test_ppo_gradients.py``).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from derl.ppo.losses import LOG_SQRT_2PI, LossCoefs, LossTerms, Minibatch
-from derl.ppo.networks import ActorCritic, Encoder
+from derl.ppo.losses import LOG_SQRT_2PI, LossCoefs, LossTerms, Minibatch, head_loss
+from derl.ppo.networks import ActorCritic, Encoder, tanh_
 
-Activations = list[torch.Tensor]  # a tanh MLP's input, then every layer's output (networks.tanh_mlp)
+Activations = list[torch.Tensor]  # a tanh MLP's input, then every layer's output
+
+
+def _tanh_mlp_activations(layers: nn.ModuleList, x: torch.Tensor) -> Activations:
+    """``networks.tanh_mlp``, keeping the input and every layer's output."""
+    activations = [x]
+    for layer in layers:
+        activations.append(tanh_(F.linear(activations[-1], layer.weight, layer.bias)))
+    return activations
 
 
 def _mlp_backward(layers: nn.ModuleList, activations: Activations, grad: torch.Tensor,
@@ -41,11 +50,16 @@ def _mlp_backward(layers: nn.ModuleList, activations: Activations, grad: torch.T
 
 
 class _EncoderPass:
-    """An encoder's forward pass, kept for its backward pass."""
+    """An encoder's forward pass (``networks.Encoder.forward``), kept for its backward pass."""
 
     def __init__(self, encoder: Encoder, obs: torch.Tensor):
         self.encoder = encoder
-        self.per_key, self.combined = encoder.activations(obs)
+        self.per_key = [_tanh_mlp_activations(mlp, obs[:, part])
+                        for mlp, part in zip(encoder.per_key, encoder.slices, strict=True)]
+        self.combined = None
+        if encoder.combine is not None:
+            features = torch.cat([key[-1] for key in self.per_key], dim=-1)
+            self.combined = _tanh_mlp_activations(encoder.combine, features)
 
     @property
     def features(self) -> torch.Tensor:
@@ -61,11 +75,10 @@ class _EncoderPass:
             _mlp_backward(mlp, activations, part_grad, input_grad=False)
 
 
-def _loss_and_head_gradients(
-    mean: torch.Tensor, value: torch.Tensor, log_std: torch.Tensor, batch: Minibatch, coefs: LossCoefs
-) -> tuple[LossTerms, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The loss terms and the total loss's gradients with respect to ``mean`` [n, A], ``value`` [n]
-    and ``log_std`` [A].
+def _head_gradients(mean: torch.Tensor, value: torch.Tensor, log_std: torch.Tensor, batch: Minibatch,
+                    coefs: LossCoefs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of ``losses.head_loss``'s total with respect to ``mean`` [n, A], ``value`` [n]
+    and ``log_std`` [A], in closed form.
 
     With ``z = (a - mean) / std`` and ``log_prob = sum_j(-z_j²/2 - log_std_j) - A log sqrt(2 pi)``:
     ``d log_prob / d mean = z / std`` and ``d log_prob / d log_std = z² - 1``. The surrogate
@@ -73,6 +86,8 @@ def _loss_and_head_gradients(
     unclipped term is the minimum, else 0. The value term ``max((V - R)², (V_clip - R)²) / 2`` has
     ``d/dV = V - R`` where its unclipped term is the maximum, ``V_clip - R`` where the clipped one is
     and the clamp is inactive, else 0. The entropy bonus has ``d/d log_std = 1/A`` per dimension.
+    Where the two terms of a ``min``/``max`` tie, autograd splits the gradient between them and both
+    halves are the same number: this is autograd's gradient there too.
     """
     n, action_dim = mean.shape
     clip_eps, value_coef, entropy_coef, clip_value = coefs
@@ -83,34 +98,19 @@ def _loss_and_head_gradients(
     ratio = torch.exp(log_prob - batch.log_probs)
     unclipped = ratio * batch.advantages
     clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps).mul_(batch.advantages)
-    policy_loss = -torch.minimum(unclipped, clipped).mean()
     grad_log_prob = torch.where(unclipped <= clipped, unclipped, 0.0).mul_(-1.0 / n)
 
-    error = value - batch.returns
-    squared = error * error
-    grad_value = error
+    grad_value = value - batch.returns
     if clip_value:
         change = value - batch.values
         clipped_error = (batch.values + change.clamp(-clip_eps, clip_eps)).sub_(batch.returns)
-        clipped_squared = clipped_error * clipped_error
-        grad_value = torch.where(squared >= clipped_squared, error,
+        grad_value = torch.where(grad_value * grad_value >= clipped_error * clipped_error, grad_value,
                                  torch.where(change.abs() <= clip_eps, clipped_error, 0.0))
-        squared = torch.maximum(squared, clipped_squared)
-    value_loss = 0.5 * squared.mean()
-    grad_value = grad_value * (value_coef / n)
+    grad_value = grad_value.mul_(value_coef / n)
 
-    entropy = (log_std + 0.5 + LOG_SQRT_2PI).mean()
     grad_mean = (grad_log_prob.unsqueeze(1) * z).mul_(inv_std)
     grad_log_std = torch.mv(z_squared.t(), grad_log_prob).sub_(grad_log_prob.sum() + entropy_coef / action_dim)
-    terms = LossTerms(
-        total=policy_loss + value_coef * value_loss - entropy_coef * entropy,
-        policy=policy_loss,
-        value=value_loss,
-        entropy=entropy,
-        approx_kl=(batch.log_probs - log_prob).mean(),
-        clip_fraction=((ratio - 1).abs() > clip_eps).float().mean(),
-    )
-    return terms, grad_mean, grad_value, grad_log_std
+    return grad_mean, grad_value, grad_log_std
 
 
 @torch.no_grad()
@@ -122,7 +122,8 @@ def loss_and_gradient(model: ActorCritic, batch: Minibatch, coefs: LossCoefs) ->
     mean_head, value_head = model.mean_head, model.value_head
     mean = torch.addmm(mean_head.bias, actor.features, mean_head.weight.t())
     value = torch.addmm(value_head.bias, critic.features, value_head.weight.t()).squeeze(1)
-    terms, grad_mean, grad_value, grad_log_std = _loss_and_head_gradients(mean, value, model.log_std, batch, coefs)
+    terms = head_loss(mean, value, model.log_std, batch, coefs)
+    grad_mean, grad_value, grad_log_std = _head_gradients(mean, value, model.log_std, batch, coefs)
 
     model.log_std.grad.copy_(grad_log_std)
     torch.mm(grad_mean.t(), actor.features, out=mean_head.weight.grad)

@@ -1,26 +1,25 @@
-"""The learner: from a collected rollout to PPO epochs of minibatch steps (DERL_SPEC section 3).
+"""The learner: from a collected rollout to PPO epochs of minibatch steps (README "Training one
+morphology").
 
 Data-parallel ranks each hold their own rollout. Advantages are normalised with the mean and
 standard deviation of all ranks' advantages together, and after each minibatch's backward pass
-one all-reduce averages the flat gradient buffer, with the minibatch's approximate KL appended:
-every rank then steps with the same gradient (the gradient of the loss on the union of the
-ranks' minibatches) and takes the same KL early-stop decision, on the KL of that union. CPU
-ranks on one machine average through shared memory (``derl.ppo.shm_reduce``), others with the
-process group's all-reduce.
+one all-reduce of the process group (``Comm.mean_``) averages the flat gradient buffer, with the
+minibatch's approximate KL appended: every rank then steps with the same gradient (the gradient
+of the loss on the union of the ranks' minibatches) and takes the same KL early-stop decision,
+on the KL of that union.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 
 from derl.ppo.distributed import Comm
-from derl.ppo.gradients import loss_and_gradient
+from derl.ppo.fastpath import loss_and_gradient
 from derl.ppo.losses import LossCoefs, LossTerms, Minibatch, compute_gae, minibatch_loss
-from derl.ppo.networks import ActorCritic
 from derl.ppo.optim import FlatAdam
 from derl.ppo.rollout import Rollout
-from derl.ppo.shm_reduce import SharedMemoryMean
 
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
@@ -39,17 +38,20 @@ def normalize_advantages(advantages: np.ndarray, comm: Comm) -> np.ndarray:
 
 
 class Learner:
-    """Owns the optimiser; ``update(batch(rollout))`` runs one iteration's PPO epochs."""
+    """Owns the optimiser; ``update(batch(rollout))`` runs one iteration's PPO epochs.
 
-    def __init__(self, model: ActorCritic, ppo_cfg, comm: Comm, amp: bool = False):
+    ``model`` is any policy network (``forward(obs) -> (mean, value)``, ``log_std``), as
+    ``derl.ppo.networks.ActorCritic``.
+    """
+
+    def __init__(self, model: nn.Module, ppo_cfg, comm: Comm, amp: bool = False):
         self.model, self.cfg, self.comm, self.amp = model, ppo_cfg, comm, amp
         self.device = next(model.parameters()).device
         self.optimizer = FlatAdam(model, lr=ppo_cfg.BASE_LR, eps=ppo_cfg.EPS)
         comm.broadcast_(self.optimizer.params)  # every rank starts from rank 0's weights
         self.coefs = LossCoefs.from_cfg(ppo_cfg)
         self.kl_limit = ppo_cfg.KL_TARGET_COEF * 0.01
-        self._shared = SharedMemoryMean.create(comm, self.optimizer.grads.numel() + 1)
-        self._mean_ = self._shared.mean_ if self._shared is not None else comm.mean_
+        self._fast_gradient = loss_and_gradient(model, self.coefs, amp)
 
     def batch(self, rollout: Rollout) -> Minibatch:
         """GAE over this rank's rollout, advantages normalised over all ranks, rows on the device."""
@@ -99,12 +101,12 @@ class Learner:
     def _loss_and_gradient(self, minibatch: Minibatch) -> LossTerms:
         """The loss terms; the gradient is left in the parameters' ``.grad``.
 
-        In float32 the gradient is the hand-written one (``derl.ppo.gradients``, about 40% less
-        time per minibatch on the CPU); under AMP autograd differentiates the bf16 forward pass.
+        The hand-written gradient where ``derl.ppo.fastpath`` hands it out (DERL's network in
+        float32: about 40% less time per minibatch on the CPU), else autograd's.
         """
-        if not self.amp:
-            return loss_and_gradient(self.model, minibatch, self.coefs)
-        terms = minibatch_loss(self.model, minibatch, self.coefs, amp=True)
+        if self._fast_gradient is not None:
+            return self._fast_gradient(self.model, minibatch, self.coefs)
+        terms = minibatch_loss(self.model, minibatch, self.coefs, amp=self.amp)
         self.optimizer.zero_grad()
         terms.total.backward()
         return terms
@@ -115,14 +117,9 @@ class Learner:
             return approx_kl.item()
         grads = self.optimizer.grads
         buffer = torch.cat([grads, approx_kl.detach().reshape(1).to(grads.dtype)])
-        self._mean_(buffer)
+        self.comm.mean_(buffer)
         grads.copy_(buffer[:-1])
         return buffer[-1].item()
-
-    def close(self) -> None:
-        if self._shared is not None:
-            self._shared.close()
-            self._shared = None
 
     def state_dict(self) -> dict:
         return self.optimizer.state_dict()

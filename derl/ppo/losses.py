@@ -1,7 +1,7 @@
-"""GAE and the PPO loss (DERL_SPEC section 3), as pure functions.
+"""GAE and the PPO loss (README "Training one morphology"), as pure functions.
 
 Time-limit truncation is handled as in Pardo et al. (2018), not as in the original DERL (which
-dropped the last reward and did not bootstrap, spec defect 18): an episode cut by the time limit
+dropped the last reward and did not bootstrap): an episode cut by the time limit
 bootstraps from the value of its true final observation; a terminated episode bootstraps from 0.
 """
 
@@ -143,11 +143,23 @@ class LossCoefs(NamedTuple):
         return cls(ppo.CLIP_EPS, ppo.VALUE_COEF, ppo.ENTROPY_COEF, ppo.USE_CLIP_VALUE_FUNC)
 
 
-def minibatch_loss(model, batch: Minibatch, coefs: LossCoefs, amp: bool = False) -> LossTerms:
-    """The PPO loss of ``model`` (a ``derl.ppo.networks.ActorCritic``) on one minibatch, for autograd.
+def head_loss(mean: torch.Tensor, value: torch.Tensor, log_std: torch.Tensor, batch: Minibatch,
+              coefs: LossCoefs) -> LossTerms:
+    """The PPO loss of the policy ``N(mean, exp(log_std))`` and the values ``value`` on ``batch``.
 
-    The float32 update takes the gradient of this loss from ``derl.ppo.gradients`` instead (written
-    out by hand, checked against autograd on this function); AMP updates differentiate it here.
+    The loss's one definition: autograd takes it through the whole network (``minibatch_loss``),
+    the hand-written backward pass (``derl.ppo.gradients``) through these three inputs only.
+    """
+    log_prob = gaussian_log_prob(batch.actions, mean, log_std)
+    return ppo_loss(
+        log_prob, batch.log_probs, batch.advantages, value, batch.values, batch.returns,
+        gaussian_entropy(log_std), *coefs,
+    )
+
+
+def minibatch_loss(model, batch: Minibatch, coefs: LossCoefs, amp: bool = False) -> LossTerms:
+    """The PPO loss of ``model`` (``forward(obs) -> (mean, value)`` and a ``log_std`` parameter, as
+    ``derl.ppo.networks.ActorCritic``) on one minibatch, for autograd.
 
     With ``amp`` the networks' forward pass runs under bf16 autocast (CUDA only); the
     log-probabilities, ratios and losses are computed in float32 from its outputs.
@@ -158,8 +170,4 @@ def minibatch_loss(model, batch: Minibatch, coefs: LossCoefs, amp: bool = False)
         mean, value = mean.float(), value.float()
     else:  # no autocast context: a few microseconds per minibatch
         mean, value = model(batch.obs)
-    log_prob = gaussian_log_prob(batch.actions, mean, model.log_std)
-    return ppo_loss(
-        log_prob, batch.log_probs, batch.advantages, value, batch.values, batch.returns,
-        gaussian_entropy(model.log_std), *coefs,
-    )
+    return head_loss(mean, value, model.log_std, batch, coefs)

@@ -1,9 +1,14 @@
-"""DERL's actor-critic: separate actor and critic encoders, Gaussian policy (spec section 3).
+"""DERL's actor-critic: separate actor and critic encoders, Gaussian policy (README "Training one
+morphology").
 
 Encoder: one key → MLP ``[d, *hidden]``; several keys → an MLP per key, concatenated, then
 ``[64k, *feat_hidden]``; tanh after every layer. Actor head: linear → mean, state-independent
 ``log_std`` initialised to 0, no squashing. Critic head: linear → 1. Orthogonal init, gain 1,
 zero biases.
+
+This module is the network's one definition: autograd differentiates it and it can act, whatever
+is changed here. The learner's faster versions of it (``derl.ppo.fastpath``) are written for
+exactly this network and turn themselves off, with a logged note, for any other.
 """
 
 from __future__ import annotations
@@ -30,12 +35,11 @@ def tanh_(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x.mul_(2)).mul(2).sub_(1)
 
 
-def tanh_mlp(layers: nn.ModuleList, x: torch.Tensor) -> list[torch.Tensor]:
-    """The input, then every layer's output, of ``layers`` with tanh after each (no module calls)."""
-    activations = [x]
+def tanh_mlp(layers: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
+    """``layers`` with tanh after each (functional calls: no module-call overhead)."""
     for layer in layers:
-        activations.append(tanh_(F.linear(activations[-1], layer.weight, layer.bias)))
-    return activations
+        x = tanh_(F.linear(x, layer.weight, layer.bias))
+    return x
 
 
 class Encoder(nn.Module):
@@ -51,19 +55,19 @@ class Encoder(nn.Module):
             self.combine = _mlp(hidden[-1] * len(layout.keys), feat_hidden)
             self.out_dim = feat_hidden[-1]
 
-    def activations(self, obs: torch.Tensor) -> tuple[list[list[torch.Tensor]], list[torch.Tensor] | None]:
-        """Per key, its MLP's ``tanh_mlp`` activations; then the combining MLP's (None for one key)."""
-        per_key = [tanh_mlp(mlp, obs[:, part]) for mlp, part in zip(self.per_key, self.slices, strict=True)]
-        if self.combine is None:
-            return per_key, None
-        return per_key, tanh_mlp(self.combine, torch.cat([key[-1] for key in per_key], dim=-1))
-
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        per_key, combined = self.activations(obs)
-        return (combined or per_key[0])[-1]
+        parts = [tanh_mlp(mlp, obs[:, part]) for mlp, part in zip(self.per_key, self.slices, strict=True)]
+        if self.combine is None:
+            return parts[0]
+        return tanh_mlp(self.combine, torch.cat(parts, dim=-1))
 
 
 class ActorCritic(nn.Module):
+    """``forward(obs)`` → action mean ``[n, A]`` and value ``[n]``; ``log_std`` ``[A]``.
+
+    That pair and ``log_std`` are what the learner and the collector use of any model.
+    """
+
     def __init__(
         self,
         layout: ObsLayout,
@@ -72,6 +76,7 @@ class ActorCritic(nn.Module):
         feat_hidden: Sequence[int] = (64,),
     ):
         super().__init__()
+        self.layout = layout
         self.actor_encoder = Encoder(layout, hidden, feat_hidden)
         self.critic_encoder = Encoder(layout, hidden, feat_hidden)
         self.mean_head = nn.Linear(self.actor_encoder.out_dim, action_dim)

@@ -9,8 +9,8 @@ Observations (a Box, or a Dict of Boxes) are flattened into ``[N, D]`` float32 r
 (``derl.ppo.episode_stats.EpisodeStatistics``).
 
 Buffers are preallocated NumPy arrays shaped ``[T, N, ...]`` (``T`` = ``PPO.TIMESTEPS``, ``N`` =
-``PPO.NUM_ENVS``); the forward pass runs in NumPy on the CPU (``derl.ppo.acting``), so collection
-creates no tensors at all.
+``PPO.NUM_ENVS``); for DERL's network the forward pass runs in NumPy on the CPU
+(``derl.ppo.acting``, chosen by ``derl.ppo.fastpath``), so collection creates no tensors at all.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
+from torch import nn
 
-from derl.ppo.acting import NumpyActorCritic
 from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
-from derl.ppo.networks import ActorCritic
+from derl.ppo.fastpath import actor
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
 from derl.ppo.obs_layout import ObsLayout
 
@@ -96,6 +96,7 @@ class Collector:
 
     Args:
         envs: envs ``first_index ..`` of the run (``check_vector_env``); the collector owns them.
+        model: the policy (``forward(obs) -> (mean, value)``, ``log_std``; ``networks.ActorCritic``).
         seed: seeds the action noise.
     """
 
@@ -103,13 +104,13 @@ class Collector:
         self,
         envs: VectorEnv,
         first_index: int,
-        model: ActorCritic,
+        model: nn.Module,
         obs_norm: ObsNormalizer,
         ret_norm: ReturnNormalizer,
         seed: int,
     ):
         check_vector_env(envs)
-        self.envs, self.first_index, self.policy = envs, first_index, NumpyActorCritic(model)
+        self.envs, self.first_index, self.policy = envs, first_index, actor(model)
         self.layout = ObsLayout.from_space(envs.single_observation_space)
         self.obs_norm, self.ret_norm = obs_norm, ret_norm
         self.rng = np.random.default_rng(seed)  # action noise

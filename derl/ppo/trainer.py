@@ -321,7 +321,6 @@ def train(
         summary = ppo.episode_log.summary(in_progress)
     finally:
         ppo.pool.close()
-        ppo.learner.close()
     wall_time = time.perf_counter() - started
     steps = ppo.env_steps - start_steps
     return TrainResult(
