@@ -1,4 +1,4 @@
-"""PPO learns an evaluation task: point_nav on a sampled morphology beats the random policy (issue 9)."""
+"""PPO learns an evaluation task: point_nav on a sampled morphology beats the random policy."""
 
 from pathlib import Path
 
@@ -19,9 +19,9 @@ SEEDS = (0, 1, 2)
 def test_ppo_beats_the_random_policy_on_point_nav(tmp_path):
     """Three seeds of 100k env steps each (25 s to 2 minutes each on 2 cores) in a 10 x 10 m arena,
     goals within 3.5 m, 200-step episodes; their mean metric over 20 episodes against the random
-    policy's. One seed is not enough: a change that moves float rounding (issue 13's hand-written
-    gradient) sends a training elsewhere. Measured (2026-11-23): random -0.13 (std 0.30); seeds 0, 1,
-    2 trained 0.07, 0.02, 0.34 (mean 0.15) before issue 13's second session, -0.10, 0.25, 0.21
+    policy's. One seed is not enough: a change that moves float rounding (the hand-written
+    gradient, derl/ppo/gradients.py) sends a training elsewhere. Measured (2026-11-23): random -0.13
+    (std 0.30); seeds 0, 1, 2 trained 0.07, 0.02, 0.34 (mean 0.15) before the hand-written gradient, -0.10, 0.25, 0.21
     (mean 0.12) after. The margin asked, 0.1, is below both means' gaps."""
     base = load_config()
     xml = tmp_path / "unimal.xml"

@@ -1,4 +1,4 @@
-"""FT, VT and MVT replay seeded episodes recorded before the task layer was reshaped (issue 9).
+"""FT, VT and MVT replay seeded episodes recorded before the task layer was reshaped (tests/assets/envs).
 
 ``python tests/test_envs_replay.py`` re-records the fixtures; do so only for a deliberate change of
 behaviour, and say which in the commit.

@@ -1,5 +1,6 @@
-"""Failures classified (issue 12 item 1): whose fault a failure is, the restart back-off, and a full disk
-during training with real processes (fault injected through ``tests/full_disk/sitecustomize.py``)."""
+"""Failures classified (README: "The shared-folder protocol"): whose fault a failure is, the restart
+back-off, and a full disk during training with real processes (fault injected through
+``tests/full_disk/sitecustomize.py``)."""
 
 import errno
 import json

@@ -1,4 +1,4 @@
-"""Seeded PPO runs give the trajectories and parameters recorded before the speed work (issue 13).
+"""Seeded PPO runs give the trajectories and parameters recorded before the speed work (tests/assets/ppo).
 
 Each case trains a few iterations from a fixed seed and is compared with a fixture: every
 rollout (normalised observations, sampled actions, log-probabilities, values, normalised rewards,

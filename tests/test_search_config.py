@@ -1,4 +1,4 @@
-"""One config per search: OUT_DIR/config.yaml, node-local keys and manifest/ (issue 12 item 4).
+"""One config per search: OUT_DIR/config.yaml, node-local keys and manifest/ (README: "One config per search").
 
 The process tests run the real ``evo_single_proc.py`` with the fake backend of
 ``tests/evo_fake_backend.py`` (each search takes seconds).

@@ -16,9 +16,9 @@ of twice the width: a first layer reading an observation key computes both encod
 once (weights side by side), deeper layers are block-diagonal (actor block, critic block) and the
 two heads are one ``[features, A + 1]`` product whose last column is the value. Three matrix
 products per step instead of six (one key), each on C-contiguous weights: transposed views of
-the torch weights take NumPy's slow strided path (about 9 us against 4 us for a [32, 80] x
-[80, 64] product). The zeros of the block-diagonal weights add exact zeros, so the outputs are the
-separate networks' to float rounding.
+the torch weights take NumPy's slow strided path, about twice as slow for these shapes. The zeros
+of the block-diagonal weights add exact zeros, so the outputs are the separate networks' to float
+rounding.
 """
 
 from __future__ import annotations

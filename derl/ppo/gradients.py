@@ -8,8 +8,8 @@ output, the loss's derivatives with respect to the action means, the values and 
 closed-form (``_head_gradients``; the loss itself is ``losses.head_loss``, its one definition),
 and each layer then takes its tanh derivative, two products and a sum backwards. Gradients are
 written straight into the parameters' ``.grad`` (views into ``FlatAdam.grads``), replacing what
-was there. Autograd on ``head_loss`` alone instead of ``_head_gradients`` would cost 0.3 ms more
-per 512-row minibatch (its engine walks about 30 nodes), some 2% of a training.
+was there. ``_head_gradients`` is kept beside autograd on ``head_loss`` because the engine's walk
+of that small graph costs more than the closed form (README: "Benchmarks").
 
 Only ``derl.ppo.fastpath`` hands this out, after checking it against autograd on
 ``losses.minibatch_loss`` for the model and loss at hand; the tests check it there too, clip

@@ -1,4 +1,4 @@
-"""DERL's PPO trainer (spec section 3): one morphology, ``PPO.NUM_ENVS`` envs per rank.
+"""DERL's PPO trainer (README: "Training one morphology"): one morphology, ``PPO.NUM_ENVS`` envs per rank.
 
 The pieces: ``Collector`` (``derl.ppo.rollout``) steps the envs and fills a rollout, ``Learner``
 (``derl.ppo.learner``) turns it into PPO epochs, ``PPO`` holds the state of a run and ``train``
