@@ -31,7 +31,9 @@ class SearchCurves:
     def __init__(self, cfg: CfgNode, run: RunDir):
         from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked for
 
-        self.run = run
+        # Drawing never moves a file: a genome that does not parse is skipped here and left for the
+        # search to judge (quarantined only if a worker needs it as a parent).
+        self.run = RunDir(run.root, skip=True)
         self.criterion = cfg.EVO.SELECTION_CRITERIA[0]
         self.sign = -cfg.EVO.SELECTION_CRITERIA_OBJ[0]  # +1: larger is better
         self.window = cfg.EVO.AGING_WINDOW_SIZE
