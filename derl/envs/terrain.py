@@ -161,8 +161,10 @@ def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator, out: np.ndar
     flat stretch and obstacle are tried, until the corridor is full (as DERL's).
     """
     rows, cols = corridor.shape
-    heights = np.zeros((rows, cols)) if out is None else out
-    if out is not None:
+    if out is None:
+        heights = np.zeros((rows, cols))
+    else:
+        heights = out
         heights.fill(0.0)
     types = obstacle_types(cfg)
     if not types:
