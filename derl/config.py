@@ -163,6 +163,16 @@ def _defaults() -> dict[str, Any]:
             "PRO_HIDDEN_DIMS": [64, 64],
             "OBS_FEAT_HIDDEN_DIMS": [64],
         },
+        "SIM": {
+            # The simulator of a training's envs: mujoco (MuJoCo's C engine on the CPU, DERL's physics)
+            # or warp (MuJoCo Warp on DEVICE: an NVIDIA GPU, or warp's CPU device for tests); README,
+            # "Simulating on a GPU". Single envs (replay, videos, evaluation rollouts) always use mujoco.
+            "BACKEND": "mujoco",
+            # warp only: contacts and constraint rows allocated per world (MuJoCo Warp preallocates
+            # them; a step that needs more drops the excess and derl ends those episodes as unstable).
+            "NCONMAX": 64,
+            "NJMAX": 256,
+        },
         "VECENV": {
             # Threads that step one pool's simulations (mujoco.batch.Batch nthread).
             "THREADS": 1,
@@ -204,7 +214,7 @@ def _defaults() -> dict[str, Any]:
         },
         "OUT_DIR": "output/default",
         "RNG_SEED": 1,
-        # cpu | cuda | cuda:N | auto. Only the learner moves; envs stay on the CPU.
+        # cpu | cuda | cuda:N | auto: the learner's device, and the envs' with SIM.BACKEND warp.
         "DEVICE": "cpu",
         "TORCH_THREADS": 1,
         "CHECKPOINT_PERIOD": 100,
