@@ -11,8 +11,11 @@ the grid stays inside the array.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
 
+import array_api_compat
 import mujoco
 import numpy as np
 
@@ -90,6 +93,8 @@ class Scene:
         qpos, qvel: ``[N, nq]``, ``[N, nv]`` state after the last step.
         xpos, xmat, site_xpos, sensordata: ``[N, ...]`` derived fields (see the module docstring).
         torso_height: ``[N]`` the head's height above the ground under it, after the last step.
+        xp: the arrays' namespace (``array_api_compat``'s NumPy or torch): step hooks compute with
+            it, so that one task runs on both simulation backends (README, "Simulating on a GPU").
     """
 
     model: mujoco.MjModel
@@ -105,10 +110,32 @@ class Scene:
     site_xpos: np.ndarray
     sensordata: np.ndarray
     torso_height: np.ndarray
+    xp: ModuleType = field(init=False)
+
+    def __post_init__(self):
+        self.xp = array_api_compat.array_namespace(self.qpos)
 
     @property
     def num_envs(self) -> int:
         return len(self.models)
+
+    @property
+    def device(self) -> Any:
+        """Where the arrays live (``"cpu"`` for NumPy, a ``torch.device`` for tensors)."""
+        return array_api_compat.device(self.qpos)
+
+    @property
+    def float_dtype(self) -> Any:
+        """The simulator's float type (float64 in MuJoCo C, float32 in MuJoCo Warp)."""
+        return self.qpos.dtype
+
+    def zeros(self, *shape: int, dtype: Any = None) -> Any:
+        """A zero array in the scene's namespace and device; floats of the simulator's type by default."""
+        return self.xp.zeros(shape, dtype=self.float_dtype if dtype is None else dtype, device=self.device)
+
+    def asarray(self, values: Any, dtype: Any = None) -> Any:
+        """``values`` (host data: NumPy, lists) as an array of the scene's namespace and device."""
+        return self.xp.asarray(values, dtype=self.float_dtype if dtype is None else dtype, device=self.device)
 
     def height_at(self, env: int, x: float, y: float) -> float:
         """Ground z under (x, y) in env ``env``."""
