@@ -69,7 +69,7 @@ def test_threads_give_the_same_steps():
     for threads in (1, 2):
         env = UnimalVectorEnv(FIXTURE, load_config(CONFIGS["vt"], {"ENV.EPISODE_LENGTH": LENGTH,
                                                                       "VECENV.THREADS": threads}), 4)
-        assert env.sim.batch.nthread == threads
+        assert env.sim.physics.batch.nthread == threads
         env.reset(seed=1)
         actions = np.random.default_rng(2).uniform(-1, 1, (20, *env.action_space.shape))
         runs.append([env.step(a)[0]["proprioceptive"].copy() for a in actions])

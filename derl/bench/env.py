@@ -65,7 +65,7 @@ class _Physics:
             self.batch.set_models(sim.models)
         self.ctrl = self.batch.bind("ctrl")
         self.datas = [mujoco.MjData(sim.model) for _ in range(env.num_envs)]
-        self._source = sim.batch
+        self._source = sim.physics.batch
 
     def copy_states(self, envs: np.ndarray) -> None:
         """The env's current states of ``envs`` (their models set again: terrain may have changed)."""

@@ -113,7 +113,7 @@ class _StateRecorder(gym.vector.VectorWrapper):
     def __init__(self, env):
         super().__init__(env)
         sim = env.unwrapped.sim
-        self._states = sim.batch.state
+        self._states = sim.physics.batch.state
         self.replays = [_Replay(model, round(sim.dt / model.opt.timestep)) for model in sim.models]
 
     def _record_states(self, envs) -> None:

@@ -30,19 +30,18 @@ import copy
 import math
 from pathlib import Path
 
+import array_api_compat
 import gymnasium as gym
 import mujoco
-import mujoco.batch
 import numpy as np
 
 from derl.envs.observations import Proprioception
+from derl.envs.physics import make_physics
 from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
 from derl.envs.world import build_world, head_height
 
 FRAME_SKIP = 4
-BOUND_STATE = ("qpos", "qvel", "ctrl", "time")
-BOUND_DERIVED = ("xpos", "xmat", "site_xpos", "sensordata", "qfrc_actuator")
 
 
 def unimal_mjcf(xml_path: str | Path | None, mjcf: str | None) -> str:
@@ -69,9 +68,11 @@ def _length(indices: slice | np.ndarray) -> int:
     return indices.stop - indices.start if isinstance(indices, slice) else len(indices)
 
 
-def _row_sums(values: np.ndarray) -> np.ndarray:
+def _row_sums(xp, values):
     """Each row's sum, added left to right as Python's ``sum`` (``sum`` adds pairwise), ``[N]``."""
-    return np.cumsum(values, axis=1)[:, -1] if values.shape[1] else np.zeros(len(values))
+    if values.shape[1]:
+        return xp.cumulative_sum(values, axis=1)[:, -1]
+    return xp.zeros(values.shape[0], dtype=values.dtype, device=array_api_compat.device(values))
 
 
 class UnimalBatch:
@@ -81,40 +82,49 @@ class UnimalBatch:
         mjcf: the unimal's MJCF (``derl.morphology.to_mjcf`` output).
         cfg: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys are read).
         num_envs: simulations in the batch.
-        threads: threads that step them (``VECENV.THREADS``).
+        threads: threads that step them (``VECENV.THREADS``; MuJoCo C only).
         persistent: keep a whole ``MjData`` per simulation (``data(i)``: contacts and every field of
-            its last step), for a single env's users and its renderer.
+            its last step), for a single env's users and its renderer (MuJoCo C only).
+        backend: ``mujoco`` or ``warp`` (``SIM.BACKEND``; ``derl.envs.physics``).
+        device: where the warp backend simulates (a torch device name); its arrays are tensors there.
     """
 
-    def __init__(self, mjcf: str, cfg, num_envs: int, threads: int = 1, persistent: bool = False):
+    def __init__(self, mjcf: str, cfg, num_envs: int, threads: int = 1, persistent: bool = False,
+                 backend: str = "mujoco", device: str = "cpu"):
         check_task_config(cfg)
         self.task = task = make_task(cfg, num_envs)
         self.model = model = mujoco.MjModel.from_xml_string(build_world(mjcf, cfg, task))
         self.static = task.static_model()
+        if backend != "mujoco" and not self.static:
+            raise ValueError(f"SIM.BACKEND {backend} steps one model in every world; task {cfg.ENV.TASK} with "
+                             f"{'+'.join(cfg.ENV.MODULES)} edits its model per episode (terrain, props or goals): "
+                             "use SIM.BACKEND mujoco")
         # Tasks that change the model per episode (terrain, obstacles, goals) get a model per env.
         self.models = [model] * num_envs if self.static else [model, *(copy.copy(model) for _ in range(num_envs - 1))]
-        self.batch = mujoco.batch.Batch(model, num_envs, nthread=threads, persistent=persistent)
+        self.physics = physics = make_physics(backend, model, num_envs, threads=threads, persistent=persistent,
+                                              device=device, nconmax=int(cfg.SIM.NCONMAX), njmax=int(cfg.SIM.NJMAX))
         if not self.static:
-            self.batch.set_models(self.models)
+            physics.set_models(self.models)
         self.num_envs = num_envs
         self.dt = FRAME_SKIP * model.opt.timestep
         self._half_substep = model.opt.timestep / 2  # tolerance of the time-based reset check
-        bound = {name: self.batch.bind(name) for name in (*BOUND_STATE, *BOUND_DERIVED)}
+        bound = physics.arrays
         self._ctrl, self._time, self._qfrc_actuator = bound["ctrl"], bound["time"], bound["qfrc_actuator"]
         self.head_body = model.body("torso/0").id
         self.arena = arena = task.arena
-        self.scene = Scene(model, self.models, self.dt, self.head_body, arena.heights, arena.extent.ground_z,
-                           bound["qpos"], bound["qvel"], bound["xpos"], bound["xmat"], bound["site_xpos"],
-                           bound["sensordata"], np.zeros(num_envs))
+        xp, device = array_api_compat.array_namespace(bound["qpos"]), array_api_compat.device(bound["qpos"])
+        self._host = xp is array_api_compat.numpy  # the state is NumPy on the host (not a device's tensors)
+        self.scene = scene = Scene(model, self.models, self.dt, self.head_body, arena.heights, arena.extent.ground_z,
+                                   bound["qpos"], bound["qvel"], bound["xpos"], bound["xmat"], bound["site_xpos"],
+                                   bound["sensordata"], xp.zeros(num_envs, dtype=bound["qpos"].dtype, device=device))
         self._init_agent(cfg, head_height(mjcf), bound)
-        task.bind(self.scene)
+        task.bind(scene)
         sizes = {"proprioceptive": self._proprio.size, **task.obs_sizes()}
         self.obs_sizes = {k: sizes[k] for k in sorted(cfg.ENV.KEYS_TO_KEEP) if k in sizes}  # hfield may be absent
         self.rngs = [np.random.default_rng() for _ in range(num_envs)]
-        self._steps = np.zeros(num_envs, np.int64)
-        self._time_floor = np.zeros(num_envs)
-        self._warnings = np.zeros(num_envs, np.int64)
-        self._warning_counts = self.batch.warning[:, :, 1]  # a live view: (N, mjNWARNING) counters
+        self._steps = scene.zeros(num_envs, dtype=xp.int64)
+        self._time_floor = scene.zeros(num_envs, dtype=self._time.dtype)
+        self._problems = xp.asarray(physics.problems(), copy=True)
 
     def _init_agent(self, cfg, start_height: float, bound: dict[str, np.ndarray]) -> None:
         model = self.model
@@ -141,28 +151,35 @@ class UnimalBatch:
         self.rngs = [gym.utils.seeding.np_random(seed + i)[0] for i in range(self.num_envs)]
 
     def reset(self, envs: np.ndarray) -> None:
-        """Starts new episodes in the envs ``envs`` (indices), each drawn with its own generator."""
-        scene, task, batch = self.scene, self.task, self.batch
-        batch.reset(envs, stage=mujoco.mjtStage.mjSTAGE_NONE)
-        for env in envs.tolist():
+        """Starts new episodes in the envs ``envs`` (host indices), each drawn with its own generator."""
+        scene, task, physics = self.scene, self.task, self.physics
+        physics.reset(envs)
+        # The reset noise is drawn and added on the host, in float64, on the state's own rows (MuJoCo C)
+        # or on a copy of them written back once (a device's tensors).
+        qpos, qvel = scene.qpos, scene.qvel
+        if not self._host:
+            qpos, qvel = _to_host(qpos[envs]), _to_host(qvel[envs])
+        for row, env in enumerate(envs.tolist()):
             rng = self.rngs[env]
             task.initialize_episode(scene, env, rng)
-            self._add_reset_noise(env, rng)
+            index = env if self._host else row
+            self._add_reset_noise(qpos[index], qvel[index], rng)
+        if not self._host:
+            scene.qpos[envs], scene.qvel[envs] = scene.asarray(qpos), scene.asarray(qvel)
         if not self.static:
-            batch.set_models(self.models)  # the batch reads edited models once they are set again
-        batch.forward(envs)
+            physics.set_models(self.models)  # the batch reads edited models once they are set again
+        physics.forward(envs)
         task.start(scene, envs)
         self._steps[envs] = 0
         self._time_floor[envs] = -self._half_substep
-        self._warnings[envs] = self._warning_counts[envs].sum(axis=1)
+        self._problems[envs] = physics.problems()[envs]
         qpos = scene.qpos
         height, _ = self.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
         scene.torso_height[envs] = height[envs]
 
-    def _add_reset_noise(self, env: int, rng: np.random.Generator) -> None:
+    def _add_reset_noise(self, qpos: np.ndarray, qvel: np.ndarray, rng: np.random.Generator) -> None:
         """U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (one draw); the head quaternion
-        renormalised."""
-        qpos, qvel = self.scene.qpos[env], self.scene.qvel[env]
+        renormalised. ``qpos`` and ``qvel`` are one env's rows, changed in place."""
         split = _length(self._agent_qpos)
         noise = rng.uniform(-self._noise, self._noise, split + _length(self._agent_dofs))
         qpos[self._agent_qpos] += noise[:split]
@@ -176,31 +193,32 @@ class UnimalBatch:
         """Steps every env with its row of ``actions``: (obs, rewards, terminated, truncated, infos),
         ``[N, ...]`` arrays, the infos keyed as the module docstring says plus ``out_of_map`` and
         ``unstable`` flags."""
-        scene, task = self.scene, self.task
+        scene, task, xp = self.scene, self.task, self.scene.xp
         task.before_step(scene)
         self._ctrl[:] = actions
-        self.batch.step(nstep=FRAME_SKIP)
+        self.physics.step(FRAME_SKIP)
         self._steps += 1
         self._time_floor += self.dt
         qpos = scene.qpos
-        x, y, z = qpos[:, 0].copy(), qpos[:, 1], qpos[:, 2]
+        x, y, z = xp.asarray(qpos[:, 0], copy=True), qpos[:, 1], qpos[:, 2]
         scene.torso_height[:], out_of_map = self.arena.clearance(x, y, z)
         reward, infos = task.reward(scene)
-        ctrl_cost = -self._ctrl_weight * np.vecdot(actions, actions).astype(np.float64)  # np.dot's rounding, per row
+        # np.vecdot: np.dot's rounding, per row
+        ctrl_cost = -self._ctrl_weight * xp.astype(xp.vecdot(actions, actions), scene.float_dtype)
         infos[CTRL_TERM] = ctrl_cost
-        infos["energy"] = _row_sums(np.abs(self._qfrc_actuator))
+        infos["energy"] = _row_sums(xp, xp.abs(self._qfrc_actuator))
         infos["x_pos"] = x
         infos["metric"] = task.metric(scene)
         terminated = (scene.torso_height <= self.fall_height) | out_of_map | task.terminate(scene)
         obs = self.observe()
-        # MuJoCo resets the state (time back to 0) on bad qpos/qvel/qacc: time shows it, except in an
-        # episode's first substep; the warning counters show that and every other warning.
-        counts = self._warning_counts.sum(axis=1)
-        unstable = ~np.isfinite(x + y + z) | (self._time < self._time_floor) | (counts != self._warnings)
-        self._warnings[:] = counts
+        # MuJoCo C resets the state (time back to 0) on bad qpos/qvel/qacc: time shows it, except in an
+        # episode's first substep; the simulator's warning counters (Warp: overflows) show the rest.
+        problems = self.physics.problems()
+        unstable = ~xp.isfinite(x + y + z) | (self._time < self._time_floor) | (problems != self._problems)
+        self._problems[:] = problems
         reward = reward + ctrl_cost
-        if unstable.any():
-            reward = self._zero_non_finite(unstable, obs, reward, infos)
+        if not self._host or unstable.any():  # on a device, zeroing always costs less than asking
+            reward = self._zero_non_finite(xp, unstable, obs, reward, infos)
         terminated |= unstable
         truncated = ~terminated & (self._steps >= self.max_steps)
         infos["out_of_map"] = out_of_map
@@ -208,13 +226,13 @@ class UnimalBatch:
         return obs, reward, terminated, truncated, infos
 
     @staticmethod
-    def _zero_non_finite(envs: np.ndarray, obs: dict[str, np.ndarray], reward: np.ndarray,
-                         infos: dict[str, np.ndarray]) -> np.ndarray:
+    def _zero_non_finite(xp, envs, obs: dict, reward, infos: dict):
         """Zeroes the non-finite values an unstable step leaves in the rows ``envs`` (a mask), in place."""
         for values in (*obs.values(), *infos.values()):
-            rows = values[envs]
-            values[envs] = np.where(np.isfinite(rows), rows, 0.0)
-        return np.where(envs & ~np.isfinite(reward), 0.0, reward)
+            if xp.isdtype(values.dtype, "real floating"):
+                bad = ~xp.isfinite(values) & xp.reshape(envs, (-1, *[1] * (values.ndim - 1)))
+                values[bad] = 0.0
+        return xp.where(envs & ~xp.isfinite(reward), 0.0, reward)
 
     def observe(self) -> dict[str, np.ndarray]:
         """Every env's observation, ``[N, size]`` per key."""
@@ -224,5 +242,10 @@ class UnimalBatch:
         return {k: obs[k] for k in self.obs_sizes}
 
     def data(self, env: int, data: mujoco.MjData | None = None) -> mujoco.MjData:
-        """Env ``env``'s ``MjData`` (every field of its last call in a persistent batch)."""
-        return self.batch.get_data(env, data)
+        """Env ``env``'s ``MjData`` (every field of its last call in a persistent MuJoCo C batch)."""
+        return self.physics.data(env, data)
+
+
+def _to_host(rows) -> np.ndarray:
+    """A copy of some rows of the state, as float64 NumPy (from a device's tensors)."""
+    return np.asarray(rows.cpu(), dtype=np.float64)
