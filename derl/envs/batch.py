@@ -36,12 +36,24 @@ import mujoco
 import numpy as np
 
 from derl.envs.observations import Proprioception
-from derl.envs.physics import make_physics
+from derl.envs.physics import MujocoPhysics, Physics
 from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
 from derl.envs.world import build_world, head_height
 
 FRAME_SKIP = 4
+
+
+def make_physics(backend: str, model: mujoco.MjModel, num_envs: int, *, threads: int = 1,
+                 persistent: bool = False, device: str = "cpu", nconmax: int = 64, njmax: int = 256) -> Physics:
+    """The ``backend`` simulator of ``num_envs`` copies of ``model``."""
+    if backend == "mujoco":
+        return MujocoPhysics(model, num_envs, threads, persistent)
+    if backend == "warp":
+        from derl.envs.warp_physics import WarpPhysics  # lazy: warp is an optional install (requirements-gpu.txt)
+
+        return WarpPhysics(model, num_envs, device, nconmax=nconmax, njmax=njmax)
+    raise ValueError(f"unknown simulation backend {backend!r}; use mujoco or warp")
 
 
 def unimal_mjcf(xml_path: str | Path | None, mjcf: str | None) -> str:

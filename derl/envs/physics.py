@@ -22,7 +22,6 @@ import mujoco.batch
 import numpy as np
 
 ARRAYS = ("qpos", "qvel", "ctrl", "time", "xpos", "xmat", "site_xpos", "sensordata", "qfrc_actuator")
-BACKENDS = ("mujoco", "warp")
 
 
 class Physics(Protocol):
@@ -70,15 +69,3 @@ class MujocoPhysics:
 
     def data(self, env: int, data: mujoco.MjData | None = None) -> mujoco.MjData:
         return self.batch.get_data(env, data)
-
-
-def make_physics(backend: str, model: mujoco.MjModel, num_envs: int, *, threads: int = 1,
-                 persistent: bool = False, device: str = "cpu", nconmax: int = 64, njmax: int = 256) -> Physics:
-    """The ``backend`` simulator of ``num_envs`` copies of ``model``."""
-    if backend == "mujoco":
-        return MujocoPhysics(model, num_envs, threads, persistent)
-    if backend == "warp":
-        from derl.envs.warp_physics import WarpPhysics  # lazy: warp is an optional install (requirements-gpu.txt)
-
-        return WarpPhysics(model, num_envs, device, nconmax=nconmax, njmax=njmax)
-    raise ValueError(f"unknown simulation backend {backend!r}; use one of {', '.join(BACKENDS)}")

@@ -6,6 +6,11 @@ true final observation is ``infos["final_obs"][i]`` and that step's infos are in
 reset at once and the returned observation's row i is the first of its next episode (the top-level
 infos of row i then belong to the reset, which reports none: their masks ``_<key>`` are False).
 Env i's generator is seeded with ``seed + i`` by ``reset(seed=seed)``.
+
+With ``SIM.BACKEND warp`` the envs live on a device (``metadata["torch_device"]``): observations,
+rewards, flags and infos are torch tensors there, and ``infos["final_obs"]`` is the step's
+observation batch (a dict of ``[N, size]`` tensors, rows valid where ``_final_obs``) rather than
+an object array, so that nothing leaves the device but the indices of the envs to reset.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import array_api_compat
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -34,14 +40,20 @@ class UnimalVectorEnv(VectorEnv):
         cfg: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys; ``VECENV.THREADS``).
         num_envs: the envs.
         mjcf: the unimal's MJCF text instead of a file.
+        device: where ``SIM.BACKEND warp`` simulates (a torch device name; resolved from ``DEVICE``).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
-    def __init__(self, xml_path: str | Path | None, cfg, num_envs: int, *, mjcf: str | None = None):
+    def __init__(self, xml_path: str | Path | None, cfg, num_envs: int, *, mjcf: str | None = None,
+                 device: str = "cpu"):
         mjcf = unimal_mjcf(xml_path, mjcf)
         self.num_envs = num_envs
-        self.sim = UnimalBatch(mjcf, cfg, num_envs, threads=int(cfg.VECENV.THREADS))
+        backend = str(cfg.SIM.BACKEND)
+        self.sim = UnimalBatch(mjcf, cfg, num_envs, threads=int(cfg.VECENV.THREADS), backend=backend, device=device)
+        self._host = self.sim.scene.xp is array_api_compat.numpy
+        if not self._host:
+            self.metadata = {**type(self).metadata, "torch_device": str(self.sim.scene.device)}
         self.single_observation_space = observation_space(self.sim.obs_sizes)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (self.sim.model.nu,), np.float32)
@@ -62,11 +74,16 @@ class UnimalVectorEnv(VectorEnv):
         infos: dict[str, Any] = dict(step_infos)
         present = ~ended
         infos.update({f"_{key}": present for key in step_infos})
-        if ended.any():
-            envs = np.flatnonzero(ended)
-            final_obs = np.full(self.num_envs, None, dtype=object)
-            for env in envs.tolist():
-                final_obs[env] = {key: values[env].copy() for key, values in obs.items()}
+        # Which envs start new episodes: their generators are on the host (on a device, the one
+        # transfer of a step).
+        envs = np.flatnonzero(ended) if self._host else np.flatnonzero(ended.cpu().numpy())
+        if len(envs):
+            if self._host:
+                final_obs = np.full(self.num_envs, None, dtype=object)
+                for env in envs.tolist():
+                    final_obs[env] = {key: values[env].copy() for key, values in obs.items()}
+            else:
+                final_obs = obs  # observe() builds new arrays: the reset's observations are others
             final_info: dict[str, Any] = dict(step_infos)
             final_info.update({f"_{key}": ended for key in step_infos})
             infos.update(final_obs=final_obs, _final_obs=ended, final_info=final_info, _final_info=ended)

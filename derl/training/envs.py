@@ -7,6 +7,7 @@ not a closure, so that it travels by pickle to the process that trains.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -16,13 +17,15 @@ from gymnasium.vector import VectorEnv
 
 from derl.config import CfgNode
 from derl.envs import UnimalVectorEnv
+from derl.ppo.device import learner_device
 from derl.ppo.rollout import sync_vector_env
 
 
 @dataclass(frozen=True)
 class UnimalEnvFactory:
     """The Unimal envs of ``cfg`` for the MJCF at ``xml_path``: one ``UnimalVectorEnv`` (all of them
-    in one ``mujoco.batch.Batch``, stepped on ``VECENV.THREADS`` threads).
+    in one ``mujoco.batch.Batch`` stepped on ``VECENV.THREADS`` threads, or, with ``SIM.BACKEND warp``,
+    in one MuJoCo Warp data on the learner's device).
 
     Env ``i`` seeds its generator with ``seed + i`` when built (the trainer seeds it again at its
     first reset).
@@ -33,7 +36,11 @@ class UnimalEnvFactory:
     seed: int | None = None
 
     def __call__(self, num_envs: int, first_index: int = 0) -> VectorEnv:
-        env = UnimalVectorEnv(self.xml_path, self.cfg, num_envs)
+        device = "cpu"
+        if self.cfg.SIM.BACKEND != "mujoco":  # the envs simulate where this rank's learner runs
+            device = str(learner_device(self.cfg.DEVICE, int(os.environ.get("LOCAL_RANK", 0)),
+                                        int(os.environ.get("WORLD_SIZE", 1))))
+        env = UnimalVectorEnv(self.xml_path, self.cfg, num_envs, device=device)
         if self.seed is not None:
             env.sim.seed(self.seed + first_index)
         return env
