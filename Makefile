@@ -1,10 +1,11 @@
-# Two commands set up a fresh machine: `make test` and `make evolve`.
+# Two commands set up a fresh machine: `make test` and `make evolve` (`make setup-gpu` adds the MuJoCo Warp backend).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+GPU_STAMP := $(VENV)/.installed-gpu
 
-.PHONY: setup lint test test-slow evolve
+.PHONY: setup setup-gpu lint test test-slow evolve
 
 setup: $(STAMP)
 
@@ -16,6 +17,14 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	touch $(STAMP)
+
+# The MuJoCo Warp backend (SIM.BACKEND warp; README "Simulating on a GPU") on top of `make setup`:
+# requirements-gpu.txt, kept out of requirements.txt so the default install stays CPU-only and lean.
+setup-gpu: $(GPU_STAMP)
+
+$(GPU_STAMP): $(STAMP) requirements-gpu.txt
+	$(PY) -m pip install --quiet -r requirements-gpu.txt
+	touch $(GPU_STAMP)
 
 # ruff, then the architecture check: the import floors in pyproject.toml [tool.importlinter] (README
 # "Architecture"), imports inside functions included.

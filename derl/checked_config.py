@@ -12,13 +12,15 @@ the initial population has trained. The rules live next to what they protect: th
 task registry names the reward terms, ``derl.morphology.mutations`` the operators,
 ``derl.config.TOURNAMENT_TYPES`` the tournaments, ``derl.envs.terrain`` the obstacles.
 
-``this_node=True`` adds what depends on the machine: ``DEVICE`` must exist here.
+``this_node=True`` adds what depends on the machine: ``DEVICE`` must exist here, and
+``SIM.BACKEND warp`` needs the packages of ``requirements-gpu.txt``.
 Readers of a finished run (reports, status) leave it off, so a GPU run's config
 still loads on a laptop.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 import sys
@@ -26,7 +28,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from derl.config import PRESET_DIR, RETIRED_KEYS, TOURNAMENT_TYPES, CfgNode, ConfigError, parse_config
+from derl.config import (
+    PRESET_DIR,
+    RETIRED_KEYS,
+    SIM_BACKENDS,
+    TOURNAMENT_TYPES,
+    CfgNode,
+    ConfigError,
+    parse_config,
+)
 from derl.envs.observations import OBS_TYPES
 from derl.envs.tasks import check_task_config
 from derl.envs.tasks.manipulation import OBJECTS
@@ -39,6 +49,7 @@ POSITIVE_KEYS = (
     "ENV.EPISODE_LENGTH", "EVO.INIT_POPULATION_SIZE", "EVO.SEARCH_SPACE_SIZE", "EVO.AGING_WINDOW_SIZE",
     "EVO.NUM_PARTICIPANTS", "LIMB.MAX_LIMBS", "VECENV.THREADS", "HFIELD.NUM_DIVS", "NUM_NODES", "TORCH_THREADS",
     "PPO.MAX_GRAD_NORM", "PPO.BASE_LR", "PPO.EPS", "PPO.CLIP_EPS", "PPO.KL_TARGET_COEF", "EVO.LEASE_SECONDS",
+    "SIM.NCONMAX", "SIM.NJMAX",
 )
 # Values that may be 0 but not negative.
 NON_NEGATIVE_KEYS = (
@@ -50,6 +61,9 @@ UNIT_INTERVAL_KEYS = ("PPO.GAMMA", "PPO.GAE_LAMBDA", "ENV.STAND_HEIGHT_RATIO")
 # Choices whose implementation lives in torch modules (derl.ppo imports torch); tests keep them equal.
 LR_SCALING_NAMES = ("none", "sqrt", "linear")
 DEVICE_PATTERN = re.compile(r"cpu|auto|cuda(:\d+)?")
+# The modules SIM.BACKEND warp imports, and how to install them (requirements-gpu.txt).
+WARP_MODULES = ("warp", "mujoco_warp")
+GPU_INSTALL = "`.venv/bin/pip install -r requirements-gpu.txt` (or `make setup-gpu`)"
 # [value] or [start, stop, step] ranges expanded by the morphology and terrain code.
 RANGE_KEYS = (
     "BODY.MOTOR_GEAR_RANGE", "TORSO.HEAD_RADIUS_RANGE", "TORSO.DENSITY_RANGE", "LIMB.RADIUS_RANGE",
@@ -115,13 +129,15 @@ def check_config(cfg: CfgNode, this_node: bool = False) -> None:
     """Raises ``ConfigError`` (with ``key`` set) for the first value that cannot work.
 
     Args:
-        this_node: also check what depends on this machine (``DEVICE`` is available).
+        this_node: also check what depends on this machine (``DEVICE`` is available, the
+            ``SIM.BACKEND``'s packages are installed).
     """
     _check_numbers(cfg)
     _check_evolution(cfg)
     _check_choices(cfg)
     _check_world(cfg)
     if this_node:
+        check_backend_here(cfg.SIM.BACKEND)
         check_device_here(cfg.DEVICE)
 
 
@@ -191,6 +207,7 @@ def _check_evolution(cfg: CfgNode) -> None:
 
 def _check_choices(cfg: CfgNode) -> None:
     _one_of("PPO.LR_SCALING", cfg.PPO.LR_SCALING, LR_SCALING_NAMES)
+    _one_of("SIM.BACKEND", cfg.SIM.BACKEND, SIM_BACKENDS)
     if not DEVICE_PATTERN.fullmatch(cfg.DEVICE):
         raise ConfigError(f"config key DEVICE must be cpu, cuda, cuda:N or auto, got {cfg.DEVICE!r}", "DEVICE")
 
@@ -215,6 +232,21 @@ def _check_world(cfg: CfgNode) -> None:
         raise ConfigError(f"config key LIMB.NUM_LIMBS_RANGE {list(cfg.LIMB.NUM_LIMBS_RANGE)} must lie within "
                           f"1..LIMB.MAX_LIMBS ({cfg.LIMB.MAX_LIMBS})", "LIMB.NUM_LIMBS_RANGE",
                           "LIMB.MAX_LIMBS")
+
+
+def check_backend_here(backend: str) -> None:
+    """``SIM.BACKEND``'s packages are installed here: ``warp`` needs ``requirements-gpu.txt``.
+
+    Finds the modules without importing them (``import mujoco_warp`` takes over a second and
+    100 MB, which the coordinator would pay for nothing); a broken install shows where a worker
+    imports them.
+    """
+    if backend != "warp":
+        return
+    missing = [name for name in WARP_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"config key SIM.BACKEND warp needs the Python module(s) {', '.join(missing)}, not "
+                          f"installed here; install them with {GPU_INSTALL}", "SIM.BACKEND")
 
 
 def check_device_here(device: str) -> None:

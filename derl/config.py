@@ -230,6 +230,9 @@ DERIVED_KEYS = ("PPO.MAX_ITERS",)
 # derl.checked_config checks the key against them, both from this one definition.
 TOURNAMENT_TYPES = ("aging_num", "aging_percent", "vanilla_num", "vanilla_percent")
 
+# The values SIM.BACKEND may take, checked by derl.checked_config (README, "Simulating on a GPU").
+SIM_BACKENDS = ("mujoco", "warp")
+
 # Keys that say how one node runs, not what the search is: they may differ between the nodes of a
 # search and between runs of one node. Every other key of a node must equal OUT_DIR/config.yaml
 # (derl.evolution.search_config); workers get config.yaml plus these.

@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from derl.checked_config import load_config, load_config_or_exit
-from derl.config import ConfigError, dump_config
+from derl.config import ConfigError, dump_config, flatten
 from tests.conftest import ROOT
 
 
@@ -97,10 +97,21 @@ def test_load_config_or_exit_passes_good_config():
     assert load_config_or_exit(None, ["RNG_SEED", "7"]).RNG_SEED == 7
 
 
+def test_the_gpu_preset_is_ft_on_warp_with_large_batches():
+    presets = ROOT / "configs" / "evo"
+    ft, gpu = (dict(flatten(load_config(presets / name).to_dict())) for name in ("ft.yml", "ft_gpu.yml"))
+    changed = {key for key in ft if ft[key] != gpu[key]}
+    assert changed == {"SIM.BACKEND", "DEVICE", "OUT_DIR", "PPO.NUM_ENVS", "PPO.TIMESTEPS", "PPO.EPOCHS",
+                       "PPO.BATCH_SIZE", "PPO.BASE_LR", "PPO.MAX_STATE_ACTION_PAIRS", "PPO.MAX_ITERS"}
+    assert (gpu["SIM.BACKEND"], gpu["DEVICE"], gpu["PPO.NUM_ENVS"]) == ("warp", "cuda", 4096)
+    assert gpu["PPO.NUM_ENVS"] * gpu["PPO.TIMESTEPS"] == 4 * gpu["PPO.BATCH_SIZE"]  # 4 minibatches a rollout
+    assert gpu["PPO.MAX_ITERS"] == 20_000_000 // (4096 * 24)
+
+
 def test_presets_load_and_unknown_preset_is_one_line():
     from derl.checked_config import load_preset
 
     assert load_preset("vt").TERRAIN.SIZE == (50, 50, 1)
     assert load_preset("ft", {"RNG_SEED": 3}).RNG_SEED == 3
-    with pytest.raises(ConfigError, match="unknown preset 'ocean'; known: ft, mvt, quick, vt"):
+    with pytest.raises(ConfigError, match="unknown preset 'ocean'; known: ft, ft_gpu, mvt, quick, vt"):
         load_preset("ocean")

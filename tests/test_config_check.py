@@ -1,6 +1,8 @@
 """The one validation of a loaded config (derl.checked_config) and the rule that no key is inert."""
 
 import ast
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from derl.checked_config import LR_SCALING_NAMES, load_config, load_run_config
+from derl.checked_config import LR_SCALING_NAMES, WARP_MODULES, check_backend_here, load_config, load_run_config
 from derl.config import REPLACED_KEYS, RETIRED_KEYS, ConfigError, _defaults, dump_config, flatten
 from tests.conftest import ROOT
 
@@ -44,6 +46,9 @@ NOT_READERS = ("derl/config.py", "derl/checked_config.py")
     (["VECENV.THREADS", "0"], "VECENV.THREADS", "must be positive"),
     (["PPO.LR_SCALING", "square"], "PPO.LR_SCALING", "none, sqrt, linear"),
     (["DEVICE", "gpu"], "DEVICE", "cpu, cuda, cuda:N or auto"),
+    (["SIM.BACKEND", "mjx"], "SIM.BACKEND", "use one of mujoco, warp"),
+    (["SIM.NCONMAX", "0"], "SIM.NCONMAX", "must be positive"),
+    (["SIM.NJMAX", "-8"], "SIM.NJMAX", "must be positive"),
     (["LIMB.HEIGHT_RANGE", "[0.4, 0.2, 0.1]"], "LIMB.HEIGHT_RANGE", "[start, stop, step>0]"),
     (["LIMB.NUM_LIMBS_RANGE", "[2, 12, 1]"], "LIMB.NUM_LIMBS_RANGE", "1..LIMB.MAX_LIMBS"),
     (["TERRAIN.SIZE", "[25, .inf, 1]"], "TERRAIN.SIZE", "must be finite"),
@@ -85,6 +90,42 @@ def test_cuda_on_a_node_without_it_is_an_error_only_where_it_would_train():
     with pytest.raises(ConfigError, match=r"^config key DEVICE cuda: no CUDA device is visible"):
         load_config(None, ["DEVICE", "cuda"], this_node=True)
     assert load_config(None, ["DEVICE", "auto"], this_node=True).DEVICE == "auto"
+
+
+def test_the_warp_backend_without_its_packages_is_an_error_only_where_it_would_train(monkeypatch):
+    for name in WARP_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)  # Python's way to make a module unimportable
+    assert load_config(None, ["SIM.BACKEND", "warp"]).SIM.BACKEND == "warp"  # a report of a warp run loads
+    check_backend_here("mujoco")
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, ["SIM.BACKEND", "warp"], this_node=True)
+    message = str(caught.value)
+    assert message.startswith("config key SIM.BACKEND warp needs the Python module(s) warp, mujoco_warp, not installed")
+    assert "pip install -r requirements-gpu.txt" in message and "make setup-gpu" in message
+    assert caught.value.key == "SIM.BACKEND" and "\n" not in message
+    monkeypatch.delitem(sys.modules, "warp")
+    if importlib.util.find_spec("warp") is not None:  # warp installed here: only mujoco_warp is named
+        with pytest.raises(ConfigError, match=r"module\(s\) mujoco_warp, not installed"):
+            check_backend_here("warp")
+
+
+def _without_warp(tmp_path: Path) -> dict[str, str]:
+    """An environment whose Python cannot import warp or mujoco_warp (a ``sitecustomize`` hides them)."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(f"import sys\nfor name in {WARP_MODULES!r}:\n    sys.modules[name] = None\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), os.environ["PYTHONPATH"]])}
+
+
+@pytest.mark.parametrize("script", ["evo_single_proc.py", "tools/train_ppo.py"])
+def test_the_warp_backend_without_its_packages_exits_2_at_start_up(script, tmp_path):
+    done = subprocess.run([sys.executable, script, "--cfg", "configs/evo/quick.yml", "OUT_DIR", str(tmp_path / "out"),
+                           "SIM.BACKEND", "warp"], cwd=ROOT, env=_without_warp(tmp_path), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: config key SIM.BACKEND warp needs the Python module(s) warp, mujoco_warp")
+    assert "requirements-gpu.txt" in done.stderr and done.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
 
 
 def test_every_preset_and_task_config_passes():

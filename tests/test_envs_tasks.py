@@ -20,7 +20,7 @@ from derl.morphology import random_genome, to_mjcf
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
 CONFIGS = {p.stem: p for d in ("evo", "eval") for p in sorted((ROOT / "configs" / d).glob("*.yml"))
-           if p.stem != "quick"}
+           if p.stem not in ("quick", "ft_gpu")}  # ft's world, smaller (quick) or on MuJoCo Warp (ft_gpu)
 
 
 def task_env(name: str, xml: Path = FIXTURE, **overrides) -> UnimalEnv:

@@ -3,12 +3,19 @@
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from derl.checked_config import load_config
-from derl.evolution.coordinator import DEFAULT_WORKER_GPU_BYTES, worker_devices, worker_memory_estimate
+from derl.evolution.coordinator import (
+    DEFAULT_WORKER_GPU_BYTES,
+    default_worker_gpu_bytes,
+    worker_devices,
+    worker_memory_estimate,
+)
+from derl.evolution.process import CUDA_CONTEXT_BYTES, peak_gpu_bytes
 from derl.evolution.storage import RunDir
 from derl.ppo.device import (
     DeviceError,
@@ -80,6 +87,28 @@ def test_cpu_workers_get_no_device_override_and_import_no_torch(tmp_path):
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False"
+
+
+def test_a_warp_worker_reserves_gpu_memory_for_its_worlds_until_measured():
+    assert default_worker_gpu_bytes("mujoco", 4096) == DEFAULT_WORKER_GPU_BYTES  # its envs stay on the CPU
+    assert default_worker_gpu_bytes("warp", 4096) == DEFAULT_WORKER_GPU_BYTES + 4096 * 256 * 2**10  # +1 GiB
+    assert default_worker_gpu_bytes("warp", 32) < default_worker_gpu_bytes("warp", 64)
+
+
+def test_the_gpu_peak_adds_warps_memory_pool_to_torchs(monkeypatch):
+    queried = []
+    cuda = SimpleNamespace(is_initialized=lambda: True, current_device=lambda: 1, max_memory_reserved=lambda: 300)
+    warp = SimpleNamespace(is_mempool_enabled=lambda device: queried.append(device) or True,
+                           get_mempool_used_mem_high=lambda device: 5000)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    monkeypatch.delitem(sys.modules, "warp", raising=False)
+    assert peak_gpu_bytes() == 300 + CUDA_CONTEXT_BYTES  # a torch-only worker (SIM.BACKEND mujoco)
+    monkeypatch.setitem(sys.modules, "warp", warp)
+    assert peak_gpu_bytes() == 300 + 5000 + CUDA_CONTEXT_BYTES and queried == ["cuda:1"]  # the learner's device
+    warp.is_mempool_enabled = lambda device: False  # allocations outside a pool are not counted
+    assert peak_gpu_bytes() == 300 + CUDA_CONTEXT_BYTES
+    cuda.is_initialized = lambda: False  # warp on its CPU device, learner on the CPU
+    assert peak_gpu_bytes() == 0
 
 
 def test_gpu_memory_estimate_uses_measured_gpu_peaks(tmp_path):

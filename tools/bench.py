@@ -1,4 +1,4 @@
-"""Benchmarks, printed as JSON: `python tools/bench.py {env,ppo,ab,evolve,report,learner,ddp,memory} [options]`.
+"""Benchmarks, printed as JSON: `python tools/bench.py {env,ppo,ab,evolve,report,learner,ddp,memory,sim} [options]`.
 
 Each benchmark lives in `derl/bench/<name>.py` with `add_arguments(parser)` and
 `run(args) -> dict`; ratios are measured side by side in one run.
@@ -13,7 +13,7 @@ from pathlib import Path
 from derl.cli import ArgumentParser, run
 from derl.fileio import atomic_write_text
 
-BENCHMARKS = ("env", "ppo", "ab", "evolve", "report", "learner", "ddp", "memory")
+BENCHMARKS = ("env", "ppo", "ab", "evolve", "report", "learner", "ddp", "memory", "sim")
 
 
 def main(argv: list[str]) -> int:

@@ -48,6 +48,11 @@ DEFAULT_WORKER_MEMORY_BYTES = 1400 * 2**20
 # GPU memory of one worker's learner before any was measured: a CUDA context (~500 MB) and DERL's
 # small networks with their batches.
 DEFAULT_WORKER_GPU_BYTES = 1024 * 2**20
+# SIM.BACKEND warp adds this per world (PPO.NUM_ENVS): MuJoCo Warp's Data took 41-57 KiB a world for
+# FT bodies of 2-8 limbs (nv 8-16) at SIM.NCONMAX 64 and SIM.NJMAX 256 (put_data on warp's CPU device,
+# whose arrays have a GPU's sizes); about 4x that is a margin, not measured on a GPU, for larger
+# bodies, the step's scratch and captured graph, and the world's rollout tensors. 4096 worlds: +1 GiB.
+WARP_WORLD_GPU_BYTES = 256 * 2**10
 POLL_SECONDS = 1.0
 SUMMARY_SECONDS = 10.0
 RETRY_SECONDS = 10.0
@@ -80,12 +85,19 @@ def worker_memory_estimate(run: RunDir, node: int, key: str = "peak_rss_bytes",
     """Memory to reserve per worker: the largest peak this node's workers reported in an earlier session.
 
     ``key`` is ``peak_rss_bytes`` (RAM) or ``peak_gpu_bytes`` (GPU memory, with ``default``
-    ``DEFAULT_WORKER_GPU_BYTES``).
+    ``default_worker_gpu_bytes``).
     """
     peaks = [state.get(key, 0) for state in run.worker_states() if state.get("node") == node]
     if peaks and max(peaks) > 0:
         return int(1.2 * max(peaks)), "measured peak of this node's workers + 20%"
     return default, "default until workers have been measured"
+
+
+def default_worker_gpu_bytes(backend: str, num_envs: int) -> int:
+    """GPU memory to reserve per worker before any was measured: the learner's, plus
+    ``num_envs`` worlds of MuJoCo Warp with ``SIM.BACKEND warp`` (``WARP_WORLD_GPU_BYTES`` each)."""
+    worlds = num_envs * WARP_WORLD_GPU_BYTES if backend == "warp" else 0
+    return DEFAULT_WORKER_GPU_BYTES + worlds
 
 
 def worker_devices(cfg: CfgNode, run: RunDir, num: int) -> tuple[list[str], int]:
@@ -104,7 +116,8 @@ def worker_devices(cfg: CfgNode, run: RunDir, num: int) -> tuple[list[str], int]
         if free is None or len(free) != gpus:
             log("NUM_PROCESSES 0: GPU free memory unknown (nvidia-smi failed); counting cores and RAM only")
         else:
-            per_gpu, source = worker_memory_estimate(run, cfg.NODE_ID, "peak_gpu_bytes", DEFAULT_WORKER_GPU_BYTES)
+            default = default_worker_gpu_bytes(cfg.SIM.BACKEND, cfg.PPO.NUM_ENVS)
+            per_gpu, source = worker_memory_estimate(run, cfg.NODE_ID, "peak_gpu_bytes", default)
             fit = max(1, max_workers_on_gpus(free, per_gpu))
             if fit < num:
                 log(f"NUM_PROCESSES 0: {gpus} GPUs with {sum(free) / 2**30:.1f} GB free hold {fit} workers "

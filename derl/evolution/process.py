@@ -51,11 +51,29 @@ def peak_rss_bytes() -> int:
 
 
 def peak_gpu_bytes() -> int:
-    """Peak GPU memory of this worker's learner (0 if it never used CUDA); never imports torch."""
+    """Peak GPU memory of this worker (0 if it never used CUDA); never imports torch or warp.
+
+    Torch's allocator peak (the learner; the trainer set its device current), MuJoCo Warp's on that
+    device (``SIM.BACKEND warp`` allocates outside torch's allocator: ``warp_peak_bytes``) and one
+    CUDA context, which torch and warp share (both use the device's primary context).
+    """
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return 0
-    return torch.cuda.max_memory_reserved() + CUDA_CONTEXT_BYTES  # the trainer set its device current
+    device = f"cuda:{torch.cuda.current_device()}"
+    return torch.cuda.max_memory_reserved() + warp_peak_bytes(device) + CUDA_CONTEXT_BYTES
+
+
+def warp_peak_bytes(device: str) -> int:
+    """High-water mark of warp's memory pool on ``device`` (0 if this process never imported warp).
+
+    Warp allocates from the device's CUDA memory pool where the device supports one (warp's
+    default, ``wp.config.enable_mempools_at_init``); without a pool its allocations are not counted.
+    """
+    wp = sys.modules.get("warp")
+    if wp is None or not wp.is_mempool_enabled(device):
+        return 0
+    return int(wp.get_mempool_used_mem_high(device))
 
 
 def try_worker_lock(run: RunDir, node: int, worker: int) -> int | None:
