@@ -274,3 +274,11 @@ def test_the_inert_key_scan_finds_a_key_nothing_reads(tmp_path):
     reader = tmp_path / "reader.py"
     reader.write_text("def f(cfg):\n    torso = cfg.TORSO\n    return torso.RADIUS_RANGE, cfg.PPO.NOBODY_READS_THIS\n")
     assert inert_keys(leaves + added, [*_reader_sources(), reader]) == added[2:]
+
+
+def test_the_warp_backend_refuses_a_task_that_edits_its_model_per_episode():
+    """VT redraws its terrain each episode: MuJoCo Warp steps one model in every world."""
+    assert load_config(ROOT / "configs" / "evo" / "ft.yml", ["SIM.BACKEND", "warp"]).SIM.BACKEND == "warp"
+    with pytest.raises(ConfigError) as caught:
+        load_config(ROOT / "configs" / "evo" / "vt.yml", ["SIM.BACKEND", "warp"])
+    assert "edits its model each episode" in str(caught.value) and caught.value.key == "SIM.BACKEND"
