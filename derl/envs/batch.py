@@ -39,6 +39,7 @@ from derl.envs.observations import Proprioception
 from derl.envs.physics import MujocoPhysics, Physics
 from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
+from derl.envs.tasks.base import Task
 from derl.envs.world import build_world, head_height
 
 FRAME_SKIP = 4
@@ -107,10 +108,10 @@ class UnimalBatch:
         self.task = task = make_task(cfg, num_envs)
         self.model = model = mujoco.MjModel.from_xml_string(build_world(mjcf, cfg, task))
         self.static = task.static_model()
-        if backend != "mujoco" and not self.static:
-            raise ValueError(f"SIM.BACKEND {backend} steps one model in every world; task {cfg.ENV.TASK} with "
-                             f"{'+'.join(cfg.ENV.MODULES)} edits its model per episode (terrain, props or goals): "
-                             "use SIM.BACKEND mujoco")
+        if backend != "mujoco" and not (self.static and _draws_nothing_per_episode(task)):
+            raise ValueError(f"SIM.BACKEND {backend} steps one model in every world and starts episodes on the "
+                             f"device; task {cfg.ENV.TASK} with {'+'.join(cfg.ENV.MODULES)} draws terrain, props or "
+                             "goals per episode: use SIM.BACKEND mujoco")
         # Tasks that change the model per episode (terrain, obstacles, goals) get a model per env.
         self.models = [model] * num_envs if self.static else [model, *(copy.copy(model) for _ in range(num_envs - 1))]
         self.physics = physics = make_physics(backend, model, num_envs, threads=threads, persistent=persistent,
@@ -159,8 +160,11 @@ class UnimalBatch:
 
     # ------------------------------------------------------------------ episodes
     def seed(self, seed: int) -> None:
-        """Env i's generator from ``seed + i`` (Gymnasium's seeding of an env by its seed)."""
+        """Env i's generator from ``seed + i`` (Gymnasium's seeding of an env by its seed); on a device,
+        the generator of ``restart``'s noise from ``seed`` too."""
         self.rngs = [gym.utils.seeding.np_random(seed + i)[0] for i in range(self.num_envs)]
+        if not self._host:
+            self.physics.seed(seed)
 
     def reset(self, envs: np.ndarray) -> None:
         """Starts new episodes in the envs ``envs`` (host indices), each drawn with its own generator."""
@@ -188,6 +192,34 @@ class UnimalBatch:
         qpos = scene.qpos
         height, _ = self.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
         scene.torso_height[envs] = height[envs]
+
+    def restart(self, ended) -> None:
+        """Starts new episodes where the mask ``ended`` is set: ``reset`` of those envs on the host. On a
+        device, without leaving it: the simulator's masked reset, and the reset noise drawn for every env
+        from the device's generator and kept where ``ended`` (the batch holds only tasks that draw
+        nothing per episode there)."""
+        if self._host:
+            envs = np.flatnonzero(ended)
+            if len(envs):
+                self.reset(envs)
+            return
+        scene, xp, physics = self.scene, self.scene.xp, self.physics
+        physics.reset(ended)
+        qpos, qvel, rows = scene.qpos, scene.qvel, xp.reshape(ended, (-1, 1))
+        split = _length(self._agent_qpos)
+        noise = physics.uniform((self.num_envs, split + _length(self._agent_dofs)), self._noise)
+        agent = qpos[:, self._agent_qpos]
+        qpos[:, self._agent_qpos] = xp.where(rows, agent + noise[:, :split], agent)
+        quat = qpos[:, 3:7]
+        qpos[:, 3:7] = xp.where(rows, quat / xp.sqrt(xp.sum(quat * quat, axis=1, keepdims=True)), quat)
+        agent = qvel[:, self._agent_dofs]
+        qvel[:, self._agent_dofs] = xp.where(rows, agent + noise[:, split:], agent)
+        physics.forward(ended)
+        self._steps[:] = xp.where(ended, 0, self._steps)
+        self._time_floor[:] = xp.where(ended, -self._half_substep, self._time_floor)
+        self._problems[:] = xp.where(ended, physics.problems(), self._problems)
+        height, _ = self.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
+        scene.torso_height[:] = xp.where(ended, height, scene.torso_height)
 
     def _add_reset_noise(self, qpos: np.ndarray, qvel: np.ndarray, rng: np.random.Generator) -> None:
         """U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (one draw); the head quaternion
@@ -256,6 +288,11 @@ class UnimalBatch:
     def data(self, env: int, data: mujoco.MjData | None = None) -> mujoco.MjData:
         """Env ``env``'s ``MjData`` (every field of its last call in a persistent MuJoCo C batch)."""
         return self.physics.data(env, data)
+
+
+def _draws_nothing_per_episode(task) -> bool:
+    """Whether a task's episode hooks are the base's (nothing drawn or read per env at a reset)."""
+    return type(task).initialize_episode is Task.initialize_episode and type(task).start is Task.start
 
 
 def _to_host(rows) -> np.ndarray:

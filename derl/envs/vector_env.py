@@ -10,7 +10,8 @@ Env i's generator is seeded with ``seed + i`` by ``reset(seed=seed)``.
 With ``SIM.BACKEND warp`` the envs live on a device (``metadata["torch_device"]``): observations,
 rewards, flags and infos are torch tensors there, and ``infos["final_obs"]`` is the step's
 observation batch (a dict of ``[N, size]`` tensors, rows valid where ``_final_obs``) rather than
-an object array, so that nothing leaves the device but the indices of the envs to reset.
+an object array; episodes restart on the device (``UnimalBatch.restart``), so a step never waits
+for the host.
 """
 
 from __future__ import annotations
@@ -74,19 +75,17 @@ class UnimalVectorEnv(VectorEnv):
         infos: dict[str, Any] = dict(step_infos)
         present = ~ended
         infos.update({f"_{key}": present for key in step_infos})
-        # Which envs start new episodes: their generators are on the host (on a device, the one
-        # transfer of a step).
-        envs = np.flatnonzero(ended) if self._host else np.flatnonzero(ended.cpu().numpy())
-        if len(envs):
+        # On a device nothing is asked of the host: the final batch is always there, its masks say where.
+        if not self._host or ended.any():
             if self._host:
                 final_obs = np.full(self.num_envs, None, dtype=object)
-                for env in envs.tolist():
+                for env in np.flatnonzero(ended).tolist():
                     final_obs[env] = {key: values[env].copy() for key, values in obs.items()}
             else:
-                final_obs = obs  # observe() builds new arrays: the reset's observations are others
+                final_obs = obs  # observe() builds new arrays: the next episodes' observations are others
             final_info: dict[str, Any] = dict(step_infos)
             final_info.update({f"_{key}": ended for key in step_infos})
             infos.update(final_obs=final_obs, _final_obs=ended, final_info=final_info, _final_info=ended)
-            self.sim.reset(envs)
+            self.sim.restart(ended)
             obs = self.sim.observe()
         return obs, rewards, terminated, truncated, infos

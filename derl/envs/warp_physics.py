@@ -45,6 +45,16 @@ class WarpPhysics:
         self._overflow = wp.to_torch(self.data.overflow)
         self._mask = torch.zeros(num_envs, dtype=torch.bool, device=self.torch_device)
         self._graphs: dict[int, wp.Graph] = {}
+        self._generator = torch.Generator(self.torch_device)
+
+    def seed(self, seed: int) -> None:
+        """Seeds the generator of ``uniform``."""
+        self._generator.manual_seed(seed)
+
+    def uniform(self, shape: tuple[int, ...], scale: float) -> torch.Tensor:
+        """U(+-scale) draws on the device, float32 (the reset noise of episodes started on the device)."""
+        draws = torch.rand(shape, generator=self._generator, device=self.torch_device)
+        return draws.mul_(2 * scale).sub_(scale)
 
     def _stream(self) -> wp.ScopedStream | wp.ScopedDevice:
         """Warp launches on torch's current stream (on a GPU), so that both see each other's writes in order."""
@@ -67,7 +77,10 @@ class WarpPhysics:
                 graph = self._graphs[nstep] = capture.graph
             wp.capture_launch(graph)
 
-    def _select(self, envs: np.ndarray) -> torch.Tensor:
+    def _select(self, envs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """The worlds ``envs`` (host indices, or a mask on the device) as a mask on the device."""
+        if isinstance(envs, torch.Tensor) and envs.dtype == torch.bool:
+            return envs
         self._mask.zero_()
         self._mask[torch.as_tensor(envs, device=self.torch_device)] = True
         return self._mask
