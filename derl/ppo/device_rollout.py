@@ -55,6 +55,11 @@ def env_device(envs: VectorEnv) -> torch.device | None:
     return device
 
 
+def noise_generator(device: torch.device, seed: int) -> torch.Generator:
+    """The action noise's generator: on ``device``, so that drawing never leaves it."""
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def flatten_into(layout: ObsLayout, obs: Any, out: torch.Tensor) -> torch.Tensor:
     """``ObsLayout.flatten`` of a device env's tensors (one, or a dict of them) into ``out`` ``[N, D]``."""
     parts = [obs[key] for key in layout.keys] if layout.is_dict else [obs]
@@ -91,8 +96,7 @@ class DeviceCollector:
         self.envs, self.first_index, self.model = envs, first_index, model
         self.layout = ObsLayout.from_space(envs.single_observation_space)
         self.obs_norm, self.ret_norm = obs_norm, ret_norm
-        self.rng = torch.Generator(device=device)
-        self.rng.manual_seed(seed)
+        self.rng = noise_generator(device, seed)
         self.stats = DeviceEpisodeStatistics(envs.num_envs, device)
         num_envs, size = envs.num_envs, self.layout.size
         self._raw = torch.zeros((num_envs, size), device=device)  # current, as the envs gave it

@@ -64,7 +64,7 @@ class RunningMeanStd:
     def as_array(self, values) -> Array:
         """``values`` as this object's float64 array (a copy)."""
         if self.device is None:
-            return np.array(values, np.float64)
+            return np.asarray(values, np.float64).copy()
         return torch.as_tensor(values, dtype=torch.float64).to(self.device, copy=True)
 
     def update(self, batch: Array) -> None:
@@ -79,7 +79,12 @@ class RunningMeanStd:
         """NumPy arrays whatever the device (the checkpoint format)."""
         if self.device is None:
             return {"mean": self.mean.copy(), "var": self.var.copy(), "count": float(self.count)}
-        return {"mean": self.mean.cpu().numpy(), "var": self.var.cpu().numpy(), "count": float(self.count)}
+
+        def host(tensor: torch.Tensor) -> np.ndarray | np.float64:
+            array = tensor.cpu().numpy()
+            return array[()] if array.ndim == 0 else array  # a scalar's statistics are NumPy scalars there
+
+        return {"mean": host(self.mean), "var": host(self.var), "count": float(self.count)}
 
     def load_state_dict(self, state: dict) -> None:
         """Takes NumPy arrays or tensors (a checkpoint loads them as tensors)."""
