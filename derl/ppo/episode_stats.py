@@ -49,15 +49,17 @@ def vector_step_values(infos: dict[str, Any], ended: Array) -> StepValues:
     tensors every mask is applied, without the NumPy shortcuts for a step where no env ended or
     every env reported (testing that would wait for the device).
     """
-    xp, on_host = array_api_compat.array_namespace(ended), isinstance(ended, np.ndarray)
+    on_host = isinstance(ended, np.ndarray)
+    xp = np if on_host else array_api_compat.array_namespace(ended)  # NumPy's own: called every step
+    device = array_api_compat.device(ended)
     any_ended = bool(ended.any()) if on_host else True
     final = infos.get("final_info", {}) if any_ended else {}
     values: StepValues = {}
     for key in (*infos, *final):
         if key in values or not _is_tracked(key):
             continue
-        value = xp.zeros(ended.shape, dtype=xp.float64, device=array_api_compat.device(ended))
-        reported = xp.zeros_like(ended)
+        value = xp.zeros(ended.shape, dtype=xp.float64, device=device)
+        reported = xp.zeros(ended.shape, dtype=xp.bool, device=device)
         if key in infos:
             reported = infos[f"_{key}"] & ~ended if any_ended else infos[f"_{key}"]
             value = infos[key] if on_host and reported.all() else xp.where(reported, infos[key], 0.0)
