@@ -11,6 +11,8 @@ Observations (a Box, or a Dict of Boxes) are flattened into ``[N, D]`` float32 r
 Buffers are preallocated NumPy arrays shaped ``[T, N, ...]`` (``T`` = ``PPO.TIMESTEPS``, ``N`` =
 ``PPO.NUM_ENVS``); for DERL's network the forward pass runs in NumPy on the CPU
 (``derl.ppo.acting``, chosen by ``derl.ppo.fastpath``), so collection creates no tensors at all.
+A device env, whose steps return torch tensors on a device, has its own collector
+(``derl.ppo.device_rollout``), which fills the same ``Rollout`` with tensors there.
 """
 
 from __future__ import annotations

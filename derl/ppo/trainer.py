@@ -279,7 +279,8 @@ def train(
         make_vec_env: ``make_vec_env(num_envs, first_index)`` builds a ``gymnasium.vector.VectorEnv``
             of ``PPO.NUM_ENVS`` envs in autoreset mode *same step* (``derl.ppo.rollout``); rank r
             gets ``first_index = r * NUM_ENVS``. Env ``i`` is seeded with ``seed + i`` at the first
-            reset (the vector env's ``reset(seed=seed + first_index)``).
+            reset (the vector env's ``reset(seed=seed + first_index)``). A device env (tensors on
+            ``metadata["torch_device"]``, ``derl.ppo.device_rollout``) must be on the learner's device.
         seed: seeds torch (weights init, shuffling), the envs and (``seed + rank``) the action noise.
         checkpoint_path: written atomically (by rank 0) every ``CHECKPOINT_PERIOD`` iterations and
             at the end.
