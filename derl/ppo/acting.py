@@ -33,6 +33,14 @@ from derl.ppo.networks import ActorCritic
 Layer = tuple[np.ndarray, np.ndarray]  # (weight transposed [in, out], C-contiguous; bias [out])
 
 
+@torch.no_grad()
+def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor,
+                    noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions ``mean + std * noise`` (standard-normal ``noise``) and their log-probabilities."""
+    actions = mean + log_std.exp() * noise
+    return actions, gaussian_log_prob(actions, mean, log_std)
+
+
 class TorchActor:
     """The collector's policy through the model itself (on its device, one batch per step)."""
 
@@ -54,10 +62,7 @@ class TorchActor:
         """Gaussian actions, their log-probabilities and the values: ``[n, A]``, ``[n]``, ``[n]``."""
         mean, value = self._forward(obs)
         noise = rng.standard_normal(tuple(mean.shape), dtype=np.float32)
-        with torch.no_grad():
-            log_std = self.model.log_std
-            actions = mean + log_std.exp() * torch.from_numpy(noise).to(self.device)
-            log_probs = gaussian_log_prob(actions, mean, log_std)
+        actions, log_probs = gaussian_sample(mean, self.model.log_std, torch.from_numpy(noise).to(self.device))
         return actions.cpu().numpy(), log_probs.cpu().numpy(), value.cpu().numpy()
 
 

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from derl.ppo.normalize import Moments, combine
+
 TIMEOUT = datetime.timedelta(minutes=30)
 
 
@@ -90,11 +92,16 @@ class Comm:
     def is_main(self) -> bool:
         return self.info.is_main
 
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sums ``tensor`` over the ranks, in place (it must live on ``self.device``)."""
+        if self.world_size > 1:
+            dist.all_reduce(tensor)
+        return tensor
+
     def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Averages ``tensor`` over the ranks, in place (it must live on ``self.device``)."""
         if self.world_size > 1:
-            dist.all_reduce(tensor)
-            tensor.div_(self.world_size)
+            self.sum_(tensor).div_(self.world_size)
         return tensor
 
     def sum(self, values: np.ndarray) -> np.ndarray:
@@ -176,23 +183,10 @@ class ProcessGroup:
 
 
 # ----------------------------------------------------------------------------- normaliser merge
-Moments = tuple[float, np.ndarray, np.ndarray]  # (count, mean, M2 = var * count)
-
-
 def _moments(rms_state: Mapping[str, Any]) -> Moments:
     count = float(rms_state["count"])
     mean = np.asarray(rms_state["mean"], np.float64)
     return count, mean, np.asarray(rms_state["var"], np.float64) * count
-
-
-def combine(a: Moments, b: Moments) -> Moments:
-    """Chan et al.'s merge of two sets of statistics (what ``RunningMeanStd.update`` does)."""
-    count_a, mean_a, m2_a = a
-    count_b, mean_b, m2_b = b
-    total = count_a + count_b
-    delta = mean_b - mean_a
-    mean = mean_a + delta * (count_b / total)
-    return total, mean, m2_a + m2_b + delta**2 * (count_a * count_b / total)
 
 
 def subtract(total: Moments, base: Moments) -> Moments:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import array_api_compat
 import gymnasium as gym
 import numpy as np
+import torch
 
 from derl.metrics import FINAL_KEYS, SUM_KEYS, is_reward_term
 
+Array = np.ndarray | torch.Tensor
 # One step's tracked info values: key -> (value [N] float64, reported [N] bool).
-StepValues = dict[str, tuple[np.ndarray, np.ndarray]]
+StepValues = dict[str, tuple[Array, Array]]
 
 
 def _is_summed(key: str) -> bool:
@@ -34,29 +37,37 @@ def _is_tracked(key: str) -> bool:
     return _is_summed(key) or key in FINAL_KEYS
 
 
-def vector_step_values(infos: dict[str, Any], ended: np.ndarray) -> StepValues:
+def vector_step_values(infos: dict[str, Any], ended: Array) -> StepValues:
     """The tracked values of one step of a vector env in autoreset mode *same step*.
 
     Gymnasium's convention (``VectorEnv._add_info``): each key holds an ``[N]`` array and ``_key``
     the mask of the envs that reported it. An env that ended at this step reports its step's info
     in ``infos["final_info"]`` (same form) and the top-level keys hold its reset's info, which is
     not a step's and is ignored.
+
+    NumPy arrays, or the tensors of a device env (``derl.ppo.device_rollout``), one code: for
+    tensors every mask is applied, without the NumPy shortcuts for a step where no env ended or
+    every env reported (testing that would wait for the device).
     """
-    any_ended = bool(ended.any())
+    on_host = isinstance(ended, np.ndarray)
+    xp = np if on_host else array_api_compat.array_namespace(ended)  # NumPy's own: called every step
+    device = array_api_compat.device(ended)
+    any_ended = bool(ended.any()) if on_host else True
     final = infos.get("final_info", {}) if any_ended else {}
     values: StepValues = {}
     for key in (*infos, *final):
         if key in values or not _is_tracked(key):
             continue
-        value, reported = np.zeros(ended.shape), np.zeros(ended.shape, bool)
+        value = xp.zeros(ended.shape, dtype=xp.float64, device=device)
+        reported = xp.zeros(ended.shape, dtype=xp.bool, device=device)
         if key in infos:
             reported = infos[f"_{key}"] & ~ended if any_ended else infos[f"_{key}"]
-            value = infos[key] if reported.all() else np.where(reported, infos[key], 0.0)
+            value = infos[key] if on_host and reported.all() else xp.where(reported, infos[key], 0.0)
         if key in final:
             from_final = final[f"_{key}"] & ended
-            value = np.where(from_final, final[key], value)
+            value = xp.where(from_final, final[key], value)
             reported = reported | from_final
-        values[key] = (np.asarray(value, np.float64), reported)
+        values[key] = (xp.asarray(value, dtype=xp.float64), reported)
     return values
 
 
@@ -125,6 +136,111 @@ class EpisodeStatistics:
     def so_far(self) -> list[dict[str, float]]:
         """Every env's current episode up to its last step (an episode's dict, as if it ended)."""
         return [self._episode(row) for row in range(len(self.returns))]
+
+
+def _records(returns: np.ndarray, lengths: np.ndarray, keys: dict[str, tuple[np.ndarray, np.ndarray]]
+             ) -> list[dict[str, float]]:
+    """Episode dicts (the order of ``EpisodeStatistics._episode``) from host columns ``[M]``."""
+    sums = [(key, value, seen) for key, (value, seen) in keys.items() if _is_summed(key)]
+    finals = [(key, value, seen) for key, (value, seen) in keys.items() if not _is_summed(key)]
+    return [{"return": float(returns[m]), **{key: float(value[m]) for key, value, seen in sums if seen[m]},
+             "length": int(lengths[m]), **{key: float(value[m]) for key, value, seen in finals if seen[m]}}
+            for m in range(len(returns))]
+
+
+class DeviceEpisodeStatistics:
+    """``EpisodeStatistics`` for a device env's tensors, kept where they lie (``derl.ppo.device_rollout``).
+
+    Each step updates every env's running sums in place and writes them, as they stand after the
+    step, into one row of ``[steps, N]`` logs; ``finished`` reads the rows of the episodes that
+    ended out of those logs in one copy to the host, once per rollout. So no step waits for the
+    device; the episode dicts are ``EpisodeStatistics``'s, in its order (by step, then env).
+    """
+
+    def __init__(self, num_envs: int, device: torch.device):
+        self.device = device
+        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
+        self.lengths = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self._keys: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # key -> (sum or last value, reported)
+        self._allocate_log(0)
+
+    def _zeros(self, like: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return torch.zeros(like.shape, dtype=dtype, device=self.device)
+
+    def _allocate_log(self, steps: int) -> None:
+        self._ended = torch.zeros((steps, len(self.returns)), dtype=torch.bool, device=self.device)
+        self._log_returns = self._zeros(self._ended)
+        self._log_lengths = self._zeros(self._ended, torch.int64)
+        self._log_keys: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # key -> [steps, N] logs of _keys
+        self._step = 0
+
+    def begin(self, steps: int) -> None:
+        """Starts the log of a rollout of ``steps`` steps (``finished`` then reads it)."""
+        if self._ended.shape[0] != steps:
+            self._allocate_log(steps)
+        self._step = 0
+
+    def restart(self) -> None:
+        """Every env starts a new episode (after the vector env's ``reset``)."""
+        self._clear(torch.ones_like(self.returns, dtype=torch.bool))
+
+    def _clear(self, rows: torch.Tensor) -> None:
+        self.returns.masked_fill_(rows, 0.0)
+        self.lengths.masked_fill_(rows, 0)
+        for key, (value, reported) in self._keys.items():
+            reported.masked_fill_(rows, False)
+            if _is_summed(key):
+                value.masked_fill_(rows, 0.0)
+
+    def add(self, rewards: torch.Tensor, ended: torch.Tensor, values: StepValues) -> None:
+        """Adds one step of every env (as ``EpisodeStatistics.add``); ``finished`` returns the episodes."""
+        self.returns += rewards
+        self.lengths += 1
+        for key, (value, reported) in values.items():
+            if key not in self._keys:
+                self._keys[key] = (self._zeros(self.returns), self._zeros(self.returns, torch.bool))
+            current, seen = self._keys[key]
+            if _is_summed(key):
+                current += value  # zero where not reported
+                seen |= reported
+            else:
+                current.copy_(value)
+                seen.copy_(reported)
+        for key, (_, seen) in self._keys.items():
+            if key not in values and not _is_summed(key):
+                seen.fill_(False)
+        step = self._step
+        self._ended[step] = ended
+        self._log_returns[step] = self.returns
+        self._log_lengths[step] = self.lengths
+        for key, (current, seen) in self._keys.items():
+            if key not in self._log_keys:
+                self._log_keys[key] = (self._zeros(self._ended), self._zeros(self._ended, torch.bool))
+            log_value, log_seen = self._log_keys[key]
+            log_value[step] = current
+            log_seen[step] = seen
+        self._step += 1
+        self._clear(ended)
+
+    def finished(self) -> list[dict[str, float]]:
+        """The episodes that ended in the rollout ``begin`` started, by step then env."""
+        steps = self._step
+        where = self._ended[:steps].nonzero(as_tuple=True)  # waits for the device: once per rollout
+        if where[0].numel() == 0:
+            return []
+        keys = list(self._log_keys)
+        columns = [self._log_returns[where], self._log_lengths[where].double()]
+        for key in keys:
+            log_value, log_seen = self._log_keys[key]
+            columns += [log_value[where], log_seen[where].double()]
+        host = torch.stack(columns).cpu().numpy()
+        parts = {key: (host[2 + 2 * i], host[3 + 2 * i] > 0) for i, key in enumerate(keys)}
+        return _records(host[0], host[1].astype(np.int64), parts)
+
+    def so_far(self) -> list[dict[str, float]]:
+        """Every env's current episode up to its last step (``EpisodeStatistics.so_far``)."""
+        keys = {key: (value.cpu().numpy(), seen.cpu().numpy()) for key, (value, seen) in self._keys.items()}
+        return _records(self.returns.cpu().numpy(), self.lengths.cpu().numpy(), keys)
 
 
 class EpisodeStats(gym.Wrapper):

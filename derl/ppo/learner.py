@@ -11,30 +11,45 @@ on the KL of that union.
 
 from __future__ import annotations
 
+import math
+
+import array_api_compat
 import numpy as np
 import torch
 from torch import nn
 
 from derl.ppo.distributed import Comm
 from derl.ppo.fastpath import loss_and_gradient
-from derl.ppo.losses import LossCoefs, LossTerms, Minibatch, compute_gae, minibatch_loss
+from derl.ppo.losses import Array, LossCoefs, LossTerms, Minibatch, compute_gae, minibatch_loss
 from derl.ppo.optim import FlatAdam
 from derl.ppo.rollout import Rollout
 
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
-def normalize_advantages(advantages: np.ndarray, comm: Comm) -> np.ndarray:
+def _sum_over_ranks(values: Array, comm: Comm) -> Array:
+    """A small float64 vector summed over the ranks: NumPy through ``Comm.sum``, a tensor through
+    an all-reduce where the tensor lies (no copy to the host)."""
+    if isinstance(values, np.ndarray):
+        return comm.sum(values)
+    return comm.sum_(values.to(comm.device)).to(values.device)
+
+
+def normalize_advantages(advantages: Array, comm: Comm) -> Array:
     """``(A - mean) / (std + 1e-5)`` with the mean and (population) std over all ranks' advantages.
 
     Two passes in float64 (sum, then squared deviations), so N ranks give what one process
-    computes on the concatenated advantages, to float32 rounding.
+    computes on the concatenated advantages, to float32 rounding. NumPy arrays or torch tensors
+    (``array_api_compat``), one code.
     """
-    count, total = comm.sum(np.array([advantages.size, advantages.sum(dtype=np.float64)]))
+    xp = array_api_compat.array_namespace(advantages)
+    device = array_api_compat.device(advantages)
+    size = xp.asarray(float(math.prod(advantages.shape)), dtype=xp.float64, device=device)
+    count, total = _sum_over_ranks(xp.stack([size, xp.sum(advantages, dtype=xp.float64)]), comm)
     mean = total / count
-    centred = advantages.astype(np.float64) - mean
-    (squares,) = comm.sum(np.array([np.square(centred).sum()]))
-    return (centred / (np.sqrt(squares / count) + 1e-5)).astype(np.float32)
+    centred = xp.astype(advantages, xp.float64) - mean
+    (squares,) = _sum_over_ranks(xp.reshape(xp.sum(xp.square(centred)), (1,)), comm)
+    return xp.astype(centred / (xp.sqrt(squares / count) + 1e-5), xp.float32)
 
 
 class Learner:
@@ -54,7 +69,11 @@ class Learner:
         self._fast_gradient = loss_and_gradient(model, self.coefs, amp)
 
     def batch(self, rollout: Rollout) -> Minibatch:
-        """GAE over this rank's rollout, advantages normalised over all ranks, rows on the device."""
+        """GAE over this rank's rollout, advantages normalised over all ranks, rows on the device.
+
+        A rollout of NumPy arrays (``rollout.Rollout``) is copied to the device here; one of
+        tensors already there (``device_rollout``) is read in place.
+        """
         cfg = self.cfg
         advantages, returns = compute_gae(
             rollout.rewards, rollout.values, rollout.bootstrap_value, rollout.terminated, rollout.truncated,
@@ -62,8 +81,8 @@ class Learner:
         )
         advantages = normalize_advantages(advantages, self.comm)
 
-        def rows(array: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(array.reshape(-1, *array.shape[2:])).to(self.device)
+        def rows(array: Array) -> torch.Tensor:
+            return torch.as_tensor(array).reshape(-1, *array.shape[2:]).to(self.device)
 
         columns = (rollout.obs, rollout.actions, rollout.log_probs, rollout.values, returns, advantages)
         return Minibatch(*(rows(column) for column in columns))

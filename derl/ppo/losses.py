@@ -10,23 +10,28 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import array_api_compat
 import numpy as np
 import torch
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+Array = np.ndarray | torch.Tensor
 
 
 def compute_gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    bootstrap_value: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    final_values: np.ndarray,
+    rewards: Array,
+    values: Array,
+    bootstrap_value: Array,
+    terminated: Array,
+    truncated: Array,
+    final_values: Array,
     gamma: float,
     lam: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Generalised advantage estimation over a rollout.
+) -> tuple[Array, Array]:
+    """Generalised advantage estimation over a rollout, of NumPy arrays or of torch tensors.
+
+    One code for both (``array_api_compat``'s namespace of the arrays): a device rollout
+    (``derl.ppo.device_rollout``) is computed where it lies, without a copy to the host.
 
     Args:
         rewards, values: ``[T, B]``; ``values[t]`` is V of the observation acted on at step t.
@@ -40,19 +45,21 @@ def compute_gae(
     Returns:
         ``(advantages, returns)``, both ``[T, B]`` float32, ``returns = advantages + values``.
     """
+    xp = array_api_compat.array_namespace(rewards)
+    device = array_api_compat.device(rewards)
     horizon = rewards.shape[0]
     done = terminated | truncated
-    advantages = np.zeros(rewards.shape, np.float32)
-    gae = np.zeros(rewards.shape[1], np.float32)
+    advantages = xp.zeros(rewards.shape, dtype=xp.float32, device=device)
+    gae = xp.zeros(rewards.shape[1:], dtype=xp.float32, device=device)
     next_value = bootstrap_value
     for t in reversed(range(horizon)):
-        ended_value = np.where(terminated[t], 0.0, final_values[t])
-        next_value = np.where(done[t], ended_value, next_value)
+        ended_value = xp.where(terminated[t], 0.0, final_values[t])
+        next_value = xp.where(done[t], ended_value, next_value)
         delta = rewards[t] + gamma * next_value - values[t]
-        gae = delta + gamma * lam * np.where(done[t], 0.0, gae)
+        gae = delta + gamma * lam * xp.where(done[t], 0.0, gae)
         advantages[t] = gae
         next_value = values[t]
-    return advantages, (advantages + values).astype(np.float32)
+    return advantages, xp.astype(advantages + values, xp.float32)
 
 
 def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:

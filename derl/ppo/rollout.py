@@ -11,10 +11,14 @@ Observations (a Box, or a Dict of Boxes) are flattened into ``[N, D]`` float32 r
 Buffers are preallocated NumPy arrays shaped ``[T, N, ...]`` (``T`` = ``PPO.TIMESTEPS``, ``N`` =
 ``PPO.NUM_ENVS``); for DERL's network the forward pass runs in NumPy on the CPU
 (``derl.ppo.acting``, chosen by ``derl.ppo.fastpath``), so collection creates no tensors at all.
+A device env, whose steps return torch tensors on a device, has its own collector
+(``derl.ppo.device_rollout``), which fills the same ``Rollout`` with tensors there.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,16 +26,18 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from torch import nn
 
-from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
+from derl.ppo.episode_stats import Array, EpisodeStatistics, vector_step_values
 from derl.ppo.fastpath import actor
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
 from derl.ppo.obs_layout import ObsLayout
 
 # make_vec_env(num_envs, first_index): envs first_index .. first_index + num_envs - 1 of a run.
 MakeVecEnv = Callable[[int, int], VectorEnv]
+log = logging.getLogger(__name__)
 
 
 def sync_vector_env(make_env: Callable[[int], gym.Env], num_envs: int, first_index: int = 0) -> VectorEnv:
@@ -59,20 +65,27 @@ def check_vector_env(env: VectorEnv) -> None:
 
 @dataclass
 class Rollout:
-    obs: np.ndarray  # float32 [T, N, D], normalised
-    actions: np.ndarray  # float32 [T, N, A], as sampled (the envs receive them clipped)
-    log_probs: np.ndarray  # float32 [T, N]
-    values: np.ndarray  # float32 [T, N]
-    rewards: np.ndarray  # float32 [T, N], normalised
-    terminated: np.ndarray  # bool [T, N]
-    truncated: np.ndarray  # bool [T, N]
-    final_values: np.ndarray  # float32 [T, N], V(true final obs) where truncated
-    bootstrap_value: np.ndarray  # float32 [N], V(obs after the last step)
+    """NumPy arrays, or torch tensors on a device env's device (``derl.ppo.device_rollout``)."""
+
+    obs: Array  # float32 [T, N, D], normalised
+    actions: Array  # float32 [T, N, A], as sampled (the envs receive them clipped)
+    log_probs: Array  # float32 [T, N]
+    values: Array  # float32 [T, N]
+    rewards: Array  # float32 [T, N], normalised
+    terminated: Array  # bool [T, N]
+    truncated: Array  # bool [T, N]
+    final_values: Array  # float32 [T, N], V(true final obs) where truncated
+    bootstrap_value: Array  # float32 [N], V(obs after the last step)
 
     @classmethod
-    def allocate(cls, steps: int, num_envs: int, obs_size: int, action_dim: int) -> Rollout:
-        def zeros(*shape: int, dtype=np.float32) -> np.ndarray:
-            return np.zeros(shape, dtype)
+    def allocate(cls, steps: int, num_envs: int, obs_size: int, action_dim: int,
+                 device: torch.device | None = None) -> Rollout:
+        """NumPy arrays (``device`` None), else tensors on ``device``."""
+
+        def zeros(*shape: int, dtype=np.float32) -> Array:
+            if device is None:
+                return np.zeros(shape, dtype)
+            return torch.zeros(shape, dtype=torch.bool if dtype is bool else torch.float32, device=device)
 
         return cls(
             obs=zeros(steps, num_envs, obs_size),
@@ -134,6 +147,19 @@ class Collector:
     def renormalize(self) -> None:
         """Normalises the current observations again, after the statistics changed (a merge)."""
         self.obs_norm.normalize(self._raw, out=self._obs)
+
+    def rng_state(self) -> str:
+        """The action noise's generator state, as JSON (what a checkpoint keeps per rank)."""
+        return json.dumps(self.rng.bit_generator.state)
+
+    def load_rng_state(self, text: str) -> None:
+        """Restores ``rng_state``'s JSON; a device collector's state (``derl.ppo.device_rollout``) is
+        another generator's, and the noise stays fresh."""
+        state = json.loads(text)
+        if "bit_generator" not in state:
+            log.info("the checkpoint's action noise came from a device env's generator; drawing fresh noise")
+            return
+        self.rng.bit_generator.state = state
 
     def _final_obs(self, infos: dict[str, Any], rows: np.ndarray) -> np.ndarray:
         """The true last observations of the envs ``rows`` (flat, raw).

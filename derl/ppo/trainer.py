@@ -1,6 +1,7 @@
 """DERL's PPO trainer (README: "Training one morphology"): one morphology, ``PPO.NUM_ENVS`` envs per rank.
 
-The pieces: ``Collector`` (``derl.ppo.rollout``) steps the envs and fills a rollout, ``Learner``
+The pieces: ``Collector`` (``derl.ppo.rollout``; ``DeviceCollector``, ``derl.ppo.device_rollout``, for
+a device env, whose tensors then stay on the learner's device) steps the envs and fills a rollout, ``Learner``
 (``derl.ppo.learner``) turns it into PPO epochs, ``PPO`` holds the state of a run and ``train``
 is the loop, with ``derl.ppo.callbacks`` for progress, checkpoints and stop requests.
 
@@ -36,6 +37,7 @@ from derl.fileio import JsonFileError, atomic_write_text
 from derl.ppo.callbacks import Callback
 from derl.ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from derl.ppo.device import learner_device
+from derl.ppo.device_rollout import DeviceCollector, env_device
 from derl.ppo.distributed import Comm, merge_statistics
 from derl.ppo.episodes import EpisodeLog
 from derl.ppo.learner import Learner
@@ -125,11 +127,17 @@ class PPO:
             layout, action_dim, cfg.MODEL.PRO_HIDDEN_DIMS, cfg.MODEL.OBS_FEAT_HIDDEN_DIMS
         ).to(self.device)
         self.learner = Learner(self.model, cfg.PPO, comm, amp)
-        self.obs_norm = ObsNormalizer(*layout.normalized_columns())
-        self.ret_norm = ReturnNormalizer(num_envs, cfg.PPO.GAMMA)
+        # A device env's tensors stay on its device, which must be the learner's (derl.ppo.device_rollout).
+        env_on = env_device(self.pool)
+        if env_on is not None and env_on != self.device:
+            raise ValueError(f"the vector env's tensors are on {env_on} but the learner is on {self.device} "
+                             f"(DEVICE {cfg.DEVICE}): they must be the same device")
+        self.obs_norm = ObsNormalizer(*layout.normalized_columns(), device=env_on)
+        self.ret_norm = ReturnNormalizer(num_envs, cfg.PPO.GAMMA, device=env_on)
         self.episode_log = EpisodeLog()
-        self.collector = Collector(self.pool, rank * num_envs, self.model, self.obs_norm, self.ret_norm, seed + rank)
-        self.rollout = Rollout.allocate(cfg.PPO.TIMESTEPS, num_envs, layout.size, action_dim)
+        collector = Collector if env_on is None else DeviceCollector
+        self.collector = collector(self.pool, rank * num_envs, self.model, self.obs_norm, self.ret_norm, seed + rank)
+        self.rollout = Rollout.allocate(cfg.PPO.TIMESTEPS, num_envs, layout.size, action_dim, device=env_on)
         self.steps_per_iteration = cfg.PPO.TIMESTEPS * num_envs * world
         self.max_iters = max_iterations(cfg, world)
         self.iteration = 0
@@ -195,7 +203,7 @@ class PPO:
             "env_steps": self.env_steps,
             "world_size": self.comm.world_size,
             "torch_rng": torch.get_rng_state(),
-            "action_rngs": self.comm.gather_objects(json.dumps(self.collector.rng.bit_generator.state)),
+            "action_rngs": self.comm.gather_objects(self.collector.rng_state()),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -215,7 +223,7 @@ class PPO:
         torch.set_rng_state(state["torch_rng"].cpu())
         rngs = state.get("action_rngs") or [state["action_rng"]]
         if self.comm.rank < len(rngs):
-            self.collector.rng.bit_generator.state = json.loads(rngs[self.comm.rank])
+            self.collector.load_rng_state(rngs[self.comm.rank])
         self._mark_shared_statistics()
 
     def save(self, checkpoint_path: Path | None, metrics_path: Path | None) -> None:
@@ -271,7 +279,8 @@ def train(
         make_vec_env: ``make_vec_env(num_envs, first_index)`` builds a ``gymnasium.vector.VectorEnv``
             of ``PPO.NUM_ENVS`` envs in autoreset mode *same step* (``derl.ppo.rollout``); rank r
             gets ``first_index = r * NUM_ENVS``. Env ``i`` is seeded with ``seed + i`` at the first
-            reset (the vector env's ``reset(seed=seed + first_index)``).
+            reset (the vector env's ``reset(seed=seed + first_index)``). A device env (tensors on
+            ``metadata["torch_device"]``, ``derl.ppo.device_rollout``) must be on the learner's device.
         seed: seeds torch (weights init, shuffling), the envs and (``seed + rank``) the action noise.
         checkpoint_path: written atomically (by rank 0) every ``CHECKPOINT_PERIOD`` iterations and
             at the end.
