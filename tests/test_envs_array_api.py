@@ -7,7 +7,8 @@ with the batch task's per-env state copied in, and runs one step's hooks as ``Un
 orders them, on the batch's states before and after its next step. The NumPy twin reproduces the
 batch's own step exactly (so the twin holds everything the hooks read); the torch twins must match
 it, bit for bit up to float64 rounding, and to float32 tolerance, with tensors of their own dtype
-as results (a stray NumPy call on a tensor would hand back an ndarray).
+as results. Then each twin draws env 1's next episode (host NumPy, the same seed) into its arrays
+and reads its start: the twins' states must agree again.
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ def run_batch(name: str) -> tuple[UnimalBatch, np.random.Generator]:
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_task_hooks_on_tensors_equal_those_on_numpy(name):
+    """Step hooks on two steps, then an episode's draw and start, on NumPy, torch float64 and float32."""
     sim, rng = run_batch(name)
     reference, *twins = (Twin(sim, xnp, np.float64), Twin(sim, xtorch, torch.float64),
                          Twin(sim, xtorch, torch.float32))
@@ -217,11 +219,14 @@ def test_task_hooks_on_tensors_equal_those_on_numpy(name):
             assert_results_match(expected, twin, twin.step(sim.scene))
     for twin in twins:
         assert_states_match(reference, twin)
-    # start: envs 0 and 2 read their start state (here, the current one).
+    # Env 1's next episode, drawn on the host from one seed, written into each twin's arrays.
     for twin in (reference, *twins):
-        twin.task.start(twin.scene, np.array([0, 2]))
+        twin.task.initialize_episode(twin.scene, 1, np.random.default_rng(7))
+        twin.task.start(twin.scene, np.array([1]))
     for twin in twins:
         assert_states_match(reference, twin)
+        for array in ("qpos", "qvel"):  # props placed
+            assert_close(getattr(twin.scene, array), getattr(reference.scene, array), TOLERANCE[twin.dtype], array)
 
 
 def test_a_numpy_call_in_a_step_hook_fails_on_tensors():

@@ -172,7 +172,8 @@ class CorridorArena(Arena):
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if not self._hfields:
             return
-        interior = draw_heights(self._cfg, self.extent, rng, out=self.heights.interior[env])
+        with self.heights.editing(env) as interior:
+            draw_heights(self._cfg, self.extent, rng, out=interior)
         # Flat vertices stay sunk below the floor box; obstacle vertices are raised to their height.
         # Heights stay within [0, max_height] by construction, so the data stays in [0, 1].
         elevation = self._hfields[env]
@@ -244,5 +245,6 @@ class BowlArena(Arena):
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         heights = self._shape.draw(rng)
-        self.heights.interior[env] = heights
+        with self.heights.editing(env) as interior:
+            interior[:] = heights
         self._hfields[env][:] = heights / self._max_z

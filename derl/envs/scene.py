@@ -11,6 +11,8 @@ the grid stays inside the array.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -61,6 +63,18 @@ class HeightMap:
         """Moves the maps into the scene's namespace and device (once: NumPy stays the same array)."""
         self.padded = scene.asarray(self.padded, dtype=scene.xp.float32)
         self._set_views(scene.asarray(np.arange(len(self.padded)), dtype=scene.xp.int64))
+
+    @contextmanager
+    def editing(self, env: int) -> Iterator[np.ndarray]:
+        """Env ``env``'s grid as a NumPy array that an episode's draw edits in place: the map itself
+        on NumPy; on another namespace, a host copy written back to the map after the block."""
+        if isinstance(self.interior, np.ndarray):
+            yield self.interior[env]
+            return
+        xp, device = array_api_compat.array_namespace(self.padded), array_api_compat.device(self.padded)
+        grid = np.from_dlpack(array_api_compat.to_device(xp.asarray(self.interior[env], copy=True), "cpu"))
+        yield grid
+        self.interior[env] = xp.asarray(grid, device=device)
 
     def cell(self, x: float, y: float) -> tuple[int, int]:
         """The nearest vertex (row, col) of the grid; may lie outside it."""

@@ -100,23 +100,23 @@ class Obstacle(Locomotion):
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
         heights = self.arena.heights
-        interior = heights.interior[env]
-        interior[:] = 0.0
         grid = PlacementGrid(self.arena.extent, self.cfg)
         ground = self.arena.extent.ground_z
         placed = self.placed[env] = []
-        for k in range(self._boxes.count):
-            half = (float(rng.choice(self._lengths)), float(rng.choice(self._widths)))
-            spot = grid.place_uniform(half, rng)
-            if spot is None:
-                self._boxes.hide(env, k)
-                continue
-            x, y = spot
-            self._boxes.set(env, k, (x, y, ground), (*half, OBSTACLE_HALF_HEIGHT))
-            r0, c0 = heights.cell(x - half[0], y - half[1])
-            r1, c1 = heights.cell(x + half[0], y + half[1])
-            interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
-            placed.append((x, y, *half))
+        with heights.editing(env) as interior:
+            interior[:] = 0.0
+            for k in range(self._boxes.count):
+                half = (float(rng.choice(self._lengths)), float(rng.choice(self._widths)))
+                spot = grid.place_uniform(half, rng)
+                if spot is None:
+                    self._boxes.hide(env, k)
+                    continue
+                x, y = spot
+                self._boxes.set(env, k, (x, y, ground), (*half, OBSTACLE_HALF_HEIGHT))
+                r0, c0 = heights.cell(x - half[0], y - half[1])
+                r1, c1 = heights.cell(x + half[0], y + half[1])
+                interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
+                placed.append((x, y, *half))
 
 
 @register("incline")
