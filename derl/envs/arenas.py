@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 
+import array_api_compat
 import mujoco
 import numpy as np
 from lxml import etree
 
 from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
 from derl.envs.observations import HeightPatch
-from derl.envs.scene import HeightMap
+from derl.envs.scene import Array, HeightMap
 from derl.envs.terrain import WALL_HALF_THICKNESS, WALL_HEIGHT, Corridor, draw_heights, max_height, obstacles_fit
 
 HFIELD_BASE_THICKNESS = 0.1
@@ -72,15 +73,16 @@ class Arena:
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         """Draws env ``env``'s terrain in place (height map and height-field data)."""
 
-    def clearance(self, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(height of z above the ground under (x, y), whether (x, y) is off the map), ``[N]`` each."""
+    def clearance(self, x: Array, y: Array, z: Array) -> tuple[Array, Array]:
+        """(height of z above the ground under (x, y), whether (x, y) is off the map), ``[N]`` each, in
+        the namespace of the coordinates (NumPy or torch: ``derl.envs.scene.Scene.xp``)."""
         extent = self.extent
         height = z - extent.ground_z
         off = ~((extent.x_min <= x) & (x <= extent.x_max) & (-extent.half_width <= y) & (y <= extent.half_width))
         if self.heights is None:
             return height, off
         under = self.heights.under(*self.heights.grid_cells(x, y))
-        return np.where(off, height, height - under), off
+        return array_api_compat.array_namespace(x, y, z).where(off, height, height - under), off
 
 
 class FloorArena(Arena):
@@ -170,7 +172,8 @@ class CorridorArena(Arena):
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if not self._hfields:
             return
-        interior = draw_heights(self._cfg, self.extent, rng, out=self.heights.interior[env])
+        with self.heights.editing(env) as interior:
+            draw_heights(self._cfg, self.extent, rng, out=interior)
         # Flat vertices stay sunk below the floor box; obstacle vertices are raised to their height.
         # Heights stay within [0, max_height] by construction, so the data stays in [0, 1].
         elevation = self._hfields[env]
@@ -242,5 +245,6 @@ class BowlArena(Arena):
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         heights = self._shape.draw(rng)
-        self.heights.interior[env] = heights
+        with self.heights.editing(env) as interior:
+            interior[:] = heights
         self._hfields[env][:] = heights / self._max_z

@@ -29,8 +29,11 @@ from __future__ import annotations
 
 import math
 
+import array_api_compat
 import mujoco
 import numpy as np
+
+from derl.envs.scene import Array, Scene
 
 OBS_TYPES = ("position", "velocity", "imu_vel", "touch", "extremities")
 IMU_SENSORS = (mujoco.mjtSensor.mjSENS_ACCELEROMETER, mujoco.mjtSensor.mjSENS_GYRO,
@@ -42,9 +45,9 @@ def names_with_prefix(model: mujoco.MjModel, obj: mujoco.mjtObj, count: int, pre
     return [i for i in range(count) if (mujoco.mj_id2name(model, obj, i) or "").startswith(prefix)]
 
 
-def head_frame(vectors: np.ndarray, xmat: np.ndarray) -> np.ndarray:
+def head_frame(vectors: Array, xmat: Array) -> Array:
     """Each env's world vectors ``[N, k, 3]`` in the frame of its flat rotation matrix ``xmat`` ``[N, 9]``."""
-    return vectors @ xmat.reshape(-1, 3, 3)
+    return vectors @ array_api_compat.array_namespace(vectors, xmat).reshape(xmat, (-1, 3, 3))
 
 
 def _sensor_indices(model: mujoco.MjModel, sensors: list[int], components: int) -> np.ndarray:
@@ -59,10 +62,11 @@ class Proprioception:
     (``qpos``, ``qvel``, ``sensordata``, bound ``[N, ...]`` arrays) for each run of consecutive types
     that read the same one."""
 
-    def __init__(self, model: mujoco.MjModel, sources: dict[str, np.ndarray], obs_types,
+    def __init__(self, model: mujoco.MjModel, sources: dict[str, Array], obs_types,
                  hinge_qpos: np.ndarray, agent_dofs: np.ndarray):
-        """``sources``: the bound ``qpos``, ``qvel`` and ``sensordata``; ``hinge_qpos``: the qpos
-        addresses of the agent's hinges; ``agent_dofs``: its dofs, the head's free joint first."""
+        """``sources``: the bound ``qpos``, ``qvel`` and ``sensordata`` (NumPy arrays or tensors of one
+        namespace: ``derl.envs.scene.Scene.xp``); ``hinge_qpos``: the qpos addresses of the agent's
+        hinges; ``agent_dofs``: its dofs, the head's free joint first."""
         unknown = sorted(set(obs_types) - set(OBS_TYPES))
         if unknown:
             raise ValueError(f"unknown ENV.OBS_TYPES {unknown}; known: {list(OBS_TYPES)}")
@@ -77,16 +81,21 @@ class Proprioception:
             "touch": (sensordata, _sensor_indices(model, touch, 1)),
             "extremities": (sensordata, _sensor_indices(model, tips, 2)),
         }
-        self._takes: list[tuple[np.ndarray, np.ndarray]] = []
+        takes: list[tuple[Array, np.ndarray]] = []
         for kind in obs_types:
             source, index = parts[kind]
-            if self._takes and self._takes[-1][0] is source:  # extend the previous take
-                index = np.concatenate([self._takes.pop()[1], index])
-            self._takes.append((source, index.astype(np.intp)))
-        self.size = sum(len(index) for _, index in self._takes)
+            if takes and takes[-1][0] is source:  # extend the previous take
+                index = np.concatenate([takes.pop()[1], index])
+            takes.append((source, index))
+        self.size = sum(len(index) for _, index in takes)
+        self._xp = array_api_compat.array_namespace(qpos)
+        device = array_api_compat.device(qpos)
+        self._takes = [(source, self._xp.asarray(index, dtype=self._xp.int64, device=device))
+                       for source, index in takes]
 
-    def __call__(self) -> np.ndarray:
-        return np.concatenate([source.take(index, axis=1) for source, index in self._takes], axis=1)
+    def __call__(self) -> Array:
+        xp = self._xp
+        return xp.concat([xp.take(source, index, axis=1) for source, index in self._takes], axis=1)
 
 
 def _log_offsets(extent: int) -> np.ndarray:
@@ -111,8 +120,9 @@ class HeightPatch:
     ``HFIELD.OBS_SIZE`` = [behind, ahead, right, left] in metres, ``NUM_DIVS`` cells per
     metre; DERL's [1, 4, 4, 4] at 10 cells/m gives 47 rows x 30 columns = 1410 values. The
     grid is turned by the heading rounded to ``YAW_BINS`` steps (at most 0.25 cell of
-    displacement at the grid's far corner) and rounded to cells; the flat map offsets of each
-    heading bin are computed once, on first use, so a step costs one gather.
+    displacement at the grid's far corner) and rounded to cells; the flat map offsets of every
+    heading bin are computed once (20 ms), so a step costs one gather, with no look-up on the host
+    (``bind`` moves the table to the scene's device).
     """
 
     YAW_BINS = 720
@@ -125,8 +135,12 @@ class HeightPatch:
         self.size = grid_x.size
         self.reach = self.reach_for(obs_size, divs)
         self._width = map_width
-        self._offsets = np.zeros((self.YAW_BINS, self.size), np.intp)
-        self._known = np.zeros(self.YAW_BINS, bool)
+        yaws = [2 * math.pi * yaw_bin / self.YAW_BINS for yaw_bin in range(self.YAW_BINS)]
+        c = np.array([math.cos(yaw) for yaw in yaws])[:, None]
+        s = np.array([math.sin(yaw) for yaw in yaws])[:, None]
+        cols = np.rint(c * self._x - s * self._y).astype(np.intp)
+        rows = np.rint(s * self._x + c * self._y).astype(np.intp)
+        self._offsets = rows * self._width + cols  # [YAW_BINS, size]
 
     @staticmethod
     def reach_for(obs_size, divs: int) -> int:
@@ -134,29 +148,26 @@ class HeightPatch:
         grid_x, grid_y = _grid(obs_size, divs)
         return int(math.ceil(np.hypot(grid_x, grid_y).max()))
 
-    def _fill_bins(self, yaw_bins: np.ndarray) -> None:
-        if self._known[yaw_bins].all():
-            return
-        for yaw_bin in np.unique(yaw_bins[~self._known[yaw_bins]]).tolist():
-            yaw = 2 * math.pi * yaw_bin / self.YAW_BINS
-            c, s = math.cos(yaw), math.sin(yaw)
-            cols = np.rint(c * self._x - s * self._y).astype(np.intp)
-            rows = np.rint(s * self._x + c * self._y).astype(np.intp)
-            self._offsets[yaw_bin] = rows * self._width + cols
-            self._known[yaw_bin] = True
+    def bind(self, scene: Scene) -> None:
+        """Moves the offsets table into the scene's namespace and device."""
+        self._offsets = scene.asarray(self._offsets, dtype=scene.xp.int64)
 
-    def __call__(self, heights: np.ndarray, rows: np.ndarray, cols: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+    def __call__(self, heights: Array, rows: Array, cols: Array, yaw: Array) -> Array:
         """Heights ``[N, size]`` at each env's grid turned by its ``yaw`` around its vertex (row, col),
-        minus the height there.
+        minus the height there, in ``yaw``'s float type.
 
         ``heights`` is ``[N, H * map_width]``, each map raveled (``map_width`` columns) and padded
-        by at least ``reach`` cells around (row, col).
+        by at least ``reach`` cells around (row, col); every argument of one namespace (NumPy's
+        unless bound to a scene of tensors).
         """
-        yaw = np.where(np.isfinite(yaw), yaw, 0.0)  # an unstable step's heading: any bin will do
-        yaw_bins = np.rint(yaw * self.YAW_BINS / (2 * math.pi)).astype(np.intp) % self.YAW_BINS
-        self._fill_bins(yaw_bins)
+        xp = array_api_compat.array_namespace(heights, rows, cols, yaw)
+        yaw = xp.where(xp.isfinite(yaw), yaw, 0.0)  # an unstable step's heading: any bin will do
+        yaw_bins = xp.astype(xp.round(yaw * self.YAW_BINS / (2 * math.pi)), xp.int64) % self.YAW_BINS
         # One take from the maps raveled whole: the fastest gather NumPy has.
-        centre = rows * self._width + cols + np.arange(len(rows)) * heights.shape[1]
-        everything = heights.reshape(-1)
-        samples = everything.take(self._offsets[yaw_bins] + centre[:, None])
-        return np.subtract(samples, everything.take(centre)[:, None], dtype=np.float64)
+        envs = xp.arange(rows.shape[0], device=array_api_compat.device(rows))
+        centre = rows * self._width + cols + envs * heights.shape[1]
+        everything = xp.reshape(heights, (-1,))
+        index = xp.take(self._offsets, yaw_bins, axis=0) + centre[:, None]
+        samples = xp.reshape(xp.take(everything, xp.reshape(index, (-1,))), index.shape)
+        centres = xp.take(everything, centre)[:, None]
+        return xp.astype(samples, yaw.dtype) - xp.astype(centres, yaw.dtype)

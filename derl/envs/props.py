@@ -17,7 +17,7 @@ import numpy as np
 from lxml import etree
 
 from derl.envs.mjcf import fmt, sub
-from derl.envs.scene import Scene
+from derl.envs.scene import Array, Scene
 
 # Face centres of a unit cube, scaled by the box half-side.
 BOX_FACES = ((1, 0, 0), (-1, 0, 0), (0, 1, 0), (0, -1, 0), (0, 0, 1), (0, 0, -1))
@@ -45,14 +45,14 @@ class _FreeProp:
     def place(self, env: int, x: float, y: float, z: float) -> None:
         """Puts env ``env``'s prop at rest at (x, y, z), upright."""
         scene = self._scene
-        scene.qpos[env, self.qpos:self.qpos + 7] = (x, y, z, 1, 0, 0, 0)
+        scene.qpos[env, self.qpos:self.qpos + 7] = scene.asarray((x, y, z, 1, 0, 0, 0))
         scene.qvel[env, self.dof:self.dof + 6] = 0
 
-    def state(self, scene: Scene) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def state(self, scene: Scene) -> tuple[Array, Array, Array]:
         """(positions, linear velocities, angular velocities) ``[N, 3]``, world frame."""
         adr, dof = self.qpos, self.dof
         local = scene.qvel[:, dof + 3:dof + 6]  # a free joint's angular velocity is in its body frame
-        spin = (scene.xmat[:, self.body].reshape(-1, 3, 3) @ local[:, :, None])[:, :, 0]
+        spin = (scene.xp.reshape(scene.xmat[:, self.body], (-1, 3, 3)) @ local[:, :, None])[:, :, 0]
         return scene.qpos[:, adr:adr + 3], scene.qvel[:, dof:dof + 3], spin
 
 
@@ -97,7 +97,8 @@ class Ball(_FreeProp):
 class GoalMarker:
     """A goal point per env, shown as a translucent red sphere (a site: it collides with nothing).
 
-    ``position[i]`` is env i's goal; ``place`` also moves the site in env i's model, for rendering.
+    ``position[i]`` is env i's goal (``[N, 3]``, in the scene's namespace: step hooks read it);
+    ``place`` also moves the site in env i's model, for rendering.
     """
 
     def __init__(self, name: str = "goal"):
@@ -109,10 +110,11 @@ class GoalMarker:
     def bind(self, scene: Scene) -> None:
         self.site = scene.model.site(self.name).id
         self._models = scene.models
-        self.position = np.repeat(scene.model.site_pos[self.site][None], scene.num_envs, axis=0)
+        self._scene = scene
+        self.position = scene.asarray(np.repeat(scene.model.site_pos[self.site][None], scene.num_envs, axis=0))
 
     def place(self, env: int, x: float, y: float, z: float) -> None:
-        self.position[env] = (x, y, z)
+        self.position[env] = self._scene.asarray((x, y, z))
         self._models[env].site_pos[self.site] = (x, y, z)
 
 

@@ -11,6 +11,8 @@ the grid stays inside the array.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -21,6 +23,9 @@ import numpy as np
 
 from derl.envs.terrain import WALL_HEIGHT, Corridor
 
+#: An array of a scene's namespace (``Scene.xp``): a NumPy array or a torch tensor.
+Array = Any
+
 
 class HeightMap:
     """Ground heights above ``extent.ground_z`` at the vertices of ``extent`` (metres), one map per env.
@@ -29,7 +34,9 @@ class HeightMap:
     rows), column ``c`` at ``x = x_min + c / divs``. ``padded[i]`` surrounds env i's grid with
     ``pad`` cells: ``wall_cells`` of wall height (when the extent has walls; else ``gap``), then
     ``gap``. ``interior[i]`` is env i's grid itself, a view that tasks and arenas fill in place each
-    episode; ``flat[i]`` is ``padded[i]`` raveled (a view).
+    episode; ``flat[i]`` is ``padded[i]`` raveled (a view). The maps are NumPy arrays until ``bind``
+    moves them into the scene's namespace (where step hooks read them: ``grid_cells``, ``under``,
+    ``flat``); the per-env lookups (``height_at``, ``max_under``) serve episode draws on the host.
     """
 
     def __init__(self, extent: Corridor, pad: int, wall_cells: int, gap: float, num_envs: int):
@@ -40,12 +47,34 @@ class HeightMap:
         inner = pad - wall_cells
         self.padded[:, inner:rows + 2 * pad - inner, inner:cols + 2 * pad - inner] = (
             WALL_HEIGHT if extent.walls else gap)
-        self.interior = self.padded[:, pad:pad + rows, pad:pad + cols]
-        self.interior[:] = 0.0
-        self.flat = self.padded.reshape(num_envs, -1)  # a view: filled in place
         self.width = self.padded.shape[2]
         self.last_cell = (rows - 1, cols - 1)
-        self._envs = np.arange(num_envs)
+        self._set_views(np.arange(num_envs))
+        self.interior[:] = 0.0
+
+    def _set_views(self, envs: Array) -> None:
+        rows, cols = self.extent.shape
+        pad = self.pad
+        self.interior = self.padded[:, pad:pad + rows, pad:pad + cols]
+        self.flat = self.padded.reshape(len(self.padded), -1)  # a view: filled in place
+        self._envs = envs
+
+    def bind(self, scene: Scene) -> None:
+        """Moves the maps into the scene's namespace and device (once: NumPy stays the same array)."""
+        self.padded = scene.asarray(self.padded, dtype=scene.xp.float32)
+        self._set_views(scene.asarray(np.arange(len(self.padded)), dtype=scene.xp.int64))
+
+    @contextmanager
+    def editing(self, env: int) -> Iterator[np.ndarray]:
+        """Env ``env``'s grid as a NumPy array that an episode's draw edits in place: the map itself
+        on NumPy; on another namespace, a host copy written back to the map after the block."""
+        if isinstance(self.interior, np.ndarray):
+            yield self.interior[env]
+            return
+        xp, device = array_api_compat.array_namespace(self.padded), array_api_compat.device(self.padded)
+        grid = np.from_dlpack(array_api_compat.to_device(xp.asarray(self.interior[env], copy=True), "cpu"))
+        yield grid
+        self.interior[env] = xp.asarray(grid, device=device)
 
     def cell(self, x: float, y: float) -> tuple[int, int]:
         """The nearest vertex (row, col) of the grid; may lie outside it."""
@@ -65,16 +94,17 @@ class HeightMap:
         pad = self.pad
         return self.extent.ground_z + float(self.padded[env, pad + r0:pad + r1 + 1, pad + c0:pad + c1 + 1].max())
 
-    def grid_cells(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def grid_cells(self, x: Array, y: Array) -> tuple[Array, Array]:
         """The vertices (rows, cols) nearest the points, clamped onto the grid (a non-finite point: its corner)."""
+        xp = array_api_compat.array_namespace(x, y)
         extent = self.extent
-        finite = np.isfinite(x + y)
-        rows = np.rint(np.where(finite, (y + extent.half_width) * extent.divs, 0.0))
-        cols = np.rint(np.where(finite, (x - extent.x_min) * extent.divs, 0.0))
+        finite = xp.isfinite(x + y)
+        rows = xp.round(xp.where(finite, (y + extent.half_width) * extent.divs, 0.0))
+        cols = xp.round(xp.where(finite, (x - extent.x_min) * extent.divs, 0.0))
         last_row, last_col = self.last_cell
-        return (np.clip(rows, 0, last_row).astype(np.intp), np.clip(cols, 0, last_col).astype(np.intp))
+        return (xp.astype(xp.clip(rows, 0, last_row), xp.int64), xp.astype(xp.clip(cols, 0, last_col), xp.int64))
 
-    def under(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    def under(self, rows: Array, cols: Array) -> Array:
         """Each env's height at its own (row, col) of the grid."""
         return self.interior[self._envs, rows, cols]
 
@@ -141,7 +171,7 @@ class Scene:
         """Ground z under (x, y) in env ``env``."""
         return self.ground_z if self.heights is None else self.heights.height_at(env, x, y)
 
-    def head_xy(self) -> tuple[np.ndarray, np.ndarray]:
+    def head_xy(self) -> tuple[Array, Array]:
         """The heads' x and y ``[N]`` as MuJoCo last computed them."""
         head = self.xpos[:, self.head]
         return head[:, 0], head[:, 1]

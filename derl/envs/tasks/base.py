@@ -6,16 +6,20 @@ never with the env. Step hooks work over arrays, for every env at once; episode 
 that reset:
 
 - ``__init__(cfg, num_envs)``: reads the config and makes the arena (``make_arena``) and props;
-  per-env state lives in ``[N, ...]`` arrays;
 - ``start_pose(head_height)`` and ``build(root, worldbody)``: the head's start pose and the MJCF the
   task adds (arena, props), before compiling;
-- ``bind(scene)``: looks up ids in the compiled model;
+- ``bind(scene)``: looks up ids in the compiled model and allocates the per-env state, ``[N, ...]``
+  arrays in the scene's namespace (``scene.zeros``);
 - ``initialize_episode(scene, env, rng)``: draws env ``env``'s episode (terrain, props, goals) with
   its generator, before the reset noise; ``start(scene, envs)``: reads the start state of the envs
   ``envs`` (an index array) after it;
 - ``before_step(scene)``, ``reward(scene) -> (reward, terms)``, ``terminate(scene)``,
   ``observe(scene, obs)``, ``metric(scene)``: each step, in that order, each returning ``[N]``
   arrays (``observe`` adds ``[N, size]`` arrays to ``obs``).
+
+Step hooks and ``start`` compute with ``scene.xp`` (the Python array API over NumPy or torch), never
+with ``np``, so that one task runs on both simulation backends (README, "Simulating on a GPU");
+episode draws run on the host with NumPy generators and write their results into the scene's arrays.
 
 A task declares, as class attributes, its ``reward_terms`` (``__reward__*`` names; the env's reward
 is their sum plus ``__reward__ctrl``), its ``aggregates`` (logged sums of terms, not added again)
@@ -35,7 +39,7 @@ from lxml import etree
 from derl.envs.arenas import Arena
 from derl.envs.mjcf import fmt
 from derl.envs.observations import HeightPatch, head_frame
-from derl.envs.scene import Scene
+from derl.envs.scene import Array, Scene
 
 GROUND_MODULES = ("Floor", "Terrain", "Bowl")
 KNOWN_MODULES = ("Agent", *GROUND_MODULES, "Objects", "PatrolGoals")
@@ -95,8 +99,12 @@ class Task:
         return {"hfield": self._patch.size} if self._patch is not None else {}
 
     def bind(self, scene: Scene) -> None:
-        """Looks up ids in the compiled model."""
+        """Looks up ids in the compiled model; moves the height maps into the scene's namespace."""
         self.arena.bind(scene.models)
+        if self.arena.heights is not None:
+            self.arena.heights.bind(scene)
+        if self._patch is not None:
+            self._patch.bind(scene)
 
     def static_model(self) -> bool:
         """Whether episodes leave the compiled model as built: no terrain re-drawn, no prop or goal
@@ -110,38 +118,40 @@ class Task:
         self.arena.initialize_episode(env, rng)
 
     def start(self, scene: Scene, envs: np.ndarray) -> None:
-        """Reads the start state of ``envs`` (positions forwarded, noise included) before their first step."""
+        """Reads the start state of ``envs`` (host indices; positions forwarded, noise included) before
+        their first step."""
 
     def before_step(self, scene: Scene) -> None:
         """Records what the reward compares against, before the physics steps."""
 
-    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def reward(self, scene: Scene) -> tuple[Array, dict[str, Array]]:
         """The task's rewards ``[N]`` (control cost excluded) and its ``__reward__*`` terms."""
         raise NotImplementedError
 
-    def terminate(self, scene: Scene) -> np.ndarray | bool:
+    def terminate(self, scene: Scene) -> Array | bool:
         """Task-specific ends of the episodes, ``[N]`` (falls and leaving the map are the env's)."""
         if not self.edge_termination:
             return False
-        return self.arena.extent.half_width - np.abs(scene.qpos[:, 1]) <= EDGE_MARGIN
+        return self.arena.extent.half_width - scene.xp.abs(scene.qpos[:, 1]) <= EDGE_MARGIN
 
-    def observe(self, scene: Scene, obs: dict[str, np.ndarray]) -> None:
+    def observe(self, scene: Scene, obs: dict[str, Array]) -> None:
         """Adds the task's observation keys to ``obs``, ``[N, size]`` each."""
         if self._patch is not None:
             obs["hfield"] = self._height_patch(scene)
 
-    def metric(self, scene: Scene) -> np.ndarray:
+    def metric(self, scene: Scene) -> Array:
         """The task's human-readable scores ``[N]``, reported in ``info["metric"]`` after every step."""
-        return scene.qpos[:, 0].copy()
+        return scene.xp.asarray(scene.qpos[:, 0], copy=True)
 
     # ------------------------------------------------------------------ helpers
-    def _height_patch(self, scene: Scene) -> np.ndarray:
+    def _height_patch(self, scene: Scene) -> Array:
         heights = self.arena.heights
         rows, cols = heights.grid_cells(scene.qpos[:, 0], scene.qpos[:, 1])
         xmat = scene.xmat[:, scene.head]
-        return self._patch(heights.flat, rows + heights.pad, cols + heights.pad, np.arctan2(xmat[:, 3], xmat[:, 0]))
+        yaw = scene.xp.atan2(xmat[:, 3], xmat[:, 0])
+        return self._patch(heights.flat, rows + heights.pad, cols + heights.pad, yaw)
 
-    def goal_in_head_frame(self, scene: Scene, goal: np.ndarray) -> np.ndarray:
+    def goal_in_head_frame(self, scene: Scene, goal: Array) -> Array:
         """``goal - head`` in each head's frame, ``[N, 3]``."""
         local = head_frame((goal - scene.xpos[:, scene.head])[:, None, :], scene.xmat[:, scene.head])
         return local[:, 0]

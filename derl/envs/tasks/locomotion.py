@@ -11,7 +11,7 @@ from derl.envs.arenas import Arena, CorridorArena, FloorArena
 from derl.envs.mjcf import y_rotation_quat
 from derl.envs.placement import PlacementGrid
 from derl.envs.props import StaticBoxes
-from derl.envs.scene import Scene
+from derl.envs.scene import Array, Scene
 from derl.envs.tasks.base import Task
 from derl.envs.tasks.registry import register
 from derl.envs.terrain import value_range
@@ -35,7 +35,6 @@ class Locomotion(Task):
         super().__init__(cfg, num_envs)
         self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
         self._stand_weight = float(cfg.ENV.STAND_REWARD_WEIGHT)
-        self._x_before = np.zeros(num_envs)
 
     def make_arena(self) -> Arena:
         if "Floor" in self.cfg.ENV.MODULES:
@@ -45,15 +44,19 @@ class Locomotion(Task):
     def static_model(self) -> bool:
         return self.arena.model_is_static
 
+    def bind(self, scene: Scene) -> None:
+        super().bind(scene)
+        self._x_before = scene.zeros(self.num_envs)
+
     def before_step(self, scene: Scene) -> None:
         self._x_before[:] = scene.qpos[:, 0]
 
-    def _forward(self, scene: Scene) -> np.ndarray:
+    def _forward(self, scene: Scene) -> Array:
         return self._forward_weight * (scene.qpos[:, 0] - self._x_before) / scene.dt
 
-    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def reward(self, scene: Scene) -> tuple[Array, dict[str, Array]]:
         forward = self._forward(scene)
-        stand = self._stand_weight * scene.torso_height if self._stand_weight else np.zeros(self.num_envs)
+        stand = self._stand_weight * scene.torso_height if self._stand_weight else scene.zeros(self.num_envs)
         return forward + stand, {"__reward__forward": forward, "__reward__stand": stand}
 
 
@@ -97,23 +100,23 @@ class Obstacle(Locomotion):
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
         heights = self.arena.heights
-        interior = heights.interior[env]
-        interior[:] = 0.0
         grid = PlacementGrid(self.arena.extent, self.cfg)
         ground = self.arena.extent.ground_z
         placed = self.placed[env] = []
-        for k in range(self._boxes.count):
-            half = (float(rng.choice(self._lengths)), float(rng.choice(self._widths)))
-            spot = grid.place_uniform(half, rng)
-            if spot is None:
-                self._boxes.hide(env, k)
-                continue
-            x, y = spot
-            self._boxes.set(env, k, (x, y, ground), (*half, OBSTACLE_HALF_HEIGHT))
-            r0, c0 = heights.cell(x - half[0], y - half[1])
-            r1, c1 = heights.cell(x + half[0], y + half[1])
-            interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
-            placed.append((x, y, *half))
+        with heights.editing(env) as interior:
+            interior[:] = 0.0
+            for k in range(self._boxes.count):
+                half = (float(rng.choice(self._lengths)), float(rng.choice(self._widths)))
+                spot = grid.place_uniform(half, rng)
+                if spot is None:
+                    self._boxes.hide(env, k)
+                    continue
+                x, y = spot
+                self._boxes.set(env, k, (x, y, ground), (*half, OBSTACLE_HALF_HEIGHT))
+                r0, c0 = heights.cell(x - half[0], y - half[1])
+                r1, c1 = heights.cell(x + half[0], y + half[1])
+                interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
+                placed.append((x, y, *half))
 
 
 @register("incline")
@@ -137,10 +140,10 @@ class Incline(Locomotion):
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         return incline_start(self.cfg, head_height)
 
-    def _forward(self, scene: Scene) -> np.ndarray:
+    def _forward(self, scene: Scene) -> Array:
         return super()._forward(scene) / self._cos
 
-    def metric(self, scene: Scene) -> np.ndarray:
+    def metric(self, scene: Scene) -> Array:
         return (scene.qpos[:, 0] - self._start_x) / self._cos
 
 

@@ -11,7 +11,7 @@ from lxml import etree
 from derl.envs.arenas import Arena, CorridorArena, FloorArena
 from derl.envs.observations import head_frame, names_with_prefix
 from derl.envs.props import Ball, Box, GoalMarker
-from derl.envs.scene import Scene
+from derl.envs.scene import Array, Scene
 from derl.envs.tasks.base import Task, camera_above
 from derl.envs.tasks.locomotion import incline_start
 from derl.envs.tasks.registry import register
@@ -76,13 +76,6 @@ class Manipulation(Task):
         self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
         self._check_space()
         self._length = int(cfg.ENV.EPISODE_LENGTH)
-        flags, distances = np.zeros(num_envs, bool), np.zeros(num_envs)
-        self._reached, self._object_at_goal, self._head_at_goal = flags.copy(), flags.copy(), flags.copy()
-        self._agent_dist, self._goal_dist = distances.copy(), distances.copy()
-        self._start_goal_dist, self._head_goal_dist = distances.copy(), distances.copy()
-        self._start_to_goal = np.ones(num_envs)
-        self._success_steps = np.zeros(num_envs, np.int64)
-        self._world = np.zeros((num_envs, 4, 3))  # object and goal, relative to the head, world frame
 
     def make_arena(self) -> Arena:
         if "Floor" in self.cfg.ENV.MODULES:
@@ -114,7 +107,15 @@ class Manipulation(Task):
         agent = sum((names_with_prefix(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite, p)
                      for p in AGENT_SITE_PREFIXES), [])
         self._num_agent_sites = len(agent)
-        self._sites = np.concatenate([np.array(agent, dtype=np.intp), self.object.points])  # agent, then object
+        sites = np.concatenate([np.array(agent, dtype=np.intp), self.object.points])  # agent, then object
+        self._sites = scene.asarray(sites, dtype=scene.xp.int64)
+        n, xp = self.num_envs, scene.xp
+        self._reached, self._object_at_goal, self._head_at_goal = (scene.zeros(n, dtype=xp.bool) for _ in range(3))
+        self._agent_dist, self._goal_dist, self._start_goal_dist, self._head_goal_dist = (
+            scene.zeros(n) for _ in range(4))
+        self._start_to_goal = xp.ones(n, dtype=scene.float_dtype, device=scene.device)
+        self._success_steps = scene.zeros(n, dtype=xp.int64)
+        self._world = scene.zeros(n, 4, 3)  # object and goal, relative to the head, world frame
 
     def _ground(self, scene: Scene, env: int, x: float, y: float, half: float) -> float:
         """Highest ground under a square of half-side ``half`` centred at (x, y) in env ``env``."""
@@ -135,8 +136,8 @@ class Manipulation(Task):
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
         self.place(scene, env, rng)
-        obj = scene.qpos[env, self.object.qpos:self.object.qpos + 2]
-        goal = self.goal.position[env]
+        obj = [float(v) for v in scene.qpos[env, self.object.qpos:self.object.qpos + 2]]
+        goal = [float(v) for v in self.goal.position[env]]
         self._reached[env] = self._object_at_goal[env] = self._head_at_goal[env] = False
         self._success_steps[env] = 0
         self._goal_dist[env] = self._start_goal_dist[env] = math.hypot(goal[0] - obj[0], goal[1] - obj[1])
@@ -144,63 +145,68 @@ class Manipulation(Task):
         self._start_to_goal[env] = math.hypot(goal[0] - start[0], goal[1] - start[1]) or 1.0
 
     def start(self, scene: Scene, envs: np.ndarray) -> None:
+        envs = scene.asarray(envs, dtype=scene.xp.int64)
         self._agent_dist[envs] = self._object_distance(scene)[envs]
 
-    def _object_distance(self, scene: Scene) -> np.ndarray:
-        points = scene.site_xpos[:, self._sites]
+    def _object_distance(self, scene: Scene) -> Array:
+        xp = scene.xp
+        points = xp.take(scene.site_xpos, self._sites, axis=1)
         split = self._num_agent_sites
         gaps = points[:, :split, None, :] - points[:, None, split:, :]
-        return np.sqrt((gaps * gaps).sum(axis=3).min(axis=(1, 2)))
+        return xp.sqrt(xp.min(xp.sum(gaps * gaps, axis=3), axis=(1, 2)))
 
-    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        self._success_steps += self._object_at_goal & self._head_at_goal  # the previous step's
+    def reward(self, scene: Scene) -> tuple[Array, dict[str, Array]]:
+        xp = scene.xp
+        self._success_steps += xp.astype(self._object_at_goal & self._head_at_goal, xp.int64)  # the previous step's
         agent_dist = self._object_distance(scene)
         reach = self._weight * (self._agent_dist - agent_dist)
         self._agent_dist = agent_dist
         first = ~self._reached & (agent_dist <= self._margin)
         self._reached |= first
-        reach = np.where(first, reach + self._bonus, reach)
+        reach = xp.where(first, reach + self._bonus, reach)
         # The object body's position as MuJoCo last computed it, like the agent's sites (and as DERL).
         obj = scene.xpos[:, self.object.body]
         goal = self.goal.position
-        goal_dist = np.hypot(goal[:, 0] - obj[:, 0], goal[:, 1] - obj[:, 1])
+        goal_dist = xp.hypot(goal[:, 0] - obj[:, 0], goal[:, 1] - obj[:, 1])
         reached = self._reached
         push = self._weight * (self._goal_dist - goal_dist)
         at_goal = goal_dist <= self._margin
-        push = np.where(reached, np.where(at_goal, push + self._bonus, push), 0.0)
+        push = xp.where(reached, xp.where(at_goal, push + self._bonus, push), 0.0)
         self._object_at_goal |= reached & at_goal
         head = scene.xpos[:, scene.head]
-        head_goal_dist = np.hypot(goal[:, 0] - head[:, 0], goal[:, 1] - head[:, 1])
-        self._head_goal_dist = np.where(reached, head_goal_dist, self._head_goal_dist)
+        head_goal_dist = xp.hypot(goal[:, 0] - head[:, 0], goal[:, 1] - head[:, 1])
+        self._head_goal_dist = xp.where(reached, head_goal_dist, self._head_goal_dist)
         self._head_at_goal |= reached & (head_goal_dist <= self._margin)
         self._goal_dist = goal_dist
         return reach + push, {"__reward__reach": reach, "__reward__push": push,
                               "__reward__manipulation": reach + push}
 
-    def observe(self, scene: Scene, obs: dict[str, np.ndarray]) -> None:
+    def observe(self, scene: Scene, obs: dict[str, Array]) -> None:
         super().observe(scene, obs)
+        xp = scene.xp
         head = scene.head
         head_pos = scene.xpos[:, head]
         pos, vel, spin = self.object.state(scene)
         world = self._world
-        np.subtract(pos, head_pos, out=world[:, 0])
-        np.subtract(vel, scene.qvel[:, 0:3], out=world[:, 1])
+        world[:, 0] = pos - head_pos
+        world[:, 1] = vel - scene.qvel[:, 0:3]
         world[:, 2] = spin
-        np.subtract(self.goal.position, head_pos, out=world[:, 3])
+        world[:, 3] = self.goal.position - head_pos
         local = head_frame(world, scene.xmat[:, head])
-        obs["obj"] = local.reshape(len(local), 12)
-        obs["goal"] = local[:, 3].copy()
+        obs["obj"] = xp.reshape(local, (local.shape[0], 12))
+        obs["goal"] = xp.asarray(local[:, 3], copy=True)
 
     def obs_sizes(self) -> dict[str, int]:
         return {**super().obs_sizes(), "obj": 12, "goal": 3}
 
-    def metric(self, scene: Scene) -> np.ndarray:
-        g0 = np.where(self._start_goal_dist != 0, self._start_goal_dist, 1.0)
-        head = np.where(self._head_at_goal, 1.0, 1.0 - self._head_goal_dist / g0)
-        obj = np.where(self._object_at_goal, 1.0, 1.0 - self._goal_dist / g0)
+    def metric(self, scene: Scene) -> Array:
+        xp = scene.xp
+        g0 = xp.where(self._start_goal_dist != 0, self._start_goal_dist, 1.0)
+        head = xp.where(self._head_at_goal, 1.0, 1.0 - self._head_goal_dist / g0)
+        obj = xp.where(self._object_at_goal, 1.0, 1.0 - self._goal_dist / g0)
         both = self._head_at_goal & self._object_at_goal
-        done = np.where(both, self._success_steps / self._length, 0.0)
-        return np.where(self._reached, 1.0 + head + obj + done, 1.0 - self._agent_dist / self._start_to_goal)
+        done = xp.where(both, xp.astype(self._success_steps, scene.float_dtype) / self._length, 0.0)
+        return xp.where(self._reached, 1.0 + head + obj + done, 1.0 - self._agent_dist / self._start_to_goal)
 
 
 @register("push_box_incline")
@@ -221,7 +227,6 @@ class PushBoxIncline(Manipulation):
                 raise ValueError(f"OBJECT.{key} must be [x, y] for push_box_incline, got {list(cfg.OBJECT[key])}")
         super().__init__(cfg, num_envs)
         self._cos = math.cos(math.radians(float(cfg.TERRAIN.INCLINE_ANGLE)))
-        self._box_start = np.array(cfg.OBJECT.BOX_POS, dtype=float)
 
     def make_arena(self) -> Arena:
         return CorridorArena(self.cfg, self.num_envs)
@@ -236,12 +241,17 @@ class PushBoxIncline(Manipulation):
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         return incline_start(self.cfg, head_height)
 
+    def bind(self, scene: Scene) -> None:
+        super().bind(scene)
+        self._box_start = scene.asarray(list(self.cfg.OBJECT.BOX_POS))
+
     def place(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         (box_x, box_y), (goal_x, goal_y) = self.cfg.OBJECT.BOX_POS, self.cfg.OBJECT.GOAL_POS
         half = self.object.half_height
         self.object.place(env, box_x, box_y, self._ground(scene, env, box_x, box_y, half) + half + 0.1)
         self.goal.place(env, goal_x, goal_y, self._ground(scene, env, goal_x, goal_y, GOAL_HALF_SIDE) + GOAL_LIFT)
 
-    def metric(self, scene: Scene) -> np.ndarray:
-        box = scene.xpos[:, self.object.body, :2]
-        return np.linalg.norm(box - self._box_start, axis=1) / self._cos
+    def metric(self, scene: Scene) -> Array:
+        xp = scene.xp
+        gap = scene.xpos[:, self.object.body, :2] - self._box_start
+        return xp.sqrt(xp.sum(gap * gap, axis=1)) / self._cos  # np.linalg.norm's sum, for the same rounding

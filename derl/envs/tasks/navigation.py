@@ -11,7 +11,7 @@ from derl.envs.arenas import Arena, BowlArena, CorridorArena, FloorArena
 from derl.envs.mjcf import fmt
 from derl.envs.placement import PlacementGrid
 from derl.envs.props import GoalMarker
-from derl.envs.scene import Scene
+from derl.envs.scene import Array, Scene
 from derl.envs.tasks.base import Camera, Task, camera_above
 from derl.envs.tasks.registry import register
 
@@ -33,9 +33,6 @@ class _ReachGoal(Task):
         self.goal = GoalMarker()
         self._scale, self._step_reward, self._bonus = (float(v) for v in cfg.ENV.REACH_REWARD_PARAMS)
         self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
-        self._xy_before = np.zeros((2, num_envs))
-        self.distance = np.zeros(num_envs)  # head-goal xy distance after the last step
-        self.success = np.zeros(num_envs, bool)  # whether the last step ended within the margin
 
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         super().build(root, worldbody)
@@ -44,21 +41,25 @@ class _ReachGoal(Task):
     def bind(self, scene: Scene) -> None:
         super().bind(scene)
         self.goal.bind(scene)
+        self._xy_before = scene.zeros(2, self.num_envs)
+        self.distance = scene.zeros(self.num_envs)  # head-goal xy distance after the last step
+        self.success = scene.zeros(self.num_envs, dtype=scene.xp.bool)  # the last step ended within the margin
 
     def before_step(self, scene: Scene) -> None:
-        self._xy_before[:] = scene.head_xy()
+        self._xy_before[0], self._xy_before[1] = scene.head_xy()
 
-    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def reward(self, scene: Scene) -> tuple[Array, dict[str, Array]]:
+        xp = scene.xp
         goal_x, goal_y = self.goal.position[:, 0], self.goal.position[:, 1]
         (x0, y0), (x, y) = self._xy_before, scene.head_xy()
-        before = np.hypot(goal_x - x0, goal_y - y0)
-        self.distance = np.hypot(goal_x - x, goal_y - y)
+        before = xp.hypot(goal_x - x0, goal_y - y0)
+        self.distance = xp.hypot(goal_x - x, goal_y - y)
         reach = (before - self.distance) * self._scale + self._step_reward
         self.success = self.distance <= self._margin
-        reach = np.where(self.success, reach + self._bonus, reach)
+        reach = xp.where(self.success, reach + self._bonus, reach)
         return reach, {"__reward__reach": reach}
 
-    def observe(self, scene: Scene, obs: dict[str, np.ndarray]) -> None:
+    def observe(self, scene: Scene, obs: dict[str, Array]) -> None:
         super().observe(scene, obs)
         obs["goal"] = self.goal_in_head_frame(scene, self.goal.position)
 
@@ -87,13 +88,16 @@ class Patrol(_ReachGoal):
         self._half_len = float(cfg.TERRAIN.PATROL_HALF_LEN)
         if not 0 < self._half_len < float(cfg.TERRAIN.SIZE[0]):
             raise ValueError(f"TERRAIN.PATROL_HALF_LEN {self._half_len} must lie in (0, SIZE[0])")
-        self.flips = np.zeros(num_envs, np.int64)
 
     def make_arena(self) -> Arena:
         return FloorArena(self.cfg, self.num_envs)
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         return (-self._half_len, 0.0, head_height + self.arena.extent.ground_z), None
+
+    def bind(self, scene: Scene) -> None:
+        super().bind(scene)
+        self.flips = scene.zeros(self.num_envs, dtype=scene.xp.int64)
 
     def _set_goal(self, env: int, sign: float) -> None:
         self.goal.place(env, sign * self._half_len, 0.0, self.arena.extent.ground_z + 0.1)
@@ -104,15 +108,17 @@ class Patrol(_ReachGoal):
         self.flips[env] = 0
         self.success[env] = False
 
-    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def reward(self, scene: Scene) -> tuple[Array, dict[str, Array]]:
+        xp = scene.xp
         reward, terms = super().reward(scene)
-        for env in np.flatnonzero(self.success).tolist():  # a goal reached: rare, one env at a time
-            self._set_goal(env, -math.copysign(1.0, self.goal.position[env, 0]))
-        self.flips += self.success
+        for env in xp.nonzero(self.success)[0].tolist():  # a goal reached: rare, one env at a time
+            self._set_goal(env, -math.copysign(1.0, float(self.goal.position[env, 0])))
+        self.flips += xp.astype(self.success, xp.int64)
         return reward, terms
 
-    def metric(self, scene: Scene) -> np.ndarray:
-        return 1.0 - self.distance / (2 * self._half_len) + (self.flips - self.success)
+    def metric(self, scene: Scene) -> Array:
+        xp = scene.xp
+        return 1.0 - self.distance / (2 * self._half_len) + (self.flips - xp.astype(self.success, xp.int64))
 
 
 @register("point_nav")
@@ -132,8 +138,6 @@ class PointNav(_ReachGoal):
 
     def __init__(self, cfg, num_envs: int = 1):
         super().__init__(cfg, num_envs)
-        self._start_dist = np.ones(num_envs)
-        self._success_steps = np.zeros(num_envs, np.int64)
         self._length = int(cfg.ENV.EPISODE_LENGTH)
 
     def make_arena(self) -> Arena:
@@ -142,6 +146,11 @@ class PointNav(_ReachGoal):
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         extent = self.arena.extent
         return ((extent.x_min + extent.x_max) / 2, 0.0, head_height + extent.ground_z), None
+
+    def bind(self, scene: Scene) -> None:
+        super().bind(scene)
+        self._start_dist = scene.xp.ones(self.num_envs, dtype=scene.float_dtype, device=scene.device)
+        self._success_steps = scene.zeros(self.num_envs, dtype=scene.xp.int64)
 
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
@@ -157,12 +166,14 @@ class PointNav(_ReachGoal):
         self._success_steps[env] = 0
         self.success[env] = False
 
-    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        self._success_steps += self.success  # the previous step's: the last step is not counted
+    def reward(self, scene: Scene) -> tuple[Array, dict[str, Array]]:
+        xp = scene.xp
+        self._success_steps += xp.astype(self.success, xp.int64)  # the previous step's: the last step is not counted
         return super().reward(scene)
 
-    def metric(self, scene: Scene) -> np.ndarray:
-        return 1.0 - self.distance / self._start_dist + self._success_steps / self._length
+    def metric(self, scene: Scene) -> Array:
+        steps = scene.xp.astype(self._success_steps, scene.float_dtype)
+        return 1.0 - self.distance / self._start_dist + steps / self._length
 
 
 @register("exploration")
@@ -179,12 +190,7 @@ class Exploration(Task):
 
     def __init__(self, cfg, num_envs: int = 1):
         super().__init__(cfg, num_envs)
-        extent = self.arena.extent
-        self._visited = np.zeros((num_envs, int(2 * extent.half_width), int(extent.x_max - extent.x_min)), bool)
         self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
-        self._xy_before = np.zeros((2, num_envs))
-        self.count = np.zeros(num_envs, np.int64)
-        self._envs = np.arange(num_envs)
 
     def make_arena(self) -> Arena:
         return CorridorArena(self.cfg, self.num_envs, layout="arena")
@@ -193,30 +199,39 @@ class Exploration(Task):
         extent = self.arena.extent
         return ((extent.x_min + extent.x_max) / 2, 0.0, head_height + extent.ground_z), None
 
+    def bind(self, scene: Scene) -> None:
+        super().bind(scene)
+        extent, n, xp = self.arena.extent, self.num_envs, scene.xp
+        self._visited = scene.zeros(n, int(2 * extent.half_width), int(extent.x_max - extent.x_min), dtype=xp.bool)
+        self._xy_before = scene.zeros(2, n)
+        self.count = scene.zeros(n, dtype=xp.int64)
+        self._envs = scene.asarray(np.arange(n), dtype=xp.int64)
+
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
         self._visited[env] = False
         self.count[env] = 0
 
     def before_step(self, scene: Scene) -> None:
-        self._xy_before[:] = scene.head_xy()
+        self._xy_before[0], self._xy_before[1] = scene.head_xy()
 
-    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def reward(self, scene: Scene) -> tuple[Array, dict[str, Array]]:
+        xp = scene.xp
         (x0, y0), (x, y) = self._xy_before, scene.head_xy()
-        forward = self._forward_weight * np.hypot(x - x0, y - y0) / scene.dt
+        forward = self._forward_weight * xp.hypot(x - x0, y - y0) / scene.dt
         extent = self.arena.extent
         _, rows, cols = self._visited.shape
-        row, col = np.floor(y + extent.half_width), np.floor(x - extent.x_min)
+        row, col = xp.floor(y + extent.half_width), xp.floor(x - extent.x_min)
         inside = (0 <= row) & (row < rows) & (0 <= col) & (col < cols)  # False for a non-finite head
-        row, col = np.where(inside, row, 0).astype(np.intp), np.where(inside, col, 0).astype(np.intp)
+        row, col = xp.astype(xp.where(inside, row, 0.0), xp.int64), xp.astype(xp.where(inside, col, 0.0), xp.int64)
         new = inside & ~self._visited[self._envs, row, col]
         self._visited[self._envs[new], row[new], col[new]] = True
-        self.count += new
-        explore = new.astype(np.float64)
+        self.count += xp.astype(new, xp.int64)
+        explore = xp.astype(new, scene.float_dtype)
         return explore + forward, {"__reward__explore": explore, "__reward__forward": forward}
 
-    def metric(self, scene: Scene) -> np.ndarray:
-        return self.count.astype(np.float64)
+    def metric(self, scene: Scene) -> Array:
+        return scene.xp.astype(self.count, scene.float_dtype)
 
 
 @register("escape_bowl")
@@ -239,23 +254,27 @@ class EscapeBowl(Task):
         self._escape_radius = float(cfg.TERRAIN.SIZE[0]) - ESCAPE_MARGIN
         if self._escape_radius <= 0:
             raise ValueError(f"TERRAIN.SIZE[0] must exceed {ESCAPE_MARGIN} for escape_bowl")
-        self._radius_before = np.zeros(num_envs)
-        self.radius = np.zeros(num_envs)
 
     def make_arena(self) -> Arena:
         return BowlArena(self.cfg, self.num_envs, self.observe_hfield)
 
-    def before_step(self, scene: Scene) -> None:
-        self._radius_before[:] = np.hypot(*scene.head_xy())
+    def bind(self, scene: Scene) -> None:
+        super().bind(scene)
+        self._radius_before = scene.zeros(self.num_envs)
+        self.radius = scene.zeros(self.num_envs)
 
-    def reward(self, scene: Scene) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        self.radius = np.hypot(*scene.head_xy())
+    def before_step(self, scene: Scene) -> None:
+        self._radius_before[:] = scene.xp.hypot(*scene.head_xy())
+
+    def reward(self, scene: Scene) -> tuple[Array, dict[str, Array]]:
+        xp = scene.xp
+        self.radius = xp.hypot(*scene.head_xy())
         forward = self._forward_weight * (self.radius - self._radius_before)
-        escape = np.where(self.radius >= self._escape_radius, ESCAPE_BONUS, 0.0)
+        escape = ESCAPE_BONUS * xp.astype(self.radius >= self._escape_radius, scene.float_dtype)
         return forward + escape, {"__reward__forward": forward, "__reward__escape": escape}
 
-    def terminate(self, scene: Scene) -> np.ndarray:
+    def terminate(self, scene: Scene) -> Array:
         return self.radius >= self._escape_radius
 
-    def metric(self, scene: Scene) -> np.ndarray:
-        return self.radius.copy()
+    def metric(self, scene: Scene) -> Array:
+        return scene.xp.asarray(self.radius, copy=True)
