@@ -126,7 +126,7 @@ class UnimalBatch:
         self.head_body = model.body("torso/0").id
         self.arena = arena = task.arena
         xp, device = array_api_compat.array_namespace(bound["qpos"]), array_api_compat.device(bound["qpos"])
-        self._host = xp is array_api_compat.numpy  # the state is NumPy on the host (not a device's tensors)
+        self._host = array_api_compat.is_numpy_namespace(xp)  # the state is NumPy on the host (not a device's tensors)
         self.scene = scene = Scene(model, self.models, self.dt, self.head_body, arena.heights, arena.extent.ground_z,
                                    bound["qpos"], bound["qvel"], bound["xpos"], bound["xmat"], bound["site_xpos"],
                                    bound["sensordata"], xp.zeros(num_envs, dtype=bound["qpos"].dtype, device=device))

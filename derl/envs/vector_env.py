@@ -52,7 +52,7 @@ class UnimalVectorEnv(VectorEnv):
         self.num_envs = num_envs
         backend = str(cfg.SIM.BACKEND)
         self.sim = UnimalBatch(mjcf, cfg, num_envs, threads=int(cfg.VECENV.THREADS), backend=backend, device=device)
-        self._host = self.sim.scene.xp is array_api_compat.numpy
+        self._host = array_api_compat.is_numpy_namespace(self.sim.scene.xp)
         if not self._host:
             self.metadata = {**type(self).metadata, "torch_device": str(self.sim.scene.device)}
         self.single_observation_space = observation_space(self.sim.obs_sizes)
