@@ -88,8 +88,9 @@ def to_numpy(value: Any) -> np.ndarray:
 
 class Twin:
     """``sim``'s task on copies of its arrays in another namespace: what the batch's task computes, as
-    another backend would compute it. Any two scenes of one model compare this way: build a twin of
-    each backend's batch, ``sync`` one from the other, ``step`` both on the same states.
+    another backend would compute it. For the GPU backend, ``Twin(batch, array_api_compat.torch,
+    torch.float32, "cuda")`` runs the tasks on the device on a CPU batch's states; ``step`` loads its
+    "after" state from any scene (NumPy or tensors), so a GPU batch's states can be compared too.
 
     Args:
         sim: the batch whose model, config and state the twin copies.

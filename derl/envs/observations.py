@@ -169,5 +169,6 @@ class HeightPatch:
         everything = xp.reshape(heights, (-1,))
         index = xp.take(self._offsets, yaw_bins, axis=0) + centre[:, None]
         samples = xp.reshape(xp.take(everything, xp.reshape(index, (-1,))), index.shape)
-        centres = xp.take(everything, centre)[:, None]
-        return xp.astype(samples, yaw.dtype) - xp.astype(centres, yaw.dtype)
+        relative = xp.astype(samples, yaw.dtype)  # one copy, subtracted from in place
+        relative -= xp.astype(xp.take(everything, centre)[:, None], yaw.dtype)
+        return relative

@@ -101,8 +101,9 @@ class HeightMap:
         finite = xp.isfinite(x + y)
         rows = xp.round(xp.where(finite, (y + extent.half_width) * extent.divs, 0.0))
         cols = xp.round(xp.where(finite, (x - extent.x_min) * extent.divs, 0.0))
-        last_row, last_col = self.last_cell
-        return (xp.astype(xp.clip(rows, 0, last_row), xp.int64), xp.astype(xp.clip(cols, 0, last_col), xp.int64))
+        last_row, last_col = self.last_cell  # clamped by minimum/maximum: array_api_compat's clip is 5x slower
+        return (xp.astype(xp.minimum(xp.maximum(rows, 0.0), float(last_row)), xp.int64),
+                xp.astype(xp.minimum(xp.maximum(cols, 0.0), float(last_col)), xp.int64))
 
     def under(self, rows: Array, cols: Array) -> Array:
         """Each env's height at its own (row, col) of the grid."""

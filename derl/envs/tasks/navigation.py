@@ -224,8 +224,9 @@ class Exploration(Task):
         row, col = xp.floor(y + extent.half_width), xp.floor(x - extent.x_min)
         inside = (0 <= row) & (row < rows) & (0 <= col) & (col < cols)  # False for a non-finite head
         row, col = xp.astype(xp.where(inside, row, 0.0), xp.int64), xp.astype(xp.where(inside, col, 0.0), xp.int64)
-        new = inside & ~self._visited[self._envs, row, col]
-        self._visited[self._envs[new], row[new], col[new]] = True
+        seen = self._visited[self._envs, row, col]
+        new = inside & ~seen
+        self._visited[self._envs, row, col] = seen | inside  # no mask: no host sync on a GPU
         self.count += xp.astype(new, xp.int64)
         explore = xp.astype(new, scene.float_dtype)
         return explore + forward, {"__reward__explore": explore, "__reward__forward": forward}
