@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("mujoco_warp", reason="the warp backend is an optional install (requirements-gpu.txt)")
 torch = pytest.importorskip("torch")
+wp = pytest.importorskip("warp")
 
 from derl.checked_config import load_config  # noqa: E402
 from derl.envs.batch import FRAME_SKIP, UnimalBatch  # noqa: E402
@@ -52,3 +53,87 @@ def test_warp_steps_as_mujoco_c(preset, seed):
                                        atol=tolerance, err_msg=f"{name} after step {t + 1}")
     assert contacts > 0, "the bodies never touched the ground: the comparison left contacts out"
     assert not warp_physics.problems().any(), "a world ran out of preallocated contacts or constraints"
+
+
+# Touch sensors are left out of the observation compared: they read contact forces, which differ
+# in float32 by a few 1e-4 relative and by whole forces at a contact's first substep (one engine
+# already touches, the other not yet). The accelerometer, which feels contact forces too, agrees
+# to 1% (the rtol below); positions and velocities to about 1e-4, except in the steps where a body
+# lands on the incline's tilted box (up to 0.02 in velocity: the two engines' box contacts differ).
+STATE = ("qpos", "qvel", "qacc_warmstart")  # MuJoCo's physics state (the solver starts from the warmstart)
+NO_TOUCH = {"ENV.OBS_TYPES": ["position", "velocity", "imu_vel", "extremities"], "ENV.EPISODE_LENGTH": 8}
+
+
+def _stepped_obs(step, key: str) -> np.ndarray:
+    """The observation each env reached at a step (its final one where an episode ended), ``[N, size]``."""
+    obs, _, terminated, truncated, infos = step
+    ended = np.asarray(terminated | truncated)
+    if isinstance(obs[key], np.ndarray):
+        return np.stack([infos["final_obs"][i][key] if ended[i] else obs[key][i] for i in range(len(ended))])
+    return torch.where(torch.as_tensor(ended)[:, None], infos["final_obs"][key], obs[key]).numpy()
+
+
+@pytest.mark.parametrize("name", ["ft", "incline"])
+def test_warp_envs_observe_reward_and_end_as_mujoco_c(name):
+    """Each step starts both envs from MuJoCo C's state: what the env reports after one step of each
+    engine agrees to float32 (episodes end at the same steps; Warp restarts them with its own noise)."""
+    from derl.envs import UnimalVectorEnv
+    from tests.test_envs_tasks import CONFIGS, FIXTURE
+
+    c_env = UnimalVectorEnv(FIXTURE, load_config(CONFIGS[name], NO_TOUCH), NUM_ENVS)
+    warp_env = UnimalVectorEnv(FIXTURE, load_config(CONFIGS[name], {**NO_TOUCH, "SIM.BACKEND": "warp"}), NUM_ENVS)
+    c_obs, _ = c_env.reset(seed=4)
+    warp_obs, _ = warp_env.reset(seed=4)  # the first episodes draw their noise on the host, per env, as C's
+    np.testing.assert_allclose(warp_obs["proprioceptive"].numpy(), c_obs["proprioceptive"], rtol=1e-2, atol=5e-3)
+    actions = np.random.default_rng(0).uniform(-1.2, 1.2, (20, NUM_ENVS, c_env.single_action_space.shape[0]))
+    ends = 0
+    c_state = {name: c_env.sim.physics.batch.bind(name) for name in STATE}
+    warp_state = {name: wp.to_torch(getattr(warp_env.sim.physics.data, name)) for name in STATE}
+    for t, action in enumerate(actions.astype(np.float32)):
+        for name_ in STATE:
+            warp_state[name_][:] = torch.as_tensor(c_state[name_])
+        c_step, warp_step = c_env.step(action), warp_env.step(torch.as_tensor(action))
+        for k, flag in ((2, "terminated"), (3, "truncated")):
+            np.testing.assert_array_equal(warp_step[k].numpy(), c_step[k], err_msg=f"{flag} at step {t}")
+        np.testing.assert_allclose(warp_step[1].numpy(), c_step[1], atol=5e-3, err_msg=f"reward at step {t}")
+        for key in (*c_env.sim.task.reward_terms, "__reward__ctrl", "energy", "x_pos", "metric"):
+            np.testing.assert_allclose(warp_step[4][key].numpy(), c_step[4][key], rtol=1e-4, atol=5e-3,
+                                       err_msg=f"{key} at step {t}")
+        np.testing.assert_allclose(_stepped_obs(warp_step, "proprioceptive"), _stepped_obs(c_step, "proprioceptive"),
+                                   rtol=1e-2, atol=5e-2, err_msg=f"observation at step {t}")
+        ends += int(c_step[3].sum())
+    assert ends >= NUM_ENVS, "no episode ended: the restart on the device went untested"
+
+
+def _run(*args: str, timeout: int = 600) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_a_short_ft_training_on_warp(tmp_path):
+    from tests.test_envs_tasks import FIXTURE
+
+    _run("tools/train_ppo.py", "--cfg", "configs/evo/ft.yml", "--xml", str(FIXTURE), "--out", str(tmp_path / "ft"),
+         "SIM.BACKEND", "warp", "PPO.NUM_ENVS", "16", "PPO.TIMESTEPS", "32", "PPO.MAX_STATE_ACTION_PAIRS", "2048",
+         "ENV.EPISODE_LENGTH", "50")
+    import json
+
+    summary = json.loads((tmp_path / "ft" / "metrics.json").read_text())
+    assert summary["env_steps"] == 2048 and summary["completed"] and np.isfinite(summary["summary"]["return"])
+
+
+def test_a_tiny_evolution_on_warp_is_read_by_the_report_replay_and_evaluation(tmp_path):
+    out = tmp_path / "run"
+    _run("evo_single_proc.py", "--cfg", "configs/evo/quick.yml", "OUT_DIR", str(out), "SIM.BACKEND", "warp",
+         "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4", "EVO.SEARCH_SPACE_SIZE", "6",
+         "EVO.AGING_WINDOW_SIZE", "4", "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "32", "PPO.MAX_STATE_ACTION_PAIRS", "640",
+         "ENV.EPISODE_LENGTH", "50")
+    assert len(list((out / "published").glob("*.json"))) == 6
+    _run("tools/report.py", str(out), "--no-media")
+    assert "000001" in _run("tools/replay.py", str(out), "000001", "--steps", "20", "--episodes", "1")
+    _run("tools/evaluate.py", "--tasks", "incline", "--ids", "000001", "--seeds", "1", str(out),
+         "PPO.MAX_STATE_ACTION_PAIRS", "256", "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "32", "ENV.EPISODE_LENGTH", "50")
