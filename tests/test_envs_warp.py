@@ -137,3 +137,12 @@ def test_a_tiny_evolution_on_warp_is_read_by_the_report_replay_and_evaluation(tm
     assert "000001" in _run("tools/replay.py", str(out), "000001", "--steps", "20", "--episodes", "1")
     _run("tools/evaluate.py", "--tasks", "incline", "--ids", "000001", "--seeds", "1", str(out),
          "PPO.MAX_STATE_ACTION_PAIRS", "256", "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "32", "ENV.EPISODE_LENGTH", "50")
+
+
+def test_bench_ppo_trains_ft_on_warp_next_to_mujoco_c():
+    import json
+
+    report = json.loads(_run("tools/bench.py", "ppo", "--envs", "ft", "--sim", "warp", "--device", "cpu",
+                             "--num-envs", "4", "--iters", "1", "--repeats", "1"))["cases"]["ft"]
+    assert report["warp"]["env_steps"] == 4 * 128 and report["warp"]["device"] == "cpu"
+    assert report["mujoco"]["env_steps"] == 32 * 128 and report["wall_speedup_warp_over_mujoco"] > 0

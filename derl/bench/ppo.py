@@ -65,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="instead of the SB3 comparison: derl's us per env step per component "
                              "(derl/bench/ppo_profile.py)")
+    parser.add_argument("--sim", choices=("mujoco", "warp"), default="mujoco",
+                        help="warp: instead of the SB3 comparison, derl's FT training on MuJoCo Warp on --device "
+                             "next to derl on MuJoCo C (ft case only)")
+    parser.add_argument("--device", default="cpu", help="DEVICE of the --sim warp runs (cuda, or cpu: warp's CPU "
+                                                         "device, for correctness only)")
+    parser.add_argument("--num-envs", type=int, default=32, help="PPO.NUM_ENVS of the --sim warp runs")
 
 
 # ----------------------------------------------------------------------------- child process
@@ -75,8 +81,13 @@ def speed_overrides(iters: int) -> dict:
 
 
 def _config(case: dict, iters: int):
-    """The FT evolution config for unimals, the defaults for Gymnasium envs; DERL's PPO keys."""
-    return load_config(FT_CONFIG if case["kind"] == "unimal" else None, speed_overrides(iters))
+    """The FT evolution config for unimals, the defaults for Gymnasium envs; DERL's PPO keys (a case's
+    ``sim`` may put them on MuJoCo Warp: its ``SIM.BACKEND``, ``DEVICE`` and ``PPO.NUM_ENVS``)."""
+    overrides = speed_overrides(iters)
+    if "sim" in case:
+        num_envs = case["sim"]["PPO.NUM_ENVS"]
+        overrides.update(case["sim"], **{"PPO.MAX_STATE_ACTION_PAIRS": iters * num_envs * 128})
+    return load_config(FT_CONFIG if case["kind"] == "unimal" else None, overrides)
 
 
 def _env_factory(case: dict, cfg, flat: bool):
@@ -332,8 +343,8 @@ def _spawn(spec: dict) -> dict:
 
 
 def _children(args: argparse.Namespace) -> int:
-    """Trainings ``run`` starts per case (``_speed`` or ``_profile``, then ``_returns``)."""
-    measured = args.repeats + 2 if args.profile else 3 * args.repeats
+    """Trainings ``run`` starts per case (``_speed``, ``_backends`` or ``_profile``, then ``_returns``)."""
+    measured = args.repeats + 2 if args.profile else 2 * args.repeats if args.sim == "warp" else 3 * args.repeats
     return measured + (2 * args.seeds if args.return_iters > 0 else 0)
 
 
@@ -416,6 +427,29 @@ def _speed(case: dict, args: argparse.Namespace) -> dict:
     return report
 
 
+def _backends(case: dict, args: argparse.Namespace) -> dict:
+    """derl on MuJoCo Warp (``--device``, ``--num-envs``) and on MuJoCo C (32 envs, the CPU preset),
+    alternating, ``--repeats`` each: env steps per wall-clock second (a GPU's work is not CPU time)."""
+    warp = {**case, "sim": {"SIM.BACKEND": "warp", "DEVICE": args.device, "PPO.NUM_ENVS": args.num_envs}}
+    runs: dict[str, list[dict]] = {"warp": [], "mujoco": []}
+    for _ in range(args.repeats):
+        runs["warp"].append(_spawn({"trainer": "ours", "case": warp, "iters": args.iters, "seed": 0}))
+        runs["mujoco"].append(_spawn({"trainer": "ours", "case": case, "iters": args.iters, "seed": 0}))
+    report = {}
+    for name, measured in runs.items():
+        best = max(measured, key=lambda r: r["env_steps"] / r["wall_time"])
+        busy = best["collect_seconds"] + best["update_seconds"]
+        report[name] = {"env_steps": best["env_steps"],
+                        "steps_per_sec": round(best["env_steps"] / best["wall_time"], 1),
+                        "loop_steps_per_sec": round(best["env_steps"] / busy, 1),
+                        "setup_seconds": round(best["setup_seconds"], 3),
+                        "collect_share": round(best["collect_seconds"] / busy, 3)}
+    report["warp"].update(device=args.device, num_envs=args.num_envs)
+    warp_rate, mujoco_rate = report["warp"]["steps_per_sec"], report["mujoco"]["steps_per_sec"]
+    report["wall_speedup_warp_over_mujoco"] = round(warp_rate / mujoco_rate, 3)
+    return report
+
+
 def _profile(case: dict, args: argparse.Namespace) -> dict:
     """The instrumented run, the least disturbed of ``--repeats`` plain runs, the physics replay."""
     from derl.bench.ppo_profile import summarise  # lazy: it imports derl's learner (torch); the parent spawns
@@ -446,7 +480,9 @@ def run(args: argparse.Namespace) -> dict:
                                                                   unit="run") as _PROGRESS:
         for name in cases:
             case = ft_case(args.xml, Path(folder)) if name == "ft" else {"kind": "gym", "env_id": name}
-            measure = _profile if args.profile else _speed
+            measure = _profile if args.profile else _backends if args.sim == "warp" else _speed
+            if args.sim == "warp" and case["kind"] != "unimal":
+                raise SystemExit(f"error: bench ppo --sim warp trains the ft case only, not {name}")
             entry = {"case": {k: v for k, v in case.items() if k != "xml" or args.xml}, **measure(case, args)}
             if args.return_iters > 0:
                 entry["returns"] = _returns(case, args)
