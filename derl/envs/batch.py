@@ -275,7 +275,7 @@ class UnimalBatch:
         for values in (*obs.values(), *infos.values()):
             if xp.isdtype(values.dtype, "real floating"):
                 bad = ~xp.isfinite(values) & xp.reshape(envs, (-1, *[1] * (values.ndim - 1)))
-                values[bad] = 0.0
+                values[...] = xp.where(bad, 0.0, values)  # not values[bad]: a mask index waits for the device
         return xp.where(envs & ~xp.isfinite(reward), 0.0, reward)
 
     def observe(self) -> dict[str, np.ndarray]:
