@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from derl.checked_config import load_config
-from derl.config import NODE_LOCAL_KEYS, dump_config
-from derl.evolution.search_config import HEADER, differences, join_search, node_local_overrides, versions
+from derl.config import dump_config
+from derl.evolution.search_config import HEADER, differences, join_search, versions
 from derl.evolution.storage import RunDir
 from tests.test_evolution_protocol import ENV, ROOT
 
@@ -101,11 +101,9 @@ def test_join_search_creates_once_and_warns_in_one_line_about_other_versions(tmp
                                                    "0.0.1-elsewhere")
 
 
-def test_node_local_keys_round_trip_and_are_the_only_keys_ignored():
+def test_node_local_keys_are_the_only_keys_ignored():
     cfg = load_config(None, ["OUT_DIR", "/shared/x y", "DEVICE", "cuda:1", "NODE_ID", "1", "NUM_NODES", "2",
                              "VECENV.THREADS", "3", "TORCH_THREADS", "4"])
-    again = load_config(None, ["NUM_NODES", "2", *node_local_overrides(cfg)])
-    assert all(again.get_path(key) == cfg.get_path(key) for key in NODE_LOCAL_KEYS)
     assert differences(cfg, load_config(None, ["NUM_NODES", "2"])) == []
     assert differences(cfg, load_config(None, [])) == ["NUM_NODES 2 != 1"]
 
