@@ -5,6 +5,9 @@ place, so of several nodes starting at once exactly one creates it). Every node 
 worker then runs ``config.yaml`` plus only this node's ``NODE_LOCAL_KEYS``. A node (or a
 resume) whose other keys differ is refused in one line naming them: a doubled PPO budget
 or another search size would silently mix into one population.
+Once the search has begun, a missing ``config.yaml`` is an error, never recreated; workers load
+their node's config from a node-private file (``coordinator.node_config_file``), never
+``config.yaml``, so an edit of it mid-run reaches no worker.
 
 ``manifest/<node>.json`` records each node's versions. One file per node, written only by
 that node and renamed into place, so no update is lost and no lock is needed (locks are
