@@ -11,6 +11,7 @@ import torch
 from derl.checked_config import load_config
 from derl.fileio import atomic_write_text
 from derl.ppo import OnIteration, SaveWhile, StopWhen, load_policy, train, trainer
+from derl.ppo.checkpoint import CheckpointError
 from derl.ppo.device import resolve_device
 from derl.ppo.losses import gaussian_log_prob
 from derl.ppo.policy import Policy
@@ -154,6 +155,16 @@ def test_a_resume_after_a_kill_between_checkpoint_and_metrics_leaves_no_gap(tmp_
           resume=True)
     after = metrics.read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in after] == [1, 2, 3] and after[:2] == lines
+
+
+@pytest.mark.parametrize("records", [[{"iteration": 7}], [{"iteration": 1}, {"iteration": 1}], "1", [[1]]])
+def test_a_checkpoint_whose_records_do_not_fit_it_is_refused(tmp_path, records):
+    ckpt = tmp_path / "ckpt.pt"
+    train(_cfg(iters=1), _pendulum, seed=0, checkpoint_path=ckpt)
+    state = torch.load(ckpt, weights_only=True)
+    torch.save({**state, "metrics": records}, ckpt)
+    with pytest.raises(CheckpointError, match=r"ckpt.pt: its metrics records are not iterations up to 1$"):
+        train(_cfg(iters=2), _pendulum, seed=0, checkpoint_path=ckpt, resume=True)
 
 
 def test_run_too_short_to_end_an_episode_reports_finite_fields():

@@ -253,6 +253,20 @@ def _save(ppo: PPO, callbacks: Sequence[Callback], checkpoint_path: Path | None,
     return True
 
 
+def _checkpoint_records(records: object, up_to_iteration: int, checkpoint_path: Path) -> list[dict]:
+    """The metrics records a checkpoint carries, checked: dicts of increasing iterations up to its own.
+
+    Raises:
+        CheckpointError: they are not (a foreign or damaged checkpoint in a shared folder).
+    """
+    if isinstance(records, list) and all(isinstance(record, dict) for record in records):
+        iterations = [record.get("iteration") for record in records]
+        if all(isinstance(i, int) and 0 < i <= up_to_iteration for i in iterations) and iterations == sorted(
+                set(iterations)):
+            return records
+    raise CheckpointError(f"{checkpoint_path}: its metrics records are not iterations up to {up_to_iteration}")
+
+
 def _read_metrics(metrics_path: Path | None, up_to_iteration: int) -> list[dict]:
     if metrics_path is None or not metrics_path.is_file():
         return []
@@ -312,7 +326,7 @@ def train(
             if not comm.is_main:
                 ppo.metrics = []
             elif "metrics" in state:
-                ppo.metrics = list(state["metrics"])
+                ppo.metrics = _checkpoint_records(state["metrics"], ppo.iteration, checkpoint_path)
             else:  # a checkpoint from before it carried its records
                 ppo.metrics = _read_metrics(metrics_path, ppo.iteration)
         start_steps = ppo.env_steps
