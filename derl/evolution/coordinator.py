@@ -2,9 +2,10 @@
 
 It prepares ``OUT_DIR`` (the first node creates ``config.yaml``, every node
 must match it: ``search_config``; node 0 writes the initial population, other
-nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker processes, each in its
-own session (process group), restarts one that dies after a back-off that doubles
-while it keeps failing (``derl.evolution.failures``; the node stops once one has
+nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker processes (refused above what the node's
+cores and memory hold: ``resolve_num_processes``), each in its own session (process group) and
+loading this node's config from a node-private file (``node_config_file``), restarts one that
+dies after a back-off that doubles while it keeps failing (``derl.evolution.failures``; the node stops once one has
 failed for ``EVO.LEASE_SECONDS``, after which other nodes take its slots over
 anyway), rewrites ``summary.json`` every few seconds (node 0 also the search's TensorBoard curves,
 ``derl.evolution.curves``), and returns when every
