@@ -235,7 +235,7 @@ SIM_BACKENDS = ("mujoco", "warp")
 
 # Keys that say how one node runs, not what the search is: they may differ between the nodes of a
 # search and between runs of one node. Every other key of a node must equal OUT_DIR/config.yaml
-# (derl.evolution.search_config); workers get config.yaml plus these.
+# (derl.evolution.search_config); a node's workers run its config, config.yaml plus these.
 NODE_LOCAL_KEYS = (
     "NODE_ID", "OUT_DIR", "DEVICE", "TORCH_THREADS", "EVO.NUM_PROCESSES", "EVO.INIT_WAIT_TIMEOUT",
     "VECENV.THREADS", "CHECKPOINT_PERIOD", "TENSORBOARD.ENABLED", "TENSORBOARD.PER_MORPHOLOGY",

@@ -8,6 +8,7 @@ stored as tensors; nothing is pickled beyond what the weights-only loader accept
 from __future__ import annotations
 
 import io
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,19 @@ def _tensors_for_numpy(obj: Any) -> Any:
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """Writes ``state`` atomically and durably: the file and its rename are on disk when this returns.
+
+    The trainer writes the metrics that describe a checkpoint only after it (``PPO.save``), so the
+    folder's entry is synced too: after a power cut the metrics are never newer than the checkpoint.
+    """
     buffer = io.BytesIO()
     torch.save(_tensors_for_numpy(state), buffer)
     atomic_write_bytes(path, buffer.getvalue())
+    folder = os.open(Path(path).parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 class CheckpointError(ValueError):

@@ -14,9 +14,10 @@ counts the env steps of all ranks, and so do the metrics. Rank 0 alone writes fi
 
 Per-iteration metrics are kept in memory and the whole JSON-lines file is rewritten atomically
 (``derl.fileio``) at every checkpoint and at the end, not appended line by line: another process
-(the evolution, a dashboard) never reads half a line, and after a resume the file matches the
-checkpoint's iteration exactly (records past the last checkpoint are dropped with the state they
-describe).
+(the evolution, a dashboard) never reads half a line. The checkpoint carries the records too and is
+written (and made durable) first: the metrics file never describes iterations that no checkpoint
+holds, and a resume takes the checkpoint's records, so the file then matches the checkpoint's
+iteration exactly, without a gap where a kill fell between the two writes.
 """
 
 from __future__ import annotations
@@ -204,6 +205,7 @@ class PPO:
             "world_size": self.comm.world_size,
             "torch_rng": torch.get_rng_state(),
             "action_rngs": self.comm.gather_objects(self.collector.rng_state()),
+            "metrics": self.metrics,  # the records of iterations 1..iteration (rank 0's)
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -227,19 +229,20 @@ class PPO:
         self._mark_shared_statistics()
 
     def save(self, checkpoint_path: Path | None, metrics_path: Path | None) -> None:
-        """Writes the metrics lines, then the checkpoint (rank 0); every rank must call it.
+        """Writes the checkpoint (durably), then the metrics lines (rank 0); every rank must call it.
 
-        In that order a write that fails in between (a full disk) leaves metrics ahead of the
-        checkpoint, which a resume trims (``_read_metrics``), never behind it (a gap in the curve).
+        In that order the metrics never describe an iteration that no checkpoint holds: a kill or a
+        full disk in between leaves the file behind the checkpoint, and a resume rewrites it from the
+        records the checkpoint carries (``train``).
         """
         state = self.state_dict() if checkpoint_path is not None else None
         if not self.comm.is_main:
             return
+        if state is not None:
+            save_checkpoint(checkpoint_path, state)
         if metrics_path is not None:
             lines = "".join(json.dumps(record, allow_nan=False) + "\n" for record in self.metrics)
             atomic_write_text(metrics_path, lines)
-        if state is not None:
-            save_checkpoint(checkpoint_path, state)
 
 
 def _save(ppo: PPO, callbacks: Sequence[Callback], checkpoint_path: Path | None, metrics_path: Path | None) -> bool:
@@ -248,6 +251,20 @@ def _save(ppo: PPO, callbacks: Sequence[Callback], checkpoint_path: Path | None,
         return False
     ppo.save(checkpoint_path, metrics_path)
     return True
+
+
+def _checkpoint_records(records: object, up_to_iteration: int, checkpoint_path: Path) -> list[dict]:
+    """The metrics records a checkpoint carries, checked: dicts of increasing iterations up to its own.
+
+    Raises:
+        CheckpointError: they are not (a foreign or damaged checkpoint in a shared folder).
+    """
+    if isinstance(records, list) and all(isinstance(record, dict) for record in records):
+        iterations = [record.get("iteration") for record in records]
+        if all(isinstance(i, int) and 0 < i <= up_to_iteration for i in iterations) and iterations == sorted(
+                set(iterations)):
+            return records
+    raise CheckpointError(f"{checkpoint_path}: its metrics records are not iterations up to {up_to_iteration}")
 
 
 def _read_metrics(metrics_path: Path | None, up_to_iteration: int) -> list[dict]:
@@ -306,7 +323,12 @@ def train(
                 ppo.load_state_dict(state)
             except CheckpointError as err:
                 raise CheckpointError(f"{checkpoint_path}: {err}") from None
-            ppo.metrics = _read_metrics(metrics_path, ppo.iteration) if comm.is_main else []
+            if not comm.is_main:
+                ppo.metrics = []
+            elif "metrics" in state:
+                ppo.metrics = _checkpoint_records(state["metrics"], ppo.iteration, checkpoint_path)
+            else:  # a checkpoint from before it carried its records
+                ppo.metrics = _read_metrics(metrics_path, ppo.iteration)
         start_steps = ppo.env_steps
         # A resumed run takes new env seeds so it does not replay the first episodes.
         ppo.collector.reset(seed + ppo.env_steps)
