@@ -10,6 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from derl.analysis.run import RunView
 from derl.checked_config import load_config
 from derl.envs.tasks import TASKS
@@ -36,6 +38,7 @@ def _base_run(tmp_path: Path) -> RunDir:
     return run
 
 
+@pytest.mark.recorded  # JSON text read and written back, no arithmetic: exact on any CPU
 def test_metadata_written_by_earlier_derl_reads_and_writes_back_unchanged(tmp_path):
     run = _base_run(tmp_path)
     for morphology_id in IDS:

@@ -59,6 +59,7 @@ def main(argv: list[str]) -> int:
     from derl.config import RETIRED_KEYS
     from derl.ppo.distributed import RankInfo
     from derl.ppo.trainer import max_iterations
+    from derl.threads import limit_threads
     from derl.training.run import (
         CHECKPOINT_FILE,
         FINAL_METRICS_FILE,
@@ -85,6 +86,7 @@ def main(argv: list[str]) -> int:
     if cfg_file is None and saved is not None and (saved / "config.yaml").is_file():
         cfg_file, retired = [saved / "config.yaml"], RETIRED_KEYS  # derl wrote it, perhaps an older one
     cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None, retired=retired)
+    limit_threads(cfg.TORCH_THREADS)
     out = args.out or Path(cfg.OUT_DIR)
     info = RankInfo.from_environ()
     try:

@@ -44,6 +44,7 @@ from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.search_config import join_search
 from derl.evolution.storage import RunDir
 from derl.fileio import atomic_write_text
+from derl.threads import limit_threads
 
 # Peak resident memory of one worker before any was measured in this OUT_DIR: the largest preset
 # measured (ft.yml, 32 envs: 1.23 GB; vt 0.74 GB; mvt 0.53 GB) plus a margin.
@@ -64,7 +65,6 @@ SUMMARY_SECONDS = 10.0
 RETRY_SECONDS = 10.0
 INIT_POLL_SECONDS = 1.0
 GRACE_SECONDS = 10.0
-_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def usable_cores() -> int:
@@ -213,8 +213,6 @@ class Coordinator:
     def _start(self, worker: int) -> None:
         env = dict(os.environ)  # derl is installed (`make setup`: pip install -e .)
         env[COORDINATOR_PID_VARIABLE] = str(os.getpid())
-        for variable in _THREAD_VARIABLES:  # one worker per core: no BLAS/OpenMP thread pools fighting
-            env.setdefault(variable, str(self.cfg.TORCH_THREADS))
         command = [sys.executable, "-m", "derl.evolution.worker", "--worker", str(worker), *self.worker_args]
         if self.devices:
             command += ["DEVICE", self.devices[worker]]
@@ -426,6 +424,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     num = _worker_count(cfg, run)  # before anything is created: a count the node cannot hold is refused
     run.create()
     cfg = join_search(cfg, run, log)  # OUT_DIR/config.yaml plus this node's node-local keys
+    limit_threads(cfg.TORCH_THREADS)  # the initial population is drawn here; workers set their own
     devices, num = worker_devices(cfg, run, num)
     if cfg.DEVICE != "cpu":
         log(f"learner devices of workers 0..{num - 1}: {', '.join(devices)}")

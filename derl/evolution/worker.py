@@ -37,6 +37,7 @@ from derl.evolution.scheduling import Scheduler
 from derl.evolution.step import Step
 from derl.evolution.storage import RunDir
 from derl.lifetime import die_with_parent
+from derl.threads import limit_threads
 
 
 def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int:
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("overrides", nargs="*", help="KEY VALUE pairs")
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(args.cfg, args.overrides, this_node=True)
+    limit_threads(cfg.TORCH_THREADS)  # one worker per core: no BLAS or OpenMP pools fighting
     raise SystemExit(run_worker(cfg, args.worker))
 
 

@@ -46,6 +46,7 @@ from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
 from derl.ppo.obs_layout import ObsLayout
 from derl.ppo.rollout import Collector, MakeVecEnv, Rollout
+from derl.threads import limit_threads
 
 CHECKPOINT_VERSION = 2  # 2: one action-noise generator state per rank
 LR_SCALINGS = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}  # names: checked_config.LR_SCALING_NAMES
@@ -101,7 +102,7 @@ class PPO:
         amp = cfg.PPO.AMP and self.device.type == "cuda"
         if cfg.PPO.AMP and not amp:
             log.warning("PPO.AMP is ignored on %s: bf16 autocast runs on CUDA only", self.device)
-        torch.set_num_threads(cfg.TORCH_THREADS)
+        limit_threads(cfg.TORCH_THREADS)
         torch.manual_seed(seed)  # the same weights on every rank
         num_envs = cfg.PPO.NUM_ENVS
         self.pool = make_vec_env(num_envs, rank * num_envs)
