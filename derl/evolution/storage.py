@@ -340,24 +340,24 @@ class RunDir(SharedFolder):
         return None
 
     def _metadata_claim_problem(self, data: dict[str, Any]) -> str | None:
-        """Why the current claim of the record's slot (``slots/`` or its latest lease) does not name it, or None.
+        """Why the current claim of the record's slot (``slots/`` or its latest lease) refutes it, or None.
 
         A worker names each morphology in its slot's claim before training it and never changes the
-        claim once it is published, so a record its slot never held (planted) is refused.
+        claim once it is published, so a record its slot never held (planted) is refused. A damaged
+        claim names nobody and refutes nothing (``read_slot``: the lease, not its content, decides who
+        finishes the slot): refusing the record would throw away the result its owner just published.
         """
         slot = data["slot"]
         try:
             claim = self.read_slot(slot)
-        except JsonFileError as err:  # a reader that neither quarantines nor skips
-            return f"is in slot {slot}, whose claim {self.relative(err.path)} {err.reason}"
+        except JsonFileError:  # damaged, read by a reader that neither quarantines nor skips
+            return None
         if claim is None:
             return f"is in slot {slot}, which was never claimed (no {self.relative(self._slot_path(slot))})"
+        if claim.get("damaged") or claim["id"] == data["id"]:
+            return None
         name = self.relative(self._lease_path(slot, claim["lease"]))
-        if claim.get("damaged"):
-            return f"is in slot {slot}, whose claim {name} {claim['damaged']}"
-        if claim["id"] != data["id"]:
-            return f"is in slot {slot}, whose claim {name} names {claim['id']}"
-        return None
+        return f"is in slot {slot}, whose claim {name} names {claim['id']}"
 
     def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
         """The next free publication number, taken by creating ``published/<n>.json`` exclusively.
