@@ -154,7 +154,7 @@ def test_a_forged_record_is_never_best_nor_a_parent_nor_counted(tmp_path, capsys
     from derl.evolution.status import status_lines
 
     out = tmp_path / "run"
-    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "8")
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "8", iterations=5)
     while not ((out / "config.yaml").exists() and (out / "published").is_dir()):
         time.sleep(0.01)
     forge_record(out)

@@ -91,9 +91,9 @@ METADATA_TYPES = {
 class RecordRules(NamedTuple):
     """What the run's config asks of each of its published records.
 
-    A record outside the search's slots would count twice towards its end (and could win every
-    tournament); one without a selection criterion cannot take part in one, and training the
-    child that drew it must not pay for that.
+    A record outside the search's slots would count towards its end (and could win every
+    tournament); one without a selection criterion cannot take part in one, and the child being
+    made when it is drawn must not pay for that.
     """
 
     search_space_size: int  # EVO.SEARCH_SPACE_SIZE: slots 0 .. size - 1
