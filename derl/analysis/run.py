@@ -27,6 +27,7 @@ from derl.checked_config import load_config, load_run_config
 from derl.config import CfgNode, ConfigError
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
+from derl.evolution.schema import RecordRules
 from derl.evolution.storage import RunDir
 from derl.fileio import JsonFileError, read_json
 
@@ -76,7 +77,7 @@ class RunView:
             if morphology_id in self._metadata:
                 continue
             try:
-                metadata = self.run.read_metadata(morphology_id)
+                metadata = self.run.read_metadata(morphology_id, RecordRules.of(self.cfg.EVO))
             except json.JSONDecodeError as err:  # derl.fileio.JsonFileError names the file
                 # A corrupt or foreign file: the search quarantines it; a reader skips it and retries.
                 self.unreadable[str(self.run.metadata_path(morphology_id))] = str(err)

@@ -203,7 +203,7 @@ class Coordinator:
         self.streaks: dict[int, Streak] = {}  # each failing worker's failures in a row
         self.restart_at: dict[int, float] = {}  # workers waiting out their back-off: when to restart
         self.signalled: int | None = None
-        self.results = PublishedResults(run)
+        self.results = PublishedResults(run, cfg.EVO)
         self.logged_progress: tuple[int, int] | None = None
         self.curves = SearchCurves(cfg, run) if cfg.NODE_ID == 0 and cfg.TENSORBOARD.ENABLED else None
 

@@ -307,16 +307,17 @@ class RunDir(SharedFolder):
         return self._read_checked(self.error_path(morphology_id),
                                   lambda data: schema.error_problem(data, morphology_id))
 
-    def read_metadata(self, morphology_id: str) -> dict[str, Any] | None:
-        """The published metadata of ``morphology_id``; None if missing or quarantined.
+    def read_metadata(self, morphology_id: str, rules: schema.RecordRules) -> dict[str, Any] | None:
+        """The published metadata of ``morphology_id`` in a run with ``rules``; None if missing or quarantined.
 
-        Besides its schema (``derl.evolution.schema.metadata_problem``), the files it lists must be
-        regular files of this folder and its publication number must be its own
-        (``published/<n>.json`` names it), so no two records share a number.
+        Besides its schema (``derl.evolution.schema.metadata_problem``: a slot of the search, the
+        selection criteria), the files it lists must be regular files of this folder, its publication
+        number must be its own (``published/<n>.json`` names it), so no two records share a number,
+        and its slot's claim must name it, so that only the morphology a worker held the slot for counts.
         """
         return self._read_checked(self.metadata_path(morphology_id),
-                                  lambda data: schema.metadata_problem(data, morphology_id)
-                                  or self._metadata_files_problem(data))
+                                  lambda data: schema.metadata_problem(data, morphology_id, rules)
+                                  or self._metadata_files_problem(data) or self._metadata_claim_problem(data))
 
     def _metadata_files_problem(self, data: dict[str, Any]) -> str | None:
         for relative in data["files"].values():
@@ -337,6 +338,26 @@ class RunDir(SharedFolder):
             return f"has publication {number}, which {self.relative(path)} gives to {taken.get('id')!r:.40}" \
                 if isinstance(taken, dict) else f"has publication {number}, whose record is not an object"
         return None
+
+    def _metadata_claim_problem(self, data: dict[str, Any]) -> str | None:
+        """Why the current claim of the record's slot (``slots/`` or its latest lease) refutes it, or None.
+
+        A worker names each morphology in its slot's claim before training it and never changes the
+        claim once it is published, so a record its slot never held (planted) is refused. A damaged
+        claim names nobody and refutes nothing (``read_slot``: the lease, not its content, decides who
+        finishes the slot): refusing the record would throw away the result its owner just published.
+        """
+        slot = data["slot"]
+        try:
+            claim = self.read_slot(slot)
+        except JsonFileError:  # damaged, read by a reader that neither quarantines nor skips
+            return None
+        if claim is None:
+            return f"is in slot {slot}, which was never claimed (no {self.relative(self._slot_path(slot))})"
+        if claim.get("damaged") or claim["id"] == data["id"]:
+            return None
+        name = self.relative(self._lease_path(slot, claim["lease"]))
+        return f"is in slot {slot}, whose claim {name} names {claim['id']}"
 
     def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
         """The next free publication number, taken by creating ``published/<n>.json`` exclusively.

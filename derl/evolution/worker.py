@@ -69,7 +69,7 @@ def _run_worker(cfg: CfgNode, worker: int, backend: Backend | None) -> int:
     heartbeat = Heartbeat(run, cfg.NODE_ID, worker, heartbeat_interval(cfg.EVO.LEASE_SECONDS)).start()
     state = WorkerState(run, cfg.NODE_ID, worker)
     stop = StopSignal(run, state.write)
-    results = PublishedResults(run)
+    results = PublishedResults(run, cfg.EVO)
     step = Step(cfg, run, backend or load_backend(), results, stop, worker, state.log)
     scheduler = Scheduler(cfg, run, results, stop, state, step)
     catch_stop_signals(stop.handle_signal)
