@@ -14,6 +14,7 @@ what was published since. Nothing is written to the run folder.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,13 @@ class RunView:
         self.refresh()
 
     def _load_config(self) -> CfgNode:
+        """The run's ``config.yaml`` (a link, FIFO or folder there is refused: ``load_run_config``),
+        or the defaults for a run that has none."""
         path = self.run.config_path()
         try:
-            return load_run_config(path) if path.is_file() else load_config()
+            return load_run_config(path) if os.path.lexists(path) else load_config()
         except ConfigError as err:
-            raise RunError(f"{path}: {err}") from None
+            raise RunError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
 
     # ------------------------------------------------------------------ records
     def refresh(self) -> None:

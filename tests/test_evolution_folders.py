@@ -1,0 +1,76 @@
+"""The run folder's folders and the files read back, swapped or planted while derl uses them.
+
+A folder of ``OUT_DIR`` replaced by a symbolic link (or a file) at any moment is refused at its next
+use, never written through; a file that a tool reads back (``config.yaml``, ``metrics/<id>.jsonl``)
+that is a link, a FIFO, too large or too deep is refused with one line, and scored as the folder's
+problem, never a morphology's. Real processes where a tool's answer is the point.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from derl.checked_config import load_config
+from derl.config import dump_config
+from derl.evolution.storage import RunDir
+from tests.test_evolution_protocol import ENV, ROOT
+
+
+@pytest.fixture
+def sentinel(tmp_path):
+    """A folder outside the run with a file in it; tests assert both stay byte for byte."""
+    folder = tmp_path / "sentinel"
+    folder.mkdir()
+    (folder / "victim.json").write_text('{"id": "victim"}')
+    return folder
+
+
+def snapshot(folder):
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None, p.lstat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))}
+
+
+def search_run(tmp_path):
+    run = RunDir(tmp_path / "run", quarantine=True)
+    run.create()
+    return run
+
+
+def tool(*argv):
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("plant", ["symlink", "fifo"])
+def test_status_and_report_refuse_a_config_yaml_that_is_a_link_or_a_fifo(tmp_path, sentinel, plant):
+    run = search_run(tmp_path)
+    outside = sentinel / "config.yaml"
+    outside.write_text(dump_config(load_config(None, ["EVO.SEARCH_SPACE_SIZE", "7777"])))
+    if plant == "symlink":
+        run.config_path().symlink_to(outside)
+    else:
+        os.mkfifo(run.config_path())
+    for argv in (["tools/status.py", str(run.root)],
+                 ["tools/report.py", str(run.root), "--no-media", "--out", str(tmp_path / "report")]):
+        done = tool(*argv)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "config.yaml" in done.stderr and ("symbolic link" in done.stderr or "FIFO" in done.stderr)
+        assert "/7777" not in done.stdout
+    assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("EVO: &e {SEARCH_SPACE_SIZE: 1000}\nPPO: *e\n", "aliases"),
+    ("a: " + "[" * 5000, "nests deeper"),
+    ("EVO: {SEARCH_SPACE_SIZE: 1000}\n" + "#" * (2**20 + 1), "larger than"),
+])
+def test_a_config_yaml_read_back_is_bounded_and_without_aliases(tmp_path, text, reason):
+    from derl.checked_config import load_run_config
+    from derl.config import ConfigError
+
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=reason):
+        load_run_config(path)
