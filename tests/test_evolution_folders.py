@@ -9,13 +9,15 @@ problem, never a morphology's. Real processes where a tool's answer is the point
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from derl.checked_config import load_config
 from derl.config import dump_config
+from derl.evolution.process import EXIT_FATAL
 from derl.evolution.storage import RunDir
-from tests.test_evolution_protocol import ENV, ROOT
+from tests.test_evolution_protocol import ENV, ROOT, start
 
 
 @pytest.fixture
@@ -74,3 +76,39 @@ def test_a_config_yaml_read_back_is_bounded_and_without_aliases(tmp_path, text, 
     path.write_text(text)
     with pytest.raises(ConfigError, match=reason):
         load_run_config(path)
+
+
+def swap_for_link(folder, outside):
+    """Moves ``folder`` (with its files) to ``outside`` and leaves a symbolic link to it in its place."""
+    os.rename(folder, outside)
+    folder.symlink_to(outside, target_is_directory=True)
+
+
+def swap_while_running(tmp_path, name, after_published=2, extra=()):
+    """Starts a node (fake backend), swaps ``OUT_DIR/<name>`` for a link to a folder outside once
+    ``after_published`` morphologies are published, and waits for the node; returns (exit code, log,
+    what the folder outside held right after the swap, what it holds now)."""
+    out = tmp_path / "run"
+    node = start(out, *extra)
+    outside = tmp_path / "outside" / name
+    outside.parent.mkdir()
+    try:
+        deadline = time.monotonic() + 60
+        while len(list((out / "metadata").glob("*.json"))) < after_published:
+            assert node.poll() is None and time.monotonic() < deadline, "the node ended before the swap"
+            time.sleep(0.02)
+        swap_for_link(out / name, outside)
+        before = snapshot(outside)
+        code = node.wait(timeout=90)
+    finally:
+        if node.poll() is None:
+            node.kill()
+    return code, (tmp_path / "run-coordinator.log").read_text(), before, snapshot(outside)
+
+
+def test_slots_swapped_for_a_link_while_a_node_runs_stop_the_node(tmp_path):
+    code, log, before, after = swap_while_running(tmp_path, "slots")
+    assert after == before  # no claim written, moved or touched outside OUT_DIR
+    assert code == EXIT_FATAL, log[-3000:]
+    assert "slots is not a folder (a symbolic link or a file)" in log and "Traceback" not in log, log[-3000:]
+    assert "search complete" not in log

@@ -228,7 +228,7 @@ class RunDir(SharedFolder):
         return self._create_json(self._slot_path(slot), {**claim, **self.identity.as_dict(), "lease": 0})
 
     def is_claimed(self, slot: int) -> bool:
-        return os.path.lexists(self._slot_path(slot)) or bool(self._leases(slot))
+        return self._lexists(self._slot_path(slot)) or bool(self._leases(slot))
 
     def read_slot(self, slot: int) -> dict[str, Any] | None:
         """The current claim of ``slot`` (its latest lease: ``lease`` counts takeovers), or None if unclaimed.
@@ -245,6 +245,8 @@ class RunDir(SharedFolder):
         lease = leases[0] if leases else 0
         path = self._lease_path(slot, lease)
         try:
+            if not self._usable_folder(path.parent):
+                return None
             claim = read_json(path)
             reason = schema.claim_problem(claim, slot)
         except FileNotFoundError:
@@ -261,10 +263,8 @@ class RunDir(SharedFolder):
 
     def claim_time(self, slot: int, lease: int) -> float | None:
         """Modification time (shared-filesystem clock) of the claim file of ``slot``'s lease ``lease``."""
-        try:
-            return os.lstat(self._lease_path(slot, lease)).st_mtime
-        except FileNotFoundError:
-            return None
+        found = self._lstat(self._lease_path(slot, lease))
+        return None if found is None else found.st_mtime
 
     def replace_slot(self, slot: int, claim: dict[str, Any]) -> None:
         """Rewrites the claim of a slot this worker owns (a failed morphology is replaced)."""
@@ -282,7 +282,7 @@ class RunDir(SharedFolder):
 
     def slot_taken_over(self, slot: int, lease: int) -> bool:
         """True once someone holds a later lease of ``slot`` than ``lease`` (one stat on the shared folder)."""
-        return os.path.lexists(self._lease_path(slot, lease + 1))
+        return self._lexists(self._lease_path(slot, lease + 1))
 
     def num_claimed_slots(self) -> int:
         return len(self.claimed_slots())
@@ -295,7 +295,7 @@ class RunDir(SharedFolder):
         return self._names("error_metadata")
 
     def is_published(self, morphology_id: str) -> bool:
-        return os.path.lexists(self.metadata_path(morphology_id))
+        return self._lexists(self.metadata_path(morphology_id))
 
     def has_failed(self, morphology_id: str) -> bool:
         """True if ``error_metadata/<id>.json`` exists and matches its schema (a bad one is quarantined,
@@ -387,6 +387,7 @@ class RunDir(SharedFolder):
         """
         self.video_path(morphology_id).parent.mkdir(exist_ok=True)
         staged = self._staged(self.video_path(morphology_id))
+        self._real_folder("tmp")  # the encoder writes by path: tmp/ is checked right before
         try:
             written = write(staged)
         except BaseException:  # no half-written video left in tmp/ (a full disk, a failed encoder)
@@ -400,7 +401,7 @@ class RunDir(SharedFolder):
     def videos(self) -> dict[str, Path]:
         """The published videos by morphology id."""
         folder = self.root / "videos"
-        found = folder.glob("*") if folder.is_dir() else []
+        found = folder.glob("*") if os.path.isdir(folder) and self._usable_folder(folder) else []
         return {p.stem: p for p in found if schema.is_id(p.stem) and p.suffix in (".mp4", ".gif")
                 and stat.S_ISREG(os.lstat(p).st_mode)}
 
@@ -452,7 +453,5 @@ class RunDir(SharedFolder):
 
     def heartbeat_time(self, node: int, worker: int) -> float | None:
         """The last heartbeat of ``node-worker`` (file mtime), None if it never beat."""
-        try:
-            return os.lstat(self.heartbeat_path(node, worker)).st_mtime
-        except FileNotFoundError:
-            return None
+        found = self._lstat(self.heartbeat_path(node, worker))
+        return None if found is None else found.st_mtime

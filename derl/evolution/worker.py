@@ -36,6 +36,7 @@ from derl.evolution.results import PublishedResults
 from derl.evolution.scheduling import Scheduler
 from derl.evolution.step import Step
 from derl.evolution.storage import RunDir
+from derl.fileio import NotAFolder
 from derl.lifetime import die_with_parent
 
 
@@ -44,10 +45,14 @@ def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int
 
     A failure that is not a morphology's (those are recorded per slot) stops the worker with one
     line on stderr (and the traceback of a bug) and ``EXIT_ENVIRONMENT``; nothing else is written,
-    so its slot keeps its attempt and its checkpoint.
+    so its slot keeps its attempt and its checkpoint. A folder of ``OUT_DIR`` that became a symbolic
+    link or a file (``NotAFolder``) is one a restart would find again: ``EXIT_FATAL`` stops the node.
     """
     try:
         return _run_worker(cfg, worker, backend)
+    except NotAFolder as err:
+        print(f"[worker {cfg.NODE_ID}-{worker}] fatal: {err}", file=sys.stderr, flush=True)
+        return EXIT_FATAL
     except Exception as err:  # noqa: BLE001 - see the docstring
         cause = classify(err)
         if cause != "environment":
