@@ -6,6 +6,7 @@ that is a link, a FIFO, too large or too deep is refused with one line, and scor
 problem, never a morphology's. Real processes where a tool's answer is the point.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -112,3 +113,34 @@ def test_slots_swapped_for_a_link_while_a_node_runs_stop_the_node(tmp_path):
     assert code == EXIT_FATAL, log[-3000:]
     assert "slots is not a folder (a symbolic link or a file)" in log and "Traceback" not in log, log[-3000:]
     assert "search complete" not in log
+
+
+@pytest.mark.parametrize("plant", ["empty record", "deep nesting", "wrong type", "long line", "fifo", "symlink"])
+def test_a_bad_metrics_file_is_dropped_and_training_goes_on_from_the_checkpoint(tmp_path, sentinel, plant, caplog):
+    """Before: deep nesting raised RecursionError (a morphology failure: the checkpoint thrown away), ``{}``
+    a KeyError (a restart loop ending in exit 5), a link was read through."""
+    from derl.ppo import StopWhen, train
+    from tests.test_ppo_train import _cfg, _pendulum
+
+    cfg = _cfg(iters=4, CHECKPOINT_PERIOD=1)
+    ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"
+    calls = iter(range(100))
+    train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
+          callbacks=[StopWhen(lambda: next(calls) >= 2)])
+    good = metrics.read_text()
+    metrics.unlink()
+    if plant == "fifo":
+        os.mkfifo(metrics)
+    elif plant == "symlink":
+        (sentinel / "metrics.jsonl").write_text(good)
+        metrics.symlink_to(sentinel / "metrics.jsonl")
+    else:
+        bad = {"empty record": "{}", "deep nesting": "[" * 50_000, "wrong type": '{"iteration": 1, "lr": "x"}',
+               "long line": '{"iteration": 1, "pad": "' + "x" * 2**17 + '"}'}[plant]
+        metrics.write_text(good + bad + "\n")
+    before = snapshot(sentinel)
+    resumed = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True)
+    assert resumed.completed and resumed.iterations == 4
+    assert "training goes on from the checkpoint" in caplog.text and str(metrics) in caplog.text
+    assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [3, 4]
+    assert not metrics.is_symlink() and snapshot(sentinel) == before
