@@ -18,7 +18,7 @@ from derl.checked_config import load_config
 from derl.config import dump_config
 from derl.evolution.process import EXIT_FATAL
 from derl.evolution.storage import RunDir
-from tests.test_evolution_protocol import ENV, ROOT, start
+from tests.test_evolution_protocol import ENV, ROOT, assert_complete, start
 
 
 @pytest.fixture
@@ -45,23 +45,32 @@ def tool(*argv):
     return subprocess.run([sys.executable, *argv], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("plant", ["symlink", "fifo"])
-def test_status_and_report_refuse_a_config_yaml_that_is_a_link_or_a_fifo(tmp_path, sentinel, plant):
+def test_status_and_report_refuse_a_config_yaml_that_is_a_link_out_of_the_folder(tmp_path, sentinel):
     run = search_run(tmp_path)
     outside = sentinel / "config.yaml"
     outside.write_text(dump_config(load_config(None, ["EVO.SEARCH_SPACE_SIZE", "7777"])))
-    if plant == "symlink":
-        run.config_path().symlink_to(outside)
-    else:
-        os.mkfifo(run.config_path())
+    run.config_path().symlink_to(outside)
     for argv in (["tools/status.py", str(run.root)],
                  ["tools/report.py", str(run.root), "--no-media", "--out", str(tmp_path / "report")]):
         done = tool(*argv)
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-        assert "config.yaml" in done.stderr and ("symbolic link" in done.stderr or "FIFO" in done.stderr)
-        assert "/7777" not in done.stdout
+        assert "config.yaml: is a symbolic link, not a regular file" in done.stderr
+        assert "/7777" not in done.stdout  # before: status printed the outside file's search size
     assert not (tmp_path / "report").exists()
+
+
+def test_status_and_report_refuse_a_config_yaml_that_is_a_fifo(tmp_path):
+    """Before: the report fell back to the defaults without a word."""
+    from derl.analysis.run import RunError, RunView
+    from derl.evolution.status import status_lines
+
+    run = search_run(tmp_path)
+    os.mkfifo(run.config_path())
+    with pytest.raises(RunError, match="config.yaml: is a FIFO, not a regular file"):
+        RunView(run.root)
+    with pytest.raises(ValueError, match="config.yaml: is a FIFO, not a regular file"):
+        status_lines(str(run.root))
 
 
 @pytest.mark.parametrize("text, reason", [
@@ -144,3 +153,47 @@ def test_a_bad_metrics_file_is_dropped_and_training_goes_on_from_the_checkpoint(
     assert "training goes on from the checkpoint" in caplog.text and str(metrics) in caplog.text
     assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [3, 4]
     assert not metrics.is_symlink() and snapshot(sentinel) == before
+
+
+def test_a_genome_whose_xml_is_a_link_is_made_anew_from_scratch(tmp_path, sentinel):
+    run = search_run(tmp_path)
+    run.write_genome("000004", json.dumps({"schema_version": 1, "id": "000004", "parent_id": None}), "<mujoco/>")
+    for path in (run.checkpoint_path("000004"), run.metrics_path("000004")):
+        path.write_text("trained on the body outside\n")
+    run.xml_path("000004").unlink()
+    run.xml_path("000004").symlink_to(sentinel / "victim.json")
+    assert not run.has_genome("000004")
+    assert not run.has_genome("000004")  # the link moved aside once
+    run.write_genome("000004", json.dumps({"schema_version": 1, "id": "000004", "parent_id": None}), "<mujoco/>")
+    assert run.has_genome("000004") and run.read_xml("000004") == "<mujoco/>"
+    assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == [
+        "metrics-000004.jsonl", "models-000004.pt", "xml-000004.xml"]  # the new body trains from scratch
+
+
+@pytest.mark.slow  # ~20 s: a search whose takeover waits for a scan (the default suite: the test above)
+def test_an_xml_swapped_for_a_link_during_training_is_redone_once_not_in_a_loop(tmp_path, sentinel):
+    """Before: train, publish, quarantine (the record lists a link), take over, publish again: 253 times
+    in 10 minutes, and the search never ended."""
+    out = tmp_path / "run"
+    (sentinel / "victim.xml").write_text('<mujoco model="outside"/>\n')
+    node = start(out, "EVO.LEASE_SECONDS", "4", iterations=20)
+    try:
+        deadline = time.monotonic() + 60
+        while not (training := [p.name.split(".")[0] for p in (out / "fake_starts").glob("00000[4-9]*")]):
+            assert node.poll() is None and time.monotonic() < deadline, "no child trained"
+            time.sleep(0.02)
+        xml = out / "xml" / f"{training[0]}.xml"
+        xml.unlink()
+        xml.symlink_to(sentinel / "victim.xml")
+        before = snapshot(sentinel)
+        code = node.wait(timeout=90)
+    finally:
+        if node.poll() is None:
+            node.kill()
+    log = (tmp_path / "run-coordinator.log").read_text()
+    assert code == 0, log[-3000:]
+    assert_complete(out, 12)
+    assert snapshot(sentinel) == before
+    moved = [p.name for p in (out / "quarantine").iterdir()]
+    assert moved.count(f"xml-{training[0]}.xml") == 1, moved
+    assert sum(name.startswith(f"metadata-{training[0]}") for name in moved) <= 1, moved

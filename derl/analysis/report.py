@@ -321,7 +321,7 @@ def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
     image_path = w.out / "media" / f"{record.id}.png"
     try:
         if not image_path.exists():
-            write_png(render_body(view.run.xml_path(record.id).read_text(), view.cfg), image_path)
+            write_png(render_body(view.run.read_xml(record.id), view.cfg), image_path)
         w.report.media[f"{record.id}.png"] = str(image_path)
         image = f'<img src="{w.link(image_path)}" width="240" alt="{_esc(record.id)}">'
     except Exception as err:  # noqa: BLE001 - a body that cannot be rendered keeps its row

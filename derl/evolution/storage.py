@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from derl.evolution import schema
-from derl.fileio import JsonFileError, read_bytes, read_json
+from derl.fileio import JsonFileError, NotAFolder, read_bytes, read_json
 from derl.shared_folder import SharedFolder
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
@@ -189,17 +189,46 @@ class RunDir(SharedFolder):
 
     # Genomes.
     def write_genome(self, morphology_id: str, genome_json: str, mjcf: str) -> None:
-        """Writes the MJCF, then the genome (the genome file means both exist)."""
+        """Writes the MJCF, then the genome (the genome file means both exist).
+
+        A checkpoint and metrics already there belong to the body this one replaces (``has_genome``
+        found it damaged): they are quarantined, so that the new body trains from scratch.
+        """
+        for stale in (self.checkpoint_path(morphology_id), self.metrics_path(morphology_id)):
+            if self._lexists(stale):
+                self.quarantine(stale, "belongs to a body made anew (its genome or MJCF was damaged)")
         self._write_text(self.xml_path(morphology_id), mjcf)
         self._write_text(self.genome_path(morphology_id), genome_json)
+
+    def read_xml(self, morphology_id: str) -> str:
+        """The MJCF text of ``morphology_id``, never read through a link or from a FIFO.
+
+        Raises:
+            NotRegularFile: it (or ``xml/``) is a symbolic link, FIFO or folder, or over 16 MiB.
+            FileNotFoundError: it is missing.
+        """
+        path = self.xml_path(morphology_id)
+        if not self._usable_folder(path.parent):
+            raise NotAFolder(path.parent)
+        return read_bytes(path).decode(errors="replace")
 
     def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
         return self._read_checked(self.genome_path(morphology_id),
                                   lambda data: schema.genome_problem(data, morphology_id))
 
     def has_genome(self, morphology_id: str) -> bool:
-        """True if the genome exists and parses (a corrupt one is quarantined, then made anew)."""
-        return self._checked_genome(morphology_id) is not None
+        """True if the genome exists and parses and its MJCF is a regular file; else the morphology
+        is made anew (``write_genome``), once.
+
+        A corrupt genome is quarantined; so is an MJCF that is a link, FIFO or folder (trained on,
+        it would be read from outside ``OUT_DIR``, and its published record refused, again and again).
+        """
+        xml = self.xml_path(morphology_id)
+        found = self._lstat(xml)
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            self._bad_file(xml, "is not a regular file (a link, FIFO or folder); the morphology is made anew")
+            return False
+        return found is not None and self._checked_genome(morphology_id) is not None
 
     def read_genome(self, morphology_id: str) -> dict[str, Any]:
         """The genome, parsed and checked (``schema.genome_problem``; the body itself is the backend's to check).
