@@ -15,14 +15,15 @@ A shared folder is untrusted input (README: "The output folder is untrusted inpu
 are opened with ``open_file``, never through a symbolic link and never blocking on a FIFO, and
 only regular files are read; ``read_json`` and ``read_yaml`` bound the size and the nesting depth
 they accept (and YAML's aliases, which can multiply a small file into a huge tree, are refused).
-A write goes through its folder's descriptor, opened without following a symbolic link
-(``open_folder``, with ``root``: every folder from ``root`` down), and the temporary file and the
-rename are relative to that descriptor: a folder swapped for a link, at any moment, is refused
-(``NotAFolder``), never written through.
+A write goes through its folder's descriptor and the temporary file and the rename are relative to
+it; below a shared folder (a ``root``, or one that ``confine_writes`` named for the process) every
+folder from there down is opened without following a symbolic link (``open_folder``): a folder
+swapped for a link, at any moment, is refused (``NotAFolder``), never written through.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -42,6 +43,8 @@ MAX_JSON_DEPTH = 32
 MAX_YAML_BYTES = 2**20
 MAX_YAML_DEPTH = 16
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# Folders below which every write of this process checks each folder from there down (``confine_writes``).
+_CONFINED: list[Path] = []
 
 
 def current_umask() -> int:
@@ -57,23 +60,38 @@ def current_umask() -> int:
     return mask
 
 
+def confine_writes(root: str | Path) -> None:
+    """Makes every write of this process below ``root`` check each folder from ``root`` down
+    (``open_folder``), not only its own: called once by a process that writes into a tree that
+    other processes share (an evolution worker in ``OUT_DIR``, an evaluation cell in ``OUT_DIR/eval/``),
+    so that a folder of it swapped for a link is refused wherever the write comes from."""
+    _CONFINED.append(Path(os.path.abspath(root)))
+
+
+def _root_of(path: Path) -> Path | None:
+    """The confined folder ``path`` lies in (``confine_writes``), if any."""
+    absolute = Path(os.path.abspath(path))
+    return next((root for root in _CONFINED if absolute.is_relative_to(root)), None)
+
+
 def open_folder(path: str | Path, root: str | Path | None = None) -> int:
     """A descriptor of the real folder ``path``, opened without following a symbolic link.
 
     Args:
         root: a folder above ``path`` (followed: the user's choice, as ``OUT_DIR``); every folder
             from it down to ``path`` is opened in turn, relative to the one above, so none of them
-            can be a link. Without it only ``path`` itself is checked.
+            can be a link. Without it, the folder ``confine_writes`` gave that holds ``path``; outside
+            any, ``path`` is opened as given (a user's own folder, links followed).
 
     Raises:
         NotAFolder: ``path`` (or a folder between ``root`` and it) is a symbolic link or a file.
         OSError: it cannot be opened (FileNotFoundError included).
     """
     path = Path(path)
+    root = _root_of(path) if root is None else root
     if root is None:
-        start, parts = (path.parent, (path.name,)) if path.name not in ("", ".", "..") else (path, ())
-    else:
-        start, parts = Path(root), path.relative_to(root).parts
+        return os.open(path, _FOLDER_FLAGS)
+    start, parts = Path(root), Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).parts
     fd = os.open(start, _FOLDER_FLAGS)
     try:
         for depth, part in enumerate(parts):
@@ -91,12 +109,42 @@ def open_folder(path: str | Path, root: str | Path | None = None) -> int:
     return fd
 
 
+def make_folders(path: str | Path, root: str | Path | None = None) -> None:
+    """``mkdir -p path`` that never makes or passes a folder through a symbolic link below ``root``
+    (default: as ``open_folder``; outside any, a plain ``mkdir -p``).
+
+    Raises:
+        NotAFolder: a folder on the way is a symbolic link or a file.
+    """
+    path = Path(path)
+    root = _root_of(path) if root is None else root
+    if root is None:
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    fd = os.open(root, _FOLDER_FLAGS)
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).parts
+        for depth, part in enumerate(parts):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, dir_fd=fd)
+            try:
+                inner = os.open(part, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as err:
+                if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise NotAFolder(Path(root).joinpath(*parts[: depth + 1])) from None
+                raise
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path | None = None) -> None:
     """Writes ``data`` to ``path`` atomically (temp file + fsync + rename, in its folder's descriptor).
 
     Args:
-        root: the folders from ``root`` down to ``path``'s are checked (``open_folder``); without
-            it, ``path``'s folder alone.
+        root: the folders from ``root`` down to ``path``'s are checked (``open_folder``; default:
+            the confined folder that holds ``path``, ``confine_writes``).
 
     Raises:
         NotAFolder: ``path``'s folder is a symbolic link or a file.
@@ -316,12 +364,20 @@ def read_yaml(path: str | Path, max_bytes: int = MAX_YAML_BYTES) -> Any:
         raise YamlFileError(path, f"nests deeper than {MAX_YAML_DEPTH} levels") from None
 
 
-def create_exclusive(path: str | Path, text: str = "") -> bool:
-    """Creates ``path`` only if it does not exist (O_EXCL). Returns False if it did."""
+def create_exclusive(path: str | Path, text: str = "", root: str | Path | None = None) -> bool:
+    """Creates ``path`` only if it does not exist (O_EXCL). Returns False if it did.
+
+    Its folder is opened as ``open_folder`` (``root``): never reached through a symbolic link.
+    """
+    path = Path(path)
+    folder = open_folder(path.parent, root)
     try:  # O_EXCL never follows a symbolic link: one planted at path counts as existing
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, FILE_MODE)  # less the umask
+        fd = os.open(path.name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, FILE_MODE,  # less the umask
+                     dir_fd=folder)
     except FileExistsError:
         return False
+    finally:
+        os.close(folder)
     with os.fdopen(fd, "w") as f:
         f.write(text)
         f.flush()

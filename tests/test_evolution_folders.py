@@ -197,3 +197,40 @@ def test_an_xml_swapped_for_a_link_during_training_is_redone_once_not_in_a_loop(
     moved = [p.name for p in (out / "quarantine").iterdir()]
     assert moved.count(f"xml-{training[0]}.xml") == 1, moved
     assert sum(name.startswith(f"metadata-{training[0]}") for name in moved) <= 1, moved
+
+
+@pytest.mark.parametrize("folder", ["eval", "eval/claims", "eval/claims/point_nav"])
+def test_eval_folders_swapped_for_a_link_are_refused(tmp_path, sentinel, folder):
+    from derl.evaluation.plan import Cell
+    from derl.evaluation.store import EvalDir
+    from derl.fileio import NotAFolder
+
+    run = search_run(tmp_path)
+    store = EvalDir(run.root, 60.0)
+    cell = Cell(run.root, "point_nav", "000001", 0)
+    generation = store.claim(cell)
+    swap_for_link(run.root / folder, sentinel / "eval")
+    before = snapshot(sentinel)
+    uses = [lambda: store.claim(Cell(run.root, "point_nav", "000002", 0)), lambda: store.beat(cell, generation)]
+    for use in uses + [store.write_summary] * (folder == "eval"):
+        with pytest.raises(NotAFolder, match="is not a folder"):
+            use()
+    assert snapshot(sentinel) == before
+
+
+def test_a_confined_process_refuses_a_folder_swapped_for_a_link(tmp_path, sentinel, monkeypatch):
+    """What the trainer and TensorBoard write below OUT_DIR (worker, evaluation cell): not only the last folder."""
+    from derl import fileio
+    from derl.ppo.callbacks import TensorBoard
+
+    monkeypatch.setattr(fileio, "_CONFINED", [])
+    run = search_run(tmp_path)
+    fileio.confine_writes(run.root)
+    (run.root / "eval" / "point_nav" / "000001-s0").mkdir(parents=True)
+    swap_for_link(run.root / "eval", sentinel / "eval")
+    before = snapshot(sentinel)
+    with pytest.raises(fileio.NotAFolder, match="eval is not a folder"):
+        fileio.atomic_write_text(run.root / "eval" / "point_nav" / "000001-s0" / "model.pt", "weights")
+    with pytest.raises(fileio.NotAFolder, match="eval is not a folder"):
+        TensorBoard(run.root / "eval" / "point_nav" / "000001-s0" / "tensorboard").on_iteration({"env_steps": 1})
+    assert snapshot(sentinel) == before

@@ -32,7 +32,7 @@ from derl.analysis.replay import FITNESS_NOTE, replay
 from derl.analysis.run import RunView
 from derl.analysis.stats import running_best, trend, window_mean
 from derl.envs.media import render_body, write_png
-from derl.fileio import atomic_write_text
+from derl.fileio import atomic_write_text, make_folders
 from derl.progress import progress_bar
 
 SECTIONS = ("summary", "fitness", "distribution", "morphology", "lineage", "baldwin", "top", "transfer",
@@ -83,8 +83,8 @@ class _Writer:
         self.parts: list[str] = []
         rows = min(options.top_k, len(view)) if options.media else 0  # a picture and a video each
         self.bar = progress_bar(len(_BUILDERS) + rows, "report", unit="step")
-        (out / "plots").mkdir(parents=True, exist_ok=True)
-        (out / "media").mkdir(parents=True, exist_ok=True)
+        for folder in ("plots", "media"):  # inside OUT_DIR, no folder on the way a link
+            make_folders(out / folder, view.run.root if out.is_relative_to(view.run.root) else None)
 
     def link(self, path: Path) -> str:
         """``path`` relative to the report folder, with forward slashes (a URL)."""
@@ -130,7 +130,7 @@ def write_report(view: RunView, out: str | Path | None = None, options: ReportOp
             writer.timed(name, lambda build=build: build(writer))
     page = _PAGE.format(title=_esc(f"derl report: {view.run.root.name}"), body="\n".join(writer.parts),
                         generated=_esc(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
-    atomic_write_text(writer.report.index, page)
+    atomic_write_text(writer.report.index, page, view.run.root if out.is_relative_to(view.run.root) else None)
     writer.report.seconds["total"] = round(time.perf_counter() - started, 3)
     return writer.report
 

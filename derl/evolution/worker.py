@@ -36,7 +36,7 @@ from derl.evolution.results import PublishedResults
 from derl.evolution.scheduling import Scheduler
 from derl.evolution.step import Step
 from derl.evolution.storage import RunDir
-from derl.fileio import NotAFolder
+from derl.fileio import NotAFolder, confine_writes
 from derl.lifetime import die_with_parent
 
 
@@ -66,6 +66,7 @@ def _run_worker(cfg: CfgNode, worker: int, backend: Backend | None) -> int:
     die_with_parent(signal.SIGTERM)  # the coordinator's death stops this worker like a signal
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
     run = RunDir(cfg.OUT_DIR, quarantine=True)
+    confine_writes(run.root)  # the trainer's and TensorBoard's writes too: no folder of OUT_DIR passed as a link
     if run.init_population_ids() is None:
         print(f"error: {run.root} has no initial population; start evo_single_proc.py", file=sys.stderr)
         return EXIT_FATAL

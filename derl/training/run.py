@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from derl.config import CfgNode, dump_config
-from derl.fileio import atomic_write_text, read_json, write_json
+from derl.fileio import atomic_write_text, confine_writes, read_json, write_json
 from derl.morphology import Genome, GenomeError, to_mjcf
 from derl.ppo.callbacks import Callback, StopWhen, TensorBoard
 from derl.ppo.device import learner_device
@@ -169,6 +169,7 @@ def train_to_folder(
         return done
     device = learner_device(cfg.DEVICE, info.local_rank, info.world_size)
     out_dir.mkdir(parents=True, exist_ok=True)
+    confine_writes(out_dir)  # a folder of it swapped for a link while it trains is refused, never written through
     with ProcessGroup(device, info) as comm:
         own: list[Callback] = []
         if comm.is_main:
