@@ -6,8 +6,10 @@ that is a link, a FIFO, too large or too deep is refused with one line, and scor
 problem, never a morphology's. Real processes where a tool's answer is the point.
 """
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -89,8 +91,11 @@ def test_a_config_yaml_read_back_is_bounded_and_without_aliases(tmp_path, text, 
 
 
 def swap_for_link(folder, outside):
-    """Moves ``folder`` (with its files) to ``outside`` and leaves a symbolic link to it in its place."""
-    os.rename(folder, outside)
+    """Replaces ``folder`` by a symbolic link to ``outside``, a copy of it; the folder itself moves aside
+    (beside ``outside``), where a write already under way when it moved may still finish."""
+    with contextlib.suppress(shutil.Error):  # a staged file renamed while copied
+        shutil.copytree(folder, outside, symlinks=True)
+    os.rename(folder, outside.with_name(f"{outside.name}.aside"))
     folder.symlink_to(outside, target_is_directory=True)
 
 
