@@ -123,10 +123,11 @@ def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) ->
 
 
 def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str],
-                        this_node: bool = False, retired: frozenset[str] = frozenset()) -> CfgNode:
+                        this_node: bool = False, retired: frozenset[str] = frozenset(),
+                        read_back: bool = False) -> CfgNode:
     """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
     try:
-        return load_config(cfg_file, overrides, this_node, retired)
+        return load_config(cfg_file, overrides, this_node, retired, read_back)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

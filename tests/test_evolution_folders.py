@@ -239,3 +239,38 @@ def test_a_confined_process_refuses_a_folder_swapped_for_a_link(tmp_path, sentin
     with pytest.raises(fileio.NotAFolder, match="eval is not a folder"):
         TensorBoard(run.root / "eval" / "point_nav" / "000001-s0" / "tensorboard").on_iteration({"env_steps": 1})
     assert snapshot(sentinel) == before
+
+
+def test_readers_never_read_through_a_folder_swapped_for_a_link(tmp_path, sentinel, capsys):
+    """The report's curves and the evaluation's results: a link on the way is named once and skipped."""
+    from derl.analysis.run import RunView
+    from derl.evaluation.plan import Cell
+    from derl.evaluation.store import EvalDir
+
+    run = search_run(tmp_path)
+    run.config_path().write_text(dump_config(load_config(None, [])))
+    (sentinel / "metrics").mkdir()
+    (sentinel / "metrics" / "000001.jsonl").write_text('{"iteration": 1, "return": 5.0}\n')
+    os.rmdir(run.root / "metrics")
+    (run.root / "metrics").symlink_to(sentinel / "metrics")
+    assert len(RunView(run.root).curve("000001")) == 0
+    cell = Cell(run.root, "point_nav", "000001", 0)
+    (sentinel / "point_nav" / "000001-s0").mkdir(parents=True)
+    (sentinel / "point_nav" / "000001-s0" / "metrics.json").write_text(json.dumps(
+        {"summary": {"return": 1.0}, "env_steps": 64, "iterations": 1}))
+    (run.root / "eval").mkdir()
+    (run.root / "eval" / "point_nav").symlink_to(sentinel / "point_nav")
+    assert EvalDir(run.root, 60.0).result(cell) is None
+    err = capsys.readouterr().err
+    assert "metrics is a link or a file, not a folder" in err and "point_nav is a link or a file" in err
+
+
+def test_train_ppo_resume_refuses_a_saved_config_that_is_a_link(tmp_path, sentinel):
+    out = tmp_path / "train"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"env_id": "Pendulum-v1"}))
+    (sentinel / "config.yaml").write_text("PPO: {NUM_ENVS: 3}\n")
+    (out / "config.yaml").symlink_to(sentinel / "config.yaml")
+    done = tool("tools/train_ppo.py", "--out", str(out), "--resume", "--quiet")
+    assert done.returncode == 2 and "config.yaml: is a symbolic link, not a regular file" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

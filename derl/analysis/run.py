@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from derl.analysis.curves import Curve, iterations_to_fraction, read_curve
+from derl.analysis.curves import EMPTY, Curve, iterations_to_fraction, read_curve
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
 from derl.checked_config import load_config, load_run_config
@@ -149,7 +149,8 @@ class RunView:
     def curve(self, morphology_id: str, keys: tuple[str, ...] | None = None) -> Curve:
         """The learning curve of a morphology (``keys``: only these columns). Read anew at each call:
         a curve of a running training grows, and thousands of full curves would not fit in memory."""
-        return read_curve(self.run.metrics_path(morphology_id), keys)
+        path = self.run.metrics_path(morphology_id)
+        return read_curve(path, keys) if self.run.in_real_folder(path) else EMPTY  # a link: warned once
 
     def learning_speed(self, fraction: float, key: str | None = None) -> dict[str, int | None]:
         """Per published morphology, the iterations to reach ``fraction`` of its final ``key``

@@ -71,6 +71,8 @@ class EvalDir:
         file rewritten.
         """
         path = self.cell_dir(cell) / FINAL_METRICS_FILE
+        if not self.run.in_real_folder(path):  # eval/ or a folder of it swapped for a link: warned once
+            return None
         try:
             result = read_json(path)
         except FileNotFoundError:
@@ -92,8 +94,9 @@ class EvalDir:
         """The latest claim's number, or None if the cell was never claimed."""
         folder = self.root / "claims" / cell.task
         prefix = f"{cell.name}-"
+        readable = folder.is_dir() and self.run.in_real_folder(folder / "claim")
         numbers = [int(path.stem[len(prefix):]) for path in folder.glob(f"{cell.name}-*.json")
-                   if path.stem[len(prefix):].isdigit()] if folder.is_dir() else []
+                   if path.stem[len(prefix):].isdigit()] if readable else []
         return max(numbers, default=None)
 
     def _is_stale(self, path: Path) -> bool:

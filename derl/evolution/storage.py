@@ -200,6 +200,15 @@ class RunDir(SharedFolder):
         self._write_text(self.xml_path(morphology_id), mjcf)
         self._write_text(self.genome_path(morphology_id), genome_json)
 
+    def in_real_folder(self, path: Path) -> bool:
+        """Whether ``path``, below ``root``, is reached through real folders only (no link, no file on
+        the way): where a reader may open it. The search stops on such a folder (``NotAFolder``); a
+        reader is warned once and should skip the file."""
+        for folder in reversed(path.parents):
+            if folder.is_relative_to(self.root) and folder != self.root and not self._usable_folder(folder):
+                return False
+        return True
+
     def read_xml(self, morphology_id: str) -> str:
         """The MJCF text of ``morphology_id``, never read through a link or from a FIFO.
 

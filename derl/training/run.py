@@ -127,6 +127,8 @@ def finished_result(out_dir: Path, max_iters: int) -> TrainResult | None:
         result = TrainResult(**{f.name: saved[f.name] for f in dataclasses.fields(TrainResult) if f.name in saved})
     except TypeError:
         raise ValueError(f"{path}: not a metrics.json of tools/train_ppo.py") from None
+    if not (isinstance(result.completed, bool) and isinstance(result.iterations, int)):
+        raise ValueError(f"{path}: not a metrics.json of tools/train_ppo.py (completed, iterations)")
     return result if result.completed and result.iterations >= max_iters else None
 
 
