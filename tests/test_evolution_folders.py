@@ -19,28 +19,12 @@ import pytest
 from derl.checked_config import load_config
 from derl.config import dump_config
 from derl.evolution.process import EXIT_FATAL
-from derl.evolution.storage import RunDir
+from tests import test_evolution_untrusted
 from tests.test_evolution_protocol import ENV, ROOT, assert_complete, start
+from tests.test_evolution_untrusted import search_run
+from tests.test_untrusted_fuzz import snapshot
 
-
-@pytest.fixture
-def sentinel(tmp_path):
-    """A folder outside the run with a file in it; tests assert both stay byte for byte."""
-    folder = tmp_path / "sentinel"
-    folder.mkdir()
-    (folder / "victim.json").write_text('{"id": "victim"}')
-    return folder
-
-
-def snapshot(folder):
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None, p.lstat().st_mtime_ns)
-            for p in sorted(folder.rglob("*"))}
-
-
-def search_run(tmp_path):
-    run = RunDir(tmp_path / "run", quarantine=True)
-    run.create()
-    return run
+sentinel = test_evolution_untrusted.sentinel  # the fixture: a folder outside the run, compared byte for byte
 
 
 def tool(*argv):
