@@ -159,6 +159,16 @@ def test_a_genome_whose_xml_is_a_link_is_made_anew_from_scratch(tmp_path, sentin
         "metrics-000004.jsonl", "models-000004.pt", "xml-000004.xml"]  # the new body trains from scratch
 
 
+def test_a_checkpoint_that_is_a_link_is_moved_aside_before_training(tmp_path, sentinel):
+    """Before: ``load_checkpoint`` read it through the link (a node problem, restart after restart)."""
+    run = search_run(tmp_path)
+    run.write_genome("000004", json.dumps({"schema_version": 1, "id": "000004", "parent_id": None}), "<mujoco/>")
+    run.checkpoint_path("000004").symlink_to(sentinel / "victim.json")
+    os.mkfifo(run.metrics_path("000004"))
+    assert run.has_genome("000004") and not os.path.lexists(run.checkpoint_path("000004"))
+    assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == ["metrics-000004.jsonl", "models-000004.pt"]
+
+
 @pytest.mark.slow  # ~20 s: a search whose takeover waits for a scan (the default suite: the test above)
 def test_an_xml_swapped_for_a_link_during_training_is_redone_once_not_in_a_loop(tmp_path, sentinel):
     """Before: train, publish, quarantine (the record lists a link), take over, publish again: 253 times

@@ -230,8 +230,12 @@ class RunDir(SharedFolder):
         is made anew (``write_genome``), once.
 
         A corrupt genome is quarantined; so is an MJCF that is a link, FIFO or folder (trained on,
-        it would be read from outside ``OUT_DIR``, and its published record refused, again and again).
+        it would be read from outside ``OUT_DIR``, and its published record refused, again and again),
+        and a checkpoint or metrics file that is one (the training then starts without it).
         """
+        for path in (self.checkpoint_path(morphology_id), self.metrics_path(morphology_id)):
+            if (kind := self._lstat(path)) is not None and not stat.S_ISREG(kind.st_mode):
+                self._bad_file(path, "is not a regular file (a link, FIFO or folder); training starts without it")
         xml = self.xml_path(morphology_id)
         found = self._lstat(xml)
         if found is not None and not stat.S_ISREG(found.st_mode):
