@@ -5,9 +5,9 @@ folder, flushed to disk, then renamed over the target with ``os.replace``: a
 reader sees the old file or the new one, never half of one.
 
 Files get the mode a plain ``open(path, "w")`` would give them, ``0o666`` less the
-process's umask (``tempfile.mkstemp`` alone makes them ``0o600``, unreadable by the
-other users of a shared filesystem): with the usual umask 022 they are 0644, readable
-by the group; with umask 002 (a group sharing one output folder) 0664. The umask
+process's umask (the temporary file is created with that mode; ``tempfile.mkstemp`` would
+make it ``0o600``, unreadable by the other users of a shared filesystem): with the usual
+umask 022 they are 0644, readable by the group; with umask 002 (a group sharing one output folder) 0664. The umask
 stays the operator's choice, as for every other program writing there; folders are
 made by ``mkdir`` and follow it the same way (0755 or 0775).
 
