@@ -41,6 +41,7 @@ from derl.envs.observations import OBS_TYPES
 from derl.envs.tasks import check_task_config, make_task
 from derl.envs.tasks.manipulation import OBJECTS
 from derl.envs.terrain import OBSTACLES
+from derl.fileio import read_yaml
 from derl.morphology.mutations import OPERATORS, expand_range
 
 # MuJoCo and torch store these counts in C ints.
@@ -129,6 +130,7 @@ def load_config(
     overrides: Sequence[str] | Mapping[str, Any] = (),
     this_node: bool = False,
     retired: frozenset[str] = frozenset(),
+    read_back: bool = False,
 ) -> CfgNode:
     """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen, checked tree.
 
@@ -139,12 +141,16 @@ def load_config(
             as YAML), or a mapping of keys to already-typed values.
         this_node: the config will train here: also check that ``DEVICE`` exists on this machine.
         retired: keys skipped where a file sets them (``load_run_config``).
+        read_back: ``cfg_file`` is a file derl wrote and reads back (``load_run_config``): refused if
+            it is a symbolic link or not a regular file, bounded in size and depth, without aliases
+            (``derl.fileio.read_yaml``).
 
     Raises:
         ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any
             value ``check_config`` rejects (named with the file that set it).
     """
-    return parse_config(cfg_file, overrides, retired, check=lambda cfg: check_config(cfg, this_node))
+    return parse_config(cfg_file, overrides, retired, check=lambda cfg: check_config(cfg, this_node),
+                        read=read_yaml if read_back else None)
 
 
 def load_run_config(config_yaml: str | Path) -> CfgNode:
@@ -152,9 +158,10 @@ def load_run_config(config_yaml: str | Path) -> CfgNode:
 
     The ``RETIRED_KEYS`` an older derl dumped are dropped, so its finished runs stay readable by the
     report, status, evaluation and ``train_ppo.py --eval``; a user's own config files and the command
-    line get no such leniency.
+    line get no such leniency. The file is read back from a folder other processes write: a link or
+    a FIFO there, or a file too large, too deep or with aliases, is a ``ConfigError`` naming it.
     """
-    return load_config(config_yaml, retired=RETIRED_KEYS)
+    return load_config(config_yaml, retired=RETIRED_KEYS, read_back=True)
 
 
 def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) -> CfgNode:
@@ -167,10 +174,11 @@ def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) ->
 
 
 def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str],
-                        this_node: bool = False, retired: frozenset[str] = frozenset()) -> CfgNode:
+                        this_node: bool = False, retired: frozenset[str] = frozenset(),
+                        read_back: bool = False) -> CfgNode:
     """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
     try:
-        return load_config(cfg_file, overrides, this_node, retired)
+        return load_config(cfg_file, overrides, this_node, retired, read_back)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -26,6 +26,7 @@ from derl.evaluation.cell import PARENT_PID_VARIABLE
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.lease import heartbeat_interval
+from derl.fileio import make_folders
 from derl.lifetime import die_with_parent
 from derl.progress import progress_bar
 
@@ -75,7 +76,7 @@ class Evaluation:
 
     def _start(self, cell: Cell, generation: int) -> None:
         out_dir = self._store(cell).cell_dir(cell)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        make_folders(out_dir, self._store(cell).run.root)  # eval/ and its folders: none a link
         env = dict(os.environ)
         command = [sys.executable, "-m", "derl.evaluation", str(cell.run), cell.task, cell.id,
                    str(cell.seed), str(out_dir), *self.overrides]

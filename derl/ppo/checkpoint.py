@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from derl.fileio import atomic_write_bytes
+from derl.fileio import atomic_write_bytes, open_file
 
 
 def _tensors_for_numpy(obj: Any) -> Any:
@@ -60,15 +60,18 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dic
 
     Raises:
         FileNotFoundError: no such file.
+        NotRegularFile: a symbolic link, FIFO or folder (an OSError: the folder's problem).
         CheckpointError: the file does not load (truncated, corrupt, not torch) or is not derl's.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:  # never through a link or from a FIFO (NotRegularFile): a run folder is untrusted input
+        file = os.fdopen(open_file(path), "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint not found: {path}") from None
     try:
-        with warnings.catch_warnings():  # torch warns about pickle protocols before it fails on a foreign file
+        with file, warnings.catch_warnings():  # torch warns about pickle protocols before it fails on a foreign file
             warnings.simplefilter("ignore")
-            state = torch.load(path, map_location=device, weights_only=True)
+            state = torch.load(file, map_location=device, weights_only=True)
     except OSError:
         raise
     except Exception as err:  # noqa: BLE001 - torch raises pickle, zip, EOF and runtime errors alike
