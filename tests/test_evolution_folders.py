@@ -113,11 +113,17 @@ def test_slots_swapped_for_a_link_while_a_node_runs_stop_the_node(tmp_path):
     assert "search complete" not in log
 
 
+@pytest.mark.parametrize("carried", [False, True], ids=["checkpoint without records", "checkpoint with records"])
 @pytest.mark.parametrize("plant", ["empty record", "deep nesting", "wrong type", "long line", "fifo", "symlink"])
-def test_a_bad_metrics_file_is_dropped_and_training_goes_on_from_the_checkpoint(tmp_path, sentinel, plant, caplog):
+def test_a_bad_metrics_file_is_dropped_and_training_goes_on_from_the_checkpoint(tmp_path, sentinel, plant, carried,
+                                                                                caplog):
     """Before: deep nesting raised RecursionError (a morphology failure: the checkpoint thrown away), ``{}``
-    a KeyError (a restart loop ending in exit 5), a link was read through."""
+    a KeyError (a restart loop ending in exit 5), a link was read through.
+
+    A checkpoint that carries its metrics records never reads the file (it is rewritten from them);
+    one from before it did (its records removed here) reads the file back, checked."""
     from derl.ppo import StopWhen, train
+    from derl.ppo.checkpoint import load_checkpoint, save_checkpoint
     from tests.test_ppo_train import _cfg, _pendulum
 
     cfg = _cfg(iters=4, CHECKPOINT_PERIOD=1)
@@ -127,6 +133,10 @@ def test_a_bad_metrics_file_is_dropped_and_training_goes_on_from_the_checkpoint(
           callbacks=[StopWhen(lambda: next(calls) >= 2)])
     good = metrics.read_text()
     metrics.unlink()
+    if not carried:
+        state = load_checkpoint(ckpt)
+        del state["metrics"]
+        save_checkpoint(ckpt, state)
     if plant == "fifo":
         os.mkfifo(metrics)
     elif plant == "symlink":
@@ -139,8 +149,11 @@ def test_a_bad_metrics_file_is_dropped_and_training_goes_on_from_the_checkpoint(
     before = snapshot(sentinel)
     resumed = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True)
     assert resumed.completed and resumed.iterations == 4
-    assert "training goes on from the checkpoint" in caplog.text and str(metrics) in caplog.text
-    assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [3, 4]
+    if carried:
+        assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [1, 2, 3, 4]
+    else:
+        assert "training goes on from the checkpoint" in caplog.text and str(metrics) in caplog.text
+        assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [3, 4]
     assert not metrics.is_symlink() and snapshot(sentinel) == before
 
 

@@ -18,9 +18,10 @@ FORWARD = [5.0, 9.0, 1.0, 7.0, 3.0, 2.0, 8.0, 4.0, 6.0, 0.5]  # slot k has FORWA
 def publish(run, slot, value):
     """Slot ``slot``'s morphology (its claim, genome, stand-in files and record) with fitness ``value``."""
     morphology_id = slot_id(slot)
-    for relative in morphology_files(morphology_id).values():
-        (run.root / relative).write_text("stand-in\n")
-    run.write_genome(morphology_id, json.dumps({"id": morphology_id}), "<mujoco/>")
+    run.write_genome(morphology_id, json.dumps({"id": morphology_id}), "<mujoco/>")  # first: a new body's
+    for relative in morphology_files(morphology_id).values():  # genome quarantines an older checkpoint
+        if not (run.root / relative).exists():
+            (run.root / relative).write_text("stand-in\n")
     run.claim_slot(slot, {"slot": slot, "id": morphology_id, "attempt": 0, "node": 0, "worker": 0})
     number = run.take_publication_number(morphology_id, node=0, worker=0)
     run.publish({"id": morphology_id, "slot": slot, "attempt": 0, "lineage": morphology_id, "__reward__forward": value,
