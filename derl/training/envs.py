@@ -1,8 +1,9 @@
 """Picklable vector-env factories: ``factory(num_envs, first_index)`` builds a rank's envs.
 
 The trainer (``derl.ppo.trainer.train``) takes such a factory, calls it with its learner's device
-and steps what it builds, a vector env of ``derl.ppo.rollout.ArrayVectorEnv``'s contract. A factory is a small frozen dataclass,
-not a closure, so that it travels by pickle to the process that trains.
+and steps what it builds, a vector env of ``derl.ppo.rollout.ArrayVectorEnv``'s contract. A
+factory is a small frozen dataclass, not a closure, so that it travels by pickle to the process
+that trains.
 """
 
 from __future__ import annotations
