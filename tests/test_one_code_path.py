@@ -65,7 +65,8 @@ def on_torch(monkeypatch):
 
     def make_env(cfg, torch_arrays: bool) -> UnimalVectorEnv:
         if torch_arrays:
-            monkeypatch.setattr(batch, "make_physics", lambda backend, model, num_envs, **_: TorchMujoco(model, num_envs))
+            monkeypatch.setattr(batch, "make_physics", lambda _backend, model, num_envs, **_: TorchMujoco(model,
+                                                                                                           num_envs))
         else:
             monkeypatch.undo()
         return UnimalVectorEnv(FIXTURE, cfg, NUM_ENVS)
