@@ -111,7 +111,8 @@ class UnimalBatch:
         self.task = task = make_task(cfg, num_envs)
         self.model = model = mujoco.MjModel.from_xml_string(build_world(mjcf, cfg, task))
         self.static = task.static_model()
-        if backend != "mujoco" and not (self.static and _draws_nothing_per_episode(task)):
+        self._per_episode_hooks = not _draws_nothing_per_episode(task)
+        if backend != "mujoco" and (self._per_episode_hooks or not self.static):
             raise ValueError(f"SIM.BACKEND {backend} steps one model in every world and starts episodes on the "
                              f"device; task {cfg.ENV.TASK} with {'+'.join(cfg.ENV.MODULES)} draws terrain, props or "
                              "goals per episode: use SIM.BACKEND mujoco")
@@ -140,7 +141,6 @@ class UnimalBatch:
         self._steps = scene.zeros(num_envs, dtype=xp.int64)
         self._time_floor = scene.zeros(num_envs, dtype=self._time.dtype)
         self._problems = xp.asarray(physics.problems(), copy=True)
-        self._per_episode_hooks = not _draws_nothing_per_episode(task)
         # Where a restart draws its reset noise: on the host each env from its own generator (DERL's);
         # on a device every env at once from the simulator's generator, so that a step never waits.
         self._restart_draws = self._draw_per_env if array_api_compat.is_numpy_namespace(xp) else self._draw_on_device
@@ -189,16 +189,18 @@ class UnimalBatch:
         """Starts the episodes of the envs of the mask ``ended``: the model's defaults (``mj_resetData``),
         the task's per-episode draws, U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (one draw
         ``draw(ended)``: ``[N, nq_agent + nv_agent]``, rows valid where ``ended``), the head quaternion
-        renormalised; the other envs are left as they are."""
+        renormalised, in the noise's float type (then stored in the state's); the other envs are left as
+        they are."""
         scene, task, physics, xp = self.scene, self.task, self.physics, self.scene.xp
         physics.reset(ended)
         noise = draw(ended)
         qpos, qvel, rows = scene.qpos, scene.qvel, xp.reshape(ended, (-1, 1))
         split = _length(self._agent_qpos)
         agent = qpos[:, self._agent_qpos]
-        qpos[:, self._agent_qpos] = xp.where(rows, agent + noise[:, :split], agent)
-        quat = qpos[:, 3:7]
-        qpos[:, 3:7] = xp.where(rows, quat / xp.sqrt(xp.vecdot(quat, quat))[:, None], quat)  # np.dot's rounding
+        started = agent + noise[:, :split]
+        quat = started[:, 3:7]  # the head's free joint comes first (_init_agent)
+        started[:, 3:7] = quat / xp.sqrt(xp.vecdot(quat, quat))[:, None]  # np.dot's rounding on the host
+        qpos[:, self._agent_qpos] = xp.where(rows, started, agent)
         agent = qvel[:, self._agent_dofs]
         qvel[:, self._agent_dofs] = xp.where(rows, agent + noise[:, split:], agent)
         if not self.static:
@@ -214,14 +216,14 @@ class UnimalBatch:
 
     def _draw_per_env(self, ended):
         """Each env of the mask ``ended``, in order, draws its episode from its own generator: the task's
-        draws (terrain, props, goals), then the reset noise (float64, in the state's float type)."""
+        draws (terrain, props, goals), then the reset noise (float64, added in float64 on every backend)."""
         split = _length(self._agent_qpos)
         noise = np.zeros((self.num_envs, split + _length(self._agent_dofs)))
         for env in np.flatnonzero(to_host(ended)).tolist():
             rng = self.rngs[env]
             self.task.initialize_episode(self.scene, env, rng)
             noise[env] = rng.uniform(-self._noise, self._noise, noise.shape[1])
-        return self.scene.asarray(noise)
+        return self.scene.asarray(noise, dtype=self.scene.xp.float64)
 
     def _draw_on_device(self, ended):
         """Every env's reset noise from the simulator's generator, on its device (rows of ``ended`` used)."""
