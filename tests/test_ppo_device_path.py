@@ -69,6 +69,20 @@ def test_a_device_run_checkpoints_in_the_usual_format_and_resumes(tmp_path):
     assert policy.act(obs).shape == (2, 1)
 
 
+def test_the_trainer_decides_the_device_once_and_hands_it_to_the_env_factory(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")  # read by nobody: the trainer's comm says which rank it is
+    handed = []
+
+    def factory(num_envs, first_index, device):
+        handed.append(device)
+        return PointMassVectorEnv(num_envs, first_index, device)
+
+    ppo = PPO(_cfg(1), factory, seed=0)
+    ppo.pool.close()
+    assert handed == [ppo.device] == [torch.device("cpu")] and ppo.pool.device == ppo.device
+    assert isinstance(ppo.collector.policy, TorchActor) and ppo.rollout.obs.device == ppo.device
+
+
 def test_an_env_on_another_device_than_the_learner_is_refused():
     with pytest.raises(ValueError, match="^the vector env's tensors are on meta but the learner is on cpu"):
         train(_cfg(1), PointMassFactory(device="meta"), seed=0)
