@@ -4,7 +4,9 @@
 tensors (views of the same memory, no copy) and a torch generator for restarts, as ``WarpPhysics``
 has. A ``UnimalVectorEnv`` on it runs everything a GPU runs (``derl.arrays.any_set`` never reads a
 tensor), with MuJoCo C's own numbers, so the same scenario through NumPy and through torch must give
-the same rollout, episodes, returns and statistics.
+the same rollout, episodes, returns and statistics; and, its tensors refusing to reach the host
+(``NoHostRead``, what ``meta`` does to the collector in ``tests/test_ppo_device_path.py``), its steps
+and restarts never read a value back.
 """
 
 import warnings
@@ -26,31 +28,57 @@ from tests.test_envs_tasks import CONFIGS, FIXTURE
 NUM_ENVS, STEPS, LENGTH = 4, 40, 12
 
 
-class TorchMujoco:
-    """MuJoCo C under torch tensors (module docstring). The masks it is given are read here, as a
-    simulator on a device reads them there."""
+class NoHostRead(torch.Tensor):
+    """A tensor whose values may not reach the host while ``forbidden`` (on a GPU such a read waits for
+    the device): ``bool()``, ``.item()``, ``.tolist()``, ``.numpy()``, ``.cpu()``, ``nonzero`` and
+    boolean-mask indexing raise. Torch operations keep the subclass."""
 
-    def __init__(self, model, num_envs: int):
-        self.c = MujocoPhysics(model, num_envs)
+    forbidden = False
+    READS = {torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__,
+             torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.cpu, torch.Tensor.nonzero,
+             torch.nonzero, torch.Tensor.__array__}
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if cls.forbidden:
+            masks = [a for a in (args[1:] if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) else ())
+                     for a in (a if isinstance(a, tuple) else (a,))
+                     if isinstance(a, torch.Tensor) and a.dtype == torch.bool]
+            if func in cls.READS or masks:
+                raise AssertionError(f"a value read back to the host: {func.__name__}")
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _host(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.as_subclass(torch.Tensor).numpy()
+
+
+class TorchMujoco:
+    """MuJoCo C under torch tensors of ``tensor_type`` (module docstring). The masks it is given are
+    read here, as a simulator on a device reads them there."""
+
+    def __init__(self, model, num_envs: int, tensor_type: type = torch.Tensor):
+        self.c, self.tensor_type = MujocoPhysics(model, num_envs), tensor_type
         with warnings.catch_warnings():  # the derived fields are read-only views: MuJoCo alone writes them
             warnings.simplefilter("ignore", UserWarning)
-            self.arrays = {name: torch.from_numpy(array) for name, array in self.c.arrays.items()}
+            self.arrays = {name: torch.from_numpy(array).as_subclass(tensor_type)
+                           for name, array in self.c.arrays.items()}
         self.generator = torch.Generator()
 
     def step(self, nstep: int) -> None:
         self.c.step(nstep)
 
     def reset(self, envs: torch.Tensor) -> None:
-        self.c.reset(envs.numpy())
+        self.c.reset(_host(envs))
 
     def forward(self, envs: torch.Tensor) -> None:
-        self.c.forward(envs.numpy())
+        self.c.forward(_host(envs))
 
     def set_models(self, models) -> None:
         self.c.set_models(models)
 
     def problems(self) -> torch.Tensor:
-        return torch.from_numpy(self.c.problems())
+        return torch.from_numpy(self.c.problems()).as_subclass(self.tensor_type)
 
     def seed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
@@ -61,12 +89,12 @@ class TorchMujoco:
 
 @pytest.fixture
 def on_torch(monkeypatch):
-    """``make_env(cfg, torch=True)`` builds a vector env on ``TorchMujoco``."""
+    """``make_env(cfg, True)`` builds a vector env on ``TorchMujoco`` (of ``tensor_type``)."""
 
-    def make_env(cfg, torch_arrays: bool) -> UnimalVectorEnv:
+    def make_env(cfg, torch_arrays: bool, tensor_type: type = torch.Tensor) -> UnimalVectorEnv:
         if torch_arrays:
-            monkeypatch.setattr(batch, "make_physics", lambda _backend, model, num_envs, **_: TorchMujoco(model,
-                                                                                                           num_envs))
+            monkeypatch.setattr(batch, "make_physics", lambda _backend, model, num_envs, **_: TorchMujoco(
+                model, num_envs, tensor_type))
         else:
             monkeypatch.undo()
         return UnimalVectorEnv(FIXTURE, cfg, NUM_ENVS)
@@ -135,3 +163,22 @@ def test_a_restart_on_tensors_starts_the_masked_envs_only(on_torch):
     quat = expected[:, 3:7]
     torch.testing.assert_close(started[:, 3:7], quat / quat.norm(dim=1, keepdim=True))  # renormalised
     torch.testing.assert_close(sim.scene.qvel[ended], noise[ended, sim.model.nq:])
+
+
+def test_steps_and_restarts_on_tensors_never_read_a_value_back(on_torch):
+    env = on_torch(load_config(CONFIGS["ft"], {"ENV.EPISODE_LENGTH": LENGTH}), True, NoHostRead)
+    env.reset(seed=2)
+    shape = (STEPS, NUM_ENVS, env.single_action_space.shape[0])
+    actions = torch.rand(shape, generator=torch.Generator().manual_seed(0))
+    steps = []
+    NoHostRead.forbidden = True
+    try:
+        for action in actions * 2 - 1:
+            steps.append(env.step(action))
+        with pytest.raises(AssertionError, match="read back to the host"):
+            bool(steps[-1][2].any())  # what asking would do
+    finally:
+        NoHostRead.forbidden = False
+    ended = torch.stack([step[2] | step[3] for step in steps]).as_subclass(torch.Tensor)
+    assert ended.sum() >= 2 * NUM_ENVS  # restarts at time limits (and falls)
+    assert all("final_obs" in step[4] for step in steps)  # a device never asks whether an env ended
