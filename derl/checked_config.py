@@ -26,7 +26,7 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from derl.config import (
     PRESET_DIR,
@@ -41,23 +41,75 @@ from derl.envs.observations import OBS_TYPES
 from derl.envs.tasks import check_task_config, make_task
 from derl.envs.tasks.manipulation import OBJECTS
 from derl.envs.terrain import OBSTACLES
+from derl.fileio import read_yaml
 from derl.morphology.mutations import OPERATORS, expand_range
 
-# Counts that must be at least 1.
-POSITIVE_KEYS = (
-    "PPO.NUM_ENVS", "PPO.TIMESTEPS", "PPO.EPOCHS", "PPO.BATCH_SIZE", "PPO.MAX_STATE_ACTION_PAIRS", "PPO.VIDEO_LENGTH",
-    "ENV.EPISODE_LENGTH", "EVO.INIT_POPULATION_SIZE", "EVO.SEARCH_SPACE_SIZE", "EVO.AGING_WINDOW_SIZE",
-    "EVO.NUM_PARTICIPANTS", "LIMB.MAX_LIMBS", "VECENV.THREADS", "HFIELD.NUM_DIVS", "NUM_NODES", "TORCH_THREADS",
-    "PPO.MAX_GRAD_NORM", "PPO.BASE_LR", "PPO.EPS", "PPO.CLIP_EPS", "PPO.KL_TARGET_COEF", "EVO.LEASE_SECONDS",
-    "SIM.NCONMAX", "SIM.NJMAX",
-)
-# Values that may be 0 but not negative.
-NON_NEGATIVE_KEYS = (
-    "NODE_ID", "EVO.NUM_PROCESSES", "EVO.INIT_WAIT_TIMEOUT", "EVO.VIDEOS_LAST_N", "CHECKPOINT_PERIOD",
-    "PPO.VALUE_COEF", "PPO.ENTROPY_COEF", "ENV.CTRL_COST_WEIGHT", "ENV.RESET_NOISE_SCALE",
-)
-# Probabilities and fractions.
-UNIT_INTERVAL_KEYS = ("PPO.GAMMA", "PPO.GAE_LAMBDA", "ENV.STAND_HEIGHT_RATIO")
+# MuJoCo and torch store these counts in C ints.
+INT32_MAX = 2**31 - 1
+
+
+class Range(NamedTuple):
+    """The values a numeric key may take: ``low`` to ``high`` inclusive (``low`` excluded if ``low_open``).
+
+    A list key (``MODEL.PRO_HIDDEN_DIMS``) holds the range in each element.
+    """
+
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+
+    def problem(self, value: float) -> str | None:
+        """What is wrong with ``value`` in words (``must be positive``), or None if it lies in the range."""
+        if value < self.low or (self.low_open and value == self.low):
+            if self.low == 0:
+                return "must be positive" if self.low_open else "must not be negative"
+            return "must be positive" if self.low == 1 and isinstance(value, int) else f"must be at least {self.low}"
+        if value > self.high:
+            return f"must be at most {self.high}"
+        return None
+
+
+# Every integer key of derl.config and the numbers a float key may not leave, in one table:
+# ``check_config`` holds a config to it before anything is created, so a value no process can use
+# (``RNG_SEED -1``, ``PPO.NUM_ENVS 0``) stops a command in one line, not a worker after OUT_DIR
+# exists. tests/test_config_check.py keeps every integer key in it. ``EVO.NUM_PROCESSES`` is held
+# to the node's cores and memory by the coordinator too (``derl.evolution.coordinator.worker_count``).
+POSITIVE = Range(0, low_open=True)
+NON_NEGATIVE = Range(0)
+UNIT_INTERVAL = Range(0, 1)
+COUNT = Range(1, INT32_MAX)
+AMOUNT = Range(0, INT32_MAX)
+RANGES: dict[str, Range] = {
+    "XML.NJMAX": COUNT, "XML.NCONMAX": COUNT,
+    "XML.GEOM_CONDIM": Range(1, 6),  # and one of CONDIMS
+    "LIMB.MAX_LIMBS": COUNT,
+    "ENV.EPISODE_LENGTH": COUNT,
+    "TERRAIN.START_FLAT": AMOUNT, "TERRAIN.NUM_STEPS": COUNT,
+    "TERRAIN.INCLINE_ANGLE": Range(-89, 89),  # degrees: the plane's cosine scales the forward reward
+    "OBJECT.PLACEMENT_BUFFER_LEN": AMOUNT, "OBJECT.PLACEMENT_BUFFER_WIDTH": AMOUNT,
+    "OBJECT.CLOSE_PLACEMENT_DIST": AMOUNT, "OBJECT.NUM_OBSTACLES": AMOUNT,
+    "HFIELD.PADDING": AMOUNT, "HFIELD.GAP_DEPTH": Range(-INT32_MAX, 0),
+    # Cells per metre: 100 (1 cm) already makes the default 50 x 40 m corridor 20 million cells.
+    "HFIELD.NUM_DIVS": Range(1, 100),
+    "PPO.EPOCHS": COUNT, "PPO.BATCH_SIZE": COUNT, "PPO.TIMESTEPS": COUNT, "PPO.NUM_ENVS": COUNT,
+    "PPO.MAX_STATE_ACTION_PAIRS": Range(1, 2**63 - 1), "PPO.VIDEO_LENGTH": COUNT,
+    "MODEL.PRO_HIDDEN_DIMS": COUNT, "MODEL.OBS_FEAT_HIDDEN_DIMS": COUNT,
+    "SIM.NCONMAX": COUNT, "SIM.NJMAX": COUNT,
+    "VECENV.THREADS": COUNT,
+    "EVO.NUM_PROCESSES": AMOUNT, "EVO.INIT_POPULATION_SIZE": COUNT, "EVO.SEARCH_SPACE_SIZE": COUNT,
+    "EVO.INIT_WAIT_TIMEOUT": AMOUNT, "EVO.AGING_WINDOW_SIZE": COUNT, "EVO.NUM_PARTICIPANTS": COUNT,
+    "EVO.PERCENT_PARTICIPANTS": Range(1, 100), "EVO.VIDEOS_LAST_N": AMOUNT,
+    # Seeds: numpy, torch and gymnasium take it, and seed + env index + env steps stays below 2**32.
+    "RNG_SEED": Range(0, INT32_MAX),
+    "TORCH_THREADS": COUNT, "CHECKPOINT_PERIOD": AMOUNT, "NODE_ID": AMOUNT, "NUM_NODES": COUNT,
+    "PPO.MAX_GRAD_NORM": POSITIVE, "PPO.BASE_LR": POSITIVE, "PPO.EPS": POSITIVE, "PPO.CLIP_EPS": POSITIVE,
+    "PPO.KL_TARGET_COEF": POSITIVE, "EVO.LEASE_SECONDS": POSITIVE,
+    "PPO.VALUE_COEF": NON_NEGATIVE, "PPO.ENTROPY_COEF": NON_NEGATIVE, "ENV.CTRL_COST_WEIGHT": NON_NEGATIVE,
+    "ENV.RESET_NOISE_SCALE": NON_NEGATIVE,
+    "PPO.GAMMA": UNIT_INTERVAL, "PPO.GAE_LAMBDA": UNIT_INTERVAL, "ENV.STAND_HEIGHT_RATIO": UNIT_INTERVAL,
+}
+# MuJoCo's contact dimensionalities (XML.GEOM_CONDIM).
+CONDIMS = (1, 3, 4, 6)
 # Choices whose implementation lives in torch modules (derl.ppo imports torch); tests keep them equal.
 LR_SCALING_NAMES = ("none", "sqrt", "linear")
 DEVICE_PATTERN = re.compile(r"cpu|auto|cuda(:\d+)?")
@@ -78,6 +130,7 @@ def load_config(
     overrides: Sequence[str] | Mapping[str, Any] = (),
     this_node: bool = False,
     retired: frozenset[str] = frozenset(),
+    read_back: bool = False,
 ) -> CfgNode:
     """Loads the defaults, then ``cfg_file``, then ``overrides``; returns the frozen, checked tree.
 
@@ -88,12 +141,16 @@ def load_config(
             as YAML), or a mapping of keys to already-typed values.
         this_node: the config will train here: also check that ``DEVICE`` exists on this machine.
         retired: keys skipped where a file sets them (``load_run_config``).
+        read_back: ``cfg_file`` is a file derl wrote and reads back (``load_run_config``): refused if
+            it is a symbolic link or not a regular file, bounded in size and depth, without aliases
+            (``derl.fileio.read_yaml``).
 
     Raises:
         ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any
             value ``check_config`` rejects (named with the file that set it).
     """
-    return parse_config(cfg_file, overrides, retired, check=lambda cfg: check_config(cfg, this_node))
+    return parse_config(cfg_file, overrides, retired, check=lambda cfg: check_config(cfg, this_node),
+                        read=read_yaml if read_back else None)
 
 
 def load_run_config(config_yaml: str | Path) -> CfgNode:
@@ -101,9 +158,10 @@ def load_run_config(config_yaml: str | Path) -> CfgNode:
 
     The ``RETIRED_KEYS`` an older derl dumped are dropped, so its finished runs stay readable by the
     report, status, evaluation and ``train_ppo.py --eval``; a user's own config files and the command
-    line get no such leniency.
+    line get no such leniency. The file is read back from a folder other processes write: a link or
+    a FIFO there, or a file too large, too deep or with aliases, is a ``ConfigError`` naming it.
     """
-    return load_config(config_yaml, retired=RETIRED_KEYS)
+    return load_config(config_yaml, retired=RETIRED_KEYS, read_back=True)
 
 
 def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) -> CfgNode:
@@ -116,10 +174,11 @@ def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) ->
 
 
 def load_config_or_exit(cfg_file: str | Path | Sequence[str | Path] | None, overrides: Sequence[str],
-                        this_node: bool = False, retired: frozenset[str] = frozenset()) -> CfgNode:
+                        this_node: bool = False, retired: frozenset[str] = frozenset(),
+                        read_back: bool = False) -> CfgNode:
     """``load_config`` for scripts: a bad config prints one line and exits with code 2."""
     try:
-        return load_config(cfg_file, overrides, this_node, retired)
+        return load_config(cfg_file, overrides, this_node, retired, read_back)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -161,18 +220,16 @@ def _check_numbers(cfg: CfgNode) -> None:
     for key, value in _leaves(cfg):
         if not all(math.isfinite(v) for v in _numbers(value)):
             raise ConfigError(f"config key {key} must be finite, got {_show(value)}", key)
-    for key in POSITIVE_KEYS:
-        if not cfg.get_path(key) > 0:
-            raise ConfigError(f"config key {key} must be positive, got {cfg.get_path(key)}", key)
-    for key in NON_NEGATIVE_KEYS:
-        if cfg.get_path(key) < 0:
-            raise ConfigError(f"config key {key} must not be negative, got {cfg.get_path(key)}", key)
-    for key in UNIT_INTERVAL_KEYS:
-        if not 0 <= cfg.get_path(key) <= 1:
-            raise ConfigError(f"config key {key} must lie in [0, 1], got {cfg.get_path(key)}", key)
-    if not 0 < cfg.EVO.PERCENT_PARTICIPANTS <= 100:
-        raise ConfigError(f"config key EVO.PERCENT_PARTICIPANTS must lie in (0, 100], "
-                          f"got {cfg.EVO.PERCENT_PARTICIPANTS}", "EVO.PERCENT_PARTICIPANTS")
+    for key, allowed in RANGES.items():
+        value = cfg.get_path(key)
+        if isinstance(value, tuple) and not all(isinstance(n, int) and not isinstance(n, bool) for n in value):
+            raise ConfigError(f"config key {key} must hold whole numbers, got {_show(value)}", key)
+        for number in value if isinstance(value, tuple) else (value,):
+            if (problem := allowed.problem(number)) is not None:
+                raise ConfigError(f"config key {key} {problem}, got {_show(value)}", key)
+    if cfg.XML.GEOM_CONDIM not in CONDIMS:
+        raise ConfigError(f"config key XML.GEOM_CONDIM must be one of {', '.join(map(str, CONDIMS))} (MuJoCo's "
+                          f"contact dimensions), got {cfg.XML.GEOM_CONDIM}", "XML.GEOM_CONDIM")
     if not cfg.NODE_ID < cfg.NUM_NODES:
         raise ConfigError(f"config key NODE_ID {cfg.NODE_ID} is out of range for NUM_NODES {cfg.NUM_NODES}",
                           "NODE_ID", "NUM_NODES")

@@ -235,7 +235,7 @@ SIM_BACKENDS = ("mujoco", "warp")
 
 # Keys that say how one node runs, not what the search is: they may differ between the nodes of a
 # search and between runs of one node. Every other key of a node must equal OUT_DIR/config.yaml
-# (derl.evolution.search_config); workers get config.yaml plus these.
+# (derl.evolution.search_config); a node's workers run its config, config.yaml plus these.
 NODE_LOCAL_KEYS = (
     "NODE_ID", "OUT_DIR", "DEVICE", "TORCH_THREADS", "EVO.NUM_PROCESSES", "EVO.INIT_WAIT_TIMEOUT",
     "VECENV.THREADS", "CHECKPOINT_PERIOD", "TENSORBOARD.ENABLED", "TENSORBOARD.PER_MORPHOLOGY",
@@ -396,17 +396,26 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return pairs
 
 
-def _read_yaml(cfg_file: str | Path) -> Mapping[str, Any]:
+def _read_yaml(cfg_file: str | Path, read: Callable[[Path], Any] | None = None) -> Mapping[str, Any]:
+    """The mapping in ``cfg_file``; ``read``: how to read and parse it (``parse_config``)."""
     path = Path(cfg_file)
-    if not path.is_file():
+    if read is not None:
+        try:
+            data = read(path)
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except ValueError as err:  # derl.fileio.YamlFileError: a link, a FIFO, too large or deep, aliases
+            raise ConfigError(f"config file {err}") from None
+    elif not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        first = str(err).splitlines()[0] if str(err) else "invalid YAML"
-        raise ConfigError(f"config file {path} is not valid YAML: {first}") from None
-    except RecursionError:  # a crafted file nesting thousands of levels
-        raise ConfigError(f"config file {path} nests too deep to be a config") from None
+    else:
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            first = str(err).splitlines()[0] if str(err) else "invalid YAML"
+            raise ConfigError(f"config file {path} is not valid YAML: {first}") from None
+        except RecursionError:  # a crafted file nesting thousands of levels
+            raise ConfigError(f"config file {path} nests too deep to be a config") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -450,6 +459,7 @@ def parse_config(
     overrides: Sequence[str] | Mapping[str, Any] = (),
     retired: frozenset[str] = frozenset(),
     check: Callable[[CfgNode], None] | None = None,
+    read: Callable[[Path], Any] | None = None,
 ) -> CfgNode:
     """The defaults, then ``cfg_file``, then ``overrides``: the frozen tree, typed but not checked.
 
@@ -464,6 +474,8 @@ def parse_config(
         retired: keys skipped where a file sets them (``RETIRED_KEYS`` for a run's own config.yaml).
         check: called with the tree before the derived keys are computed; a ``ConfigError`` it
             raises gets where its key was set (a file, the command line) or that it is a default.
+        read: reads and parses a file (``derl.fileio.read_yaml`` for a file derl reads back: never
+            through a link or from a FIFO, bounded, no aliases); None: a user's file, read as given.
 
     Raises:
         ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any
@@ -472,7 +484,7 @@ def parse_config(
     tree = _defaults()
     leaves = [path for path, _ in flatten(tree)]
     files = [] if cfg_file is None else [cfg_file] if isinstance(cfg_file, str | Path) else list(cfg_file)
-    file_pairs = [(key, value, str(path)) for path in files for key, value in flatten(_read_yaml(path))
+    file_pairs = [(key, value, str(path)) for path in files for key, value in flatten(_read_yaml(path, read))
                   if key not in retired]
     origins: dict[str, str] = {}
     for key, value, origin in file_pairs + [(k, v, "command line") for k, v in _pairs_from_overrides(overrides)]:

@@ -10,6 +10,11 @@ the evolution's protocol, README: "Output folder"):
   namespaces) or calls share one;
 - an exclusive creation links the complete staged file to its target with ``os.link``, which fails
   if the target exists: the file is complete from the first moment it is seen;
+- every write, rename, link and move goes through descriptors of its folders, each opened without
+  following a symbolic link (``derl.fileio.open_folder``), at each use: a folder of the layout swapped
+  for a link (or a file) while a node runs is refused (``NotAFolder``: the node's problem, never a
+  morphology's), never written through; an existence check or a read looks at the folder first
+  (``_usable_folder``): the search stops on such a folder, a read-only tool warns once and skips it;
 - the folder is untrusted input (README: "The output folder is untrusted input"): files are opened
   without following links or blocking on FIFOs (``derl.fileio``), every JSON read is checked by a
   function of its content, and a folder holds only the names its pattern allows;
@@ -20,6 +25,7 @@ the evolution's protocol, README: "Output folder"):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -27,11 +33,20 @@ import secrets
 import socket
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from derl.fileio import JsonFileError, NotRegularFile, atomic_write_text, open_file, read_json, write_json
+from derl.fileio import (
+    JsonFileError,
+    NotAFolder,
+    NotRegularFile,
+    atomic_write_text,
+    open_file,
+    open_folder,
+    read_json,
+    write_json,
+)
 
 
 class Identity(NamedTuple):
@@ -87,12 +102,52 @@ class SharedFolder:
             (self.root / folder).mkdir(exist_ok=True)
 
     def _real_folder(self, folder: str) -> Path:
-        """``root/folder``, a real folder; else ``NotRegularFile`` (an OSError: the node's problem,
+        """``root/folder``, a real folder; else ``NotAFolder`` (an OSError: the node's problem,
         never a morphology's)."""
         path = self.root / folder
         if not stat.S_ISDIR(os.lstat(path).st_mode):
-            raise NotRegularFile(path, "is not a folder (a symbolic link or a file): remove it or use another OUT_DIR")
+            raise NotAFolder(path)
         return path
+
+    def _usable_folder(self, folder: Path) -> bool:
+        """False if ``folder`` (``root`` or one of its folders) is a symbolic link or a file: its
+        entries lie elsewhere. The search (``quarantine``) stops on it (``NotAFolder``); a reader is
+        warned once. A missing folder is usable: it holds nothing."""
+        if folder == self.root:
+            return True
+        try:
+            if stat.S_ISDIR(os.lstat(folder).st_mode):
+                return True
+        except FileNotFoundError:
+            return True
+        if self.quarantine_bad_files:
+            raise NotAFolder(folder)
+        self._warn_once(folder, "is a link or a file, not a folder; its files are not read")
+        return False
+
+    def _lexists(self, path: Path) -> bool:
+        """Whether the entry ``path`` exists (a link counts), in a folder that is one (``_usable_folder``)."""
+        return self._usable_folder(path.parent) and os.path.lexists(path)
+
+    def _lstat(self, path: Path) -> os.stat_result | None:
+        """``os.lstat(path)`` in a folder that is one (``_usable_folder``); None if missing or not."""
+        try:
+            return os.lstat(path) if self._usable_folder(path.parent) else None
+        except FileNotFoundError:
+            return None
+
+    @contextlib.contextmanager
+    def _folders(self, *paths: Path) -> Iterator[list[int]]:
+        """Descriptors of the folders ``paths`` (``root`` or inside it), none reached through a link
+        (``NotAFolder``); closed on exit."""
+        fds: list[int] = []
+        try:
+            for path in paths:
+                fds.append(open_folder(path, self.root))
+            yield fds
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root))
@@ -104,43 +159,49 @@ class SharedFolder:
 
     def _write_text(self, target: Path, text: str) -> None:
         staged = self._staged(target)
-        atomic_write_text(staged, text)
+        atomic_write_text(staged, text, self.root)
         self._move_staged(staged, target)
 
     def _write_json(self, target: Path, obj: Any) -> None:
         staged = self._staged(target)
-        write_json(staged, obj)
+        write_json(staged, obj, self.root)
         self._move_staged(staged, target)
 
-    @staticmethod
-    def _move_staged(staged: Path, target: Path) -> None:
-        """Renames a staged file into place; if that fails (I/O error, full disk), removes it."""
+    def _move_staged(self, staged: Path, target: Path) -> None:
+        """Renames a staged file into place; if that fails (I/O error, full disk, a folder that is a
+        link), removes it."""
         try:
-            os.replace(staged, target)
+            with self._folders(staged.parent, target.parent) as (source, folder):
+                os.replace(staged.name, target.name, src_dir_fd=source, dst_dir_fd=folder)
         except BaseException:
-            staged.unlink(missing_ok=True)
+            self._drop_staged(staged)
             raise
+
+    def _drop_staged(self, staged: Path) -> None:
+        """Removes a staged file, never through a ``tmp/`` that became a link."""
+        with contextlib.suppress(OSError), self._folders(staged.parent) as (source,):
+            os.unlink(staged.name, dir_fd=source)
 
     def _create_json(self, target: Path, obj: Any) -> bool:
         """Creates ``target`` with ``obj`` unless it exists; True if this call created it."""
         staged = self._staged(target)
-        write_json(staged, obj)
+        write_json(staged, obj, self.root)
         return self._link_staged(staged, target)
 
     def _create_text(self, target: Path, text: str) -> bool:
         staged = self._staged(target)
-        atomic_write_text(staged, text)
+        atomic_write_text(staged, text, self.root)
         return self._link_staged(staged, target)
 
-    @staticmethod
-    def _link_staged(staged: Path, target: Path) -> bool:
+    def _link_staged(self, staged: Path, target: Path) -> bool:
         """Links the complete ``staged`` file to ``target`` unless it exists (then False), and drops ``staged``."""
         try:
-            os.link(staged, target)
+            with self._folders(staged.parent, target.parent) as (source, folder):
+                os.link(staged.name, target.name, src_dir_fd=source, dst_dir_fd=folder, follow_symlinks=False)
         except FileExistsError:
             return False
         finally:
-            staged.unlink()
+            self._drop_staged(staged)
         return True
 
     # Foreign and corrupt files.
@@ -157,14 +218,12 @@ class SharedFolder:
         folder = self.root / "quarantine"
         if not os.path.lexists(folder):
             folder.mkdir(exist_ok=True)
-        self._real_folder("quarantine")
-        if len(relative.parts) == 2:
-            self._real_folder(relative.parts[0])
         target = folder / "-".join(relative.parts)
-        if os.path.lexists(target):
-            target = target.with_name(f"{target.name}.{self.identity.token}-{next(self._counter)}")
         try:
-            os.rename(path, target)
+            with self._folders(path.parent, folder) as (source, destination):
+                if os.path.lexists(target):
+                    target = target.with_name(f"{target.name}.{self.identity.token}-{next(self._counter)}")
+                os.rename(path.name, target.name, src_dir_fd=source, dst_dir_fd=destination)
         except FileNotFoundError:
             return  # moved by another process, or gone
         print(f"warning: {path} {reason}; moved to {self.relative(target)}", file=sys.stderr, flush=True)
@@ -190,6 +249,8 @@ class SharedFolder:
         """
         try:
             if path.parent != self.root and not stat.S_ISDIR(os.lstat(path.parent).st_mode):
+                if self.quarantine_bad_files:
+                    raise NotAFolder(path.parent)  # the search stops on it (the node's problem)
                 self._bad_file(path, f"is in {path.parent.name}/, which is a link or a file, not a folder")
                 return None
             data = read_json(path)
@@ -211,10 +272,7 @@ class SharedFolder:
         """
         names = []
         try:
-            if not stat.S_ISDIR(os.lstat(self.root / folder).st_mode):  # a link: its entries lie outside
-                if self.quarantine_bad_files:
-                    self._real_folder(folder)  # raises: the search stops on it (the node's problem)
-                self._warn_once(self.root / folder, "is a link or a file, not a folder; its files are not read")
+            if not self._usable_folder(self.root / folder):  # a link: its entries lie outside
                 return []
             entries = list(os.scandir(self.root / folder))
         except FileNotFoundError:
@@ -236,19 +294,21 @@ class SharedFolder:
         Something else planted there (a symbolic link to a file outside the folder, a FIFO) is
         never followed: it is moved to ``quarantine/`` and a regular file created in its place.
         """
-        try:
-            return open_file(path, os.O_CREAT | os.O_RDWR)
-        except NotRegularFile as err:
-            self.quarantine(path, err.reason)
-            return open_file(path, os.O_CREAT | os.O_RDWR)
+        with self._folders(path.parent) as (folder,):
+            try:
+                return open_file(path.name, os.O_CREAT | os.O_RDWR, dir_fd=folder)
+            except NotRegularFile as err:
+                self.quarantine(path, err.reason)
+                return open_file(path.name, os.O_CREAT | os.O_RDWR, dir_fd=folder)
 
     def filesystem_now(self) -> float:
         """The shared filesystem's clock: the mtime of a probe file created now in ``tmp/``."""
-        probe = self.root / "tmp" / f"clock-{self.identity.host}-{self.identity.pid}-{self.identity.token}"
-        fd = open_file(probe, os.O_CREAT | os.O_WRONLY)
-        try:
-            os.utime(fd)
-            return os.fstat(fd).st_mtime
-        finally:
-            os.close(fd)
-            probe.unlink(missing_ok=True)
+        probe = f"clock-{self.identity.host}-{self.identity.pid}-{self.identity.token}"
+        with self._folders(self.root / "tmp") as (folder,):
+            fd = open_file(probe, os.O_CREAT | os.O_WRONLY, dir_fd=folder)
+            try:
+                os.utime(fd)
+                return os.fstat(fd).st_mtime
+            finally:
+                os.close(fd)
+                os.unlink(probe, dir_fd=folder)

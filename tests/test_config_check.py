@@ -2,6 +2,7 @@
 
 import ast
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -10,8 +11,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from derl.checked_config import LR_SCALING_NAMES, WARP_MODULES, check_backend_here, load_config, load_run_config
-from derl.config import REPLACED_KEYS, RETIRED_KEYS, ConfigError, _defaults, dump_config, flatten
+from derl.checked_config import (
+    LR_SCALING_NAMES,
+    RANGES,
+    WARP_MODULES,
+    check_backend_here,
+    load_config,
+    load_run_config,
+)
+from derl.config import DERIVED_KEYS, REPLACED_KEYS, RETIRED_KEYS, ConfigError, _defaults, dump_config, flatten
+from derl.evolution.search_config import join_search
+from derl.evolution.storage import RunDir
 from tests.conftest import ROOT
 
 # Modules whose mention of a key is not a use: the tree itself and its validation.
@@ -20,11 +30,15 @@ NOT_READERS = ("derl/config.py", "derl/checked_config.py")
 
 @pytest.mark.parametrize("overrides, key, text", [
     (["PPO.GAMMA", "nan"], "PPO.GAMMA", "must be finite"),
-    (["PPO.GAMMA", "1.5"], "PPO.GAMMA", "[0, 1]"),
+    (["PPO.GAMMA", "1.5"], "PPO.GAMMA", "must be at most 1"),
     (["PPO.BASE_LR", "-3e-4"], "PPO.BASE_LR", "must be positive"),
     (["PPO.CLIP_EPS", "0"], "PPO.CLIP_EPS", "must be positive"),
     (["PPO.ENTROPY_COEF", "-0.1"], "PPO.ENTROPY_COEF", "must not be negative"),
-    (["EVO.PERCENT_PARTICIPANTS", "120"], "EVO.PERCENT_PARTICIPANTS", "(0, 100]"),
+    (["EVO.PERCENT_PARTICIPANTS", "120"], "EVO.PERCENT_PARTICIPANTS", "must be at most 100"),
+    (["RNG_SEED", "-1"], "RNG_SEED", "must not be negative, got -1"),
+    (["MODEL.PRO_HIDDEN_DIMS", "[64, 0]"], "MODEL.PRO_HIDDEN_DIMS", "must be positive, got [64, 0]"),
+    (["MODEL.OBS_FEAT_HIDDEN_DIMS", "[64.5]"], "MODEL.OBS_FEAT_HIDDEN_DIMS", "must hold whole numbers"),
+    (["XML.GEOM_CONDIM", "2"], "XML.GEOM_CONDIM", "must be one of 1, 3, 4, 6"),
     (["EVO.NUM_PARTICIPANTS", "0"], "EVO.NUM_PARTICIPANTS", "must be positive"),
     (["EVO.AGING_WINDOW_SIZE", "0"], "EVO.AGING_WINDOW_SIZE", "must be positive"),
     (["EVO.NUM_PROCESSES", "-1"], "EVO.NUM_PROCESSES", "must not be negative"),
@@ -59,6 +73,25 @@ def test_bad_values_are_one_line_naming_the_key_and_where_it_was_set(overrides, 
     message = str(caught.value)
     assert caught.value.key == key and key in message and text in message
     assert message.endswith("(set on the command line)") and "\n" not in message
+
+
+# Every integer key of the defaults; derived keys are computed, never set.
+INTEGER_KEYS = [key for key, value in flatten(_defaults())
+                if isinstance(value, int) and not isinstance(value, bool) and key not in DERIVED_KEYS]
+
+
+@pytest.mark.parametrize("key", INTEGER_KEYS)
+def test_every_integer_key_refuses_a_value_outside_its_range_naming_it(key):
+    """RANGES holds every integer key; one below its lowest and one above its highest value is refused."""
+    allowed = RANGES[key]
+    default = load_config(None, []).get_path(key)
+    assert allowed.problem(default) is None
+    for bad in (allowed.low - 1, allowed.high + 1):
+        assert math.isfinite(bad), f"{key} needs both bounds: no integer key is unbounded"
+        with pytest.raises(ConfigError) as caught:
+            load_config(None, [key, str(bad)])
+        assert caught.value.key == key and str(caught.value).startswith(f"config key {key} ")
+        assert str(caught.value).endswith("(set on the command line)") and "\n" not in str(caught.value)
 
 
 def test_an_error_names_the_file_that_set_the_key(tmp_path):
@@ -196,6 +229,10 @@ def test_setting_a_removed_key_exits_2_in_one_line(tmp_path):
     ("EVO.SELECTION_CRITERIA", "[__reward__forwrd]", "unknown EVO.SELECTION_CRITERIA ['__reward__forwrd']"),
     ("EVO.TOURNAMENT_TYPE", "agingnum", "config key EVO.TOURNAMENT_TYPE: unknown value 'agingnum'"),
     ("DEVICE", "cuda:7", "config key DEVICE cuda:7:"),
+    ("RNG_SEED", "-1", "config key RNG_SEED must not be negative, got -1 (set on the command line)"),
+    ("EVO.NUM_PROCESSES", "10000", "config key EVO.NUM_PROCESSES 10000 is more than this node holds: "),
+    ("PPO.NUM_ENVS", "0", "config key PPO.NUM_ENVS must be positive, got 0"),
+    ("HFIELD.NUM_DIVS", "1000", "config key HFIELD.NUM_DIVS must be at most 100, got 1000"),
 ])
 def test_a_config_typo_stops_evo_single_proc_before_anything_is_written(tmp_path, key, value, text):
     if key == "DEVICE":
@@ -208,6 +245,25 @@ def test_a_config_typo_stops_evo_single_proc_before_anything_is_written(tmp_path
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"error: {text}") and done.stderr.count("\n") == 1
     assert done.stdout == "" and not (tmp_path / "out").exists()
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("key, value", [("RNG_SEED", "-1"), ("EVO.NUM_PROCESSES", "10000")])
+def test_a_bad_value_leaves_an_existing_run_folder_as_it_was(tmp_path, key, value):
+    """A resume with a value no process can use is refused before anything in OUT_DIR is touched
+    (``RNG_SEED -1`` used to fail after writing config.yaml, poisoning the run for the next resume)."""
+    out = tmp_path / "out"
+    args = [sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", "OUT_DIR", str(out)]
+    RunDir(out).create()
+    join_search(load_config("configs/evo/quick.yml", ["OUT_DIR", str(out)]), RunDir(out), lambda message: None)
+    before = _tree(out)
+    done = subprocess.run([*args, key, value], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith(f"error: config key {key} ") and done.stderr.count("\n") == 1
+    assert _tree(out) == before
 
 
 def _section_of(node: ast.expr, aliases: dict[str, str]) -> str | None:

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -101,7 +102,8 @@ def test_several_runs_are_compared_per_task(evaluated, tmp_path):
 def test_killed_evaluation_finishes_without_retraining(tiny_run, tmp_path):
     """2 morphologies x 2 tasks, one training at a time, killed (SIGKILL) while the second cell
     trains, then rerun: every cell ends in the summary, the first is not retrained, the second
-    continues from its checkpoint."""
+    continues from its checkpoint. Wherever the kill lands, the metrics lines are a prefix of the
+    checkpoint's records (the trainer writes the checkpoint first), so the rerun's curve extends them."""
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     # 50 iterations: the kill must land after the second cell's first checkpoint and before its end.
@@ -118,9 +120,12 @@ def test_killed_evaluation_finishes_without_retraining(tiny_run, tmp_path):
         second_cell = checkpoints[0] if checkpoints else None
         time.sleep(0.2)
     assert second_cell is not None, "no second training checkpointed"
+    trainings = psutil.Process(first.pid).children(recursive=True)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    time.sleep(0.5)  # the training dies with its parent (PR_SET_PDEATHSIG)
+    # The training dies with its parent (PR_SET_PDEATHSIG): wait for it, then nothing writes the folder.
+    gone, alive = psutil.wait_procs(trainings, timeout=60)
+    assert trainings and not alive
     finished = {p: p.stat().st_mtime_ns for p in (run / "eval").glob("*/*/metrics.json")}
     assert len(finished) == 1 and not (second_cell / "metrics.json").exists()
     before = (second_cell / "metrics.jsonl").read_text().splitlines()

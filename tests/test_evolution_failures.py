@@ -62,8 +62,8 @@ def _raised(err: BaseException, context: BaseException, cause: BaseException | N
     (EOFError(), "environment"),  # an env subprocess that vanished (OOM killer)
     (_raised(RuntimeError("write failed"), KeyError(), cause=OSError(errno.ENOSPC, "full")), "environment"),
     (_raised(RuntimeError("while handling"), OSError(errno.EIO, "I/O")), "environment"),
-    # The worker turns a parent genome lost to quarantine/ into a failure of the child (another parent next).
-    (_raised(ValueError("parent genome unavailable"), FileNotFoundError("x"), from_none=True), "morphology"),
+    # A parent genome lost to quarantine/ leaves the pool; none left is the folder's problem, not the child's.
+    (FileNotFoundError("no parent: no published morphology of /run has a readable genome"), "environment"),
     (ValueError("training summary is not finite: {'return': nan}"), "morphology"),
     (ValueError("XML Error: size 0 of capsule"), "morphology"),
     (GenomeError("genome g: limb group [0] radius must be a positive number"), "morphology"),
@@ -304,7 +304,7 @@ def test_a_child_of_a_quarantined_parent_is_published_with_its_lineage_from_the_
     run.create()
     for genome_id, parent_id in [("000003", None), ("000007", "000003"), ("000010", "000007")]:
         run.write_genome(genome_id, _genome(genome_id, parent_id, None, 1.0), "<mujoco/>")
-    results = PublishedResults(run)
+    results = PublishedResults(run, load_config(None, []).EVO)
     assert lineage(run, results, "000010", "000007") == "000003/000007/000010"
     assert lineage(run, results, "000003", None) == "000003"
 

@@ -129,6 +129,54 @@ def test_random_search_draws_every_slot_like_the_initial_population(tmp_path):
     assert json.loads((out / "summary.json").read_text())["initial_population_size"] == 12
 
 
+def forge_record(out: Path, forged: str = "999999") -> None:
+    """The hostile-folder probe's forgery: a complete record of a slot no worker claimed (``999999``,
+    beyond the search), with its files, its own publication number and an unbeatable fitness."""
+    genome = {"schema_version": 1, "id": forged, "parent_id": None, "mutation": None, "size": 1e300}
+    files = {"genomes": json.dumps(genome), "xml": "<mujoco/>\n", "models": '{"iteration": 10}', "metrics": "{}\n"}
+    for folder, suffix in (("genomes", ".json"), ("xml", ".xml"), ("models", ".pt"), ("metrics", ".jsonl")):
+        (out / folder).mkdir(exist_ok=True)
+        (out / folder / f"{forged}{suffix}").write_text(files[folder])
+    (out / "published" / "00000999.json").write_text(json.dumps({"id": forged, "node": 0, "worker": 0}))
+    (out / "metadata" / f"{forged}.json").write_text(json.dumps({
+        "id": forged, "parent_id": None, "lineage": forged, "mutation": None, "slot": int(forged), "attempt": 0,
+        "seed": 1, "node": 0, "worker": 0, "device": "cpu", "return": 1e300, "__reward__forward": 1e300,
+        "env_steps": 1000, "iterations": 10, "wall_time": 1.0, "steps_per_sec": 1000.0,
+        "files": {"genome": f"genomes/{forged}.json", "xml": f"xml/{forged}.xml", "checkpoint": f"models/{forged}.pt",
+                  "metrics": f"metrics/{forged}.jsonl"},
+        "published_at": 1.7e9, "publication": 999}))
+
+
+def test_a_forged_record_is_never_best_nor_a_parent_nor_counted(tmp_path, capsys):
+    """Planted as the search starts, the forged record of slot 999999 became the best, parented children
+    and made status print 13/12; now it is quarantined at its first read and the run is its own."""
+    from derl.analysis.run import RunView
+    from derl.evolution.status import status_lines
+
+    out = tmp_path / "run"
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", "8", iterations=5)
+    while not ((out / "config.yaml").exists() and (out / "published").is_dir()):
+        time.sleep(0.01)
+    forge_record(out)
+    assert coordinator.wait(timeout=120) == 0
+    records = assert_complete(out, 8)  # 999999 is not among them
+    assert not [r["id"] for r in records.values() if "999999" in r["lineage"]]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["published"] == 8 and summary["best"]["id"] in records
+    assert (out / "quarantine" / "metadata-999999.json").exists()
+    log = (tmp_path / "run-coordinator.log").read_text()
+    assert "metadata/999999.json is in slot 999999, outside the search (EVO.SEARCH_SPACE_SIZE 8)" in log
+    # Planted again in the finished run: the read-only tools skip it with one line and never count it.
+    forge_record(out)
+    lines = status_lines(str(out))
+    assert lines[1].startswith("done: 8/8 (100.0%)") and "999999" not in "\n".join(lines)
+    assert [line for line in capsys.readouterr().err.splitlines() if "999999" in line] == [
+        f"warning: {out}/metadata/999999.json is in slot 999999, outside the search (EVO.SEARCH_SPACE_SIZE 8); "
+        "skipped"]
+    view = RunView(out)
+    assert len(view) == 8 and list(view.unreadable) == [str(out / "metadata" / "999999.json")]
+
+
 def test_sigkilled_workers_are_restarted_and_nothing_partial_is_visible(tmp_path):
     out = tmp_path / "run"
     errors, finished = [], threading.Event()

@@ -10,23 +10,29 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from derl.analysis.run import RunView
 from derl.checked_config import load_config
 from derl.envs.tasks import TASKS
 from derl.evolution.record import BOOKKEEPING, FIELDS, REQUIRED, PublishedRecord, fitness_terms, morphology_files
-from derl.evolution.schema import METADATA_TYPES, metadata_problem
+from derl.evolution.schema import METADATA_TYPES, RecordRules, metadata_problem
 from derl.evolution.storage import RunDir
 from derl.metrics import CTRL_TERM, SUMMARY_FIELDS, is_reward_term, is_summary_key
 from derl.ppo.episodes import mean_fields
 
 BASE_FORMAT = Path(__file__).resolve().parent / "assets" / "evolution" / "base_format"
 IDS = ("000005", "000006")
+RULES = RecordRules.of(load_config().EVO)  # the default search: its slots and criteria
 
 
 def _base_run(tmp_path: Path) -> RunDir:
-    """A run folder with the two records of ``BASE_FORMAT`` (the other files they list, empty)."""
+    """A run folder with the two records of ``BASE_FORMAT`` (their slots' claims; the other files they list, empty)."""
     run = RunDir(tmp_path)
     run.create()
+    for morphology_id in IDS:
+        run.claim_slot(int(morphology_id), {"slot": int(morphology_id), "id": morphology_id, "attempt": 0, "node": 0,
+                                            "worker": 0})
     for folder in ("metadata", "genomes", "published"):
         for path in (BASE_FORMAT / folder).iterdir():
             shutil.copy(path, tmp_path / folder / path.name)
@@ -36,11 +42,12 @@ def _base_run(tmp_path: Path) -> RunDir:
     return run
 
 
+@pytest.mark.recorded  # JSON text read and written back, no arithmetic: exact on any CPU
 def test_metadata_written_by_earlier_derl_reads_and_writes_back_unchanged(tmp_path):
     run = _base_run(tmp_path)
     for morphology_id in IDS:
         text = (BASE_FORMAT / "metadata" / f"{morphology_id}.json").read_text()
-        data = run.read_metadata(morphology_id)  # raises JsonFileError if it failed its schema
+        data = run.read_metadata(morphology_id, RULES)  # raises JsonFileError if it failed its schema
         assert data == json.loads(text)
         record = PublishedRecord.from_json(data)
         terms = ("__reward__ctrl", "__reward__forward", "__reward__stand", "energy", "metric", "return", "x_pos")
@@ -49,7 +56,7 @@ def test_metadata_written_by_earlier_derl_reads_and_writes_back_unchanged(tmp_pa
     view = RunView(tmp_path)
     child = view.by_id["000006"]
     assert child.lineage == ("000002", "000005", "000006") and child.parent_id == "000005"
-    assert child.fitness == PublishedRecord.from_json(run.read_metadata("000006")).fitness
+    assert child.fitness == PublishedRecord.from_json(run.read_metadata("000006", RULES)).fitness
     assert child.limbs is not None  # the genome read once, as a dict, gives the body
 
 
@@ -65,7 +72,8 @@ def test_writer_validator_and_readers_share_one_record_and_one_vocabulary():
                              published_at=1.7e9, publication=3)
     data = record.to_json()
     assert list(data) == [*FIELDS[:FIELDS.index("fitness")], *summary, *FIELDS[FIELDS.index("fitness") + 1:]]
-    assert metadata_problem(data, "000004") is None
+    rules = RULES._replace(criteria=("__reward__forward",))  # the episodes above have no __reward__stand
+    assert metadata_problem(data, "000004", rules) is None
     assert PublishedRecord.from_json(data) == record and fitness_terms(data) == summary
     # Bookkeeping and fitness never share a name; the validator types every bookkeeping field.
     assert not any(is_summary_key(key) for key in BOOKKEEPING) and all(map(is_summary_key, summary))
@@ -75,5 +83,5 @@ def test_writer_validator_and_readers_share_one_record_and_one_vocabulary():
     load_config(None, {"EVO.SELECTION_CRITERIA": list(SUMMARY_FIELDS), "EVO.SELECTION_CRITERIA_OBJ": [-1] * 4})
     for cls in TASKS.values():
         assert all(map(is_reward_term, (*cls.reward_terms, *cls.aggregates)))
-    assert metadata_problem({**data, "return": "high"}, "000004") == "has return 'high', expected a finite number " \
-        "(every result is one)"
+    assert metadata_problem({**data, "return": "high"}, "000004", rules) == \
+        "has return 'high', expected a finite number (every result is one)"

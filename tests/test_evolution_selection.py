@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from derl.config import ConfigError
 from derl.evolution import selection
 from derl.evolution.coordinator import (
     DEFAULT_WORKER_MEMORY_BYTES,
@@ -103,12 +104,19 @@ def test_init_claim_order_starts_with_the_own_share():
 
 def test_resolve_num_processes():
     gb = 2**30
-    assert resolve_num_processes(3, 2, 64 * gb, gb) == 3
-    assert resolve_num_processes(0, 8, 64 * gb, gb) == 8
-    assert resolve_num_processes(0, 8, 3 * gb, gb) == 3
-    assert resolve_num_processes(0, 8, gb // 2, gb) == 1
+    assert resolve_num_processes(3, 2, 64 * gb, 64 * gb, gb) == 3
+    assert resolve_num_processes(0, 8, 64 * gb, 64 * gb, gb) == 8
+    assert resolve_num_processes(0, 8, 3 * gb, 64 * gb, gb) == 3
+    assert resolve_num_processes(0, 8, gb // 2, 64 * gb, gb) == 1
+    assert resolve_num_processes(8, 2, gb, 64 * gb, gb) == 8  # 4 per core; free memory does not refuse
     with pytest.raises(ValueError, match="NUM_PROCESSES"):
-        resolve_num_processes(-1, 2, gb, gb)
+        resolve_num_processes(-1, 2, gb, gb, gb)
+    # Above 4 workers per core, or more than the whole memory holds: one line naming the key and the limit.
+    refused = r"^config key EVO.NUM_PROCESSES 9 is more than this node holds: 8 by its cores .* 64 by its memory"
+    with pytest.raises(ConfigError, match=refused + r" .*; use at most 8, or 0 for as many as it holds$"):
+        resolve_num_processes(9, 2, 64 * gb, 64 * gb, gb)
+    with pytest.raises(ConfigError, match=r"use at most 3,"):
+        resolve_num_processes(4, 72, 64 * gb, 3 * gb + gb // 2, gb)
 
 
 def test_slot_claims_are_exclusive_and_complete(tmp_path):

@@ -8,12 +8,15 @@ import re
 import pytest
 
 from derl.evolution.lease import is_stale, takeover_reason
+from derl.evolution.schema import RecordRules
 from derl.evolution.storage import RunDir
 from derl.fileio import JsonFileError
 from derl.shared_folder import Identity
 
 RACES = 1000
 
+
+RULES = RecordRules(search_space_size=24, criteria=("__reward__forward",))
 
 def _claimer(out, token, barrier, results):
     """Races for slots 0..RACES-1 as a process sharing host and pid with its rival (as in two pid
@@ -113,12 +116,12 @@ def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_
     (tmp_path / "workers" / "0-0.json").write_text('{"node": 5, "worker": 0}')
     reader = RunDir(tmp_path)
     with pytest.raises(JsonFileError, match=r"metadata/000001.json: not valid JSON"):
-        reader.read_metadata("000001")
+        reader.read_metadata("000001", RULES)
     with pytest.raises(ValueError, match=r"slots/000003.json: has no valid morphology id"):
         reader.read_slot(3)
     search = RunDir(tmp_path, quarantine=True)
     assert search.published_ids() == ["000001"]  # notes.txt moved out of the way
-    assert search.read_metadata("000001") is None and search.read_worker_state(0, 0) is None
+    assert search.read_metadata("000001", RULES) is None and search.read_worker_state(0, 0) is None
     # A damaged claim stays: the lease, not the file's content, decides who owns the slot.
     assert search.read_slot(3)["damaged"] == "has no valid morphology id (id=None)" and search.is_claimed(3)
     moved = sorted(p.name for p in (tmp_path / "quarantine").iterdir())
@@ -147,7 +150,8 @@ def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
     old = run.filesystem_now() - 100
     os.utime(run.heartbeat_path(1, 0), (old, old))
     os.utime(tmp_path / "slots" / "000001.json", (old, old))
-    lines = node_lines(load_config(None, {"EVO.LEASE_SECONDS": 10}), run, PublishedResults(run))
+    cfg = load_config(None, {"EVO.LEASE_SECONDS": 10})
+    lines = node_lines(cfg, run, PublishedResults(run, cfg.EVO))
     assert len(lines) == 2
     # Ages are read off the clock while the test runs: a loaded machine may add a second or two.
     fresh = re.match(r"  node 0: last heartbeat (\d+) s ago, holds slots 0", lines[0])

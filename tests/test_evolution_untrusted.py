@@ -10,8 +10,11 @@ import os
 import pytest
 
 from derl.evolution.lease import takeover_reason
-from derl.evolution.schema import metadata_problem, morphology_files
+from derl.evolution.population import parse_id
+from derl.evolution.schema import RecordRules, metadata_problem, morphology_files
 from derl.evolution.storage import RunDir
+
+RULES = RecordRules(search_space_size=24, criteria=("__reward__forward",))
 
 
 @pytest.fixture
@@ -79,7 +82,7 @@ def test_a_quarantine_folder_that_is_a_link_is_refused(tmp_path, sentinel):
     (run.root / "metadata").mkdir()
     (run.root / "metadata" / "000001.json").write_text("[]")
     with pytest.raises(OSError, match="quarantine is not a folder"):
-        run.read_metadata("000001")
+        run.read_metadata("000001", RULES)
     assert (run.root / "metadata" / "000001.json").exists() and sorted(os.listdir(sentinel)) == ["victim.json"]
 
 
@@ -88,20 +91,22 @@ def test_a_fifo_or_folder_where_a_record_belongs_is_quarantined_at_once(tmp_path
     os.mkfifo(run.root / "metadata" / "000007.json")
     (run.root / "metadata" / "000008.json").mkdir()
     os.mkfifo(run.root / "summary.json")
-    assert run.read_metadata("000007") is None and run.read_metadata("000008") is None
+    assert run.read_metadata("000007", RULES) is None and run.read_metadata("000008", RULES) is None
     assert run.read_summary() is None
     assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == [
         "metadata-000007.json", "metadata-000008.json", "summary.json"]
 
 
 def published_record(run, morphology_id, **fields):
-    """A finished morphology's files, its publication number and a valid record (``fields`` override)."""
+    """A finished morphology's files, its slot's claim, its publication number and a valid record
+    (``fields`` override)."""
     for relative in morphology_files(morphology_id).values():
         (run.root / relative).write_text("stand-in\n")
+    slot, attempt = parse_id(morphology_id)
+    run.claim_slot(slot, {"slot": slot, "id": morphology_id, "attempt": attempt, "node": 0, "worker": 0})
     number = run.take_publication_number(morphology_id, 0, 0)
-    slot = int(morphology_id.split("-")[0])
     return {"id": morphology_id, "parent_id": None, "lineage": morphology_id, "mutation": None, "slot": slot,
-            "attempt": 0, "seed": 1, "node": 0, "worker": 0, "device": "cpu", "__reward__forward": 2.0,
+            "attempt": attempt, "seed": 1, "node": 0, "worker": 0, "device": "cpu", "__reward__forward": 2.0,
             "env_steps": 100, "iterations": 1, "wall_time": 1.0, "steps_per_sec": 100.0,
             "files": morphology_files(morphology_id), "published_at": 1.7e9, "publication": number, **fields}
 
@@ -117,7 +122,7 @@ def published_record(run, morphology_id, **fields):
 ])
 def test_a_record_that_lies_is_refused(tmp_path, fields, reason):
     run = search_run(tmp_path)
-    assert reason in metadata_problem(published_record(run, "000003", **fields), "000003")
+    assert reason in metadata_problem(published_record(run, "000003", **fields), "000003", RULES)
 
 
 def test_a_planted_record_or_a_reused_publication_number_is_quarantined(tmp_path, capsys):
@@ -129,16 +134,48 @@ def test_a_planted_record_or_a_reused_publication_number_is_quarantined(tmp_path
     record = published_record(run, "000002")
     os.unlink(run.root / "models" / "000002.pt")
     run.publish(record)
-    assert run.read_metadata("000000")["publication"] == 0
-    assert run.read_metadata("000001") is None and run.read_metadata("000002") is None
+    assert run.read_metadata("000000", RULES)["publication"] == 0
+    assert run.read_metadata("000001", RULES) is None and run.read_metadata("000002", RULES) is None
     err = capsys.readouterr().err
     assert "000001.json lists genomes/000001.json, which is missing" in err
     assert "000002.json lists models/000002.pt, which is missing" in err
     for relative in morphology_files("000001").values():
         (run.root / relative).write_text("stand-in\n")
     (run.root / "metadata" / "000001.json").write_text(json.dumps(planted))
-    assert run.read_metadata("000001") is None
+    assert run.read_metadata("000001", RULES) is None
     assert "has publication 0, which published/00000000.json gives to '000000'" in capsys.readouterr().err
+
+
+def test_a_record_its_slot_never_held_is_quarantined(tmp_path, capsys):
+    """A complete record of slot 999999 (files, its own publication number) became the best and a
+    parent, and counted towards the end of the search. A record counts only if its slot is one of
+    the search's and the slot's current claim (``slots/`` or its latest lease) names it."""
+    run = search_run(tmp_path)
+    for name in ("000000", "999999", "000005-1"):
+        run.publish(published_record(run, name, slot=parse_id(name)[0]))
+    run.replace_slot(5, {"slot": 5, "id": "000005", "attempt": 0, "node": 0, "worker": 0})  # slot 5 holds 000005
+    record = published_record(run, "000004")
+    os.unlink(run.root / "slots" / "000004.json")
+    run.publish(record)
+    for name, taker in (("000006", "000006-2"), ("000008", "000008")):  # slots taken over by another worker
+        record = published_record(run, name)
+        run.take_over_slot(parse_id(name)[0], run.read_slot(parse_id(name)[0]),
+                           {"slot": parse_id(name)[0], "id": taker, "attempt": parse_id(taker)[1], "node": 1,
+                            "worker": 0})
+        run.publish(record)
+    record = published_record(run, "000007")
+    (run.root / "slots" / "000007.json").write_text("{}")
+    run.publish(record)
+    accepted = [name for name in sorted(run.published_ids()) if run.read_metadata(name, RULES) is not None]
+    # The taker of slot 8 holds the same morphology; slot 7's damaged claim names nobody, refutes nothing.
+    assert accepted == ["000000", "000007", "000008"]
+    err = capsys.readouterr().err
+    for reason in ("999999.json is in slot 999999, outside the search (EVO.SEARCH_SPACE_SIZE 24)",
+                   "000004.json is in slot 4, which was never claimed (no slots/000004.json)",
+                   "000005-1.json is in slot 5, whose claim slots/000005.json names 000005",
+                   "000006.json is in slot 6, whose claim leases/000006-1.json names 000006-2"):
+        assert f"{reason}; moved to quarantine/metadata-" in err
+    assert len(list((run.root / "quarantine").iterdir())) == 4
 
 
 def test_a_worker_state_of_the_wrong_type_is_quarantined_and_memory_estimated_without_it(tmp_path):
@@ -206,7 +243,7 @@ def test_a_folder_of_the_layout_that_is_a_link_is_never_read_through(tmp_path, s
     os.rmdir(run.root / "metadata")
     (run.root / "metadata").symlink_to(sentinel)
     reader = RunDir(run.root, skip=True)
-    assert reader.published_ids() == [] and reader.read_metadata("000003") is None
+    assert reader.published_ids() == [] and reader.read_metadata("000003", RULES) is None
     assert "metadata is a link or a file, not a folder" in capsys.readouterr().err
     assert len(RunView(run.root)) == 0  # the report's reader too
     with pytest.raises(OSError, match="metadata is not a folder"):

@@ -4,10 +4,14 @@ Each case trains a few iterations from a fixed seed and is compared with a fixtu
 rollout (normalised observations, sampled actions, log-probabilities, values, normalised rewards,
 episode ends, bootstrap values), the iteration records, the final parameters, optimiser moments and
 normaliser statistics. An optimisation must keep all of them, to float tolerance: a changed
-summation order moves the last bits, a changed behaviour moves far more. Pendulum's smooth
-dynamics keep rounding differences at rounding size (tight tolerance); the unimal's contacts
-amplify them (an action 1e-7 off moves the normalised observations by up to ~4e-4 within 96
-steps), so its tolerance is 2e-3, still far below what a change of behaviour gives (order 0.1).
+summation order moves the last bits, a changed behaviour moves far more. The same holds for another
+CPU, whose BLAS and torch kernels sum in another order (the fixture was recorded with AVX-512 ones).
+Pendulum's smooth dynamics keep rounding differences at rounding size (tight elementwise tolerance).
+The unimal's contacts amplify them: a contact made one step earlier moves a few normalised
+observations by up to 1.2e-2 within 96 steps (torch's scalar kernels, as on a CPU without AVX2)
+while the rest stay near rounding size, so each of its arrays is compared by its norm: the relative
+error ||got - expected|| / ||expected|| is at most 4.3e-4 on every kernel tried, far below what a
+change of behaviour gives (order 0.1).
 
 ``python tests/test_ppo_equivalence.py`` re-records the fixture; do so only for a deliberate change
 of behaviour, and say which in the commit.
@@ -50,7 +54,19 @@ def _cases():
     }
 
 
-TOLERANCES = {"unimal": {"rtol": 1e-3, "atol": 2e-3}, "pendulum": {"rtol": 1e-4, "atol": 1e-5}}
+PENDULUM_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+# The largest relative error in norm seen on any array, over OpenBLAS's SkylakeX, Haswell, Zen,
+# Sandybridge and Nehalem kernels and torch's avx512, avx2 and scalar (ATEN_CPU_CAPABILITY=default)
+# ones, was 4.3e-4 (exp_avg); 2e-3 leaves room for CPUs not tried.
+UNIMAL_NORM_TOLERANCE = 2e-3
+
+
+def _assert_close_in_norm(got: np.ndarray, expected: np.ndarray, key: str) -> None:
+    """``got`` is within ``UNIMAL_NORM_TOLERANCE`` of ``expected`` in relative norm, NaN where it is."""
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected), err_msg=key)
+    finite = ~np.isnan(expected)
+    error = np.linalg.norm(got[finite] - expected[finite]) / np.linalg.norm(expected[finite])
+    assert error <= UNIMAL_NORM_TOLERANCE, f"{key}: relative error {error:.2e} in norm"
 
 
 def run_case(name: str) -> dict[str, np.ndarray]:
@@ -77,6 +93,7 @@ def run_case(name: str) -> dict[str, np.ndarray]:
     return {f"{name}/{key}": value for key, value in arrays.items()}
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("name", ["unimal", "pendulum"])
 def test_seeded_run_matches_the_recorded_one(name):
     expected = np.load(FIXTURE)
@@ -85,8 +102,10 @@ def test_seeded_run_matches_the_recorded_one(name):
     for key, value in got.items():
         if value.dtype == bool:
             np.testing.assert_array_equal(value, expected[key], err_msg=key)
+        elif name == "unimal":
+            _assert_close_in_norm(value.astype(np.float64), expected[key].astype(np.float64), key)
         else:
-            np.testing.assert_allclose(value, expected[key], **TOLERANCES[name], err_msg=key)
+            np.testing.assert_allclose(value, expected[key], **PENDULUM_TOLERANCE, err_msg=key)
 
 
 def test_the_fixture_exercises_episode_ends():

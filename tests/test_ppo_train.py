@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from derl.checked_config import load_config
-from derl.ppo import OnIteration, SaveWhile, StopWhen, load_policy, train
+from derl.fileio import atomic_write_text
+from derl.ppo import OnIteration, SaveWhile, StopWhen, load_policy, train, trainer
+from derl.ppo.checkpoint import CheckpointError
 from derl.ppo.device import resolve_device
 from derl.ppo.losses import gaussian_log_prob
 from derl.ppo.policy import Policy
@@ -125,6 +127,44 @@ def test_no_checkpoint_is_written_once_the_files_are_another_process_s(tmp_path)
     stopped = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True,
                     callbacks=[StopWhen(lambda: True), SaveWhile(lambda: False)])
     assert not stopped.completed and torch.load(ckpt, weights_only=True)["iteration"] == 2  # no final save
+
+
+def test_the_checkpoint_is_on_disk_before_the_metrics_that_describe_it(tmp_path, monkeypatch):
+    """A reader (or a kill) between the two writes never sees metrics of an iteration no checkpoint holds."""
+    ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"
+    seen = []
+
+    def write_metrics(path, text):  # what is on disk when each metrics file is written
+        saved = torch.load(ckpt, weights_only=True)["iteration"] if ckpt.exists() else None
+        seen.append((json.loads(text.splitlines()[-1])["iteration"], saved))
+        atomic_write_text(path, text)
+
+    monkeypatch.setattr(trainer, "atomic_write_text", write_metrics)
+    train(_cfg(iters=3, CHECKPOINT_PERIOD=1), _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics)
+    assert seen == [(1, 1), (2, 2), (3, 3), (3, 3)]  # the last: the final save
+
+
+def test_a_resume_after_a_kill_between_checkpoint_and_metrics_leaves_no_gap(tmp_path):
+    """Killed after the checkpoint of iteration 2 and before its metrics: the file still ends at 1.
+    The resume takes the records the checkpoint carries: iterations 1, 2, 3, the first two unchanged."""
+    ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"
+    train(_cfg(iters=2, CHECKPOINT_PERIOD=1), _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics)
+    lines = metrics.read_text().splitlines()
+    metrics.write_text(lines[0] + "\n")
+    train(_cfg(iters=3, CHECKPOINT_PERIOD=1), _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
+          resume=True)
+    after = metrics.read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in after] == [1, 2, 3] and after[:2] == lines
+
+
+@pytest.mark.parametrize("records", [[{"iteration": 7}], [{"iteration": 1}, {"iteration": 1}], "1", [[1]]])
+def test_a_checkpoint_whose_records_do_not_fit_it_is_refused(tmp_path, records):
+    ckpt = tmp_path / "ckpt.pt"
+    train(_cfg(iters=1), _pendulum, seed=0, checkpoint_path=ckpt)
+    state = torch.load(ckpt, weights_only=True)
+    torch.save({**state, "metrics": records}, ckpt)
+    with pytest.raises(CheckpointError, match=r"ckpt.pt: its metrics records are not iterations up to 1$"):
+        train(_cfg(iters=2), _pendulum, seed=0, checkpoint_path=ckpt, resume=True)
 
 
 def test_run_too_short_to_end_an_episode_reports_finite_fields():

@@ -5,17 +5,20 @@ The process tests run the real ``evo_single_proc.py`` with the fake backend of
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from derl.checked_config import load_config
-from derl.config import NODE_LOCAL_KEYS, dump_config
-from derl.evolution.search_config import HEADER, differences, join_search, node_local_overrides, versions
+from derl.config import ConfigError, dump_config
+from derl.evolution.search_config import HEADER, differences, join_search, versions
 from derl.evolution.storage import RunDir
-from tests.test_evolution_protocol import ENV, ROOT
+from tests.test_evolution_protocol import ENV, ROOT, alive, published, start, worker_pids
 
 SEARCH = ("EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4", "EVO.SEARCH_SPACE_SIZE", "4",
           "EVO.AGING_WINDOW_SIZE", "4", "EVO.SELECTION_CRITERIA", "[__reward__forward]",
@@ -101,11 +104,9 @@ def test_join_search_creates_once_and_warns_in_one_line_about_other_versions(tmp
                                                    "0.0.1-elsewhere")
 
 
-def test_node_local_keys_round_trip_and_are_the_only_keys_ignored():
+def test_node_local_keys_are_the_only_keys_ignored():
     cfg = load_config(None, ["OUT_DIR", "/shared/x y", "DEVICE", "cuda:1", "NODE_ID", "1", "NUM_NODES", "2",
                              "VECENV.THREADS", "3", "TORCH_THREADS", "4"])
-    again = load_config(None, ["NUM_NODES", "2", *node_local_overrides(cfg)])
-    assert all(again.get_path(key) == cfg.get_path(key) for key in NODE_LOCAL_KEYS)
     assert differences(cfg, load_config(None, ["NUM_NODES", "2"])) == []
     assert differences(cfg, load_config(None, [])) == ["NUM_NODES 2 != 1"]
 
@@ -129,3 +130,51 @@ def test_deleting_the_header_does_not_make_a_current_run_look_old(tmp_path):
                                            "PPO.MAX_STATE_ACTION_PAIRS 81920 != 20480; start with the same "
                                            "config or a new OUT_DIR"]
     assert load_config(out / "config.yaml").PPO.MAX_STATE_ACTION_PAIRS == 20480
+
+
+def test_a_search_that_has_begun_never_gets_a_new_config(tmp_path):
+    """config.yaml deleted from a run a node has joined: a resume with another budget is refused in one
+    line instead of writing a new config.yaml (which mixed 2,048- and 4,096-step morphologies)."""
+    out = tmp_path / "run"
+    first_node(out)
+    (out / "config.yaml").unlink()
+    refused = evo(out, "PPO.MAX_STATE_ACTION_PAIRS", "40960")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == (f"error: {out / 'config.yaml'} is missing but this search has begun (node(s) 0 joined "
+                              "it); restore that file (the config the search started with) or start a new OUT_DIR\n")
+    assert not (out / "config.yaml").exists()
+
+
+def test_a_run_from_an_older_derl_without_its_config_is_refused_too(tmp_path):
+    """No manifest/ (an older derl), but an initial population: that is a search that has begun."""
+    run = RunDir(tmp_path / "run")
+    run.create()
+    run.mark_init_population(["000000"])
+    with pytest.raises(ConfigError, match=r"config.yaml is missing but this search has begun \(its initial "):
+        join_search(load_config(None, ["OUT_DIR", str(run.root)]), run, lambda message: None)
+    assert not run.config_path().exists() and not run.manifest()
+
+
+def test_a_restarted_worker_trains_with_its_nodes_config_not_an_edited_config_yaml(tmp_path):
+    """Workers load the config their node joined with (a node-private file), so editing the shared
+    config.yaml mid-run changes no budget: every morphology trains its 10 iterations."""
+    out = tmp_path / "run"
+    coordinator = start(out, "EVO.NUM_PROCESSES", "1", "EVO.SEARCH_SPACE_SIZE", "8")
+    try:
+        while not (out / "metadata").is_dir() or not published(out):
+            assert coordinator.poll() is None
+            time.sleep(0.05)
+        path = out / "config.yaml"
+        text = path.read_text()
+        assert "MAX_STATE_ACTION_PAIRS: 40960," in text
+        path.write_text(text.replace("MAX_STATE_ACTION_PAIRS: 40960,", "MAX_STATE_ACTION_PAIRS: 163840,"))
+        assert load_config(path).PPO.MAX_ITERS == 40
+        killed = [pid for pid in worker_pids(out) if alive(pid)]
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)  # the coordinator restarts it after 1 s
+        assert killed and coordinator.wait(timeout=120) == 0
+    finally:
+        coordinator.kill()
+        coordinator.wait()
+    assert sorted(record["iterations"] for record in published(out).values()) == [10] * 8
+    assert "died (exit -9)" in (tmp_path / "run-coordinator.log").read_text()

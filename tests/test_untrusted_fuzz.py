@@ -6,7 +6,9 @@ finished, so nothing trains for real. After each corruption: no traceback, no ha
 folder outside the run unchanged byte for byte, and the search ends with exactly
 ``SEARCH_SPACE_SIZE`` results whose files match their metadata (``assert_complete``). Every case
 is slow (a search, a report and an evaluation each); ``tests/test_evolution_untrusted.py`` checks
-each kind in-process in the default suite.
+each kind in-process in the default suite. Then each folder of the layout swapped for a symbolic link
+while a node runs (``test_a_folder_swapped_for_a_link_while_a_node_runs``; the default suite swaps
+``slots/``, ``tests/test_evolution_folders.py``).
 """
 
 import json
@@ -148,3 +150,29 @@ def test_each_file_kind_corrupted(finished_run, tmp_path, sentinel, kind, how):
     before = snapshot(sentinel)
     corrupt(out / KINDS[kind], how, sentinel)
     check_after(out, tmp_path, sentinel, before)
+
+
+# Every folder of the layout a node writes into while it runs (README: output layout).
+RUNNING_FOLDERS = ("slots", "leases", "published", "metadata", "error_metadata", "genomes", "xml", "models",
+                   "metrics", "workers", "tmp", "quarantine")
+
+
+@pytest.mark.slow  # ~8 s each: a search until the swap, then until the node stops
+@pytest.mark.parametrize("folder", RUNNING_FOLDERS)
+def test_a_folder_swapped_for_a_link_while_a_node_runs(tmp_path, folder):
+    """Nothing written, moved or touched through the link; the node stops on it with one line (a worker's
+    exit 3, or exit 2 where the coordinator meets it first), or finishes the search without using it
+    again; never a "search complete" that is not."""
+    from derl.evolution.process import EXIT_FATAL
+    from tests.test_evolution_folders import swap_while_running
+
+    code, log, before, after = swap_while_running(tmp_path, folder)
+    assert after == before
+    assert "Traceback" not in log, log[-3000:]
+    out = tmp_path / "run"
+    if code == 0:
+        assert_complete(out, 12)
+    else:
+        assert code in (EXIT_FATAL, 2), log[-3000:]
+        assert f"{folder} is not a folder (a symbolic link or a file)" in log, log[-3000:]
+        assert "search complete" not in log

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from derl.cli import ArgumentParser, run
 from derl.fileio import atomic_write_text
+from derl.threads import limit_threads
 
 BENCHMARKS = ("env", "ppo", "ab", "evolve", "report", "learner", "ddp", "memory", "sim")
 
@@ -28,6 +29,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
     module.add_arguments(parser)
     args = parser.parse_args(chosen.options)
+    limit_threads(1)  # every benchmark measures one core per process (TORCH_THREADS 1), BLAS included
     try:
         result = module.run(args)
     except SystemExit as err:  # a benchmark's "error: ..." on bad input: one line, exit 2 as every tool

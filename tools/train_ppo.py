@@ -59,6 +59,7 @@ def main(argv: list[str]) -> int:
     from derl.config import RETIRED_KEYS
     from derl.ppo.distributed import RankInfo
     from derl.ppo.trainer import max_iterations
+    from derl.threads import limit_threads
     from derl.training.run import (
         CHECKPOINT_FILE,
         FINAL_METRICS_FILE,
@@ -82,9 +83,11 @@ def main(argv: list[str]) -> int:
                       "or --xml, --genome or --env-id to start one")
     # Replay in the world the policy was trained in; resume the run as it was started.
     saved = args.eval.parent if args.eval is not None else args.out if args.resume else None
-    if cfg_file is None and saved is not None and (saved / "config.yaml").is_file():
+    if cfg_file is None and saved is not None and os.path.lexists(saved / "config.yaml"):
         cfg_file, retired = [saved / "config.yaml"], RETIRED_KEYS  # derl wrote it, perhaps an older one
-    cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None, retired=retired)
+    cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None, retired=retired,
+                              read_back=bool(retired))  # read back: never through a link or from a FIFO
+    limit_threads(cfg.TORCH_THREADS)
     out = args.out or Path(cfg.OUT_DIR)
     info = RankInfo.from_environ()
     try:

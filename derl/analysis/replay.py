@@ -16,6 +16,8 @@ mean action and with sampled actions, and reports the mean and spread of both ne
 from __future__ import annotations
 
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,8 +97,11 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
     run = view.run
     checkpoint, xml_path = run.checkpoint_path(morphology_id), run.xml_path(morphology_id)
     for path in (checkpoint, xml_path):
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise RunError(f"{path} is missing: cannot replay {morphology_id}")
+        if not stat.S_ISREG(os.lstat(path).st_mode) or not stat.S_ISDIR(os.lstat(path.parent).st_mode):
+            raise RunError(f"{path} is not a regular file in a folder (a link, FIFO or folder): cannot replay "
+                           f"{morphology_id}")
     if steps is not None and steps < 1:
         raise RunError(f"--steps must be at least 1, got {steps}")
     cfg = view.cfg if steps is None else with_episode_length(view.cfg, steps)

@@ -32,7 +32,7 @@ from derl.analysis.replay import FITNESS_NOTE, replay
 from derl.analysis.run import RunView
 from derl.analysis.stats import running_best, trend, window_mean
 from derl.envs.media import render_body, write_png
-from derl.fileio import atomic_write_text
+from derl.fileio import atomic_write_text, make_folders
 from derl.progress import progress_bar
 
 SECTIONS = ("summary", "fitness", "distribution", "morphology", "lineage", "baldwin", "top", "transfer",
@@ -83,8 +83,8 @@ class _Writer:
         self.parts: list[str] = []
         rows = min(options.top_k, len(view)) if options.media else 0  # a picture and a video each
         self.bar = progress_bar(len(_BUILDERS) + rows, "report", unit="step")
-        (out / "plots").mkdir(parents=True, exist_ok=True)
-        (out / "media").mkdir(parents=True, exist_ok=True)
+        for folder in ("plots", "media"):  # inside OUT_DIR, no folder on the way a link
+            make_folders(out / folder, view.run.root if out.is_relative_to(view.run.root) else None)
 
     def link(self, path: Path) -> str:
         """``path`` relative to the report folder, with forward slashes (a URL)."""
@@ -130,7 +130,7 @@ def write_report(view: RunView, out: str | Path | None = None, options: ReportOp
             writer.timed(name, lambda build=build: build(writer))
     page = _PAGE.format(title=_esc(f"derl report: {view.run.root.name}"), body="\n".join(writer.parts),
                         generated=_esc(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
-    atomic_write_text(writer.report.index, page)
+    atomic_write_text(writer.report.index, page, view.run.root if out.is_relative_to(view.run.root) else None)
     writer.report.seconds["total"] = round(time.perf_counter() - started, 3)
     return writer.report
 
@@ -321,7 +321,7 @@ def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
     image_path = w.out / "media" / f"{record.id}.png"
     try:
         if not image_path.exists():
-            write_png(render_body(view.run.xml_path(record.id).read_text(), view.cfg), image_path)
+            write_png(render_body(view.run.read_xml(record.id), view.cfg), image_path)
         w.report.media[f"{record.id}.png"] = str(image_path)
         image = f'<img src="{w.link(image_path)}" width="240" alt="{_esc(record.id)}">'
     except Exception as err:  # noqa: BLE001 - a body that cannot be rendered keeps its row

@@ -14,19 +14,21 @@ what was published since. Nothing is written to the run folder.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from derl.analysis.curves import Curve, iterations_to_fraction, read_curve
+from derl.analysis.curves import EMPTY, Curve, iterations_to_fraction, read_curve
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
 from derl.checked_config import load_config, load_run_config
 from derl.config import CfgNode, ConfigError
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
+from derl.evolution.schema import RecordRules
 from derl.evolution.storage import RunDir
 from derl.fileio import JsonFileError, read_json
 
@@ -63,11 +65,13 @@ class RunView:
         self.refresh()
 
     def _load_config(self) -> CfgNode:
+        """The run's ``config.yaml`` (a link, FIFO or folder there is refused: ``load_run_config``),
+        or the defaults for a run that has none."""
         path = self.run.config_path()
         try:
-            return load_run_config(path) if path.is_file() else load_config()
+            return load_run_config(path) if os.path.lexists(path) else load_config()
         except ConfigError as err:
-            raise RunError(f"{path}: {err}") from None
+            raise RunError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
 
     # ------------------------------------------------------------------ records
     def refresh(self) -> None:
@@ -76,7 +80,7 @@ class RunView:
             if morphology_id in self._metadata:
                 continue
             try:
-                metadata = self.run.read_metadata(morphology_id)
+                metadata = self.run.read_metadata(morphology_id, RecordRules.of(self.cfg.EVO))
             except json.JSONDecodeError as err:  # derl.fileio.JsonFileError names the file
                 # A corrupt or foreign file: the search quarantines it; a reader skips it and retries.
                 self.unreadable[str(self.run.metadata_path(morphology_id))] = str(err)
@@ -146,7 +150,8 @@ class RunView:
     def curve(self, morphology_id: str, keys: tuple[str, ...] | None = None) -> Curve:
         """The learning curve of a morphology (``keys``: only these columns). Read anew at each call:
         a curve of a running training grows, and thousands of full curves would not fit in memory."""
-        return read_curve(self.run.metrics_path(morphology_id), keys)
+        path = self.run.metrics_path(morphology_id)
+        return read_curve(path, keys) if self.run.in_real_folder(path) else EMPTY  # a link: warned once
 
     def learning_speed(self, fraction: float, key: str | None = None) -> dict[str, int | None]:
         """Per published morphology, the iterations to reach ``fraction`` of its final ``key``

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -44,6 +43,7 @@ import numpy as np
 from derl.checked_config import load_config
 from derl.morphology import random_genome, to_mjcf
 from derl.progress import progress_bar
+from derl.threads import limit_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 # The progress bar of the running benchmark (``run``): each child training counts one (``_spawn``).
@@ -262,7 +262,7 @@ def _run_sb3(case: dict, iters: int, seed: int) -> dict:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    torch.set_num_threads(1)
+    limit_threads(1)  # torch is loaded now (derl's trainer does this itself)
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # its one-off import is not timed
     cfg = _config(case, iters)
     make = _env_factory(case, cfg, flat=True)
@@ -330,11 +330,10 @@ def _child(spec: dict) -> dict:
 
 # ----------------------------------------------------------------------------- parent
 def _spawn(spec: dict) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     _PROGRESS.set_postfix_str(f"{spec['trainer']}{' physics' if spec.get('record') else ''}")
     proc = subprocess.run(
         [sys.executable, "-m", "derl.bench.ppo", json.dumps(spec)],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+        cwd=ROOT, capture_output=True, text=True, check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"bench child {spec['trainer']} failed:\n{proc.stderr[-3000:]}")
@@ -491,4 +490,5 @@ def run(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
+    limit_threads(1)  # each trainer measured on one core, its BLAS included
     print(json.dumps(_child(json.loads(sys.argv[1]))))

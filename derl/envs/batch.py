@@ -44,6 +44,7 @@ from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
 from derl.envs.tasks.base import Task
 from derl.envs.world import build_world, head_height
+from derl.fileio import read_bytes
 
 FRAME_SKIP = 4
 
@@ -67,9 +68,10 @@ def unimal_mjcf(xml_path: str | Path | None, mjcf: str | None) -> str:
     if mjcf is not None:
         return mjcf
     path = Path(xml_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"unimal MJCF not found: {path}")
-    return path.read_text()
+    try:  # never through a link or from a FIFO: an evolution's xml/ is a shared, untrusted folder
+        return read_bytes(path).decode()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"unimal MJCF not found: {path}") from None
 
 
 def _as_slice(indices: np.ndarray) -> slice | np.ndarray:

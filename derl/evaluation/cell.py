@@ -15,7 +15,9 @@ from pathlib import Path
 
 from derl.evaluation.plan import Cell, cell_config
 from derl.evolution.storage import RunDir
+from derl.fileio import confine_writes
 from derl.lifetime import die_with_parent
+from derl.threads import limit_threads
 from derl.training.run import train_to_folder
 
 PARENT_PID_VARIABLE = "DERL_EVAL_PARENT_PID"
@@ -37,7 +39,9 @@ def main(argv: list[str]) -> None:
         raise SystemExit(1)
     run, task, morphology_id, seed, out_dir, *overrides = argv
     cell = Cell(Path(run), task, morphology_id, int(seed))
+    confine_writes(cell.run)  # every write below OUT_DIR (the trainer's too): no folder passed as a link
     cfg = cell_config(cell, Path(out_dir), overrides)
+    limit_threads(cfg.TORCH_THREADS)  # one training per core: no BLAS or OpenMP pools fighting
     train_to_folder(cfg, {"xml": str(RunDir(cell.run).xml_path(cell.id))}, Path(out_dir), resume=True,
                     progress=False)
 

@@ -26,6 +26,7 @@ from derl.evaluation.cell import PARENT_PID_VARIABLE
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.lease import heartbeat_interval
+from derl.fileio import make_folders
 from derl.lifetime import die_with_parent
 from derl.progress import progress_bar
 
@@ -34,7 +35,6 @@ MAX_ATTEMPTS = 3
 POLL_SECONDS = 0.5
 # Seconds a stopping training gets between SIGTERM and SIGKILL.
 GRACE_SECONDS = 10.0
-_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def log(message: str) -> None:
@@ -76,10 +76,8 @@ class Evaluation:
 
     def _start(self, cell: Cell, generation: int) -> None:
         out_dir = self._store(cell).cell_dir(cell)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        make_folders(out_dir, self._store(cell).run.root)  # eval/ and its folders: none a link
         env = dict(os.environ)
-        for variable in _THREAD_VARIABLES:  # one training per core: no BLAS/OpenMP thread pools fighting
-            env.setdefault(variable, "1")
         command = [sys.executable, "-m", "derl.evaluation", str(cell.run), cell.task, cell.id,
                    str(cell.seed), str(out_dir), *self.overrides]
         if self.nproc > 1:  # data-parallel ranks, as tools/train_ddp.sh starts them

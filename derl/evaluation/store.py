@@ -35,7 +35,15 @@ from derl.evaluation.plan import Cell
 from derl.evolution.lease import is_stale
 from derl.evolution.schema import eval_claim_problem, eval_result_problem
 from derl.evolution.storage import RunDir
-from derl.fileio import JsonFileError, atomic_write_text, create_exclusive, read_json, write_json
+from derl.fileio import (
+    JsonFileError,
+    atomic_write_text,
+    create_exclusive,
+    make_folders,
+    open_folder,
+    read_json,
+    write_json,
+)
 from derl.shared_folder import Identity
 from derl.training.run import FINAL_METRICS_FILE
 
@@ -63,6 +71,8 @@ class EvalDir:
         file rewritten.
         """
         path = self.cell_dir(cell) / FINAL_METRICS_FILE
+        if not self.run.in_real_folder(path):  # eval/ or a folder of it swapped for a link: warned once
+            return None
         try:
             result = read_json(path)
         except FileNotFoundError:
@@ -84,8 +94,9 @@ class EvalDir:
         """The latest claim's number, or None if the cell was never claimed."""
         folder = self.root / "claims" / cell.task
         prefix = f"{cell.name}-"
+        readable = folder.is_dir() and self.run.in_real_folder(folder / "claim")
         numbers = [int(path.stem[len(prefix):]) for path in folder.glob(f"{cell.name}-*.json")
-                   if path.stem[len(prefix):].isdigit()] if folder.is_dir() else []
+                   if path.stem[len(prefix):].isdigit()] if readable else []
         return max(numbers, default=None)
 
     def _is_stale(self, path: Path) -> bool:
@@ -111,13 +122,18 @@ class EvalDir:
             return None
         mine = 0 if generation is None else generation + 1
         path = self._claim_path(cell, mine)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(path.parent, self.run.root)
         owner = {**self.identity.as_dict(), "started": _process_started(os.getpid())}
-        return mine if create_exclusive(path, json.dumps(owner)) else None
+        return mine if create_exclusive(path, json.dumps(owner), self.run.root) else None
 
     def beat(self, cell: Cell, generation: int) -> None:
         """Touches the claim (the file server's clock, as ``RunDir.beat``)."""
-        os.utime(self._claim_path(cell, generation), follow_symlinks=False)
+        path = self._claim_path(cell, generation)
+        folder = open_folder(path.parent, self.run.root)  # never through a folder swapped for a link
+        try:
+            os.utime(path.name, dir_fd=folder, follow_symlinks=False)
+        finally:
+            os.close(folder)
 
     def lost(self, cell: Cell, generation: int) -> bool:
         """True once another process holds a later claim of ``cell``."""
@@ -143,14 +159,14 @@ class EvalDir:
     def write_summary(self) -> Path:
         """Writes ``summary.json`` (``{"rows", "ranking", "updated"}``) and ``summary.csv``; returns the JSON path."""
         rows = self.rows()
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_folders(self.root, self.run.root)
         path = self.run.eval_summary_path()
-        write_json(path, {"rows": rows, "ranking": ranking(rows), "updated": time.time()})
+        write_json(path, {"rows": rows, "ranking": ranking(rows), "updated": time.time()}, self.run.root)
         text = io.StringIO()
         writer = csv.DictWriter(text, COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-        atomic_write_text(path.with_suffix(".csv"), text.getvalue())
+        atomic_write_text(path.with_suffix(".csv"), text.getvalue(), self.run.root)
         return path
 
 

@@ -2,9 +2,10 @@
 
 It prepares ``OUT_DIR`` (the first node creates ``config.yaml``, every node
 must match it: ``search_config``; node 0 writes the initial population, other
-nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker processes, each in its
-own session (process group), restarts one that dies after a back-off that doubles
-while it keeps failing (``derl.evolution.failures``; the node stops once one has
+nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker processes (refused above what the node's
+cores and memory hold: ``resolve_num_processes``), each in its own session (process group) and
+loading this node's config from a node-private file (``node_config_file``), restarts one that
+dies after a back-off that doubles while it keeps failing (``derl.evolution.failures``; the node stops once one has
 failed for ``EVO.LEASE_SECONDS``, after which other nodes take its slots over
 anyway), rewrites ``summary.json`` every few seconds (node 0 also the search's TensorBoard curves,
 ``derl.evolution.curves``), and returns when every
@@ -19,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from derl.checked_config import load_config
-from derl.config import CfgNode, with_values
+from derl.config import CfgNode, ConfigError, dump_config, with_values
 from derl.evolution.backend import Backend, load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
@@ -39,8 +41,10 @@ from derl.evolution.process import (
     catch_stop_signals,
 )
 from derl.evolution.results import PublishedResults, summarize
-from derl.evolution.search_config import join_search, node_local_overrides
+from derl.evolution.search_config import join_search
 from derl.evolution.storage import RunDir
+from derl.fileio import atomic_write_text
+from derl.threads import limit_threads
 
 # Peak resident memory of one worker before any was measured in this OUT_DIR: the largest preset
 # measured (ft.yml, 32 envs: 1.23 GB; vt 0.74 GB; mvt 0.53 GB) plus a margin.
@@ -53,12 +57,14 @@ DEFAULT_WORKER_GPU_BYTES = 1024 * 2**20
 # whose arrays have a GPU's sizes); about 4x that is a margin, not measured on a GPU, for larger
 # bodies, the step's scratch and captured graph, and the world's rollout tensors. 4096 worlds: +1 GiB.
 WARP_WORLD_GPU_BYTES = 256 * 2**10
+# Workers a node may run per worker slot (VECENV.THREADS cores): some oversubscription pays while
+# workers wait on the shared folder or build MJCF; beyond it they only share the cores and hold memory.
+MAX_WORKERS_PER_CORE = 4
 POLL_SECONDS = 1.0
 SUMMARY_SECONDS = 10.0
 RETRY_SECONDS = 10.0
 INIT_POLL_SECONDS = 1.0
 GRACE_SECONDS = 10.0
-_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def usable_cores() -> int:
@@ -70,14 +76,28 @@ def _cpu_seconds() -> float:
     return times.user + times.system
 
 
-def resolve_num_processes(requested: int, cores: int, available_bytes: int, per_worker_bytes: int) -> int:
-    """``requested`` if positive, else as many workers as both the cores (a worker per ``VECENV.THREADS``
-    cores, counted by the caller) and the memory hold (at least 1)."""
+def resolve_num_processes(requested: int, cores: int, available_bytes: int, total_bytes: int,
+                          per_worker_bytes: int) -> int:
+    """This node's worker count: ``requested``, or with 0 as many as both the cores (a worker per
+    ``VECENV.THREADS`` cores, counted by the caller) and the free memory hold (at least 1).
+
+    Raises:
+        ConfigError: ``requested`` is more than ``MAX_WORKERS_PER_CORE`` per core, or more than the
+            node's whole memory (``total_bytes``) holds at ``per_worker_bytes`` each: such a node
+            would thrash or be killed by the kernel's OOM killer with slots claimed, not run faster.
+    """
     if requested < 0:
         raise ValueError(f"EVO.NUM_PROCESSES must be >= 0, got {requested}")
-    if requested > 0:
-        return requested
-    return max(1, min(cores, available_bytes // per_worker_bytes))
+    if requested == 0:
+        return max(1, min(cores, available_bytes // per_worker_bytes))
+    by_cores, by_memory = cores * MAX_WORKERS_PER_CORE, max(1, total_bytes // per_worker_bytes)
+    if requested > min(by_cores, by_memory):
+        raise ConfigError(f"config key EVO.NUM_PROCESSES {requested} is more than this node holds: "
+                          f"{by_cores} by its cores ({MAX_WORKERS_PER_CORE} workers per VECENV.THREADS usable "
+                          f"cores), {by_memory} by its memory ({total_bytes / 2**30:.1f} GB, "
+                          f"{per_worker_bytes / 2**20:.0f} MB per worker); use at most {min(by_cores, by_memory)}, "
+                          "or 0 for as many as it holds", "EVO.NUM_PROCESSES")
+    return requested
 
 
 def worker_memory_estimate(run: RunDir, node: int, key: str = "peak_rss_bytes",
@@ -183,7 +203,7 @@ class Coordinator:
         self.streaks: dict[int, Streak] = {}  # each failing worker's failures in a row
         self.restart_at: dict[int, float] = {}  # workers waiting out their back-off: when to restart
         self.signalled: int | None = None
-        self.results = PublishedResults(run)
+        self.results = PublishedResults(run, cfg.EVO)
         self.logged_progress: tuple[int, int] | None = None
         self.curves = SearchCurves(cfg, run) if cfg.NODE_ID == 0 and cfg.TENSORBOARD.ENABLED else None
 
@@ -193,8 +213,6 @@ class Coordinator:
     def _start(self, worker: int) -> None:
         env = dict(os.environ)  # derl is installed (`make setup`: pip install -e .)
         env[COORDINATOR_PID_VARIABLE] = str(os.getpid())
-        for variable in _THREAD_VARIABLES:  # one worker per core: no BLAS/OpenMP thread pools fighting
-            env.setdefault(variable, str(self.cfg.TORCH_THREADS))
         command = [sys.executable, "-m", "derl.evolution.worker", "--worker", str(worker), *self.worker_args]
         if self.devices:
             command += ["DEVICE", self.devices[worker]]
@@ -360,6 +378,31 @@ class Coordinator:
         return largest / 2**20
 
 
+def _worker_count(cfg: CfgNode, run: RunDir) -> int:
+    """``resolve_num_processes`` on this node's cores and memory; a count of 0 is logged with why."""
+    memory = psutil.virtual_memory()
+    per_worker, source = worker_memory_estimate(run, cfg.NODE_ID)
+    cores = max(1, usable_cores() // cfg.VECENV.THREADS)  # each worker steps its envs on THREADS cores
+    num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, cores, memory.available, memory.total, per_worker)
+    if cfg.EVO.NUM_PROCESSES == 0:
+        log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, VECENV.THREADS "
+            f"{cfg.VECENV.THREADS}, {memory.available / 2**30:.1f} GB free, "
+            f"{per_worker / 2**20:.0f} MB per worker, {source})")
+    return num
+
+
+def node_config_file(cfg: CfgNode, folder: Path) -> Path:
+    """Writes ``cfg`` (this node's resolved config) into ``folder``, private to this node; returns the file.
+
+    Workers load it, not ``OUT_DIR/config.yaml``: a worker the coordinator restarts mid-run trains with
+    the config its node joined the search with, even if someone edits or deletes the shared file
+    (README: "One config per search").
+    """
+    path = folder / "config.yaml"
+    atomic_write_text(path, dump_config(cfg))
+    return path
+
+
 def eta_text(summary: dict) -> str:
     """``", 95/h, ETA 9 min"`` for the progress line (hours past 2 h); empty when done or not measured yet."""
     eta, rate = summary["eta_hours"], summary["morphologies_per_hour"]
@@ -378,25 +421,19 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     run = RunDir(cfg.OUT_DIR, quarantine=True)
     if run.stop_requested():
         raise ValueError(f"{run.root / 'STOP'} exists (a stop was requested); delete it to resume the run")
+    num = _worker_count(cfg, run)  # before anything is created: a count the node cannot hold is refused
     run.create()
     cfg = join_search(cfg, run, log)  # OUT_DIR/config.yaml plus this node's node-local keys
-    available = psutil.virtual_memory().available
-    per_worker, source = worker_memory_estimate(run, cfg.NODE_ID)
-    cores = max(1, usable_cores() // cfg.VECENV.THREADS)  # each worker steps its envs on THREADS cores
-    num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, cores, available, per_worker)
-    if cfg.EVO.NUM_PROCESSES == 0:
-        log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, VECENV.THREADS "
-            f"{cfg.VECENV.THREADS}, {available / 2**30:.1f} GB free, "
-            f"{per_worker / 2**20:.0f} MB per worker, {source})")
+    limit_threads(cfg.TORCH_THREADS)  # the initial population is drawn here; workers set their own
     devices, num = worker_devices(cfg, run, num)
     if cfg.DEVICE != "cpu":
         log(f"learner devices of workers 0..{num - 1}: {', '.join(devices)}")
-    # Workers run config.yaml plus the node-local keys, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
+    # Workers run this node's config, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
     cfg = with_values(cfg, {"OUT_DIR": str(run.root), "EVO.NUM_PROCESSES": num})
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops preparation like Ctrl-C, exit 143
     prepare_run(cfg, run, load_backend())
-    worker_args = ["--cfg", str(run.config_path()), *node_local_overrides(cfg)]
-    code = Coordinator(cfg, run, worker_args, devices).run_workers()
+    with tempfile.TemporaryDirectory(prefix=f"derl-node{cfg.NODE_ID}-") as private:
+        code = Coordinator(cfg, run, ["--cfg", str(node_config_file(cfg, Path(private)))], devices).run_workers()
     published = len(run.published_ids())
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
         log(f"search complete: {published} morphologies in {run.root} (see summary.json)")

@@ -19,6 +19,7 @@ import numpy as np
 
 from derl.config import CfgNode
 from derl.evolution.storage import RunDir
+from derl.fileio import make_folders
 from derl.morphology import Genome, GenomeError
 
 SEARCH_TAGS = ("search/fitness", "search/return", "search/best", "search/aging_window_mean",
@@ -37,6 +38,7 @@ class SearchCurves:
         self.criterion = cfg.EVO.SELECTION_CRITERIA[0]
         self.sign = -cfg.EVO.SELECTION_CRITERIA_OBJ[0]  # +1: larger is better
         self.window = cfg.EVO.AGING_WINDOW_SIZE
+        make_folders(run.tensorboard_dir("search"), run.root)  # none a link: the events would land outside
         self.writer = SummaryWriter(str(run.tensorboard_dir("search")), purge_step=0, flush_secs=30)
         self.fitness: dict[int, float] = {}  # publication number -> fitness, of the points written
         self.best = -math.inf

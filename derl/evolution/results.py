@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from typing import Any
 
@@ -11,60 +12,75 @@ import numpy as np
 from derl.config import CfgNode
 from derl.evolution import selection
 from derl.evolution.population import num_initial_slots, parse_id
+from derl.evolution.schema import RecordRules
 from derl.evolution.storage import RunDir
-from derl.metrics import is_reward_term
 
 TOP_K = 10
 
 
 class PublishedResults:
-    """The published metadata of a run. Published files never change, so each is read once."""
+    """The published metadata of a run, as its config ``evo`` accepts it (``schema.RecordRules``).
 
-    def __init__(self, run: RunDir):
+    Published files never change, so each is read once. ``unavailable`` holds the published
+    morphologies whose genome could not be read when drawn as a parent (quarantined since): they
+    stay published (and counted) but leave the tournament pool.
+    """
+
+    def __init__(self, run: RunDir, evo: CfgNode):
         self.run = run
+        self.rules = RecordRules.of(evo)
         self.by_id: dict[str, dict[str, Any]] = {}
+        self.unavailable: set[str] = set()
 
     def refresh(self) -> None:
         for morphology_id in self.run.published_ids():
-            if morphology_id not in self.by_id and (metadata := self.run.read_metadata(morphology_id)):
+            if morphology_id not in self.by_id and (metadata := self.run.read_metadata(morphology_id, self.rules)):
                 self.by_id[morphology_id] = metadata  # None: quarantined meanwhile
 
     def count_slots_below(self, limit: int) -> int:
         """Published morphologies in slots below ``limit`` (``num_initial_slots``: the initial ones)."""
         return sum(1 for morphology_id in self.by_id if parse_id(morphology_id)[0] < limit)
 
-    def select_parent(self, cfg: CfgNode, rng: np.random.Generator) -> str:
-        """The id of the parent chosen by ``EVO.TOURNAMENT_TYPE`` (vanilla retires a loser)."""
+    def select_parent(self, cfg: CfgNode, rng: np.random.Generator) -> dict[str, Any]:
+        """The genome of the parent chosen by ``EVO.TOURNAMENT_TYPE`` (vanilla retires a loser).
+
+        A winner whose genome cannot be read leaves the pool and the tournament is drawn again, so
+        a genome lost to ``quarantine/`` never costs the child an attempt.
+
+        Raises:
+            FileNotFoundError: no morphology in the pool has a readable genome (the folder's problem).
+        """
         evo = cfg.EVO
-        aging = evo.TOURNAMENT_TYPE.startswith("aging")
-        if aging:
-            records = list(self.by_id.values())
+        while True:
+            pool = self._tournament_pool(evo)
+            if not pool:
+                raise FileNotFoundError(f"no parent: no published morphology of {self.run.root} has a readable "
+                                        "genome (see quarantine/)")
+            table = np.array([[float(r[key]) for key in evo.SELECTION_CRITERIA] for r in pool], dtype=float)
+            costs = selection.costs_from_table(table, evo.SELECTION_CRITERIA_OBJ)
+            num = selection.num_participants(evo.TOURNAMENT_TYPE, evo.NUM_PARTICIPANTS, evo.PERCENT_PARTICIPANTS,
+                                             len(pool))
+            winner, participants = selection.tournament(costs, num, rng)
+            try:
+                genome = self.run.read_genome(pool[winner]["id"])
+            except FileNotFoundError as err:
+                print(f"warning: {pool[winner]['id']} leaves the tournament pool: {err}", file=sys.stderr, flush=True)
+                self.unavailable.add(pool[winner]["id"])
+                continue
+            if not evo.TOURNAMENT_TYPE.startswith("aging"):
+                loser = selection.first_dominated(costs, participants)
+                if loser is not None:
+                    self.run.retire(pool[loser]["id"])
+            return genome
+
+    def _tournament_pool(self, evo: CfgNode) -> list[dict[str, Any]]:
+        """The records a tournament may draw: the aging window, or those not retired (vanilla)."""
+        records = [r for r in self.by_id.values() if r["id"] not in self.unavailable]
+        if evo.TOURNAMENT_TYPE.startswith("aging"):
             window = selection.aging_window([r["publication"] for r in records], evo.AGING_WINDOW_SIZE)
-            pool = [records[i] for i in window]
-        else:
-            retired = self.run.retired_ids()
-            pool = sorted((r for r in self.by_id.values() if r["id"] not in retired), key=lambda r: r["slot"])
-        table = criteria_table(pool, evo.SELECTION_CRITERIA)
-        costs = selection.costs_from_table(table, evo.SELECTION_CRITERIA_OBJ)
-        num = selection.num_participants(evo.TOURNAMENT_TYPE, evo.NUM_PARTICIPANTS, evo.PERCENT_PARTICIPANTS,
-                                         len(pool))
-        winner, participants = selection.tournament(costs, num, rng)
-        if not aging:
-            loser = selection.first_dominated(costs, participants)
-            if loser is not None:
-                self.run.retire(pool[loser]["id"])
-        return pool[winner]["id"]
-
-
-def criteria_table(records: list[dict[str, Any]], criteria: tuple[str, ...]) -> np.ndarray:
-    """``(n, k)`` values of ``criteria`` for ``records``; a missing criterion is a one-line error."""
-    try:
-        return np.array([[float(record[key]) for key in criteria] for record in records], dtype=float)
-    except KeyError as err:
-        available = ", ".join(sorted(k for k in records[0] if is_reward_term(k)))
-        raise ValueError(
-            f"selection criterion {err.args[0]} is not in the metadata (has: {available})"
-        ) from None
+            return [records[i] for i in window]
+        retired = self.run.retired_ids()
+        return sorted((r for r in records if r["id"] not in retired), key=lambda r: r["slot"])
 
 
 def summarize(

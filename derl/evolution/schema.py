@@ -4,15 +4,17 @@ Each checker takes the parsed content (and what the file's name says it must be)
 it is not a valid file of its kind, or None. ``derl.evolution.storage.RunDir`` applies them at
 every read, so nothing downstream sees a file that fails (README: "The output folder is untrusted
 input"): types, finite numbers, ranges, the id matching the file name, parent ids that are ids,
-the files a record lists being the run's own. Pure functions: no filesystem access here (what
-needs the folder, such as listed files being present, is checked in ``RunDir.read_metadata``).
+the files a record lists being the run's own, a published record agreeing with the run's config
+(``RecordRules``). Pure functions: no filesystem access here (what needs the folder, such as
+listed files being present or the slot's claim naming the record, is checked in ``RunDir.read_metadata``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
+from derl.config import CfgNode
 from derl.evolution.population import ID_PATTERN, parse_id
 from derl.evolution.record import BOOKKEEPING, morphology_files
 
@@ -86,9 +88,25 @@ METADATA_TYPES = {
 }
 
 
-def metadata_problem(data: Any, name: str) -> str | None:
+class RecordRules(NamedTuple):
+    """What the run's config asks of each of its published records.
+
+    A record outside the search's slots would count towards its end (and could win every
+    tournament); one without a selection criterion cannot take part in one, and the child being
+    made when it is drawn must not pay for that.
+    """
+
+    search_space_size: int  # EVO.SEARCH_SPACE_SIZE: slots 0 .. size - 1
+    criteria: tuple[str, ...]  # EVO.SELECTION_CRITERIA: each a finite number in every record
+
+    @staticmethod
+    def of(evo: CfgNode) -> RecordRules:
+        return RecordRules(evo.SEARCH_SPACE_SIZE, tuple(evo.SELECTION_CRITERIA))
+
+
+def metadata_problem(data: Any, name: str, rules: RecordRules) -> str | None:
     """Why ``data`` is not the published metadata (``derl.evolution.record.PublishedRecord``) of
-    ``name``, or None (the folder-level checks: ``RunDir.read_metadata``)."""
+    ``name`` in a run with ``rules``, or None (the folder-level checks: ``RunDir.read_metadata``)."""
     problem = _id_problem(data, name) or _required(data, ("lineage", "publication", "files"))
     if problem:
         return problem
@@ -109,7 +127,10 @@ def metadata_problem(data: Any, name: str) -> str | None:
     for key, value in data.items():
         if key not in BOOKKEEPING and not _is_number(value):
             return f"has {key} {value!r:.60}, expected a finite number (every result is one)"
-    return None
+    if data["slot"] >= rules.search_space_size:
+        return f"is in slot {data['slot']}, outside the search (EVO.SEARCH_SPACE_SIZE {rules.search_space_size})"
+    missing = [key for key in rules.criteria if key not in data]
+    return f"lacks {missing[0]}, a selection criterion of the run (EVO.SELECTION_CRITERIA)" if missing else None
 
 
 def published_problem(data: Any) -> str | None:

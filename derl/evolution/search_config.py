@@ -5,6 +5,9 @@ place, so of several nodes starting at once exactly one creates it). Every node 
 worker then runs ``config.yaml`` plus only this node's ``NODE_LOCAL_KEYS``. A node (or a
 resume) whose other keys differ is refused in one line naming them: a doubled PPO budget
 or another search size would silently mix into one population.
+Once the search has begun, a missing ``config.yaml`` is an error, never recreated; workers load
+their node's config from a node-private file (``coordinator.node_config_file``), never
+``config.yaml``, so an edit of it mid-run reaches no worker.
 
 ``manifest/<node>.json`` records each node's versions. One file per node, written only by
 that node and renamed into place, so no update is lost and no lock is needed (locks are
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import platform
 import socket
 import subprocess
@@ -40,15 +44,6 @@ VERSIONED = ("derl", "commit", "python", "torch", "mujoco", "numpy", "gymnasium"
 POLL_SECONDS = 1.0
 
 
-def node_local_overrides(cfg: CfgNode) -> list[str]:
-    """``KEY VALUE`` pairs of ``cfg``'s node-local keys, for ``load_config`` or a worker's command line."""
-    pairs = []
-    for key in NODE_LOCAL_KEYS:
-        value = cfg.get_path(key)
-        pairs += [key, value if isinstance(value, str) else json.dumps(value)]
-    return pairs
-
-
 def differences(mine: CfgNode, stored: CfgNode) -> list[str]:
     """``KEY mine != stored`` for every search-defining key where the two configs differ."""
     theirs = dict(flatten(stored.to_dict()))
@@ -62,11 +57,20 @@ def join_search(cfg: CfgNode, run: RunDir, log) -> CfgNode:
     That is ``cfg`` itself once every other key matches, so ``config.yaml`` is read only to compare
     (and not at all by the node that just created it): a node loads its config once.
 
+    ``config.yaml`` is created only in a search that has not begun: once a node has joined (its
+    ``manifest/``) or anything exists that a config made (the initial population, a claim, a
+    publication), the results already in ``OUT_DIR`` were made under the lost file, and a new one
+    from this node's command line could silently mix another budget into the population.
+
     Raises:
         ConfigError: a search-defining key differs from ``config.yaml`` (one line naming them all),
-            or ``config.yaml`` does not load.
+            ``config.yaml`` does not load, or it is missing from a search that has begun.
     """
     path = run.config_path()
+    # Asked again after _begun: another node may have created it and joined in between.
+    if not os.path.lexists(path) and (begun := _begun(run)) and not os.path.lexists(path):
+        raise ConfigError(f"{path} is missing but this search has begun ({begun}); restore that file (the "
+                          "config the search started with) or start a new OUT_DIR")
     if run.create_config(HEADER + dump_config(cfg)):
         log(f"node {cfg.NODE_ID}: created {path}")
     else:
@@ -75,6 +79,19 @@ def join_search(cfg: CfgNode, run: RunDir, log) -> CfgNode:
         _require_same_search(cfg, path)
     _record_versions(cfg.NODE_ID, run)
     return cfg
+
+
+def _begun(run: RunDir) -> str:
+    """What shows that ``run``'s search has begun, in words; empty if nothing does."""
+    if nodes := run.manifest():
+        return f"node(s) {', '.join(map(str, nodes))} joined it"
+    if run.published_ids():
+        return f"{len(run.published_ids())} morphologies are published"
+    if claimed := run.num_claimed_slots():
+        return f"{claimed} slots are claimed"
+    if run.init_population_ids() is not None:
+        return "its initial population exists"
+    return ""
 
 
 def _require_same_search(cfg: CfgNode, path: Path) -> None:

@@ -64,7 +64,7 @@ def status_lines(out_dir: str) -> list[str]:
     if (problem := run.not_a_search()) is not None or not run.config_path().exists():
         raise FileNotFoundError(problem or f"{run.root} is not an evolution output folder (no config.yaml)")
     cfg = load_run_config(run.config_path())
-    results = PublishedResults(run)
+    results = PublishedResults(run, cfg.EVO)
     results.refresh()
     evo = cfg.EVO
     done, total = len(results.by_id), evo.SEARCH_SPACE_SIZE

@@ -58,13 +58,10 @@ class Step:
         self._publish(child_id, slot, attempt, seed, outcome)
 
     def _tournament(self, rng: np.random.Generator) -> dict[str, Any]:
-        """The genome of the parent that ``EVO.TOURNAMENT_TYPE`` chooses among the published morphologies."""
+        """The genome of the parent that ``EVO.TOURNAMENT_TYPE`` chooses among the published morphologies
+        (a parent whose genome was quarantined leaves the pool: ``PublishedResults.select_parent``)."""
         self.results.refresh()
-        parent_id = self.results.select_parent(self.cfg, rng)
-        try:
-            return self.run.read_genome(parent_id)
-        except FileNotFoundError as err:  # quarantined: this child cannot be made; the next attempt
-            raise ValueError(f"parent genome unavailable: {err}") from None  # draws another parent
+        return self.results.select_parent(self.cfg, rng)
 
     def _train(self, morphology_id: str, seed: int) -> TrainOutcome:
         """Trains the controller of ``morphology_id`` to the end, from its checkpoint if it has one."""

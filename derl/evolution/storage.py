@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from derl.evolution import schema
-from derl.fileio import JsonFileError, read_bytes, read_json
+from derl.fileio import JsonFileError, NotAFolder, read_bytes, read_json
 from derl.shared_folder import SharedFolder
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
@@ -189,17 +189,59 @@ class RunDir(SharedFolder):
 
     # Genomes.
     def write_genome(self, morphology_id: str, genome_json: str, mjcf: str) -> None:
-        """Writes the MJCF, then the genome (the genome file means both exist)."""
+        """Writes the MJCF, then the genome (the genome file means both exist).
+
+        A checkpoint and metrics already there belong to the body this one replaces (``has_genome``
+        found it damaged): they are quarantined, so that the new body trains from scratch.
+        """
+        for stale in (self.checkpoint_path(morphology_id), self.metrics_path(morphology_id)):
+            if self._lexists(stale):
+                self.quarantine(stale, "belongs to a body made anew (its genome or MJCF was damaged)")
         self._write_text(self.xml_path(morphology_id), mjcf)
         self._write_text(self.genome_path(morphology_id), genome_json)
+
+    def in_real_folder(self, path: Path) -> bool:
+        """Whether ``path``, below ``root``, is reached through real folders only (no link, no file on
+        the way): where a reader may open it. The search stops on such a folder (``NotAFolder``); a
+        reader is warned once and should skip the file."""
+        for folder in reversed(path.parents):
+            if folder.is_relative_to(self.root) and folder != self.root and not self._usable_folder(folder):
+                return False
+        return True
+
+    def read_xml(self, morphology_id: str) -> str:
+        """The MJCF text of ``morphology_id``, never read through a link or from a FIFO.
+
+        Raises:
+            NotRegularFile: it (or ``xml/``) is a symbolic link, FIFO or folder, or over 16 MiB.
+            FileNotFoundError: it is missing.
+        """
+        path = self.xml_path(morphology_id)
+        if not self._usable_folder(path.parent):
+            raise NotAFolder(path.parent)
+        return read_bytes(path).decode(errors="replace")
 
     def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
         return self._read_checked(self.genome_path(morphology_id),
                                   lambda data: schema.genome_problem(data, morphology_id))
 
     def has_genome(self, morphology_id: str) -> bool:
-        """True if the genome exists and parses (a corrupt one is quarantined, then made anew)."""
-        return self._checked_genome(morphology_id) is not None
+        """True if the genome exists and parses and its MJCF is a regular file; else the morphology
+        is made anew (``write_genome``), once.
+
+        A corrupt genome is quarantined; so is an MJCF that is a link, FIFO or folder (trained on,
+        it would be read from outside ``OUT_DIR``, and its published record refused, again and again),
+        and a checkpoint or metrics file that is one (the training then starts without it).
+        """
+        for path in (self.checkpoint_path(morphology_id), self.metrics_path(morphology_id)):
+            if (kind := self._lstat(path)) is not None and not stat.S_ISREG(kind.st_mode):
+                self._bad_file(path, "is not a regular file (a link, FIFO or folder); training starts without it")
+        xml = self.xml_path(morphology_id)
+        found = self._lstat(xml)
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            self._bad_file(xml, "is not a regular file (a link, FIFO or folder); the morphology is made anew")
+            return False
+        return found is not None and self._checked_genome(morphology_id) is not None
 
     def read_genome(self, morphology_id: str) -> dict[str, Any]:
         """The genome, parsed and checked (``schema.genome_problem``; the body itself is the backend's to check).
@@ -228,7 +270,7 @@ class RunDir(SharedFolder):
         return self._create_json(self._slot_path(slot), {**claim, **self.identity.as_dict(), "lease": 0})
 
     def is_claimed(self, slot: int) -> bool:
-        return os.path.lexists(self._slot_path(slot)) or bool(self._leases(slot))
+        return self._lexists(self._slot_path(slot)) or bool(self._leases(slot))
 
     def read_slot(self, slot: int) -> dict[str, Any] | None:
         """The current claim of ``slot`` (its latest lease: ``lease`` counts takeovers), or None if unclaimed.
@@ -245,6 +287,8 @@ class RunDir(SharedFolder):
         lease = leases[0] if leases else 0
         path = self._lease_path(slot, lease)
         try:
+            if not self._usable_folder(path.parent):
+                return None
             claim = read_json(path)
             reason = schema.claim_problem(claim, slot)
         except FileNotFoundError:
@@ -261,10 +305,8 @@ class RunDir(SharedFolder):
 
     def claim_time(self, slot: int, lease: int) -> float | None:
         """Modification time (shared-filesystem clock) of the claim file of ``slot``'s lease ``lease``."""
-        try:
-            return os.lstat(self._lease_path(slot, lease)).st_mtime
-        except FileNotFoundError:
-            return None
+        found = self._lstat(self._lease_path(slot, lease))
+        return None if found is None else found.st_mtime
 
     def replace_slot(self, slot: int, claim: dict[str, Any]) -> None:
         """Rewrites the claim of a slot this worker owns (a failed morphology is replaced)."""
@@ -282,7 +324,7 @@ class RunDir(SharedFolder):
 
     def slot_taken_over(self, slot: int, lease: int) -> bool:
         """True once someone holds a later lease of ``slot`` than ``lease`` (one stat on the shared folder)."""
-        return os.path.lexists(self._lease_path(slot, lease + 1))
+        return self._lexists(self._lease_path(slot, lease + 1))
 
     def num_claimed_slots(self) -> int:
         return len(self.claimed_slots())
@@ -295,7 +337,7 @@ class RunDir(SharedFolder):
         return self._names("error_metadata")
 
     def is_published(self, morphology_id: str) -> bool:
-        return os.path.lexists(self.metadata_path(morphology_id))
+        return self._lexists(self.metadata_path(morphology_id))
 
     def has_failed(self, morphology_id: str) -> bool:
         """True if ``error_metadata/<id>.json`` exists and matches its schema (a bad one is quarantined,
@@ -307,16 +349,17 @@ class RunDir(SharedFolder):
         return self._read_checked(self.error_path(morphology_id),
                                   lambda data: schema.error_problem(data, morphology_id))
 
-    def read_metadata(self, morphology_id: str) -> dict[str, Any] | None:
-        """The published metadata of ``morphology_id``; None if missing or quarantined.
+    def read_metadata(self, morphology_id: str, rules: schema.RecordRules) -> dict[str, Any] | None:
+        """The published metadata of ``morphology_id`` in a run with ``rules``; None if missing or quarantined.
 
-        Besides its schema (``derl.evolution.schema.metadata_problem``), the files it lists must be
-        regular files of this folder and its publication number must be its own
-        (``published/<n>.json`` names it), so no two records share a number.
+        Besides its schema (``derl.evolution.schema.metadata_problem``: a slot of the search, the
+        selection criteria), the files it lists must be regular files of this folder, its publication
+        number must be its own (``published/<n>.json`` names it), so no two records share a number,
+        and its slot's claim must name it, so that only the morphology a worker held the slot for counts.
         """
         return self._read_checked(self.metadata_path(morphology_id),
-                                  lambda data: schema.metadata_problem(data, morphology_id)
-                                  or self._metadata_files_problem(data))
+                                  lambda data: schema.metadata_problem(data, morphology_id, rules)
+                                  or self._metadata_files_problem(data) or self._metadata_claim_problem(data))
 
     def _metadata_files_problem(self, data: dict[str, Any]) -> str | None:
         for relative in data["files"].values():
@@ -337,6 +380,26 @@ class RunDir(SharedFolder):
             return f"has publication {number}, which {self.relative(path)} gives to {taken.get('id')!r:.40}" \
                 if isinstance(taken, dict) else f"has publication {number}, whose record is not an object"
         return None
+
+    def _metadata_claim_problem(self, data: dict[str, Any]) -> str | None:
+        """Why the current claim of the record's slot (``slots/`` or its latest lease) refutes it, or None.
+
+        A worker names each morphology in its slot's claim before training it and never changes the
+        claim once it is published, so a record its slot never held (planted) is refused. A damaged
+        claim names nobody and refutes nothing (``read_slot``: the lease, not its content, decides who
+        finishes the slot): refusing the record would throw away the result its owner just published.
+        """
+        slot = data["slot"]
+        try:
+            claim = self.read_slot(slot)
+        except JsonFileError:  # damaged, read by a reader that neither quarantines nor skips
+            return None
+        if claim is None:
+            return f"is in slot {slot}, which was never claimed (no {self.relative(self._slot_path(slot))})"
+        if claim.get("damaged") or claim["id"] == data["id"]:
+            return None
+        name = self.relative(self._lease_path(slot, claim["lease"]))
+        return f"is in slot {slot}, whose claim {name} names {claim['id']}"
 
     def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
         """The next free publication number, taken by creating ``published/<n>.json`` exclusively.
@@ -387,6 +450,7 @@ class RunDir(SharedFolder):
         """
         self.video_path(morphology_id).parent.mkdir(exist_ok=True)
         staged = self._staged(self.video_path(morphology_id))
+        self._real_folder("tmp")  # the encoder writes by path: tmp/ is checked right before
         try:
             written = write(staged)
         except BaseException:  # no half-written video left in tmp/ (a full disk, a failed encoder)
@@ -400,7 +464,7 @@ class RunDir(SharedFolder):
     def videos(self) -> dict[str, Path]:
         """The published videos by morphology id."""
         folder = self.root / "videos"
-        found = folder.glob("*") if folder.is_dir() else []
+        found = folder.glob("*") if os.path.isdir(folder) and self._usable_folder(folder) else []
         return {p.stem: p for p in found if schema.is_id(p.stem) and p.suffix in (".mp4", ".gif")
                 and stat.S_ISREG(os.lstat(p).st_mode)}
 
@@ -452,7 +516,5 @@ class RunDir(SharedFolder):
 
     def heartbeat_time(self, node: int, worker: int) -> float | None:
         """The last heartbeat of ``node-worker`` (file mtime), None if it never beat."""
-        try:
-            return os.lstat(self.heartbeat_path(node, worker)).st_mtime
-        except FileNotFoundError:
-            return None
+        found = self._lstat(self.heartbeat_path(node, worker))
+        return None if found is None else found.st_mtime

@@ -36,7 +36,9 @@ from derl.evolution.results import PublishedResults
 from derl.evolution.scheduling import Scheduler
 from derl.evolution.step import Step
 from derl.evolution.storage import RunDir
+from derl.fileio import NotAFolder, confine_writes
 from derl.lifetime import die_with_parent
+from derl.threads import limit_threads
 
 
 def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int:
@@ -44,10 +46,14 @@ def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int
 
     A failure that is not a morphology's (those are recorded per slot) stops the worker with one
     line on stderr (and the traceback of a bug) and ``EXIT_ENVIRONMENT``; nothing else is written,
-    so its slot keeps its attempt and its checkpoint.
+    so its slot keeps its attempt and its checkpoint. A folder of ``OUT_DIR`` that became a symbolic
+    link or a file (``NotAFolder``) is one a restart would find again: ``EXIT_FATAL`` stops the node.
     """
     try:
         return _run_worker(cfg, worker, backend)
+    except NotAFolder as err:
+        print(f"[worker {cfg.NODE_ID}-{worker}] fatal: {err}", file=sys.stderr, flush=True)
+        return EXIT_FATAL
     except Exception as err:  # noqa: BLE001 - see the docstring
         cause = classify(err)
         if cause != "environment":
@@ -61,6 +67,7 @@ def _run_worker(cfg: CfgNode, worker: int, backend: Backend | None) -> int:
     die_with_parent(signal.SIGTERM)  # the coordinator's death stops this worker like a signal
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
     run = RunDir(cfg.OUT_DIR, quarantine=True)
+    confine_writes(run.root)  # the trainer's and TensorBoard's writes too: no folder of OUT_DIR passed as a link
     if run.init_population_ids() is None:
         print(f"error: {run.root} has no initial population; start evo_single_proc.py", file=sys.stderr)
         return EXIT_FATAL
@@ -68,7 +75,7 @@ def _run_worker(cfg: CfgNode, worker: int, backend: Backend | None) -> int:
     heartbeat = Heartbeat(run, cfg.NODE_ID, worker, heartbeat_interval(cfg.EVO.LEASE_SECONDS)).start()
     state = WorkerState(run, cfg.NODE_ID, worker)
     stop = StopSignal(run, state.write)
-    results = PublishedResults(run)
+    results = PublishedResults(run, cfg.EVO)
     step = Step(cfg, run, backend or load_backend(), results, stop, worker, state.log)
     scheduler = Scheduler(cfg, run, results, stop, state, step)
     catch_stop_signals(stop.handle_signal)
@@ -103,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("overrides", nargs="*", help="KEY VALUE pairs")
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(args.cfg, args.overrides, this_node=True)
+    limit_threads(cfg.TORCH_THREADS)  # one worker per core: no BLAS or OpenMP pools fighting
     raise SystemExit(run_worker(cfg, args.worker))
 
 

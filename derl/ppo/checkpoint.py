@@ -8,6 +8,7 @@ stored as tensors; nothing is pickled beyond what the weights-only loader accept
 from __future__ import annotations
 
 import io
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from derl.fileio import atomic_write_bytes
+from derl.fileio import atomic_write_bytes, open_file
 
 
 def _tensors_for_numpy(obj: Any) -> Any:
@@ -31,9 +32,19 @@ def _tensors_for_numpy(obj: Any) -> Any:
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """Writes ``state`` atomically and durably: the file and its rename are on disk when this returns.
+
+    The trainer writes the metrics that describe a checkpoint only after it (``PPO.save``), so the
+    folder's entry is synced too: after a power cut the metrics are never newer than the checkpoint.
+    """
     buffer = io.BytesIO()
     torch.save(_tensors_for_numpy(state), buffer)
     atomic_write_bytes(path, buffer.getvalue())
+    folder = os.open(Path(path).parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 class CheckpointError(ValueError):
@@ -49,15 +60,18 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dic
 
     Raises:
         FileNotFoundError: no such file.
+        NotRegularFile: a symbolic link, FIFO or folder (an OSError: the folder's problem).
         CheckpointError: the file does not load (truncated, corrupt, not torch) or is not derl's.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:  # never through a link or from a FIFO (NotRegularFile): a run folder is untrusted input
+        file = os.fdopen(open_file(path), "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint not found: {path}") from None
     try:
-        with warnings.catch_warnings():  # torch warns about pickle protocols before it fails on a foreign file
+        with file, warnings.catch_warnings():  # torch warns about pickle protocols before it fails on a foreign file
             warnings.simplefilter("ignore")
-            state = torch.load(path, map_location=device, weights_only=True)
+            state = torch.load(file, map_location=device, weights_only=True)
     except OSError:
         raise
     except Exception as err:  # noqa: BLE001 - torch raises pickle, zip, EOF and runtime errors alike

@@ -17,6 +17,7 @@ from derl.envs import make_env
 from derl.envs.media import VIDEO_SIZE
 from derl.ppo.episode_stats import EpisodeStats
 from derl.ppo.policy import load_policy
+from derl.threads import limit_threads
 
 
 def run_policy(cfg: CfgNode, xml_path: Path, checkpoint: Path, seed: int, *, video_frames: int = 0,
@@ -27,6 +28,7 @@ def run_policy(cfg: CfgNode, xml_path: Path, checkpoint: Path, seed: int, *, vid
     Actions are the policy's mean, or sampled (``deterministic=False``, torch seeded with ``seed``).
     Returns the episodes' ``info["episode"]`` records, the frames and the frame rate.
     """
+    limit_threads(cfg.TORCH_THREADS)  # replays, reports and --eval play on the budget the trainer had
     policy = load_policy(checkpoint)
     torch.manual_seed(seed)  # the action noise of a stochastic replay
     width, height = size

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from derl.config import CfgNode, dump_config
-from derl.fileio import atomic_write_text, read_json, write_json
+from derl.fileio import atomic_write_text, confine_writes, read_json, write_json
 from derl.morphology import Genome, GenomeError, to_mjcf
 from derl.ppo.callbacks import Callback, StopWhen, TensorBoard
 from derl.ppo.device import learner_device
@@ -128,6 +128,8 @@ def finished_result(out_dir: Path, max_iters: int) -> TrainResult | None:
         result = TrainResult(**{f.name: saved[f.name] for f in dataclasses.fields(TrainResult) if f.name in saved})
     except TypeError:
         raise ValueError(f"{path}: not a metrics.json of tools/train_ppo.py") from None
+    if not (isinstance(result.completed, bool) and isinstance(result.iterations, int)):
+        raise ValueError(f"{path}: not a metrics.json of tools/train_ppo.py (completed, iterations)")
     return result if result.completed and result.iterations >= max_iters else None
 
 
@@ -170,6 +172,7 @@ def train_to_folder(
         return done
     device = learner_device(cfg.DEVICE, info.local_rank, info.world_size)
     out_dir.mkdir(parents=True, exist_ok=True)
+    confine_writes(out_dir)  # a folder of it swapped for a link while it trains is refused, never written through
     with ProcessGroup(device, info) as comm:
         own: list[Callback] = []
         if comm.is_main:
