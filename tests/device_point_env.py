@@ -1,4 +1,4 @@
-"""A device env for the tests (``derl.ppo.device_rollout``'s contract): point masses in torch.
+"""A device env for the tests (``derl.ppo.rollout.ArrayVectorEnv``): point masses in torch.
 
 Each of N point masses on a line has a position ``x`` and a velocity ``v``; the action (in
 [-1, 1]) pushes it: ``v <- 0.8 v + 0.2 a``, ``x <- x + v``. The reward is the distance moved
@@ -25,7 +25,7 @@ class PointMassVectorEnv(VectorEnv):
                  fall_below: float = -1.0):
         self.num_envs, self.first_index, self.limit, self.fall_below = num_envs, first_index, limit, fall_below
         self.device = torch.device(device)
-        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "torch_device": device}
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
         box = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
         self.single_observation_space = gym.spaces.Dict({"proprioceptive": box,
                                                          "goal": gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)})
@@ -67,10 +67,10 @@ class PointMassVectorEnv(VectorEnv):
 
 @dataclass(frozen=True)
 class PointMassFactory:
-    """The trainer's ``make_vec_env`` for point masses on ``device``."""
+    """The trainer's ``make_vec_env`` for point masses on ``device`` (None: the learner's)."""
 
-    device: str = "cpu"
+    device: str | None = None
     limit: int = 20
 
-    def __call__(self, num_envs: int, first_index: int = 0) -> PointMassVectorEnv:
-        return PointMassVectorEnv(num_envs, first_index, self.device, self.limit)
+    def __call__(self, num_envs: int, first_index: int = 0, device: torch.device | str = "cpu") -> PointMassVectorEnv:
+        return PointMassVectorEnv(num_envs, first_index, self.device or device, self.limit)

@@ -52,7 +52,7 @@ def test_batched_envs_step_as_single_envs(name):
             assert rewards[i] == reward, f"step {t} env {i}"
             assert _step_info(infos, i, ended) == {k: v for k, v in info.items() if k not in ("out_of_map", "unstable")}
             assert _flags(infos, i, ended) == {k: v for k, v in info.items() if k in ("out_of_map", "unstable")}
-            stepped = infos["final_obs"][i] if ended else {k: v[i] for k, v in obs.items()}
+            stepped = {k: v[i] for k, v in (infos["final_obs"] if ended else obs).items()}
             for key, value in single_obs.items():
                 np.testing.assert_array_equal(stepped[key], value, err_msg=f"step {t} env {i} {key}")
             if ended:

@@ -67,10 +67,10 @@ NO_TOUCH = {"ENV.OBS_TYPES": ["position", "velocity", "imu_vel", "extremities"],
 def _stepped_obs(step, key: str) -> np.ndarray:
     """The observation each env reached at a step (its final one where an episode ended), ``[N, size]``."""
     obs, _, terminated, truncated, infos = step
-    ended = np.asarray(terminated | truncated)
-    if isinstance(obs[key], np.ndarray):
-        return np.stack([infos["final_obs"][i][key] if ended[i] else obs[key][i] for i in range(len(ended))])
-    return torch.where(torch.as_tensor(ended)[:, None], infos["final_obs"][key], obs[key]).numpy()
+    ended = torch.as_tensor(terminated | truncated)
+    if not ended.any():
+        return torch.as_tensor(obs[key]).numpy()
+    return torch.where(ended[:, None], torch.as_tensor(infos["final_obs"][key]), torch.as_tensor(obs[key])).numpy()
 
 
 @pytest.mark.parametrize("name", ["ft", "incline"])

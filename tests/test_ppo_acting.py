@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from derl.ppo.acting import NumpyActorCritic
+from derl.ppo.acting import NumpyActorCritic, NumpyNoise
 from derl.ppo.losses import gaussian_log_prob
 from derl.ppo.networks import ActorCritic
 from derl.ppo.obs_layout import ObsLayout
@@ -27,7 +27,7 @@ def test_numpy_forward_matches_torch(layout):
     np.testing.assert_allclose(fast.action_mean(obs), mean.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(fast.value(obs), value.numpy(), rtol=1e-5, atol=1e-6)
 
-    actions, log_probs, values = fast.sample(obs, np.random.default_rng(1))
+    actions, log_probs, values = fast.sample(obs, NumpyNoise(1))
     expected = gaussian_log_prob(torch.from_numpy(actions), mean, model.log_std.detach())
     np.testing.assert_allclose(log_probs, expected.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(values, value.numpy(), rtol=1e-5, atol=1e-6)

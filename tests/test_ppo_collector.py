@@ -10,6 +10,7 @@ import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from derl.ppo.episode_stats import EpisodeStatistics, EpisodeStats, vector_step_values
+from derl.ppo.fastpath import acting
 from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
 from derl.ppo.obs_layout import ObsLayout
@@ -59,8 +60,8 @@ def _collector_of(envs, first_index: int = 0, steps: int = 3) -> tuple[Collector
     layout = ObsLayout.from_space(envs.single_observation_space)
     torch.manual_seed(0)
     model = ActorCritic(layout, 1, [8], [8])
-    collector = Collector(envs, first_index, model, ObsNormalizer(*layout.normalized_columns()),
-                          ReturnNormalizer(num_envs, 0.99), seed=0)
+    collector = Collector(envs, first_index, ObsNormalizer(*layout.normalized_columns()),
+                          ReturnNormalizer(num_envs, 0.99), *acting(model, None, seed=0))
     return collector, Rollout.allocate(steps, num_envs, layout.size, 1)
 
 
@@ -152,7 +153,8 @@ def test_the_collector_refuses_other_autoreset_modes():
     envs = SyncVectorEnv([CountingEnv], autoreset_mode=AutoresetMode.NEXT_STEP)
     layout = ObsLayout.from_space(envs.single_observation_space)
     with pytest.raises(ValueError, match="autoreset mode must be SAME_STEP"):
-        Collector(envs, 0, ActorCritic(layout, 1, [8], [8]), ObsNormalizer(0, 2), ReturnNormalizer(1, 0.99), seed=0)
+        Collector(envs, 0, ObsNormalizer(0, 2), ReturnNormalizer(1, 0.99), *acting(ActorCritic(layout, 1, [8], [8]),
+                                                                                  None, seed=0))
 
 
 def _infos(**columns) -> dict:
@@ -197,7 +199,8 @@ def test_statistics_over_arrays_match_those_of_single_envs():
         values = {"__reward__forward": (rewards[t] * 2, every), "energy": (np.abs(rewards[t]), every),
                   "__reward__bonus": (np.where(has_bonus[t], 1.5, 0.0), has_bonus[t]),
                   "metric": (np.where(has_metric[t], rewards[t], 0.0), has_metric[t])}
-        episodes = stats.add(rewards[t], ended[t], values)
+        stats.add(rewards[t], ended[t], values)
+        episodes = stats.finished()
         vector_episodes += list(zip(np.flatnonzero(ended[t]).tolist(), episodes, strict=True))
 
     class Replay(gym.Env):

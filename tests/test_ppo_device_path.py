@@ -1,6 +1,6 @@
-"""PPO on a device env (``derl.ppo.device_rollout``): trains end to end, checkpoints and resumes,
-never reads a value back per step, and computes what the NumPy path computes (GAE, advantage
-normalisation, normalisers, episode statistics) on the same data."""
+"""PPO on a device env (``derl.ppo.rollout``'s collector on tensors): trains end to end, checkpoints
+and resumes, never reads a value back per step, and computes what the NumPy path computes (GAE,
+advantage normalisation, normalisers, episode statistics) on the same data."""
 
 import json
 import os
@@ -11,17 +11,17 @@ import torch
 import torch.multiprocessing as tmp
 
 from derl.checked_config import load_config
-from derl.ppo import OnIteration, device_rollout, load_policy, train
+from derl.ppo import OnIteration, load_policy, train
+from derl.ppo.acting import TorchActor, TorchNoise
 from derl.ppo.checkpoint import load_checkpoint
-from derl.ppo.device_rollout import DeviceCollector
 from derl.ppo.distributed import Comm, ProcessGroup
-from derl.ppo.episode_stats import DeviceEpisodeStatistics, EpisodeStatistics, vector_step_values
+from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
 from derl.ppo.learner import normalize_advantages
 from derl.ppo.losses import compute_gae
 from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
 from derl.ppo.obs_layout import ObsLayout
-from derl.ppo.rollout import Rollout
+from derl.ppo.rollout import Collector, Rollout
 from derl.ppo.trainer import PPO
 from tests.device_point_env import PointMassFactory, PointMassVectorEnv
 from tests.test_ppo_distributed import _free_port, _join
@@ -69,6 +69,20 @@ def test_a_device_run_checkpoints_in_the_usual_format_and_resumes(tmp_path):
     assert policy.act(obs).shape == (2, 1)
 
 
+def test_the_trainer_decides_the_device_once_and_hands_it_to_the_env_factory(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")  # read by nobody: the trainer's comm says which rank it is
+    handed = []
+
+    def factory(num_envs, first_index, device):
+        handed.append(device)
+        return PointMassVectorEnv(num_envs, first_index, device)
+
+    ppo = PPO(_cfg(1), factory, seed=0)
+    ppo.pool.close()
+    assert handed == [ppo.device] == [torch.device("cpu")] and ppo.pool.device == ppo.device
+    assert isinstance(ppo.collector.policy, TorchActor) and ppo.rollout.obs.device == ppo.device
+
+
 def test_an_env_on_another_device_than_the_learner_is_refused():
     with pytest.raises(ValueError, match="^the vector env's tensors are on meta but the learner is on cpu"):
         train(_cfg(1), PointMassFactory(device="meta"), seed=0)
@@ -77,17 +91,18 @@ def test_an_env_on_another_device_than_the_learner_is_refused():
 def test_collect_never_reads_a_value_back_per_step(monkeypatch):
     # On the meta device a tensor has no data: .item(), bool(), .cpu(), .numpy(), .tolist(), boolean
     # indexing or nonzero() all raise, as would any step that waits for a GPU. Only the rollout's
-    # end reads the finished episodes back (DeviceEpisodeStatistics.finished), stubbed here.
+    # end reads the finished episodes back (EpisodeStatistics.finished), stubbed here.
     meta = torch.device("meta")
     envs = PointMassVectorEnv(4, device="meta", limit=10)  # episodes end within the rollout
     layout = ObsLayout.from_space(envs.single_observation_space)
     model = ActorCritic(layout, 1, [8], [8]).to(meta)
     # meta has no generator of its own; a CPU one draws meta tensors too
-    monkeypatch.setattr(device_rollout, "noise_generator", lambda device, seed: torch.Generator().manual_seed(seed))
+    noise = TorchNoise(0, meta, generator=torch.Generator())
     finished = []
-    monkeypatch.setattr(DeviceEpisodeStatistics, "finished", lambda stats: finished.append(stats._step) or [])
+    monkeypatch.setattr(EpisodeStatistics, "finished", lambda stats: finished.append(len(stats._ends)) or [])
     start, stop = layout.normalized_columns()
-    collector = DeviceCollector(envs, 0, model, ObsNormalizer(start, stop, meta), ReturnNormalizer(4, 0.99, meta), 0)
+    collector = Collector(envs, 0, ObsNormalizer(start, stop, meta), ReturnNormalizer(4, 0.99, meta), TorchActor(model),
+                          noise)
     rollout = Rollout.allocate(25, 4, layout.size, 1, device=meta)
     collector.reset(0)
     assert collector.collect(rollout) == [] and finished == [25]
@@ -167,13 +182,13 @@ def _step_infos(rng: np.random.Generator, step: int, ended: np.ndarray, on_devic
 
 def test_device_episode_statistics_equal_numpy_ones():
     n, steps = 5, 30
-    expected, device_stats, numpy_stats = [], DeviceEpisodeStatistics(n, torch.device("cpu")), EpisodeStatistics(n)
-    device_stats.begin(steps)
+    expected, device_stats, numpy_stats = [], EpisodeStatistics(n, torch.device("cpu")), EpisodeStatistics(n)
     rng = np.random.default_rng(2)
     for step in range(steps):
         rewards, ended = rng.normal(size=n).astype(np.float32), rng.random(n) < 0.15
         state = rng.bit_generator.state
-        expected += numpy_stats.add(rewards, ended, vector_step_values(_step_infos(rng, step, ended, False), ended))
+        numpy_stats.add(rewards, ended, vector_step_values(_step_infos(rng, step, ended, False), ended))
+        expected += numpy_stats.finished()
         rng.bit_generator.state = state  # the same infos, as tensors (final_info at every step)
         infos = _step_infos(rng, step, ended, True)
         device_stats.add(*_tensors(rewards, ended), vector_step_values(infos, torch.from_numpy(ended)))

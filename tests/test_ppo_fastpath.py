@@ -11,7 +11,7 @@ from torch import nn
 
 from derl.checked_config import load_config
 from derl.ppo import fastpath, gradients, networks
-from derl.ppo.acting import NumpyActorCritic, TorchActor
+from derl.ppo.acting import NumpyActorCritic, NumpyNoise, TorchActor
 from derl.ppo.distributed import Comm
 from derl.ppo.learner import Learner
 from derl.ppo.losses import LossCoefs
@@ -69,8 +69,8 @@ def test_a_network_the_fast_paths_do_not_know_trains_through_autograd(caplog):
     cfg = load_config(None, {"PPO.NUM_ENVS": 2, "PPO.TIMESTEPS": 4, "PPO.BATCH_SIZE": 4, "PPO.EPOCHS": 2})
     with caplog.at_level(logging.WARNING):
         learner = Learner(model, cfg.PPO, Comm())
-        collector = Collector(envs, 0, model, ObsNormalizer(*layout.normalized_columns()),
-                              ReturnNormalizer(2, 0.99), seed=0)
+        collector = Collector(envs, 0, ObsNormalizer(*layout.normalized_columns()), ReturnNormalizer(2, 0.99),
+                              *fastpath.acting(model, None, seed=0))
     notes = _notes(caplog)
     assert len(notes) == 2 and all("NormalisedActorCritic, not a derl.ppo.networks.ActorCritic" in n for n in notes)
     assert isinstance(collector.policy, TorchActor) and learner._fast_gradient is None
@@ -136,8 +136,8 @@ def test_torch_actor_and_numpy_actor_act_alike():
     with torch.no_grad():
         model.log_std.uniform_(-0.5, 0.5)
     obs = torch.randn(6, 5).numpy()
-    fast = NumpyActorCritic(model).sample(obs, np.random.default_rng(3))
-    reference = TorchActor(model).sample(obs, np.random.default_rng(3))
+    fast = NumpyActorCritic(model).sample(obs, NumpyNoise(3))
+    reference = TorchActor(model).sample(obs, NumpyNoise(3))
     for got, expected in zip(fast, reference, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(TorchActor(model).value(obs), NumpyActorCritic(model).value(obs), rtol=1e-5, atol=1e-6)

@@ -266,8 +266,8 @@ def test_a_fresh_policy_reports_the_per_dimension_entropy(tmp_path):
 def test_a_factory_that_builds_the_wrong_number_of_envs_is_refused_and_closed():
     built = []
 
-    def make(num_envs, first_index):
-        built.append(vec(CountingEnv)(num_envs + 1, first_index))
+    def make(num_envs, first_index, device):
+        built.append(vec(CountingEnv)(num_envs + 1, first_index, device))
         return built[-1]
 
     with pytest.raises(ValueError, match="the env factory built 3 envs, PPO.NUM_ENVS is 2"):

@@ -225,8 +225,8 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: boo
     recorders: list[_StateRecorder] = []
     returns: list[float] = []
 
-    def make(num_envs: int, first_index: int = 0):
-        env = base(num_envs, first_index)
+    def make(num_envs: int, first_index: int = 0, device=None):
+        env = base(num_envs, first_index, device)
         if record:
             recorders.append(_StateRecorder(env))
             env = recorders[-1]

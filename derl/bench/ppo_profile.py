@@ -11,8 +11,8 @@ physics                     ``mujoco.batch.Batch.step`` (the batched Unimal env'
                             ``mujoco.mj_step`` (single envs)
 env_python                  ``UnimalBatch.step`` minus physics: observations, rewards, flags over
                             arrays (or single envs' ``step`` and wrappers minus physics)
-env_reset                   ``UnimalBatch.reset`` (or single envs' ``reset``): episode ends and the
-                            first reset
+env_reset                   ``UnimalBatch.reset`` and ``restart`` (or single envs' ``reset``): episode
+                            ends and the first reset
 episode_bookkeeping         ``EpisodeStatistics``: the step's info values, per-episode sums
 vector_env                  the vector env's ``step`` minus the above: autoreset, final observations
                             and infos (and a ``SyncVectorEnv``'s loop over its envs)
@@ -46,6 +46,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import mujoco
@@ -104,7 +105,9 @@ def _instrument_derl(profiler: Profiler) -> None:
     patch(mujoco.batch.Batch, "step", "physics")
     patch(batch.UnimalBatch, "step", "env_python")
     patch(batch.UnimalBatch, "reset", "env_reset")
+    patch(batch.UnimalBatch, "restart", "env_reset")
     patch(episode_stats.EpisodeStatistics, "add", "episode_bookkeeping")
+    patch(episode_stats.EpisodeStatistics, "finished", "episode_bookkeeping")
     patch(rollout, "vector_step_values", "episode_bookkeeping")
     for method in ("sample", "value"):
         patch(acting.NumpyActorCritic, method, "policy_forward")
@@ -133,12 +136,12 @@ def _instrument_env(profiler: Profiler, env: gym.Env, done: set[type]) -> None:
         layer = layer.env
 
 
-def _instrumenting_factory(profiler: Profiler, make_vec_env: Callable[[int, int], VectorEnv]) -> Callable:
+def _instrumenting_factory(profiler: Profiler, make_vec_env: Callable[[int, int, Any], VectorEnv]) -> Callable:
     """Times building the envs, the vector env's ``step`` and (a ``SyncVectorEnv``'s) single envs."""
     done: set[type] = set()
 
-    def build(num_envs: int, first_index: int) -> VectorEnv:
-        envs = make_vec_env(num_envs, first_index)
+    def build(num_envs: int, first_index: int, device: Any) -> VectorEnv:
+        envs = make_vec_env(num_envs, first_index, device)
         if type(envs) not in done:
             done.add(type(envs))
             profiler.patch(type(envs), "step", "vector_env")
@@ -149,7 +152,7 @@ def _instrumenting_factory(profiler: Profiler, make_vec_env: Callable[[int, int]
     return profiler.wrap(build, "setup_envs")
 
 
-def profile_run(cfg, make_vec_env: Callable[[int, int], VectorEnv], seed: int) -> dict:
+def profile_run(cfg, make_vec_env: Callable[[int, int, Any], VectorEnv], seed: int) -> dict:
     """One instrumented training: seconds per component (exclusive, wall) and the run's clocks."""
     profiler = Profiler()
     try:

@@ -3,7 +3,10 @@
 ``UnimalBatch`` is the loop the Gymnasium envs share (``derl.envs.vector_env.UnimalVectorEnv``, the
 vector env a trainer steps, and ``derl.envs.unimal_env.UnimalEnv``, one env): it steps every
 simulation in one call and computes observations, rewards, flags and metrics over ``[N, ...]``
-arrays; per-env Python runs only where episodes end (``reset``). It never resets by itself.
+arrays; per-env Python runs only where episodes end on the host (``restart``). It never resets by
+itself. One code over NumPy (MuJoCo C) and torch tensors (MuJoCo Warp on a device): what differs
+is the physics object (``derl.envs.physics``), the array namespace (``Scene.xp``) and where a
+restart draws its reset noise (``restart``).
 
 Step = ``FRAME_SKIP`` (4) MuJoCo substeps of 5 ms with the actions written to ``ctrl`` (MuJoCo clamps
 them to [-1, 1]). An episode is truncated after ``ENV.EPISODE_LENGTH`` steps and terminated when the
@@ -27,7 +30,6 @@ are the derived fields MuJoCo computes at the start of the step's last substep.
 from __future__ import annotations
 
 import copy
-import math
 from pathlib import Path
 
 import array_api_compat
@@ -35,6 +37,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from derl.arrays import any_set, to_host
 from derl.envs.observations import Proprioception
 from derl.envs.physics import MujocoPhysics, Physics
 from derl.envs.scene import Scene
@@ -110,7 +113,8 @@ class UnimalBatch:
         self.task = task = make_task(cfg, num_envs)
         self.model = model = mujoco.MjModel.from_xml_string(build_world(mjcf, cfg, task))
         self.static = task.static_model()
-        if backend != "mujoco" and not (self.static and _draws_nothing_per_episode(task)):
+        self._per_episode_hooks = not _draws_nothing_per_episode(task)
+        if backend != "mujoco" and (self._per_episode_hooks or not self.static):
             raise ValueError(f"SIM.BACKEND {backend} steps one model in every world and starts episodes on the "
                              f"device; task {cfg.ENV.TASK} with {'+'.join(cfg.ENV.MODULES)} draws terrain, props or "
                              "goals per episode: use SIM.BACKEND mujoco")
@@ -128,7 +132,6 @@ class UnimalBatch:
         self.head_body = model.body("torso/0").id
         self.arena = arena = task.arena
         xp, device = array_api_compat.array_namespace(bound["qpos"]), array_api_compat.device(bound["qpos"])
-        self._host = array_api_compat.is_numpy_namespace(xp)  # the state is NumPy on the host (not a device's tensors)
         self.scene = scene = Scene(model, self.models, self.dt, self.head_body, arena.heights, arena.extent.ground_z,
                                    bound["qpos"], bound["qvel"], bound["xpos"], bound["xmat"], bound["site_xpos"],
                                    bound["sensordata"], xp.zeros(num_envs, dtype=bound["qpos"].dtype, device=device))
@@ -140,6 +143,9 @@ class UnimalBatch:
         self._steps = scene.zeros(num_envs, dtype=xp.int64)
         self._time_floor = scene.zeros(num_envs, dtype=self._time.dtype)
         self._problems = xp.asarray(physics.problems(), copy=True)
+        # Where a restart draws its reset noise: on the host each env from its own generator (DERL's);
+        # on a device every env at once from the simulator's generator, so that a step never waits.
+        self._restart_draws = self._draw_per_env if array_api_compat.is_numpy_namespace(xp) else self._draw_on_device
 
     def _init_agent(self, cfg, start_height: float, bound: dict[str, np.ndarray]) -> None:
         model = self.model
@@ -162,76 +168,68 @@ class UnimalBatch:
 
     # ------------------------------------------------------------------ episodes
     def seed(self, seed: int) -> None:
-        """Env i's generator from ``seed + i`` (Gymnasium's seeding of an env by its seed); on a device,
-        the generator of ``restart``'s noise from ``seed`` too."""
+        """Env i's generator from ``seed + i`` (Gymnasium's seeding of an env by its seed), and the
+        simulator's own generator (a device's restarts) from ``seed``."""
         self.rngs = [gym.utils.seeding.np_random(seed + i)[0] for i in range(self.num_envs)]
-        if not self._host:
+        if self._restart_draws == self._draw_on_device:
             self.physics.seed(seed)
 
     def reset(self, envs: np.ndarray) -> None:
-        """Starts new episodes in the envs ``envs`` (host indices), each drawn with its own generator."""
-        scene, task, physics = self.scene, self.task, self.physics
-        physics.reset(envs)
-        # The reset noise is drawn and added on the host, in float64, on the state's own rows (MuJoCo C)
-        # or on a copy of them written back once (a device's tensors).
-        qpos, qvel = scene.qpos, scene.qvel
-        if not self._host:
-            qpos, qvel = _to_host(qpos[envs]), _to_host(qvel[envs])
-        for row, env in enumerate(envs.tolist()):
-            rng = self.rngs[env]
-            task.initialize_episode(scene, env, rng)
-            index = env if self._host else row
-            self._add_reset_noise(qpos[index], qvel[index], rng)
-        if not self._host:
-            scene.qpos[envs], scene.qvel[envs] = scene.asarray(qpos), scene.asarray(qvel)
-        if not self.static:
-            physics.set_models(self.models)  # the batch reads edited models once they are set again
-        physics.forward(envs)
-        task.start(scene, envs)
-        self._steps[envs] = 0
-        self._time_floor[envs] = -self._half_substep
-        self._problems[envs] = physics.problems()[envs]
-        qpos = scene.qpos
-        height, _ = self.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
-        scene.torso_height[envs] = height[envs]
+        """Starts new episodes in the envs ``envs`` (host indices), each drawn with its own generator
+        (on every backend: the first episodes of a seed are the same on MuJoCo C and on Warp)."""
+        mask = self.scene.zeros(self.num_envs, dtype=self.scene.xp.bool)
+        mask[self.scene.asarray(envs, dtype=self.scene.xp.int64)] = True
+        self._start(mask, self._draw_per_env)
 
     def restart(self, ended) -> None:
-        """Starts new episodes where the mask ``ended`` is set: ``reset`` of those envs on the host. On a
-        device, without leaving it: the simulator's masked reset, and the reset noise drawn for every env
-        from the device's generator and kept where ``ended`` (the batch holds only tasks that draw
-        nothing per episode there)."""
-        if self._host:
-            envs = np.flatnonzero(ended)
-            if len(envs):
-                self.reset(envs)
-            return
-        scene, xp, physics = self.scene, self.scene.xp, self.physics
+        """Starts new episodes where the mask ``ended`` is set (the vector env's autoreset), with the
+        reset noise of ``_restart_draws``: on a device without leaving it (the batch holds only tasks
+        that draw nothing per episode there)."""
+        self._start(ended, self._restart_draws)
+
+    def _start(self, ended, draw) -> None:
+        """Starts the episodes of the envs of the mask ``ended``: the model's defaults (``mj_resetData``),
+        the task's per-episode draws, U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (one draw
+        ``draw(ended)``: ``[N, nq_agent + nv_agent]``, rows valid where ``ended``), the head quaternion
+        renormalised, in the noise's float type (then stored in the state's); the other envs are left as
+        they are."""
+        scene, task, physics, xp = self.scene, self.task, self.physics, self.scene.xp
         physics.reset(ended)
+        noise = draw(ended)
         qpos, qvel, rows = scene.qpos, scene.qvel, xp.reshape(ended, (-1, 1))
         split = _length(self._agent_qpos)
-        noise = physics.uniform((self.num_envs, split + _length(self._agent_dofs)), self._noise)
         agent = qpos[:, self._agent_qpos]
-        qpos[:, self._agent_qpos] = xp.where(rows, agent + noise[:, :split], agent)
-        quat = qpos[:, 3:7]
-        qpos[:, 3:7] = xp.where(rows, quat / xp.sqrt(xp.sum(quat * quat, axis=1, keepdims=True)), quat)
+        started = agent + noise[:, :split]
+        quat = started[:, 3:7]  # the head's free joint comes first (_init_agent)
+        started[:, 3:7] = quat / xp.sqrt(xp.vecdot(quat, quat))[:, None]  # np.dot's rounding on the host
+        qpos[:, self._agent_qpos] = xp.where(rows, started, agent)
         agent = qvel[:, self._agent_dofs]
         qvel[:, self._agent_dofs] = xp.where(rows, agent + noise[:, split:], agent)
+        if not self.static:
+            physics.set_models(self.models)  # the batch reads edited models once they are set again
         physics.forward(ended)
+        if self._per_episode_hooks:  # host only (such tasks run on MuJoCo C)
+            task.start(scene, np.flatnonzero(to_host(ended)))
         self._steps[:] = xp.where(ended, 0, self._steps)
         self._time_floor[:] = xp.where(ended, -self._half_substep, self._time_floor)
         self._problems[:] = xp.where(ended, physics.problems(), self._problems)
         height, _ = self.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
         scene.torso_height[:] = xp.where(ended, height, scene.torso_height)
 
-    def _add_reset_noise(self, qpos: np.ndarray, qvel: np.ndarray, rng: np.random.Generator) -> None:
-        """U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (one draw); the head quaternion
-        renormalised. ``qpos`` and ``qvel`` are one env's rows, changed in place."""
+    def _draw_per_env(self, ended):
+        """Each env of the mask ``ended``, in order, draws its episode from its own generator: the task's
+        draws (terrain, props, goals), then the reset noise (float64, added in float64 on every backend)."""
         split = _length(self._agent_qpos)
-        noise = rng.uniform(-self._noise, self._noise, split + _length(self._agent_dofs))
-        qpos[self._agent_qpos] += noise[:split]
-        quat = qpos[3:7]
-        quat /= math.sqrt(quat.dot(quat))
-        qvel[self._agent_dofs] += noise[split:]
+        noise = np.zeros((self.num_envs, split + _length(self._agent_dofs)))
+        for env in np.flatnonzero(to_host(ended)).tolist():
+            rng = self.rngs[env]
+            self.task.initialize_episode(self.scene, env, rng)
+            noise[env] = rng.uniform(-self._noise, self._noise, noise.shape[1])
+        return self.scene.asarray(noise, dtype=self.scene.xp.float64)
+
+    def _draw_on_device(self, ended):
+        """Every env's reset noise from the simulator's generator, on its device (rows of ``ended`` used)."""
+        return self.physics.uniform((self.num_envs, _length(self._agent_qpos) + _length(self._agent_dofs)), self._noise)
 
     # ------------------------------------------------------------------ step
     def step(self, actions: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray,
@@ -263,7 +261,7 @@ class UnimalBatch:
         unstable = ~xp.isfinite(x + y + z) | (self._time < self._time_floor) | (problems != self._problems)
         self._problems[:] = problems
         reward = reward + ctrl_cost
-        if not self._host or unstable.any():  # on a device, zeroing always costs less than asking
+        if any_set(unstable):  # on a device, zeroing always costs less than asking
             reward = self._zero_non_finite(xp, unstable, obs, reward, infos)
         terminated |= unstable
         truncated = ~terminated & (self._steps >= self.max_steps)
@@ -295,8 +293,3 @@ class UnimalBatch:
 def _draws_nothing_per_episode(task) -> bool:
     """Whether a task's episode hooks are the base's (nothing drawn or read per env at a reset)."""
     return type(task).initialize_episode is Task.initialize_episode and type(task).start is Task.start
-
-
-def _to_host(rows) -> np.ndarray:
-    """A copy of some rows of the state, as float64 NumPy (from a device's tensors)."""
-    return np.asarray(rows.cpu(), dtype=np.float64)

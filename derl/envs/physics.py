@@ -6,7 +6,8 @@ one code:
 - ``MujocoPhysics``: MuJoCo's C engine (``mujoco.batch.Batch``) on the CPU, float64 NumPy arrays,
   one model per simulation when a task edits its model per episode. DERL's physics.
 - ``WarpPhysics`` (``derl.envs.warp_physics``): MuJoCo Warp on a warp device (an NVIDIA GPU, or
-  warp's CPU device), float32 torch tensors on that device (README, "Simulating on a GPU").
+  warp's CPU device), float32 torch tensors on that device (README, "Simulating on a GPU"); it also
+  holds the generator a device's restarts draw their reset noise from (``seed``, ``uniform``).
 
 ``arrays`` holds live ``[N, ...]`` views of the state (``qpos``, ``qvel``, ``ctrl``, ``time``:
 writable, a write is that simulation's state at its next call) and of the derived fields
@@ -30,11 +31,13 @@ class Physics(Protocol):
     def step(self, nstep: int) -> None:
         """Advances every simulation ``nstep`` substeps with the controls in ``arrays["ctrl"]``."""
 
-    def reset(self, envs: np.ndarray) -> None:
-        """Puts the simulations ``envs`` (host indices) back to the model's defaults (``mj_resetData``)."""
+    def reset(self, envs: Any) -> None:
+        """Puts the simulations of the mask ``envs`` (``[N]`` bool, the arrays' namespace) back to the
+        model's defaults (``mj_resetData``)."""
 
-    def forward(self, envs: np.ndarray) -> None:
-        """Recomputes the derived fields of the simulations ``envs`` from their state; the others keep theirs."""
+    def forward(self, envs: Any) -> None:
+        """Recomputes the derived fields of the simulations of the mask ``envs`` from their state; the
+        others keep theirs."""
 
     def set_models(self, models: list[mujoco.MjModel]) -> None:
         """Simulation i steps ``models[i]`` from now on (the models share one layout)."""
@@ -56,10 +59,10 @@ class MujocoPhysics:
         self.batch.step(nstep=nstep)
 
     def reset(self, envs: np.ndarray) -> None:
-        self.batch.reset(envs, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        self.batch.reset(np.flatnonzero(envs), stage=mujoco.mjtStage.mjSTAGE_NONE)
 
     def forward(self, envs: np.ndarray) -> None:
-        self.batch.forward(envs)
+        self.batch.forward(np.flatnonzero(envs))
 
     def set_models(self, models: list[mujoco.MjModel]) -> None:
         self.batch.set_models(models)

@@ -1,17 +1,18 @@
 """``UnimalVectorEnv``: the ``PPO.NUM_ENVS`` envs of a pool as one Gymnasium vector env over ``UnimalBatch``.
 
-Autoreset mode ``SAME_STEP`` (Gymnasium's convention): when env i ends an episode at a step, its
-true final observation is ``infos["final_obs"][i]`` and that step's infos are in
-``infos["final_info"]`` (masks ``_final_obs``, ``_final_info`` and, inside, ``_<key>``); the env is
-reset at once and the returned observation's row i is the first of its next episode (the top-level
-infos of row i then belong to the reset, which reports none: their masks ``_<key>`` are False).
-Env i's generator is seeded with ``seed + i`` by ``reset(seed=seed)``.
+Autoreset mode ``SAME_STEP`` (Gymnasium's convention; the collector's contract,
+``derl.ppo.rollout.ArrayVectorEnv``): when env i ends an episode at a step, its true final
+observation is row i of ``infos["final_obs"]`` (the step's observations, a dict of ``[N, size]``
+arrays, rows valid where ``_final_obs``) and that step's infos are in ``infos["final_info"]``
+(masks ``_final_obs``, ``_final_info`` and, inside, ``_<key>``); the env is reset at once and the
+returned observation's row i is the first of its next episode (the top-level infos of row i then
+belong to the reset, which reports none: their masks ``_<key>`` are False). Env i's generator is
+seeded with ``seed + i`` by ``reset(seed=seed)``.
 
-With ``SIM.BACKEND warp`` the envs live on a device (``metadata["torch_device"]``): observations,
-rewards, flags and infos are torch tensors there, and ``infos["final_obs"]`` is the step's
-observation batch (a dict of ``[N, size]`` tensors, rows valid where ``_final_obs``) rather than
-an object array; episodes restart on the device (``UnimalBatch.restart``), so a step never waits
-for the host.
+``device`` says where the arrays live: None for MuJoCo C's NumPy arrays; with ``SIM.BACKEND warp``
+the torch device the envs simulate on, whose tensors every array then is. One code for both
+(``derl.arrays``): on a device the final observations and infos come at every step (their masks
+say where) and episodes restart there (``UnimalBatch.restart``), so a step never waits for the host.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from derl.arrays import any_set
 from derl.envs.batch import UnimalBatch, unimal_mjcf
 
 
@@ -41,20 +43,21 @@ class UnimalVectorEnv(VectorEnv):
         cfg: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys; ``VECENV.THREADS``).
         num_envs: the envs.
         mjcf: the unimal's MJCF text instead of a file.
-        device: where ``SIM.BACKEND warp`` simulates (a torch device name; resolved from ``DEVICE``).
+        device: where ``SIM.BACKEND warp`` simulates (a torch device, or its name; the learner's,
+            which the trainer hands to the env factory); MuJoCo C simulates on the host whatever it is.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, xml_path: str | Path | None, cfg, num_envs: int, *, mjcf: str | None = None,
-                 device: str = "cpu"):
+                 device: Any = "cpu"):
         mjcf = unimal_mjcf(xml_path, mjcf)
         self.num_envs = num_envs
         backend = str(cfg.SIM.BACKEND)
-        self.sim = UnimalBatch(mjcf, cfg, num_envs, threads=int(cfg.VECENV.THREADS), backend=backend, device=device)
-        self._host = array_api_compat.is_numpy_namespace(self.sim.scene.xp)
-        if not self._host:
-            self.metadata = {**type(self).metadata, "torch_device": str(self.sim.scene.device)}
+        self.sim = UnimalBatch(mjcf, cfg, num_envs, threads=int(cfg.VECENV.THREADS), backend=backend,
+                               device=str(device))
+        # where the arrays live: None on the host (NumPy), else the torch device of the tensors
+        self.device = None if array_api_compat.is_numpy_namespace(self.sim.scene.xp) else self.sim.scene.device
         self.single_observation_space = observation_space(self.sim.obs_sizes)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (self.sim.model.nu,), np.float32)
@@ -75,17 +78,11 @@ class UnimalVectorEnv(VectorEnv):
         infos: dict[str, Any] = dict(step_infos)
         present = ~ended
         infos.update({f"_{key}": present for key in step_infos})
-        # On a device nothing is asked of the host: the final batch is always there, its masks say where.
-        if not self._host or ended.any():
-            if self._host:
-                final_obs = np.full(self.num_envs, None, dtype=object)
-                for env in np.flatnonzero(ended).tolist():
-                    final_obs[env] = {key: values[env].copy() for key, values in obs.items()}
-            else:
-                final_obs = obs  # observe() builds new arrays: the next episodes' observations are others
+        if any_set(ended):  # on a device, always: the final batch is there, its masks say where
             final_info: dict[str, Any] = dict(step_infos)
             final_info.update({f"_{key}": ended for key in step_infos})
-            infos.update(final_obs=final_obs, _final_obs=ended, final_info=final_info, _final_info=ended)
+            # observe() builds new arrays: the next episodes' observations are others
+            infos.update(final_obs=obs, _final_obs=ended, final_info=final_info, _final_info=ended)
             self.sim.restart(ended)
             obs = self.sim.observe()
         return obs, rewards, terminated, truncated, infos

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import mujoco
 import mujoco_warp as mjw
-import numpy as np
 import torch
 import warp as wp
 
@@ -43,7 +42,6 @@ class WarpPhysics:
         arrays["xmat"] = arrays["xmat"].view(num_envs, -1, 9)
         self.arrays = arrays
         self._overflow = wp.to_torch(self.data.overflow)
-        self._mask = torch.zeros(num_envs, dtype=torch.bool, device=self.torch_device)
         self._graphs: dict[int, wp.Graph] = {}
         self._generator = torch.Generator(self.torch_device)
 
@@ -77,29 +75,19 @@ class WarpPhysics:
                 graph = self._graphs[nstep] = capture.graph
             wp.capture_launch(graph)
 
-    def _select(self, envs: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """The worlds ``envs`` (host indices, or a mask on the device) as a mask on the device."""
-        if isinstance(envs, torch.Tensor) and envs.dtype == torch.bool:
-            return envs
-        self._mask.zero_()
-        self._mask[torch.as_tensor(envs, device=self.torch_device)] = True
-        return self._mask
-
-    def reset(self, envs: np.ndarray) -> None:
-        mask = self._select(envs)
+    def reset(self, envs: torch.Tensor) -> None:
         with self._stream():
-            mjw.reset_data(self.model, self.data, reset=wp.from_torch(mask))
-        self._overflow.masked_fill_(mask, 0)
+            mjw.reset_data(self.model, self.data, reset=wp.from_torch(envs))
+        self._overflow.masked_fill_(envs, 0)
 
-    def forward(self, envs: np.ndarray) -> None:
+    def forward(self, envs: torch.Tensor) -> None:
         """MuJoCo Warp forwards every world: the other worlds' derived fields are put back after it."""
-        mask = self._select(envs)
         saved = [self.arrays[name].clone() for name in DERIVED]
         with self._stream():
             mjw.forward(self.model, self.data)
         for name, before in zip(DERIVED, saved, strict=True):
             now = self.arrays[name]
-            now.copy_(torch.where(mask.view(-1, *[1] * (now.dim() - 1)), now, before))
+            now.copy_(torch.where(envs.view(-1, *[1] * (now.dim() - 1)), now, before))
 
     def set_models(self, models: list[mujoco.MjModel]) -> None:
         raise ValueError("SIM.BACKEND warp steps one model for every world: tasks that edit their model per "

@@ -1,6 +1,5 @@
 """PPO for one morphology per process: DERL's actor-critic, losses and schedule, and a collector
-that steps any Gymnasium vector env (``derl.ppo.rollout``), or a device env's tensors where they lie
-(``derl.ppo.device_rollout``)."""
+that steps any Gymnasium vector env, or a device env's tensors where they lie (``derl.ppo.rollout``)."""
 
 from derl.ppo.callbacks import Callback, OnIteration, SaveWhile, StopWhen
 from derl.ppo.policy import Policy, load_policy

@@ -1,9 +1,12 @@
-"""The collector's policy: the torch model itself (any network), or its forward pass in NumPy.
+"""What the collector injects to act: a policy (the torch model itself, any network, or its forward
+pass in NumPy) and the source of its action noise (a NumPy generator, or a torch one on a device).
 
 ``TorchActor`` runs the model (``forward(obs) -> (mean, value)``, ``log_std``): the reference,
-whatever the network. ``NumpyActorCritic`` is the fast path for exactly ``networks.ActorCritic``;
-``derl.ppo.fastpath`` chooses it. Both draw the same standard-normal noise from the collector's
-generator, so a rollout does not depend on which one acted (to float rounding).
+whatever the network, on NumPy observations (moved to the model's device and back) or on tensors
+where the model lies (a device env's; nothing moves). ``NumpyActorCritic`` is the host's fast path
+for exactly ``networks.ActorCritic``; ``derl.ppo.fastpath`` chooses. Both take their
+standard-normal noise from the injected source (``NumpyNoise``, ``TorchNoise``), so a rollout does
+not depend on which one acted (to float rounding).
 
 Why NumPy: at a batch of 32 observations a torch op costs several microseconds of dispatch, more than its
 arithmetic; NumPy's small matrix products and ``tanh`` cost a fraction of that. The learner keeps
@@ -23,6 +26,10 @@ rounding.
 
 from __future__ import annotations
 
+import json
+import logging
+from typing import Any, Protocol
+
 import numpy as np
 import torch
 from torch import nn
@@ -31,6 +38,76 @@ from derl.ppo.losses import LOG_SQRT_2PI, gaussian_log_prob
 from derl.ppo.networks import ActorCritic
 
 Layer = tuple[np.ndarray, np.ndarray]  # (weight transposed [in, out], C-contiguous; bias [out])
+Array = np.ndarray | torch.Tensor
+log = logging.getLogger(__name__)
+
+
+class Noise(Protocol):
+    """The action noise's source: standard-normal float32 draws where the observations lie."""
+
+    def standard_normal(self, shape: tuple[int, ...]) -> Array: ...
+
+    def state(self) -> str:
+        """The generator's state as JSON (what a checkpoint keeps per rank)."""
+
+    def load_state(self, text: str) -> None:
+        """Restores ``state``'s JSON; another source's state is logged and left: the noise stays fresh."""
+
+
+class NumpyNoise:
+    """Action noise from a NumPy generator (the host's)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self.rng.standard_normal(shape, dtype=np.float32)
+
+    def state(self) -> str:
+        return json.dumps(self.rng.bit_generator.state)
+
+    def load_state(self, text: str) -> None:
+        state = json.loads(text)
+        if "bit_generator" not in state:
+            log.info("the checkpoint's action noise came from a device env's generator; drawing fresh noise")
+            return
+        self.rng.bit_generator.state = state
+
+
+class TorchNoise:
+    """Action noise from a ``torch.Generator``, drawn on ``device`` (so that drawing never leaves it).
+
+    ``generator`` defaults to one on ``device``; a CPU generator draws for a device without one (``meta``).
+    """
+
+    def __init__(self, seed: int, device: torch.device, generator: torch.Generator | None = None):
+        self.device = device
+        self.generator = (torch.Generator(device=device) if generator is None else generator).manual_seed(seed)
+
+    def standard_normal(self, shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.randn(shape, generator=self.generator, device=self.device)
+
+    def state(self) -> str:
+        return json.dumps({"torch_generator": self.generator.get_state().tolist()})
+
+    def load_state(self, text: str) -> None:
+        state = json.loads(text)
+        if "torch_generator" not in state:
+            log.info("the checkpoint's action noise came from a NumPy generator; drawing fresh noise")
+            return
+        self.generator.set_state(torch.tensor(state["torch_generator"], dtype=torch.uint8))
+
+
+class Actor(Protocol):
+    """The collector's policy: Gaussian actions, their log-probabilities and values, in the
+    observations' namespace."""
+
+    def sync(self) -> None:
+        """Reads the model's weights again (before each rollout)."""
+
+    def sample(self, obs: Any, noise: Noise) -> tuple[Any, Any, Any]: ...
+
+    def value(self, obs: Any) -> Any: ...
 
 
 @torch.no_grad()
@@ -39,6 +116,11 @@ def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor,
     """Actions ``mean + std * noise`` (standard-normal ``noise``) and their log-probabilities."""
     actions = mean + log_std.exp() * noise
     return actions, gaussian_log_prob(actions, mean, log_std)
+
+
+def _like(values: torch.Tensor, obs: Array) -> Array:
+    """``values`` in the namespace of ``obs``: NumPy for NumPy observations, else the tensor as it is."""
+    return values.cpu().numpy() if isinstance(obs, np.ndarray) else values
 
 
 class TorchActor:
@@ -52,18 +134,18 @@ class TorchActor:
         """Nothing to copy: the model is read as it is."""
 
     @torch.no_grad()
-    def _forward(self, obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.model(torch.from_numpy(obs).to(self.device))
+    def _forward(self, obs: Array) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model(torch.as_tensor(obs, device=self.device))
 
-    def value(self, obs: np.ndarray) -> np.ndarray:
-        return self._forward(obs)[1].cpu().numpy()
+    def value(self, obs: Array) -> Array:
+        return _like(self._forward(obs)[1], obs)
 
-    def sample(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sample(self, obs: Array, noise: Noise) -> tuple[Array, Array, Array]:
         """Gaussian actions, their log-probabilities and the values: ``[n, A]``, ``[n]``, ``[n]``."""
         mean, value = self._forward(obs)
-        noise = rng.standard_normal(tuple(mean.shape), dtype=np.float32)
-        actions, log_probs = gaussian_sample(mean, self.model.log_std, torch.from_numpy(noise).to(self.device))
-        return actions.cpu().numpy(), log_probs.cpu().numpy(), value.cpu().numpy()
+        z = torch.as_tensor(noise.standard_normal(tuple(mean.shape)), device=self.device)
+        actions, log_probs = gaussian_sample(mean, self.model.log_std, z)
+        return _like(actions, obs), _like(log_probs, obs), _like(value, obs)
 
 
 def _array(param: torch.Tensor) -> np.ndarray:
@@ -156,17 +238,17 @@ class NumpyActorCritic:
     def value(self, obs: np.ndarray) -> np.ndarray:
         return self._heads(obs)[:, -1]
 
-    def sample(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sample(self, obs: np.ndarray, noise: Noise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Gaussian actions, their log-probabilities and the values: ``[n, A]``, ``[n]``, ``[n]``.
 
         The log-probability is computed from the standard-normal noise ``z``:
         ``log N(mean + std z; mean, std) = -z²/2 - log std - log sqrt(2 pi)``, summed over actions.
         """
         out = self._heads(obs)
-        noise = rng.standard_normal((obs.shape[0], self.std.shape[0]), dtype=np.float32)
+        z = noise.standard_normal((obs.shape[0], self.std.shape[0]))
         actions = out[:, :-1]
-        actions += self.std * noise
-        log_probs = np.einsum("ij,ij->i", noise, noise)
+        actions += self.std * z
+        log_probs = np.einsum("ij,ij->i", z, z)
         log_probs *= -0.5
         log_probs -= self.log_prob_offset
         return actions, log_probs, out[:, -1]

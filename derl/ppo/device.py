@@ -1,4 +1,5 @@
-"""``DEVICE`` key → ``torch.device``: the learner runs there; envs stay on the CPU."""
+"""``DEVICE`` key → ``torch.device``: the learner runs there, and so do envs that simulate on a device
+(the trainer decides it once and hands it to the env factory, ``derl.ppo.trainer.PPO``)."""
 
 from __future__ import annotations
 

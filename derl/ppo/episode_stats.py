@@ -9,22 +9,22 @@ When an episode ends (terminated or truncated), its statistics are a dict:
   value at that step.
 
 ``EpisodeStatistics`` keeps them for the ``N`` envs of a Gymnasium vector env in autoreset mode
-*same step* (the collector, ``derl.ppo.rollout``); ``EpisodeStats`` is the same bookkeeping on
-one env (``info["episode"]``), for replays and evaluations that step a single env.
+*same step* (the collector, ``derl.ppo.rollout``), over NumPy arrays or a device's tensors, one code;
+``EpisodeStats`` is the same bookkeeping on one env (``info["episode"]``), for replays and
+evaluations that step a single env.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-import array_api_compat
 import gymnasium as gym
 import numpy as np
-import torch
 
+from derl.arrays import Array, all_set, any_set, namespace, namespace_of, to_host
 from derl.metrics import FINAL_KEYS, SUM_KEYS, is_reward_term
 
-Array = np.ndarray | torch.Tensor
 # One step's tracked info values: key -> (value [N] float64, reported [N] bool).
 StepValues = dict[str, tuple[Array, Array]]
 
@@ -45,14 +45,12 @@ def vector_step_values(infos: dict[str, Any], ended: Array) -> StepValues:
     in ``infos["final_info"]`` (same form) and the top-level keys hold its reset's info, which is
     not a step's and is ignored.
 
-    NumPy arrays, or the tensors of a device env (``derl.ppo.device_rollout``), one code: for
-    tensors every mask is applied, without the NumPy shortcuts for a step where no env ended or
-    every env reported (testing that would wait for the device).
+    NumPy arrays or tensors, one code; on the host a step where no env ended, or a key every env
+    reported, skips its masking (``derl.arrays.any_set``: a tensor is never asked).
     """
-    on_host = isinstance(ended, np.ndarray)
-    xp = np if on_host else array_api_compat.array_namespace(ended)  # NumPy's own: called every step
-    device = array_api_compat.device(ended)
-    any_ended = bool(ended.any()) if on_host else True
+    xp = namespace(ended)
+    device = None if xp is np else ended.device
+    any_ended = any_set(ended)
     final = infos.get("final_info", {}) if any_ended else {}
     values: StepValues = {}
     for key in (*infos, *final):
@@ -62,7 +60,7 @@ def vector_step_values(infos: dict[str, Any], ended: Array) -> StepValues:
         reported = xp.zeros(ended.shape, dtype=xp.bool, device=device)
         if key in infos:
             reported = infos[f"_{key}"] & ~ended if any_ended else infos[f"_{key}"]
-            value = infos[key] if on_host and reported.all() else xp.where(reported, infos[key], 0.0)
+            value = infos[key] if all_set(reported) else xp.where(reported, infos[key], 0.0)
         if key in final:
             from_final = final[f"_{key}"] & ended
             value = xp.where(from_final, final[key], value)
@@ -71,176 +69,114 @@ def vector_step_values(infos: dict[str, Any], ended: Array) -> StepValues:
     return values
 
 
+@dataclass
+class _Ends:
+    """The running statistics at a step where episodes may have ended, and where (``ended``)."""
+
+    ended: Array  # [N] bool
+    returns: Array
+    lengths: Array
+    keys: dict[str, tuple[Array, Array]]
+
+
 class EpisodeStatistics:
     """The statistics (module docstring) of the current episode of each of ``num_envs`` envs.
 
-    Arrays ``[N]`` per key, updated once per step without a loop over the envs; a dict per
-    episode is built only for the episodes that end.
+    Arrays ``[N]`` per key, NumPy (``device`` None) or tensors on ``device``, updated once per step
+    without a loop over the envs and without reading a value back: at a step where episodes may
+    have ended (every step, for tensors; ``derl.arrays.any_set``) the running values are kept as
+    they stand and the ended envs' are cleared. ``finished`` reads the episodes that ended out of
+    those in one copy to the host, by step then env.
     """
 
-    def __init__(self, num_envs: int):
-        self.returns = np.zeros(num_envs)
-        self.lengths = np.zeros(num_envs, np.int64)
-        self._sums: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # key -> (sum, reported in this episode)
-        self._finals: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # key -> (value, reported at the last step)
+    def __init__(self, num_envs: int, device: Any = None):
+        self.xp = xp = namespace_of(device)
+        self.device = device
+        self.returns = xp.zeros(num_envs, dtype=xp.float64, device=device)
+        self.lengths = xp.zeros(num_envs, dtype=xp.int64, device=device)
+        self._keys: dict[str, tuple[Array, Array]] = {}  # key -> (sum or last value, reported)
+        self._ends: list[_Ends] = []
 
     def restart(self) -> None:
         """Every env starts a new episode (after the vector env's ``reset``)."""
-        self._clear(np.ones(self.returns.shape, bool))
+        self._clear(self.xp.ones(self.returns.shape, dtype=self.xp.bool, device=self.device))
 
-    def _clear(self, rows: np.ndarray) -> None:
-        self.returns[rows] = 0.0
-        self.lengths[rows] = 0
-        for _, reported in (*self._sums.values(), *self._finals.values()):
-            reported[rows] = False
-        for total, _ in self._sums.values():
-            total[rows] = 0.0
+    def _clear(self, rows: Array) -> None:
+        xp = self.xp
+        self.returns = xp.where(rows, 0.0, self.returns)
+        self.lengths = xp.where(rows, 0, self.lengths)
+        for key, (value, reported) in self._keys.items():
+            self._keys[key] = (xp.where(rows, 0.0, value) if _is_summed(key) else value,
+                               reported & ~rows)
 
-    def add(self, rewards: np.ndarray, ended: np.ndarray, values: StepValues) -> list[dict[str, float]]:
-        """Adds one step of every env; returns the statistics of the episodes that ended at it.
+    def add(self, rewards: Array, ended: Array, values: StepValues) -> None:
+        """Adds one step of every env; ``finished`` then returns the episodes that ended at it.
 
         Args:
             rewards: ``[N]``; ended: ``[N]`` bool, terminated or truncated;
             values: the step's tracked info values (``vector_step_values``).
         """
-        self.returns += rewards
-        self.lengths += 1
-        for key, (value, reported) in values.items():
-            if _is_summed(key):
-                if key not in self._sums:
-                    self._sums[key] = (np.zeros(self.returns.shape), np.zeros(self.returns.shape, bool))
-                total, seen = self._sums[key]
-                total += value  # zero where not reported
-                seen |= reported
-            elif key in self._finals:
-                last_value, last = self._finals[key]
-                last_value[:] = value
-                last[:] = reported
-            else:
-                self._finals[key] = (value.copy(), reported.copy())
-        for key, (_, last) in self._finals.items():
-            if key not in values:
-                last[:] = False
-        if not ended.any():
-            return []
-        rows = np.flatnonzero(ended)
-        episodes = [self._episode(row) for row in rows]
-        self._clear(rows)
-        return episodes
-
-    def _episode(self, row: int) -> dict[str, float]:
-        sums = {key: float(total[row]) for key, (total, seen) in self._sums.items() if seen[row]}
-        finals = {key: float(value[row]) for key, (value, last) in self._finals.items() if last[row]}
-        return {"return": float(self.returns[row]), **sums, "length": int(self.lengths[row]), **finals}
-
-    def so_far(self) -> list[dict[str, float]]:
-        """Every env's current episode up to its last step (an episode's dict, as if it ended)."""
-        return [self._episode(row) for row in range(len(self.returns))]
-
-
-def _records(returns: np.ndarray, lengths: np.ndarray, keys: dict[str, tuple[np.ndarray, np.ndarray]]
-             ) -> list[dict[str, float]]:
-    """Episode dicts (the order of ``EpisodeStatistics._episode``) from host columns ``[M]``."""
-    sums = [(key, value, seen) for key, (value, seen) in keys.items() if _is_summed(key)]
-    finals = [(key, value, seen) for key, (value, seen) in keys.items() if not _is_summed(key)]
-    return [{"return": float(returns[m]), **{key: float(value[m]) for key, value, seen in sums if seen[m]},
-             "length": int(lengths[m]), **{key: float(value[m]) for key, value, seen in finals if seen[m]}}
-            for m in range(len(returns))]
-
-
-class DeviceEpisodeStatistics:
-    """``EpisodeStatistics`` for a device env's tensors, kept where they lie (``derl.ppo.device_rollout``).
-
-    Each step updates every env's running sums in place and writes them, as they stand after the
-    step, into one row of ``[steps, N]`` logs; ``finished`` reads the rows of the episodes that
-    ended out of those logs in one copy to the host, once per rollout. So no step waits for the
-    device; the episode dicts are ``EpisodeStatistics``'s, in its order (by step, then env).
-    """
-
-    def __init__(self, num_envs: int, device: torch.device):
-        self.device = device
-        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
-        self.lengths = torch.zeros(num_envs, dtype=torch.int64, device=device)
-        self._keys: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # key -> (sum or last value, reported)
-        self._allocate_log(0)
-
-    def _zeros(self, like: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        return torch.zeros(like.shape, dtype=dtype, device=self.device)
-
-    def _allocate_log(self, steps: int) -> None:
-        self._ended = torch.zeros((steps, len(self.returns)), dtype=torch.bool, device=self.device)
-        self._log_returns = self._zeros(self._ended)
-        self._log_lengths = self._zeros(self._ended, torch.int64)
-        self._log_keys: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # key -> [steps, N] logs of _keys
-        self._step = 0
-
-    def begin(self, steps: int) -> None:
-        """Starts the log of a rollout of ``steps`` steps (``finished`` then reads it)."""
-        if self._ended.shape[0] != steps:
-            self._allocate_log(steps)
-        self._step = 0
-
-    def restart(self) -> None:
-        """Every env starts a new episode (after the vector env's ``reset``)."""
-        self._clear(torch.ones_like(self.returns, dtype=torch.bool))
-
-    def _clear(self, rows: torch.Tensor) -> None:
-        self.returns.masked_fill_(rows, 0.0)
-        self.lengths.masked_fill_(rows, 0)
-        for key, (value, reported) in self._keys.items():
-            reported.masked_fill_(rows, False)
-            if _is_summed(key):
-                value.masked_fill_(rows, 0.0)
-
-    def add(self, rewards: torch.Tensor, ended: torch.Tensor, values: StepValues) -> None:
-        """Adds one step of every env (as ``EpisodeStatistics.add``); ``finished`` returns the episodes."""
+        xp = self.xp
         self.returns += rewards
         self.lengths += 1
         for key, (value, reported) in values.items():
             if key not in self._keys:
-                self._keys[key] = (self._zeros(self.returns), self._zeros(self.returns, torch.bool))
+                self._keys[key] = (xp.zeros(self.returns.shape, dtype=xp.float64, device=self.device),
+                                   xp.zeros(self.returns.shape, dtype=xp.bool, device=self.device))
             current, seen = self._keys[key]
             if _is_summed(key):
                 current += value  # zero where not reported
                 seen |= reported
             else:
-                current.copy_(value)
-                seen.copy_(reported)
+                current[...] = value
+                seen[...] = reported
         for key, (_, seen) in self._keys.items():
             if key not in values and not _is_summed(key):
-                seen.fill_(False)
-        step = self._step
-        self._ended[step] = ended
-        self._log_returns[step] = self.returns
-        self._log_lengths[step] = self.lengths
-        for key, (current, seen) in self._keys.items():
-            if key not in self._log_keys:
-                self._log_keys[key] = (self._zeros(self._ended), self._zeros(self._ended, torch.bool))
-            log_value, log_seen = self._log_keys[key]
-            log_value[step] = current
-            log_seen[step] = seen
-        self._step += 1
-        self._clear(ended)
+                seen[...] = False
+        if any_set(ended):
+            copy = self._copy
+            self._ends.append(_Ends(copy(ended), copy(self.returns), copy(self.lengths),
+                                    {key: (copy(value), copy(seen)) for key, (value, seen) in self._keys.items()}))
+            self._clear(ended)
+
+    def _copy(self, values: Array) -> Array:
+        return self.xp.asarray(values, copy=True)
 
     def finished(self) -> list[dict[str, float]]:
-        """The episodes that ended in the rollout ``begin`` started, by step then env."""
-        steps = self._step
-        where = self._ended[:steps].nonzero(as_tuple=True)  # waits for the device: once per rollout
-        if where[0].numel() == 0:
+        """The episodes that ended since the last call, by step then env (one copy to the host)."""
+        ends, self._ends = self._ends, []
+        if not ends:
             return []
-        keys = list(self._log_keys)
-        columns = [self._log_returns[where], self._log_lengths[where].double()]
+        xp = self.xp
+        ended = xp.stack([end.ended for end in ends])  # [S, N]
+        keys = list(self._keys)
+        zeros = xp.zeros(self.returns.shape, dtype=xp.float64, device=self.device)
+        columns = [xp.stack([end.returns for end in ends]),
+                   xp.astype(xp.stack([end.lengths for end in ends]), xp.float64)]
         for key in keys:
-            log_value, log_seen = self._log_keys[key]
-            columns += [log_value[where], log_seen[where].double()]
-        host = torch.stack(columns).cpu().numpy()
+            pairs = [end.keys.get(key, (zeros, zeros)) for end in ends]
+            columns += [xp.stack([value for value, _ in pairs]),
+                        xp.stack([xp.astype(seen, xp.float64) for _, seen in pairs])]
+        steps, envs = xp.nonzero(ended)  # waits for a device: once per call
+        host = to_host(xp.stack(columns)[:, steps, envs])  # [columns, episodes]
         parts = {key: (host[2 + 2 * i], host[3 + 2 * i] > 0) for i, key in enumerate(keys)}
         return _records(host[0], host[1].astype(np.int64), parts)
 
     def so_far(self) -> list[dict[str, float]]:
-        """Every env's current episode up to its last step (``EpisodeStatistics.so_far``)."""
-        keys = {key: (value.cpu().numpy(), seen.cpu().numpy()) for key, (value, seen) in self._keys.items()}
-        return _records(self.returns.cpu().numpy(), self.lengths.cpu().numpy(), keys)
+        """Every env's current episode up to its last step (an episode's dict, as if it ended)."""
+        keys = {key: (to_host(value), to_host(seen)) for key, (value, seen) in self._keys.items()}
+        return _records(to_host(self.returns), to_host(self.lengths), keys)
+
+
+def _records(returns: np.ndarray, lengths: np.ndarray, keys: dict[str, tuple[np.ndarray, np.ndarray]]
+             ) -> list[dict[str, float]]:
+    """Episode dicts from host columns ``[M]``: the return, the sums (in the order the keys came), the
+    length, the final values."""
+    sums = [(key, value, seen) for key, (value, seen) in keys.items() if _is_summed(key)]
+    finals = [(key, value, seen) for key, (value, seen) in keys.items() if not _is_summed(key)]
+    return [{"return": float(returns[m]), **{key: float(value[m]) for key, value, seen in sums if seen[m]},
+             "length": int(lengths[m]), **{key: float(value[m]) for key, value, seen in finals if seen[m]}}
+            for m in range(len(returns))]
 
 
 class EpisodeStats(gym.Wrapper):
@@ -263,7 +199,8 @@ class EpisodeStats(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         values = {key: (np.array([float(value)]), self._reported) for key, value in info.items() if _is_tracked(key)}
         ended = np.array([terminated or truncated])
-        episodes = self._stats.add(np.array([float(reward)]), ended, values)
+        self._stats.add(np.array([float(reward)]), ended, values)
+        episodes = self._stats.finished()
         if episodes:
             info["episode"] = episodes[0]
         return obs, reward, terminated, truncated, info

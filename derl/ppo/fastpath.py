@@ -1,7 +1,8 @@
 """The learner's fast paths, chosen here and nowhere else (README "Training one morphology").
 
 The torch model is the reference: autograd differentiates it (``losses.minibatch_loss``) and the
-collector can act with it (``acting.TorchActor``), whatever the network. Two faster versions are
+collector can act with it (``acting.TorchActor``), whatever the network; on a device env's tensors
+it always does (``acting``). Two faster versions are
 written for DERL's network exactly as ``networks.ActorCritic`` builds it: the NumPy forward pass
 the collector acts with (``acting.NumpyActorCritic``) and the hand-written backward pass of the
 float32 update (``gradients.loss_and_gradient``). ``actor`` and ``loss_and_gradient`` hand one
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from derl.ppo.acting import NumpyActorCritic, TorchActor
+from derl.ppo.acting import Actor, Noise, NumpyActorCritic, NumpyNoise, TorchActor, TorchNoise
 from derl.ppo.gradients import loss_and_gradient as hand_written
 from derl.ppo.losses import LossCoefs, LossTerms, Minibatch, gaussian_log_prob, minibatch_loss
 from derl.ppo.networks import ActorCritic
@@ -84,12 +85,20 @@ def actor(model: nn.Module) -> NumpyActorCritic | TorchActor:
     def agrees() -> bool:
         obs = np.random.default_rng(0).standard_normal((PROBE_ROWS, model.layout.size), dtype=np.float32)
         fast, reference = NumpyActorCritic(model), TorchActor(model)
-        return _same(list(fast.sample(obs, np.random.default_rng(1))),
-                     list(reference.sample(obs, np.random.default_rng(1))))
+        return _same(list(fast.sample(obs, NumpyNoise(1))), list(reference.sample(obs, NumpyNoise(1))))
 
     if _probe(model, agrees, "the NumPy forward pass (derl.ppo.acting)") is None:
         return NumpyActorCritic(model)
     return TorchActor(model)
+
+
+def acting(model: nn.Module, device: torch.device | None, seed: int) -> tuple[Actor, Noise]:
+    """What the collector injects for envs on ``device`` (None: NumPy arrays on the host): the policy
+    and the action noise seeded with ``seed``. On the host ``actor(model)`` and a NumPy generator; on a
+    device the model itself and a generator there, so that acting never leaves it."""
+    if device is None:
+        return actor(model), NumpyNoise(seed)
+    return TorchActor(model), TorchNoise(seed, device)
 
 
 def _probe_batch(model: nn.Module) -> Minibatch:

@@ -72,7 +72,7 @@ class Learner:
         """GAE over this rank's rollout, advantages normalised over all ranks, rows on the device.
 
         A rollout of NumPy arrays (``rollout.Rollout``) is copied to the device here; one of
-        tensors already there (``device_rollout``) is read in place.
+        tensors already there (``derl.ppo.rollout``) is read in place.
         """
         cfg = self.cfg
         advantages, returns = compute_gae(

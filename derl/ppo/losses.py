@@ -31,7 +31,7 @@ def compute_gae(
     """Generalised advantage estimation over a rollout, of NumPy arrays or of torch tensors.
 
     One code for both (``array_api_compat``'s namespace of the arrays): a device rollout
-    (``derl.ppo.device_rollout``) is computed where it lies, without a copy to the host.
+    (``derl.ppo.rollout``) is computed where it lies, without a copy to the host.
 
     Args:
         rewards, values: ``[T, B]``; ``values[t]`` is V of the observation acted on at step t.

@@ -5,7 +5,7 @@ batch of observations the envs return. Rewards: divided by the standard deviatio
 discounted return (not centred), clipped to ``±clip``; the running return restarts at episode ends.
 
 Each normaliser keeps its statistics in NumPy (``device=None``: the collector of CPU envs) or as
-float64 torch tensors on ``device`` (the collector of a device env, ``derl.ppo.device_rollout``);
+float64 torch tensors on ``device`` (the collector of a device env, ``derl.ppo.rollout``);
 the algorithm is the same code either way (``combine``), and so is the state dict (NumPy arrays
 and a float), so a checkpoint loads into either.
 """

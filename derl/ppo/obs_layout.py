@@ -1,7 +1,8 @@
 """Flat layout of (Dict or Box) observations: each key is a column range of one float32 vector.
 
-The collector flattens a vector env's observations into a preallocated ``[num_envs, size]`` array
-(``ObsLayout.flatten``); the networks slice the keys back out. A Box observation is one key, ``proprioceptive``.
+The collector flattens a vector env's observations (NumPy arrays or tensors) into a preallocated
+``[num_envs, size]`` array (``ObsLayout.flatten``); the networks slice the keys back out. A Box
+observation is one key, ``proprioceptive``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from derl.arrays import Array, namespace
 
 NORMALIZED_KEY = "proprioceptive"
 
@@ -50,21 +53,29 @@ class ObsLayout:
         part = self.slices[self.keys.index(NORMALIZED_KEY)]
         return part.start, part.stop
 
-    def flatten(self, obs: Any, out: np.ndarray | None = None) -> np.ndarray:
+    def flatten(self, obs: Any, out: Array | None = None) -> Array:
         """A batch of observations as ``[n, size]`` float32 rows, in ``out`` if given.
 
         ``obs`` is what a vector env returns, a ``[n, ...]`` array (Box) or a dict of them (Dict),
-        or one env's observation (a single row).
+        NumPy arrays or tensors (rows of the same namespace and device), or one env's observation
+        (a single row). Gymnasium's own vector envs give ``final_obs`` as an object array of single
+        observations, None where an env did not end: those rows are zeros.
         """
-        if not self.is_dict:
-            flat = np.reshape(obs, (-1, self.size))
+        if isinstance(obs, np.ndarray) and obs.dtype == object:
+            flat = np.concatenate([np.zeros((1, self.size), np.float32) if one is None else self.flatten(one)
+                                   for one in obs])
             if out is None:
-                return flat.astype(np.float32)
+                return flat
             out[:] = flat
             return out
-        parts = [np.reshape(obs[key], (-1, dim)) for key, dim in zip(self.keys, self.dims, strict=True)]
+        parts = [obs[key] for key in self.keys] if self.is_dict else [obs]
+        xp = namespace(parts[0])
+        parts = [xp.reshape(xp.asarray(part), (-1, dim)) for part, dim in zip(parts, self.dims, strict=True)]
         if out is None:
-            out = np.empty((parts[0].shape[0], self.size), np.float32)
+            if not self.is_dict:
+                return xp.astype(parts[0], xp.float32)
+            out = xp.empty((parts[0].shape[0], self.size), dtype=xp.float32,
+                           device=None if xp is np else parts[0].device)
         for part, columns in zip(parts, self.slices, strict=True):
             out[:, columns] = part
         return out

@@ -1,7 +1,7 @@
 """DERL's PPO trainer (README: "Training one morphology"): one morphology, ``PPO.NUM_ENVS`` envs per rank.
 
-The pieces: ``Collector`` (``derl.ppo.rollout``; ``DeviceCollector``, ``derl.ppo.device_rollout``, for
-a device env, whose tensors then stay on the learner's device) steps the envs and fills a rollout, ``Learner``
+The pieces: ``Collector`` (``derl.ppo.rollout``; on a device env, whose tensors then stay on the
+learner's device, too) steps the envs and fills a rollout, ``Learner``
 (``derl.ppo.learner``) turns it into PPO epochs, ``PPO`` holds the state of a run and ``train``
 is the loop, with ``derl.ppo.callbacks`` for progress, checkpoints and stop requests.
 
@@ -38,14 +38,14 @@ from derl.fileio import JsonFileError, NotRegularFile, atomic_write_text, read_b
 from derl.ppo.callbacks import Callback
 from derl.ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from derl.ppo.device import learner_device
-from derl.ppo.device_rollout import DeviceCollector, env_device
 from derl.ppo.distributed import Comm, merge_statistics
 from derl.ppo.episodes import EpisodeLog
+from derl.ppo.fastpath import acting
 from derl.ppo.learner import Learner
 from derl.ppo.networks import ActorCritic
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
 from derl.ppo.obs_layout import ObsLayout
-from derl.ppo.rollout import Collector, MakeVecEnv, Rollout
+from derl.ppo.rollout import Collector, MakeVecEnv, Rollout, env_device
 from derl.threads import limit_threads
 
 CHECKPOINT_VERSION = 2  # 2: one action-noise generator state per rank
@@ -87,8 +87,9 @@ def learning_rate(cfg: CfgNode, iteration: int, world_size: int = 1) -> float:
 class PPO:
     """Model, learner, collector, normalisers and counters of one training run (one rank of it).
 
-    ``pool`` is the rank's vector env (``make_vec_env(NUM_ENVS, rank * NUM_ENVS)``), ``layout`` the
-    flat layout of its observations.
+    ``device`` is this rank's learner device, decided here once and handed to the env factory;
+    ``pool`` is the rank's vector env (``make_vec_env(NUM_ENVS, rank * NUM_ENVS, device)``), ``layout``
+    the flat layout of its observations.
     """
 
     def __init__(self, cfg: CfgNode, make_vec_env: MakeVecEnv, seed: int, comm: Comm | None = None):
@@ -105,7 +106,7 @@ class PPO:
         limit_threads(cfg.TORCH_THREADS)
         torch.manual_seed(seed)  # the same weights on every rank
         num_envs = cfg.PPO.NUM_ENVS
-        self.pool = make_vec_env(num_envs, rank * num_envs)
+        self.pool = make_vec_env(num_envs, rank * num_envs, self.device)
         try:
             if self.pool.num_envs != num_envs:
                 raise ValueError(f"the env factory built {self.pool.num_envs} envs, PPO.NUM_ENVS is {num_envs}")
@@ -129,7 +130,7 @@ class PPO:
             layout, action_dim, cfg.MODEL.PRO_HIDDEN_DIMS, cfg.MODEL.OBS_FEAT_HIDDEN_DIMS
         ).to(self.device)
         self.learner = Learner(self.model, cfg.PPO, comm, amp)
-        # A device env's tensors stay on its device, which must be the learner's (derl.ppo.device_rollout).
+        # A device env's tensors stay on its device, which must be the learner's (derl.ppo.rollout).
         env_on = env_device(self.pool)
         if env_on is not None and env_on != self.device:
             raise ValueError(f"the vector env's tensors are on {env_on} but the learner is on {self.device} "
@@ -137,8 +138,8 @@ class PPO:
         self.obs_norm = ObsNormalizer(*layout.normalized_columns(), device=env_on)
         self.ret_norm = ReturnNormalizer(num_envs, cfg.PPO.GAMMA, device=env_on)
         self.episode_log = EpisodeLog()
-        collector = Collector if env_on is None else DeviceCollector
-        self.collector = collector(self.pool, rank * num_envs, self.model, self.obs_norm, self.ret_norm, seed + rank)
+        self.collector = Collector(self.pool, rank * num_envs, self.obs_norm, self.ret_norm,
+                                   *acting(self.model, env_on, seed + rank))
         self.rollout = Rollout.allocate(cfg.PPO.TIMESTEPS, num_envs, layout.size, action_dim, device=env_on)
         self.steps_per_iteration = cfg.PPO.TIMESTEPS * num_envs * world
         self.max_iters = max_iterations(cfg, world)
@@ -342,11 +343,11 @@ def train(
     Args:
         cfg: the config (``PPO.*``, ``MODEL.*``, ``DEVICE``, ``TORCH_THREADS``,
             ``CHECKPOINT_PERIOD``).
-        make_vec_env: ``make_vec_env(num_envs, first_index)`` builds a ``gymnasium.vector.VectorEnv``
-            of ``PPO.NUM_ENVS`` envs in autoreset mode *same step* (``derl.ppo.rollout``); rank r
-            gets ``first_index = r * NUM_ENVS``. Env ``i`` is seeded with ``seed + i`` at the first
-            reset (the vector env's ``reset(seed=seed + first_index)``). A device env (tensors on
-            ``metadata["torch_device"]``, ``derl.ppo.device_rollout``) must be on the learner's device.
+        make_vec_env: ``make_vec_env(num_envs, first_index, device)`` builds a vector env of
+            ``PPO.NUM_ENVS`` envs (``derl.ppo.rollout.ArrayVectorEnv``); rank r gets
+            ``first_index = r * NUM_ENVS`` and its learner's ``device``. Env ``i`` is seeded with
+            ``seed + i`` at the first reset (the vector env's ``reset(seed=seed + first_index)``). A
+            device env's ``device`` must be the learner's.
         seed: seeds torch (weights init, shuffling), the envs and (``seed + rank``) the action noise.
         checkpoint_path: written atomically (by rank 0) every ``CHECKPOINT_PERIOD`` iterations and
             at the end.

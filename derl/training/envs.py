@@ -1,23 +1,23 @@
 """Picklable vector-env factories: ``factory(num_envs, first_index)`` builds a rank's envs.
 
-The trainer (``derl.ppo.trainer.train``) takes such a factory and steps what it builds, a
-``gymnasium.vector.VectorEnv`` in autoreset mode *same step*. A factory is a small frozen dataclass,
-not a closure, so that it travels by pickle to the process that trains.
+The trainer (``derl.ppo.trainer.train``) takes such a factory, calls it with its learner's device
+and steps what it builds, a vector env of ``derl.ppo.rollout.ArrayVectorEnv``'s contract. A
+factory is a small frozen dataclass, not a closure, so that it travels by pickle to the process
+that trains.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 from gymnasium.vector import VectorEnv
 
 from derl.config import CfgNode
 from derl.envs import UnimalVectorEnv
-from derl.ppo.device import learner_device
 from derl.ppo.rollout import sync_vector_env
 
 
@@ -25,7 +25,7 @@ from derl.ppo.rollout import sync_vector_env
 class UnimalEnvFactory:
     """The Unimal envs of ``cfg`` for the MJCF at ``xml_path``: one ``UnimalVectorEnv`` (all of them
     in one ``mujoco.batch.Batch`` stepped on ``VECENV.THREADS`` threads, or, with ``SIM.BACKEND warp``,
-    in one MuJoCo Warp data on the learner's device).
+    in one MuJoCo Warp data on the ``device`` the trainer hands over, its learner's).
 
     Env ``i`` seeds its generator with ``seed + i`` when built (the trainer seeds it again at its
     first reset).
@@ -35,11 +35,7 @@ class UnimalEnvFactory:
     xml_path: str
     seed: int | None = None
 
-    def __call__(self, num_envs: int, first_index: int = 0) -> VectorEnv:
-        device = "cpu"
-        if self.cfg.SIM.BACKEND != "mujoco":  # the envs simulate where this rank's learner runs
-            device = str(learner_device(self.cfg.DEVICE, int(os.environ.get("LOCAL_RANK", 0)),
-                                        int(os.environ.get("WORLD_SIZE", 1))))
+    def __call__(self, num_envs: int, first_index: int = 0, device: Any = "cpu") -> VectorEnv:
         env = UnimalVectorEnv(self.xml_path, self.cfg, num_envs, device=device)
         if self.seed is not None:
             env.sim.seed(self.seed + first_index)
@@ -53,7 +49,8 @@ class GymEnvFactory:
 
     env_id: str
 
-    def __call__(self, num_envs: int, first_index: int = 0) -> VectorEnv:
+    def __call__(self, num_envs: int, first_index: int = 0, device: Any = None) -> VectorEnv:
+        """Envs on the host whatever the learner's ``device``."""
         return sync_vector_env(partial(_make_gym_env, self.env_id), num_envs, first_index)
 
 

@@ -35,6 +35,7 @@ from derl.ppo.distributed import ProcessGroup, RankInfo
 from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
 from derl.ppo.episodes import mean_fields
 from derl.ppo.policy import load_policy
+from derl.ppo.rollout import env_device
 from derl.ppo.trainer import TrainResult, max_iterations, train
 from derl.progress import progress_bar
 from derl.training.envs import env_factory
@@ -209,8 +210,10 @@ def evaluate(cfg: CfgNode, checkpoint: Path, source: dict[str, str] | None, epis
     if source is None:
         source = saved_source(checkpoint.parent)
     policy = load_policy(checkpoint)
-    envs = env_factory(cfg, source)(1, 0)  # one env, as the trainer builds them
-    stats, finished = EpisodeStatistics(1), []
+    # one env, as the trainer builds them: on the device this process would learn on, if it simulates on one
+    device = "cpu" if cfg.SIM.BACKEND == "mujoco" else learner_device(cfg.DEVICE, 0, 1)
+    envs = env_factory(cfg, source)(1, 0, device)
+    stats, finished = EpisodeStatistics(1, env_device(envs)), []
     try:
         for k in range(episodes):
             obs, _ = envs.reset(seed=seed + k)
@@ -220,7 +223,8 @@ def evaluate(cfg: CfgNode, checkpoint: Path, source: dict[str, str] | None, epis
                 action = policy.act(obs, deterministic=True, action_space=envs.single_action_space)
                 obs, reward, terminated, truncated, infos = envs.step(action)
                 done = terminated | truncated
-                ended = stats.add(reward, done, vector_step_values(infos, done))
+                stats.add(reward, done, vector_step_values(infos, done))
+                ended = stats.finished()
             finished += ended
     finally:
         envs.close()

@@ -1,0 +1,60 @@
+"""One code over NumPy arrays (the host) and torch tensors (a device): the array namespace, and the
+one question whose answer differs between the two (README "Simulating on a GPU").
+
+The env loop (``derl.envs``) and the collector (``derl.ppo.rollout``) are written once over an
+array API namespace. What they may not do on a device is read a value back to the host per step:
+on a GPU that waits for every kernel queued so far. ``any_set`` is where that is decided: on the
+host it reads the mask (free, and it lets a step skip work no env needs); for a tensor, on any
+device, CPU included, it answers True without reading, and the caller does the masked work for
+every row. So a test on CPU tensors runs exactly what a GPU runs.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+Array = Any  # a NumPy array or a torch tensor
+
+
+def namespace(x: Any) -> ModuleType:
+    """The array API namespace of ``x``: NumPy itself for NumPy arrays (and host data such as lists,
+    scalars: its own functions, without array_api_compat's wrappers, run every step), array_api_compat's
+    torch for a tensor."""
+    if array_api_compat.is_torch_array(x):
+        return array_api_compat.array_namespace(x)
+    return np
+
+
+def namespace_of(device: Any) -> ModuleType:
+    """The namespace of arrays on ``device``: NumPy for None (the host), else array_api_compat's torch."""
+    if device is None:
+        return np
+    import array_api_compat.torch as torch_namespace  # lazy: imports torch, which a host-only caller need not
+
+    return torch_namespace
+
+
+def any_set(mask: Array) -> bool:
+    """Whether any entry of the bool array ``mask`` may be set: read on the host; True for a tensor,
+    without reading it (module docstring)."""
+    if array_api_compat.is_numpy_array(mask):
+        return bool(mask.any())
+    return True
+
+
+def all_set(mask: Array) -> bool:
+    """Whether every entry of ``mask`` is certainly set: read on the host; False for a tensor."""
+    if array_api_compat.is_numpy_array(mask):
+        return bool(mask.all())
+    return False
+
+
+def to_host(x: Array) -> np.ndarray:
+    """``x`` as a NumPy array (a copy from a device; NumPy's own array as it is)."""
+    if array_api_compat.is_numpy_array(x):
+        return x
+    return x.detach().cpu().numpy()
