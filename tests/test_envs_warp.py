@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("mujoco_warp", reason="the warp backend is an optional install (requirements-gpu.txt)")
 torch = pytest.importorskip("torch")
 wp = pytest.importorskip("warp")
+mjw = pytest.importorskip("mujoco_warp")
 
 from derl.checked_config import load_config  # noqa: E402
 from derl.envs.batch import FRAME_SKIP, UnimalBatch  # noqa: E402
@@ -146,3 +147,34 @@ def test_bench_ppo_trains_ft_on_warp_next_to_mujoco_c():
                              "--num-envs", "4", "--iters", "1", "--repeats", "1"))["cases"]["ft"]
     assert report["warp"]["env_steps"] == 4 * 128 and report["warp"]["device"] == "cpu"
     assert report["mujoco"]["env_steps"] == 32 * 128 and report["wall_speedup_warp_over_mujoco"] > 0
+
+
+def test_overflow_bits_are_mujoco_warps():
+    from derl.envs.warp_overflow import BITS
+
+    assert BITS == {flag.name: int(flag) for flag in mjw.OverflowType if flag.name not in ("NONE", "ALL")}
+
+
+def test_a_captured_step_after_its_warm_up_is_one_step_and_forward_keeps_the_other_worlds():
+    """On warp's CPU device, which captures too: the first captured step (warm-up, restore, capture,
+    launch) leaves the state one step on, as an uncaptured step does; a masked forward leaves the other
+    worlds' derived fields as they were."""
+    cfg = load_config(ROOT / "configs" / "evo" / "ft.yml")
+    model = UnimalBatch(to_mjcf(random_genome(cfg, np.random.default_rng(0), "warp-0"), cfg), cfg, NUM_ENVS).models[0]
+    plain, captured = WarpPhysics(model, NUM_ENVS, "cpu"), WarpPhysics(model, NUM_ENVS, "cpu")
+    captured.graphs.capture = True
+    for physics in (plain, captured):
+        physics.arrays["ctrl"][:] = 0.7
+    for step in range(2):
+        plain.step(FRAME_SKIP)
+        captured.step(FRAME_SKIP)
+        for name in ("time", "qpos", "qvel", "xpos", "sensordata"):
+            torch.testing.assert_close(captured.arrays[name], plain.arrays[name], rtol=0, atol=0, msg=name)
+        assert captured.arrays["time"][0].item() == pytest.approx((step + 1) * FRAME_SKIP * model.opt.timestep)
+    before = {name: captured.arrays[name].clone() for name in ("xpos", "sensordata", "qpos")}
+    captured.arrays["qpos"][:, 2] += 0.1
+    mask = torch.tensor([True, False, True, False])
+    captured.forward(mask)
+    for name in ("xpos", "sensordata"):
+        torch.testing.assert_close(captured.arrays[name][~mask], before[name][~mask], rtol=0, atol=0, msg=name)
+    assert not torch.equal(captured.arrays["xpos"][mask], before["xpos"][mask])
