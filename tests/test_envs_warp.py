@@ -178,3 +178,30 @@ def test_a_captured_step_after_its_warm_up_is_one_step_and_forward_keeps_the_oth
     for name in ("xpos", "sensordata"):
         torch.testing.assert_close(captured.arrays[name][~mask], before[name][~mask], rtol=0, atol=0, msg=name)
     assert not torch.equal(captured.arrays["xpos"][mask], before["xpos"][mask])
+
+
+def test_planted_overflow_bits_end_no_episode_and_a_non_finite_world_ends_its_own(caplog, monkeypatch):
+    from derl.envs import UnimalVectorEnv, warp_physics
+    from derl.envs.warp_overflow import BITS, Buffers
+    from tests.test_envs_tasks import CONFIGS, FIXTURE
+
+    monkeypatch.setattr(warp_physics, "_grown", Buffers(0, 0))  # the buffers this test grows stay its own
+
+    env = UnimalVectorEnv(FIXTURE, load_config(CONFIGS["ft"], {"SIM.BACKEND": "warp"}), NUM_ENVS)
+    env.reset(seed=0)
+    actions = torch.zeros(NUM_ENVS, env.single_action_space.shape[0])
+    physics = env.sim.physics
+    overflow = wp.to_torch(physics.data.overflow)
+    for bits in (BITS["NARROWPHASE"] | BITS["BROADPHASE"], BITS["ITERATIONS"] | BITS["LS_ITERATIONS"]):
+        env.step(actions)
+        overflow[:] = bits  # as if the step had set them in every world
+        _, _, terminated, truncated, infos = env.step(actions)
+        assert not (terminated | truncated).any() and not infos["unstable"].any()
+    env.sim.scene.qvel[2, :] = float("nan")  # world 2 blows up in its next step
+    _, _, terminated, _, infos = env.step(actions)
+    assert infos["unstable"].tolist() == [False, False, True, False] and terminated[2]
+    with caplog.at_level("WARNING", logger="derl.envs.warp_physics"):
+        env.close()
+        env.sim.physics.close()  # once per morphology
+    [line] = [record.getMessage() for record in caplog.records]
+    assert "NARROWPHASE 4" in line and "ITERATIONS 4" in line and f"SIM.NCONMAX {2 * physics.buffers.nconmax}" in line
