@@ -161,8 +161,7 @@ def test_a_captured_step_after_its_warm_up_is_one_step_and_forward_keeps_the_oth
     worlds' derived fields as they were."""
     cfg = load_config(ROOT / "configs" / "evo" / "ft.yml")
     model = UnimalBatch(to_mjcf(random_genome(cfg, np.random.default_rng(0), "warp-0"), cfg), cfg, NUM_ENVS).models[0]
-    plain, captured = WarpPhysics(model, NUM_ENVS, "cpu"), WarpPhysics(model, NUM_ENVS, "cpu")
-    captured.graphs.capture = True
+    plain, captured = WarpPhysics(model, NUM_ENVS, "cpu"), WarpPhysics(model, NUM_ENVS, "cpu", capture=True)
     for physics in (plain, captured):
         physics.arrays["ctrl"][:] = 0.7
     for step in range(2):

@@ -56,10 +56,13 @@ def _keep_rows(envs: wp.array(dtype=wp.bool), saved: wp.array2d(dtype=wp.float32
 
 
 class WarpPhysics:
-    """``num_envs`` worlds of ``model`` on ``device`` (a torch device name: ``cpu``, ``cuda``, ``cuda:N``)."""
+    """``num_envs`` worlds of ``model`` on ``device`` (a torch device name: ``cpu``, ``cuda``, ``cuda:N``).
+
+    ``capture``: replay captured graphs (default: on CUDA; warp's CPU device captures too, for tests).
+    """
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, device: str = "cpu", *, nconmax: int = 64,
-                 njmax: int = 256):
+                 njmax: int = 256, capture: bool | None = None):
         self.torch_device = torch.device(device)
         if self.torch_device.type == "cuda" and self.torch_device.index is None:
             self.torch_device = torch.device("cuda", torch.cuda.current_device())
@@ -80,7 +83,8 @@ class WarpPhysics:
         rows = [arrays[name].reshape(num_envs, -1) for name in DERIVED]
         self._derived = [(wp.from_torch(row), wp.from_torch(torch.empty_like(row))) for row in rows]
         restored = [getattr(self.data, name) for name in RESTORED if getattr(self.data, name, None) is not None]
-        self.graphs = Graphs(wp, self.device, stream, restored, capture=self.device.is_cuda)
+        capture = self.device.is_cuda if capture is None else capture
+        self.graphs = Graphs(wp, self.device, stream, restored, capture=capture)
         self.overflows = OverflowTally(wp.to_torch(self.data.overflow))
         self._problems = torch.zeros(num_envs, dtype=torch.int32, device=self.torch_device)
         self._generator = torch.Generator(self.torch_device)
