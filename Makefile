@@ -13,8 +13,8 @@ setup: $(STAMP)
 # (-e: this checkout's code, no copy), without build isolation: setuptools comes from requirements.txt.
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet $(WHEELS) --upgrade pip
+	$(PY) -m pip install --quiet $(WHEELS) -r requirements.txt
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	touch $(STAMP)
 
@@ -23,7 +23,7 @@ $(STAMP): requirements.txt pyproject.toml
 setup-gpu: $(GPU_STAMP)
 
 $(GPU_STAMP): $(STAMP) requirements-gpu.txt
-	$(PY) -m pip install --quiet -r requirements-gpu.txt
+	$(PY) -m pip install --quiet $(WHEELS) -r requirements-gpu.txt
 	touch $(GPU_STAMP)
 
 # ruff, then the architecture check: the import floors in pyproject.toml [tool.importlinter] (README
@@ -44,3 +44,23 @@ evolve: setup
 	MUJOCO_GL=egl $(PY) evo_single_proc.py --cfg configs/evo/quick.yml
 	$(PY) tools/status.py output/quick
 	@echo "results: output/quick (summary.json, metadata/, models/); next: README 'Your first study'"
+
+# `make gpu-check`: does SIM.BACKEND warp work on this machine's GPU? A verdict table and
+# output/gpu_check.json (tools/gpu_check.py); without a GPU it says so in one line and fails.
+gpu-check: setup-gpu
+	MUJOCO_GL=egl $(PY) tools/gpu_check.py
+
+# Offline install for GPU nodes without internet: `make wheelhouse` (on a machine with internet)
+# downloads every wheel of requirements.txt and requirements-gpu.txt (warp-lang alone is ~149 MB, torch
+# with its CUDA libraries a few GB) for PYTHON_VERSION and PLATFORM into wheelhouse/; copy the checkout
+# with it to the node, where `make setup-gpu` (and `make setup`) install from it, never from the index.
+PYTHON_VERSION ?= 3.12
+PLATFORM ?= manylinux_2_28_x86_64
+WHEELHOUSE := wheelhouse
+WHEELS = $(if $(wildcard $(WHEELHOUSE)/*.whl),--no-index --find-links $(WHEELHOUSE))
+
+.PHONY: gpu-check wheelhouse
+wheelhouse:
+	$(PYTHON) -m pip download --quiet --dest $(WHEELHOUSE) --only-binary=:all: \
+		--python-version $(PYTHON_VERSION) --platform $(PLATFORM) \
+		pip -r requirements.txt -r requirements-gpu.txt

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("mujoco_warp", reason="the warp backend is an optional install (requirements-gpu.txt)")
 torch = pytest.importorskip("torch")
 wp = pytest.importorskip("warp")
+mjw = pytest.importorskip("mujoco_warp")
 
 from derl.checked_config import load_config  # noqa: E402
 from derl.envs.batch import FRAME_SKIP, UnimalBatch  # noqa: E402
@@ -146,3 +147,60 @@ def test_bench_ppo_trains_ft_on_warp_next_to_mujoco_c():
                              "--num-envs", "4", "--iters", "1", "--repeats", "1"))["cases"]["ft"]
     assert report["warp"]["env_steps"] == 4 * 128 and report["warp"]["device"] == "cpu"
     assert report["mujoco"]["env_steps"] == 32 * 128 and report["wall_speedup_warp_over_mujoco"] > 0
+
+
+def test_overflow_bits_are_mujoco_warps():
+    from derl.envs.warp_overflow import BITS
+
+    assert BITS == {flag.name: int(flag) for flag in mjw.OverflowType if flag.name not in ("NONE", "ALL")}
+
+
+def test_a_captured_step_after_its_warm_up_is_one_step_and_forward_keeps_the_other_worlds():
+    """On warp's CPU device, which captures too: the first captured step (warm-up, restore, capture,
+    launch) leaves the state one step on, as an uncaptured step does; a masked forward leaves the other
+    worlds' derived fields as they were."""
+    cfg = load_config(ROOT / "configs" / "evo" / "ft.yml")
+    model = UnimalBatch(to_mjcf(random_genome(cfg, np.random.default_rng(0), "warp-0"), cfg), cfg, NUM_ENVS).models[0]
+    plain, captured = WarpPhysics(model, NUM_ENVS, "cpu"), WarpPhysics(model, NUM_ENVS, "cpu", capture=True)
+    for physics in (plain, captured):
+        physics.arrays["ctrl"][:] = 0.7
+    for step in range(2):
+        plain.step(FRAME_SKIP)
+        captured.step(FRAME_SKIP)
+        for name in ("time", "qpos", "qvel", "xpos", "sensordata"):
+            torch.testing.assert_close(captured.arrays[name], plain.arrays[name], rtol=0, atol=0, msg=name)
+        assert captured.arrays["time"][0].item() == pytest.approx((step + 1) * FRAME_SKIP * model.opt.timestep)
+    before = {name: captured.arrays[name].clone() for name in ("xpos", "sensordata", "qpos")}
+    captured.arrays["qpos"][:, 2] += 0.1
+    mask = torch.tensor([True, False, True, False])
+    captured.forward(mask)
+    for name in ("xpos", "sensordata"):
+        torch.testing.assert_close(captured.arrays[name][~mask], before[name][~mask], rtol=0, atol=0, msg=name)
+    assert not torch.equal(captured.arrays["xpos"][mask], before["xpos"][mask])
+
+
+def test_planted_overflow_bits_end_no_episode_and_a_non_finite_world_ends_its_own(caplog, monkeypatch):
+    from derl.envs import UnimalVectorEnv, warp_physics
+    from derl.envs.warp_overflow import BITS, Buffers
+    from tests.test_envs_tasks import CONFIGS, FIXTURE
+
+    monkeypatch.setattr(warp_physics, "_grown", Buffers(0, 0))  # the buffers this test grows stay its own
+
+    env = UnimalVectorEnv(FIXTURE, load_config(CONFIGS["ft"], {"SIM.BACKEND": "warp"}), NUM_ENVS)
+    env.reset(seed=0)
+    actions = torch.zeros(NUM_ENVS, env.single_action_space.shape[0])
+    physics = env.sim.physics
+    overflow = wp.to_torch(physics.data.overflow)
+    for bits in (BITS["NARROWPHASE"] | BITS["BROADPHASE"], BITS["ITERATIONS"] | BITS["LS_ITERATIONS"]):
+        env.step(actions)
+        overflow[:] = bits  # as if the step had set them in every world
+        _, _, terminated, truncated, infos = env.step(actions)
+        assert not (terminated | truncated).any() and not infos["unstable"].any()
+    env.sim.scene.qvel[2, :] = float("nan")  # world 2 blows up in its next step
+    _, _, terminated, _, infos = env.step(actions)
+    assert infos["unstable"].tolist() == [False, False, True, False] and terminated[2]
+    with caplog.at_level("WARNING", logger="derl.envs.warp_physics"):
+        env.close()
+        env.sim.physics.close()  # once per morphology
+    [line] = [record.getMessage() for record in caplog.records]
+    assert "NARROWPHASE 4" in line and "ITERATIONS 4" in line and f"SIM.NCONMAX {2 * physics.buffers.nconmax}" in line

@@ -47,6 +47,34 @@ def _raised(err: BaseException, context: BaseException, cause: BaseException | N
         return raised
 
 
+class _WarpCodegenError(RuntimeError):
+    """Stands for an exception class of warp's (the module is what ``classify`` reads)."""
+
+
+_WarpCodegenError.__module__ = "warp._src.codegen"
+
+# What CUDA and Warp raise on a GPU (messages as warp 1.19 and torch word them): the device's failures.
+DEVICE_FAILURES = [
+    RuntimeError("Warp error: unknown stream"),
+    RuntimeError("Warp CUDA error 900: operation not permitted when stream is capturing (in function "
+                 "wp_cuda_graph_end_capture, warp/native/warp.cu:3021)"),
+    RuntimeError("CUDA graph capture failed. operation would make the legacy stream depend on a capturing "
+                 "blocking stream"),
+    RuntimeError("Graph capture is not active on this stream"),
+    RuntimeError("CUDA error 700 detected on device cuda:0: an illegal memory access was encountered"),
+    RuntimeError("cudaErrorStreamCaptureUnsupported"),
+    RuntimeError("Failed to allocate 8589934592 bytes on device 'cuda:0'"),
+    RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    _WarpCodegenError("Error while parsing function \"kernel\""),
+    _raised(ValueError("training summary is not finite"), RuntimeError("Warp CUDA error 2: out of memory")),
+]
+
+
+@pytest.mark.parametrize("err", DEVICE_FAILURES, ids=lambda err: str(err)[:40])
+def test_a_cuda_or_warp_error_is_the_devices_failure_not_the_morphologys(err):
+    assert classify(err) == "environment"
+
+
 @pytest.mark.parametrize("err, cause", [
     (OSError(errno.ENOSPC, "No space left on device"), "environment"),
     (OSError(errno.EIO, "Input/output error"), "environment"),

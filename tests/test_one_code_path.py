@@ -80,6 +80,9 @@ class TorchMujoco:
     def problems(self) -> torch.Tensor:
         return torch.from_numpy(self.c.problems()).as_subclass(self.tensor_type)
 
+    def close(self) -> None:
+        self.c.close()
+
     def seed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
 

@@ -45,6 +45,9 @@ class Physics(Protocol):
     def problems(self) -> Any:
         """``[N]`` counts of the simulator's warnings so far; a rise means the physics went wrong."""
 
+    def close(self) -> None:
+        """Reports what the simulator counted over its life (MuJoCo Warp: its overflows), once."""
+
 
 class MujocoPhysics:
     """``mujoco.batch.Batch``: ``threads`` threads step the simulations; ``persistent`` keeps a whole
@@ -69,6 +72,9 @@ class MujocoPhysics:
 
     def problems(self) -> np.ndarray:
         return self._warning_counts.sum(axis=1)
+
+    def close(self) -> None:
+        """Nothing to report: MuJoCo C's warnings end their episodes (``problems``)."""
 
     def data(self, env: int, data: mujoco.MjData | None = None) -> mujoco.MjData:
         return self.batch.get_data(env, data)

@@ -86,3 +86,7 @@ class UnimalVectorEnv(VectorEnv):
             self.sim.restart(ended)
             obs = self.sim.observe()
         return obs, rewards, terminated, truncated, infos
+
+    def close_extras(self) -> None:
+        """The simulator's report (MuJoCo Warp's overflows, once per morphology: ``derl.envs.warp_overflow``)."""
+        self.sim.physics.close()

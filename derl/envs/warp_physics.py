@@ -2,19 +2,30 @@
 
 One ``mujoco_warp`` model and data of ``nworld = N`` worlds on a warp device (``cuda:N``, or ``cpu``
 for development and tests). The arrays are torch views of warp's (``wp.to_torch``: no copy), float32
-on that device, so the tasks and the learner read the state where it lives. Warp's kernels run on
-torch's current stream, so torch's writes (``ctrl``, a reset's noise) and warp's steps stay in order
-without synchronising; on a GPU a step of ``FRAME_SKIP`` substeps is captured once in a CUDA graph
-and replayed.
+on that device, so the tasks and the learner read the state where it lives.
+
+On a GPU, as MuJoCo Warp's production users drive it (mjlab's ``sim.py``, mujoco_warp's
+``testspeed``): a step of ``FRAME_SKIP`` substeps, the reset and the forward are each captured once
+per model in a CUDA graph on a stream of warp's own (CUDA refuses to capture on torch's legacy
+default stream) and replayed; torch's stream and warp's wait for each other through events
+(``torch.cuda.ExternalStream`` on warp's stream), never through the host. The uncaptured call that
+loads the kernels before a capture (the warm-up) runs between a save and a restore of the state, so
+it leaves the simulation as it was. The reset and the forward read a persistent world mask (the
+captured graph holds its address); the forward puts the other worlds' derived fields back from
+persistent buffers, inside the graph.
 
 What differs from MuJoCo C (README, "Differences from the original DERL" and "Simulating on a
 GPU"): float32, contacts and constraint rows preallocated per world (``SIM.NCONMAX``,
-``SIM.NJMAX``; an overflow is reported in ``problems`` and ends the episode as unstable), no
-per-world model edits (only tasks whose model is static run here), and no warning counters (bad
-states show as non-finite values, which the env ends as unstable).
+``SIM.NJMAX``; a buffer that runs out is counted by type in ``overflows`` and reported, it does not
+end episodes), no per-world model edits (only tasks whose model is static run here), and no warning
+counters (``problems`` stays zero; bad states show as non-finite values, which the env ends as
+unstable in their own world only).
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
 
 import mujoco
 import mujoco_warp as mjw
@@ -22,27 +33,60 @@ import torch
 import warp as wp
 
 from derl.envs.physics import ARRAYS
+from derl.envs.warp_graphs import Graphs
+from derl.envs.warp_overflow import Buffers, OverflowTally, describe, grown
+
+log = logging.getLogger(__name__)
+# The largest buffers an overflow asked for in this process: the next model builds start from them.
+_grown = Buffers(0, 0)
 
 DERIVED = ("xpos", "xmat", "site_xpos", "sensordata", "qfrc_actuator")
+# What a warm-up step changes that the captured graph reads or that the env reads before the next step:
+# MuJoCo's integration state (mjSTATE_INTEGRATION's advanced part), the overflow bits and the derived fields.
+RESTORED = ("time", "qpos", "qvel", "act", "qacc_warmstart", "overflow", *DERIVED)
+
+
+@wp.kernel
+def _keep_rows(envs: wp.array(dtype=wp.bool), saved: wp.array2d(dtype=wp.float32),
+               now: wp.array2d(dtype=wp.float32)):
+    """Puts row ``i`` of ``saved`` back into ``now`` where ``envs[i]`` is not set."""
+    i, j = wp.tid()
+    if not envs[i]:
+        now[i, j] = saved[i, j]
 
 
 class WarpPhysics:
-    """``num_envs`` worlds of ``model`` on ``device`` (a torch device name: ``cpu``, ``cuda``, ``cuda:N``)."""
+    """``num_envs`` worlds of ``model`` on ``device`` (a torch device name: ``cpu``, ``cuda``, ``cuda:N``).
+
+    ``capture``: replay captured graphs (default: on CUDA; warp's CPU device captures too, for tests).
+    """
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, device: str = "cpu", *, nconmax: int = 64,
-                 njmax: int = 256):
+                 njmax: int = 256, capture: bool | None = None):
         self.torch_device = torch.device(device)
         if self.torch_device.type == "cuda" and self.torch_device.index is None:
             self.torch_device = torch.device("cuda", torch.cuda.current_device())
         self.device = wp.get_device(str(self.torch_device))
+        self.buffers = Buffers(max(nconmax, _grown.nconmax), max(njmax, _grown.njmax))
+        nconmax, njmax = self.buffers
+        self._reported = False
         with wp.ScopedDevice(self.device):
             self.model = mjw.put_model(model)
             self.data = mjw.put_data(model, mujoco.MjData(model), nworld=num_envs, nconmax=nconmax, njmax=njmax)
+            self._mask = wp.zeros(num_envs, dtype=wp.bool)  # the worlds of a reset and a forward (persistent)
+            stream = wp.Stream(self.device) if self.device.is_cuda else None  # warp's own stream
         arrays = {name: wp.to_torch(getattr(self.data, name)) for name in ARRAYS}
         arrays["xmat"] = arrays["xmat"].view(num_envs, -1, 9)
         self.arrays = arrays
-        self._overflow = wp.to_torch(self.data.overflow)
-        self._graphs: dict[int, wp.Graph] = {}
+        self._torch_mask = wp.to_torch(self._mask)
+        # [N, floats] views of the derived fields and the persistent buffers a forward keeps them in
+        rows = [arrays[name].reshape(num_envs, -1) for name in DERIVED]
+        self._derived = [(wp.from_torch(row), wp.from_torch(torch.empty_like(row))) for row in rows]
+        restored = [getattr(self.data, name) for name in RESTORED if getattr(self.data, name, None) is not None]
+        capture = self.device.is_cuda if capture is None else capture
+        self.graphs = Graphs(wp, self.device, stream, restored, capture=capture)
+        self.overflows = OverflowTally(wp.to_torch(self.data.overflow))
+        self._problems = torch.zeros(num_envs, dtype=torch.int32, device=self.torch_device)
         self._generator = torch.Generator(self.torch_device)
 
     def seed(self, seed: int) -> None:
@@ -54,45 +98,58 @@ class WarpPhysics:
         draws = torch.rand(shape, generator=self._generator, device=self.torch_device)
         return draws.mul_(2 * scale).sub_(scale)
 
-    def _stream(self) -> wp.ScopedStream | wp.ScopedDevice:
-        """Warp launches on torch's current stream (on a GPU), so that both see each other's writes in order."""
-        if self.device.is_cuda:
-            return wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.torch_device)))
-        return wp.ScopedDevice(self.device)
+    def _launch(self, key: str, body: Callable[[], None]) -> None:
+        """``body`` on warp's device, after torch's writes and before torch's next reads."""
+        if not self.device.is_cuda:
+            self.graphs.run(key, body)
+            return
+        torch_stream = torch.cuda.current_stream(self.torch_device)
+        warp_side = torch.cuda.ExternalStream(self.graphs.stream.cuda_stream, device=self.torch_device)
+        warp_side.wait_stream(torch_stream)  # events: neither the host nor the other stream stalls
+        self.graphs.run(key, body)
+        torch_stream.wait_stream(warp_side)
 
     def step(self, nstep: int) -> None:
-        with self._stream():
-            if not self.device.is_cuda:
-                for _ in range(nstep):
-                    mjw.step(self.model, self.data)
-                return
-            graph = self._graphs.get(nstep)
-            if graph is None:
-                mjw.step(self.model, self.data)  # compiles and loads the kernels outside the capture
-                with wp.ScopedCapture() as capture:
-                    for _ in range(nstep):
-                        mjw.step(self.model, self.data)
-                graph = self._graphs[nstep] = capture.graph
-            wp.capture_launch(graph)
+        def substeps() -> None:
+            for _ in range(nstep):
+                mjw.step(self.model, self.data)
+
+        self._launch(f"step{nstep}", substeps)
+        self.overflows.add()
 
     def reset(self, envs: torch.Tensor) -> None:
-        with self._stream():
-            mjw.reset_data(self.model, self.data, reset=wp.from_torch(envs))
-        self._overflow.masked_fill_(envs, 0)
+        self._torch_mask.copy_(envs)
+        self._launch("reset", lambda: mjw.reset_data(self.model, self.data, reset=self._mask))
 
     def forward(self, envs: torch.Tensor) -> None:
         """MuJoCo Warp forwards every world: the other worlds' derived fields are put back after it."""
-        saved = [self.arrays[name].clone() for name in DERIVED]
-        with self._stream():
-            mjw.forward(self.model, self.data)
-        for name, before in zip(DERIVED, saved, strict=True):
-            now = self.arrays[name]
-            now.copy_(torch.where(envs.view(-1, *[1] * (now.dim() - 1)), now, before))
+        self._torch_mask.copy_(envs)
+        self._launch("forward", self._forward_masked)
+
+    def _forward_masked(self) -> None:
+        for live, saved in self._derived:
+            wp.copy(saved, live)
+        mjw.forward(self.model, self.data)
+        for live, saved in self._derived:
+            wp.launch(_keep_rows, dim=live.shape, inputs=[self._mask, saved, live])
 
     def set_models(self, models: list[mujoco.MjModel]) -> None:
         raise ValueError("SIM.BACKEND warp steps one model for every world: tasks that edit their model per "
                          "episode (terrain, props, goals) need SIM.BACKEND mujoco")
 
+    def close(self) -> None:
+        """Logs the overflows counted (one line, once) and grows the buffers of the next model builds."""
+        global _grown
+        if self._reported:
+            return
+        self._reported = True
+        counts = self.overflows.counts()
+        line = describe(counts, self.overflows.steps, self.buffers)
+        if line is not None:
+            log.warning(line)
+            bigger = grown(self.buffers, counts)
+            _grown = Buffers(max(_grown.nconmax, bigger.nconmax), max(_grown.njmax, bigger.njmax))
+
     def problems(self) -> torch.Tensor:
-        """Each world's overflow bitmask (``mujoco_warp.OverflowType``): non-zero when a buffer ran out."""
-        return self._overflow
+        """Zeros: an overflow or a solver that did not converge ends no episode (``overflows`` counts them)."""
+        return self._problems

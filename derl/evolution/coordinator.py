@@ -57,6 +57,11 @@ DEFAULT_WORKER_GPU_BYTES = 1024 * 2**20
 # whose arrays have a GPU's sizes); about 4x that is a margin, not measured on a GPU, for larger
 # bodies, the step's scratch and captured graph, and the world's rollout tensors. 4096 worlds: +1 GiB.
 WARP_WORLD_GPU_BYTES = 256 * 2**10
+# and this per worker: the CUDA modules MuJoCo Warp loads for a morphology (about 40, specialised per
+# model: derl.bench.sim's new_morphology counts them) and its three captured graphs (step, reset,
+# forward; derl.envs.warp_physics) with their memory-pool allocations. Not measured on a GPU: the
+# margin of a few MB per module; `make gpu-check` measures it against this estimate.
+WARP_MODEL_GPU_BYTES = 192 * 2**20
 # Workers a node may run per worker slot (VECENV.THREADS cores): some oversubscription pays while
 # workers wait on the shared folder or build MJCF; beyond it they only share the cores and hold memory.
 MAX_WORKERS_PER_CORE = 4
@@ -114,9 +119,10 @@ def worker_memory_estimate(run: RunDir, node: int, key: str = "peak_rss_bytes",
 
 
 def default_worker_gpu_bytes(backend: str, num_envs: int) -> int:
-    """GPU memory to reserve per worker before any was measured: the learner's, plus
-    ``num_envs`` worlds of MuJoCo Warp with ``SIM.BACKEND warp`` (``WARP_WORLD_GPU_BYTES`` each)."""
-    worlds = num_envs * WARP_WORLD_GPU_BYTES if backend == "warp" else 0
+    """GPU memory to reserve per worker before any was measured: the learner's, plus with
+    ``SIM.BACKEND warp`` ``num_envs`` worlds of MuJoCo Warp (``WARP_WORLD_GPU_BYTES`` each) and a
+    morphology's modules and graphs (``WARP_MODEL_GPU_BYTES``)."""
+    worlds = num_envs * WARP_WORLD_GPU_BYTES + WARP_MODEL_GPU_BYTES if backend == "warp" else 0
     return DEFAULT_WORKER_GPU_BYTES + worlds
 
 

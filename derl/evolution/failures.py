@@ -28,8 +28,14 @@ ENVIRONMENT_ERROR_NAMES = frozenset({"derl.ppo.checkpoint.CheckpointError", "der
 # mujoco.FatalError, RuntimeError), non-finite values (ValueError, ArithmeticError).
 MORPHOLOGY_ERRORS: tuple[type[BaseException], ...] = (ValueError, ArithmeticError, RuntimeError)
 MORPHOLOGY_ERROR_NAMES = frozenset({"mujoco.FatalError"})
-# torch reports device problems as RuntimeError (or AssertionError when built without CUDA).
-DEVICE_WORDS = ("CUDA", "cuda", "cuDNN", "CUBLAS", "NCCL", "out of memory", "no kernel image", "device-side")
+# torch and warp report device problems as RuntimeError (or AssertionError when torch is built without
+# CUDA); warp's own words: "Warp CUDA error 900: ...", "CUDA graph capture failed", "Graph capture is not
+# active on this stream", "Failed to allocate N bytes on device 'cuda:0'", an unknown or capturing stream.
+DEVICE_WORDS = ("CUDA", "cuda", "cuDNN", "CUBLAS", "NCCL", "out of memory", "no kernel image", "device-side",
+                "cudaError", "Warp error", "stream", "capture", "Failed to allocate", "on device")
+# Any exception a class of these modules raises is the device's or the installation's (warp's code
+# generator and runtime, MuJoCo Warp's put_model/put_data on a device), never a body's.
+DEVICE_MODULES = ("warp.", "mujoco_warp.")
 
 
 def _chain(err: BaseException) -> Iterator[BaseException]:
@@ -52,6 +58,9 @@ def _is_environment_error(err: BaseException) -> bool:
 
 
 def _is_device_error(err: BaseException) -> bool:
+    """A CUDA or Warp runtime error: by its class's module, or by the words of torch's and warp's messages."""
+    if any(name.startswith(DEVICE_MODULES) for name in _names(err)):
+        return True
     return isinstance(err, RuntimeError | AssertionError) and any(word in str(err) for word in DEVICE_WORDS)
 
 
@@ -73,7 +82,8 @@ def classify(err: BaseException) -> Cause:
 
 # What a worker's last error line says about a failure that stopped it, by ``classify``'s cause.
 WHOSE = {
-    "environment": "an environment failure: this node's disk, files, devices or installation, not the morphology's",
+    "environment": "an environment failure: this node's disk, files, devices (a CUDA or Warp error) or "
+                   "installation, not the morphology's",
     "bug": "a bug in derl (traceback above), not the morphology's",
     "morphology": "a morphology's error raised outside its training, so no slot paid for it",
 }

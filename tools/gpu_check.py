@@ -1,0 +1,42 @@
+"""Checks that SIM.BACKEND warp works on this machine's GPU: a verdict table, and a JSON file.
+
+`python tools/gpu_check.py [--out output/gpu_check.json]` (`make gpu-check`); see derl/bench/gpu_check.py
+for what each check measures. Without a GPU: one line, exit 1.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from derl.bench import gpu_check
+from derl.cli import ArgumentParser, run
+from derl.fileio import atomic_write_text
+
+
+def main(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="tools/gpu_check.py", description=gpu_check.__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("output/gpu_check.json"), help="the JSON report")
+    gpu_check.add_arguments(parser)
+    args = parser.parse_args(argv)
+    missing = gpu_check.gpu_missing(args.device)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 1
+    try:
+        checks, report = gpu_check.run(args)
+    except SystemExit as err:  # "error: ..." on bad input: one line, exit 2 as every tool
+        if not isinstance(err.code, str):
+            raise
+        print(err.code, file=sys.stderr)
+        return 2
+    print(gpu_check.table(checks))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
+    print(f"report: {args.out}")
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    run(main)
