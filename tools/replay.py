@@ -25,8 +25,8 @@ from derl.cli import ArgumentParser, run  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
-    parser = ArgumentParser(prog="tools/replay.py", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = ArgumentParser(prog="tools/replay.py", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path, help="the run's OUT_DIR")
     parser.add_argument("id", help="a published morphology id, e.g. 000042")
     parser.add_argument("--video", type=Path, help="write a video of the policy here (.mp4 or .gif)")
