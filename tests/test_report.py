@@ -137,8 +137,14 @@ def test_replay_equals_train_ppo_eval_and_is_deterministic(tiny_run, tmp_path):
     assert len(replayed["deterministic"]["returns"]) == len(replayed["stochastic"]["returns"]) == 3
     assert replayed["deterministic"]["returns"][0] == replayed["return"]
     assert replayed["stochastic"]["returns"] != replayed["deterministic"]["returns"]
-    assert replayed["fitness"] == RunView(tiny_run).by_id[best].fitness["return"]
-    assert "stochastic" in replayed["note"] and "fitness" in done.stderr and "deterministic" in done.stderr
+    # The published values under the names status, report and selection use; the replay's own apart.
+    published = RunView(tiny_run).by_id[best].fitness
+    assert "fitness" not in replayed and replayed["published"] == {
+        "__reward__forward": published["__reward__forward"], "return": published["return"]}
+    for spread in (replayed["deterministic"], replayed["stochastic"]):
+        assert set(spread["criteria"]) == {"__reward__forward"}
+    assert "stochastic" in replayed["note"] and "deterministic" in done.stderr
+    assert f"published __reward__forward {published['__reward__forward']:.2f}" in done.stderr, done.stderr
     evaluated = json.loads(_run_tool(
         "tools/train_ppo.py", "--eval", str(tiny_run / "models" / f"{best}.pt"), "--cfg", str(tiny_run / "config.yaml"),
         "--xml", str(tiny_run / "xml" / f"{best}.xml"), "RNG_SEED", "5", "OUT_DIR", str(tmp_path / "eval")).stdout)
