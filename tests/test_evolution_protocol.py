@@ -46,6 +46,14 @@ def start(out_dir: Path, *extra: str, iterations: int = ITERATIONS, log_name: st
                             stderr=subprocess.STDOUT)
 
 
+def start_until_published(out_dir: Path, count: int, **kwargs) -> subprocess.Popen:
+    """``start``, once ``count`` morphologies are published."""
+    coordinator = start(out_dir, **kwargs)
+    while len(published(out_dir)) < count if (out_dir / "metadata").is_dir() else True:
+        time.sleep(0.1)
+    return coordinator
+
+
 def published(out_dir: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in (out_dir / "metadata").glob("*.json")}
 
@@ -294,9 +302,7 @@ def test_status_of_an_interrupted_run_says_stopped_and_how_to_resume(tmp_path):
     """After Ctrl-C no worker runs: status says so and how to resume, with no ETA (it printed the
     last measured rate and "ETA 0.01 h" with 0 workers and no state line)."""
     out = tmp_path / "run"
-    coordinator = start(out, iterations=20)
-    while len(published(out)) < 2 if (out / "metadata").is_dir() else True:
-        time.sleep(0.1)
+    coordinator = start_until_published(out, 2, iterations=20)
     coordinator.send_signal(signal.SIGINT)
     assert coordinator.wait(timeout=60) == 128 + signal.SIGINT
 
@@ -316,15 +322,12 @@ def test_status_of_an_interrupted_run_says_stopped_and_how_to_resume(tmp_path):
 @pytest.mark.slow  # ~25-30 s: kept out of make test's 10-minute budget
 def test_stop_file_stops_workers_and_the_run_resumes_once_it_is_deleted(tmp_path):
     out = tmp_path / "run"
-    coordinator = start(out, iterations=20)
-    while len(published(out)) < 2 if (out / "metadata").is_dir() else True:
-        time.sleep(0.1)
+    coordinator = start_until_published(out, 2, iterations=20)
     (out / "STOP").touch()
     assert coordinator.wait(timeout=60) == EXIT_STOPPED  # not 0: the search is not complete
     assert len(published(out)) < 12
     refused = subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", str(DEFAULT_CFG), "OUT_DIR", str(out)],
-                             cwd=ROOT, env=ENV,
-                             capture_output=True, text=True)
+                             cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert refused.returncode == 2 and "STOP exists" in refused.stderr
     (out / "STOP").unlink()
     assert start(out, iterations=20).wait(timeout=120) == 0
@@ -334,9 +337,7 @@ def test_stop_file_stops_workers_and_the_run_resumes_once_it_is_deleted(tmp_path
 @pytest.mark.slow  # 13-23 s: kept out of make test's 10-minute budget
 def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_path):
     out = tmp_path / "run"
-    coordinator = start(out, iterations=20)
-    while len(published(out)) < 4 if (out / "metadata").is_dir() else True:
-        time.sleep(0.1)
+    coordinator = start_until_published(out, 4, iterations=20)
     coordinator.send_signal(signal.SIGTERM)
     assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
     victim = sorted(published(out))[0]
