@@ -103,7 +103,7 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
     assert header.count("<th>") == 5 + len(varying), header
     # Why the learning curves are staircases, under them.
     caption = html.split('src="plots/top_curves.png"', 1)[1]
-    assert 'class="caption"' in caption and "episodes end together about every 3 iterations" in caption
+    assert 'class="caption"' in caption and "ends its episodes together about every 3 iterations" in caption
     for record in view.top(3):
         assert f'id="m{record.id}"' in html
         assert f"{os.path.relpath(tiny_run / 'genomes', out)}/{record.id}.json" in html

@@ -330,10 +330,10 @@ def _spread(published: float | None, curve: tuple[np.ndarray, np.ndarray] | None
 def staircase_note(cfg: CfgNode) -> str:
     """Why the top morphologies' learning curves climb in steps (the caption under them)."""
     length, steps, envs = cfg.ENV.EPISODE_LENGTH, cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS
-    return (f"The curves climb in steps: a point is the mean of the last {EPISODES_PER_POINT} finished training "
-            f"episodes, and the {envs} envs start together and run {length}-step episodes unless the body falls, "
-            f"so at {steps} steps per iteration their episodes end together about every {length / steps:.0f} "
-            "iterations, and the point stays flat in between.")
+    return (f"Where a curve climbs in steps: a point is the mean of the last {EPISODES_PER_POINT} finished training "
+            f"episodes, and the {envs} envs start together and run {length}-step episodes unless the body falls, so "
+            f"at {steps} steps per iteration a body that does not fall ends its episodes together about every "
+            f"{length / steps:.0f} iterations, and the point stays flat in between.")
 
 
 def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
