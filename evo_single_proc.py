@@ -2,10 +2,14 @@
 
 Run it once per node with `NODE_ID k NUM_NODES n` and the same shared OUT_DIR;
 run the same command again to resume after a crash. See README (Evolution).
+--cfg is required: the defaults of derl/config.py alone are no study (a paper-size search of 4,000
+morphologies on DERL's Floor), so starting one by accident is refused.
 """
 
+import os
 import signal
 import sys
+from pathlib import Path
 
 from derl.cli import ArgumentParser, run
 from derl.config import ConfigError
@@ -13,9 +17,14 @@ from derl.config import ConfigError
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cfg", help="YAML config file, e.g. configs/evo/ft.yml")
+    parser.add_argument("--cfg", help="YAML config file (required), e.g. configs/evo/ft.yml or configs/evo/quick.yml")
     parser.add_argument("overrides", nargs="*", help="KEY VALUE pairs, e.g. NODE_ID 1 NUM_NODES 2")
     args = parser.parse_args(argv)
+    if args.cfg is None:
+        presets = Path(os.path.relpath(Path(__file__).parent / "configs" / "evo"))
+        names = ", ".join(p.stem for p in sorted(presets.glob("*.yml")))
+        print(f"error: give --cfg FILE: a preset in {presets}/ ({names}) or a file of your own", file=sys.stderr)
+        return 2
     from derl.evolution.coordinator import run_node  # after the arguments: --help answers at once
 
     try:

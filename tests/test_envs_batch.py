@@ -83,3 +83,29 @@ def test_vector_env_reports_its_autoreset_mode_and_spaces():
     obs, _ = env.reset(seed=0)
     assert env.metadata["autoreset_mode"].name == "SAME_STEP"
     assert obs in env.observation_space and env.action_space.shape == (2, env.single_action_space.shape[0])
+
+
+def test_mujoco_warnings_are_counted_with_the_first_of_each_kind_printed(capfd, tmp_path, monkeypatch):
+    """Unstable simulations on two threads: one line for the first warning, one with the count at the
+    end, nothing from MuJoCo's own printer (it printed one line per unstable episode: 145 in a search)."""
+    import mujoco
+    import mujoco.batch
+
+    from derl.envs.sim_warnings import counted_warnings
+
+    monkeypatch.chdir(tmp_path)  # where MuJoCo's printer appends MUJOCO_LOG.TXT
+    model = mujoco.MjModel.from_xml_string(
+        '<mujoco><worldbody><body><freejoint/><geom size=".1"/></body></worldbody></mujoco>')
+    batch = mujoco.batch.Batch(model, 4, nthread=2)
+    with counted_warnings("testing") as counts:
+        for _ in range(3):
+            batch.reset(np.arange(4), stage=mujoco.mjtStage.mjSTAGE_NONE)
+            batch.bind("qvel")[:] = 1e200  # "Nan, Inf or huge value in QVEL": once per env and reset
+            batch.step(nstep=2)
+    assert sum(counts.values()) == 12 and mujoco.get_mju_user_warning() is None  # MuJoCo's printer is back
+    out, err = capfd.readouterr()
+    assert "QVEL" not in out and "WARNING" not in err and not (tmp_path / "MUJOCO_LOG.TXT").exists()
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("warning: MuJoCo: Nan, Inf or huge value in QVEL"), lines
+    assert lines[1] == "warning: MuJoCo warnings while testing: 12 x 'Nan, Inf or huge value in QVEL at DOF N. " \
+                       "The simulation is unstable. Time = N.'", lines

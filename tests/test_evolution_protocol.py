@@ -23,6 +23,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from derl.evolution.population import parse_id
 from derl.evolution.process import EXIT_STOPPED
 from derl.evolution.storage import RunDir
+from tests.conftest import DEFAULT_CFG
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, DERL_EVO_BACKEND="tests.evo_fake_backend:FakeBackend", PYTHONPATH=str(ROOT))
@@ -33,7 +34,8 @@ ITERATIONS = 10
 def start(out_dir: Path, *extra: str, iterations: int = ITERATIONS, log_name: str = "coordinator.log",
           env: dict[str, str] | None = None):
     args = [
-        "OUT_DIR", str(out_dir), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
+        "--cfg", str(DEFAULT_CFG), "OUT_DIR", str(out_dir), "EVO.NUM_PROCESSES", "2",
+        "EVO.INIT_POPULATION_SIZE", "4",
         "EVO.SEARCH_SPACE_SIZE", "12", "EVO.AGING_WINDOW_SIZE", "6", "PPO.MAX_STATE_ACTION_PAIRS",
         str(iterations * 4096), "EVO.SELECTION_CRITERIA", "[__reward__forward]",
         "EVO.SELECTION_CRITERIA_OBJ", "[-1]", *extra,
@@ -42,6 +44,14 @@ def start(out_dir: Path, *extra: str, iterations: int = ITERATIONS, log_name: st
     log = open(out_dir.parent / f"{out_dir.name}-{log_name}", "a")  # noqa: SIM115 - closed with the process
     return subprocess.Popen([sys.executable, "evo_single_proc.py", *args], cwd=ROOT, env=env or ENV, stdout=log,
                             stderr=subprocess.STDOUT)
+
+
+def start_until_published(out_dir: Path, count: int, **kwargs) -> subprocess.Popen:
+    """``start``, once ``count`` morphologies are published."""
+    coordinator = start(out_dir, **kwargs)
+    while len(published(out_dir)) < count if (out_dir / "metadata").is_dir() else True:
+        time.sleep(0.1)
+    return coordinator
 
 
 def published(out_dir: Path) -> dict[str, dict]:
@@ -288,17 +298,36 @@ def test_two_nodes_share_one_search_without_collisions(tmp_path):
     assert "waiting for node 0" in (tmp_path / "run-node1.log").read_text()
 
 
+def test_status_of_an_interrupted_run_says_stopped_and_how_to_resume(tmp_path):
+    """After Ctrl-C no worker runs: status says so and how to resume, with no ETA (it printed the
+    last measured rate and "ETA 0.01 h" with 0 workers and no state line)."""
+    out = tmp_path / "run"
+    coordinator = start_until_published(out, 2, iterations=20)
+    coordinator.send_signal(signal.SIGINT)
+    assert coordinator.wait(timeout=60) == 128 + signal.SIGINT
+
+    def status() -> str:
+        done = subprocess.run([sys.executable, "tools/status.py", str(out)], cwd=ROOT, env=ENV, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    text = status()
+    assert "running workers: 0" in text and "ETA" not in text, text
+    assert "state: stopped" in text and "rerun the same command to resume" in text, text
+    (out / "STOP").touch()
+    assert "STOP file present: delete it and rerun the same command to resume" in status()
+
+
 @pytest.mark.slow  # ~25-30 s: kept out of make test's 10-minute budget
 def test_stop_file_stops_workers_and_the_run_resumes_once_it_is_deleted(tmp_path):
     out = tmp_path / "run"
-    coordinator = start(out, iterations=20)
-    while len(published(out)) < 2 if (out / "metadata").is_dir() else True:
-        time.sleep(0.1)
+    coordinator = start_until_published(out, 2, iterations=20)
     (out / "STOP").touch()
     assert coordinator.wait(timeout=60) == EXIT_STOPPED  # not 0: the search is not complete
     assert len(published(out)) < 12
-    refused = subprocess.run([sys.executable, "evo_single_proc.py", "OUT_DIR", str(out)], cwd=ROOT, env=ENV,
-                             capture_output=True, text=True)
+    refused = subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", str(DEFAULT_CFG), "OUT_DIR", str(out)],
+                             cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert refused.returncode == 2 and "STOP exists" in refused.stderr
     (out / "STOP").unlink()
     assert start(out, iterations=20).wait(timeout=120) == 0
@@ -308,9 +337,7 @@ def test_stop_file_stops_workers_and_the_run_resumes_once_it_is_deleted(tmp_path
 @pytest.mark.slow  # 13-23 s: kept out of make test's 10-minute budget
 def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_path):
     out = tmp_path / "run"
-    coordinator = start(out, iterations=20)
-    while len(published(out)) < 4 if (out / "metadata").is_dir() else True:
-        time.sleep(0.1)
+    coordinator = start_until_published(out, 4, iterations=20)
     coordinator.send_signal(signal.SIGTERM)
     assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
     victim = sorted(published(out))[0]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from derl.evolution.population import parse_id
+from tests.conftest import DEFAULT_CFG
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny_search(out: Path, search: int, env_steps: int, *extra: str) -> list[str]:
     """Overrides of a real search: 2 workers, 4 initial morphologies, 4 envs x 128 steps."""
     return [
-        "OUT_DIR", str(out), "EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4",
+        "--cfg", str(DEFAULT_CFG), "OUT_DIR", str(out), "EVO.NUM_PROCESSES", "2",
+        "EVO.INIT_POPULATION_SIZE", "4",
         "EVO.SEARCH_SPACE_SIZE", str(search), "EVO.AGING_WINDOW_SIZE", "4",
         "EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ", "[-1]",
         "PPO.NUM_ENVS", "4", "PPO.TIMESTEPS", "128", "PPO.MAX_STATE_ACTION_PAIRS", str(env_steps), *extra,

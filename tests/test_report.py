@@ -94,6 +94,16 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
     top_table = html.split('<table class="top">', 1)[1].split("</table>", 1)[0]
     assert all(f"<th>{t}</th>" not in top_table for t in constant)
     assert "std of the last 100 iterations" in top_table and top_table.count(" ± ") >= 3
+    # The fitness is one column (it was two: its spread and its value); picture and video share a
+    # cell, limbs, DoF, mass and files sit under the id: 5 columns and the other varying terms.
+    header = top_table.split("</tr>", 1)[0]
+    key = view.fitness_key
+    assert header.count(key.replace("__reward__", "__reward__<wbr>")) == 1 and header.count(key) == 0
+    varying = {t for r in view.records for t in r.fitness} - set(constant) - {key}
+    assert header.count("<th>") == 5 + len(varying), header
+    # Why the learning curves are staircases, under them.
+    caption = html.split('src="plots/top_curves.png"', 1)[1]
+    assert 'class="caption"' in caption and "ends its episodes together about every 3 iterations" in caption
     for record in view.top(3):
         assert f'id="m{record.id}"' in html
         assert f"{os.path.relpath(tiny_run / 'genomes', out)}/{record.id}.json" in html
@@ -137,8 +147,14 @@ def test_replay_equals_train_ppo_eval_and_is_deterministic(tiny_run, tmp_path):
     assert len(replayed["deterministic"]["returns"]) == len(replayed["stochastic"]["returns"]) == 3
     assert replayed["deterministic"]["returns"][0] == replayed["return"]
     assert replayed["stochastic"]["returns"] != replayed["deterministic"]["returns"]
-    assert replayed["fitness"] == RunView(tiny_run).by_id[best].fitness["return"]
-    assert "stochastic" in replayed["note"] and "fitness" in done.stderr and "deterministic" in done.stderr
+    # The published values under the names status, report and selection use; the replay's own apart.
+    published = RunView(tiny_run).by_id[best].fitness
+    assert "fitness" not in replayed and replayed["published"] == {
+        "__reward__forward": published["__reward__forward"], "return": published["return"]}
+    for spread in (replayed["deterministic"], replayed["stochastic"]):
+        assert set(spread["criteria"]) == {"__reward__forward"}
+    assert "stochastic" in replayed["note"] and "deterministic" in done.stderr
+    assert f"published __reward__forward {published['__reward__forward']:.2f}" in done.stderr, done.stderr
     evaluated = json.loads(_run_tool(
         "tools/train_ppo.py", "--eval", str(tiny_run / "models" / f"{best}.pt"), "--cfg", str(tiny_run / "config.yaml"),
         "--xml", str(tiny_run / "xml" / f"{best}.xml"), "RNG_SEED", "5", "OUT_DIR", str(tmp_path / "eval")).stdout)

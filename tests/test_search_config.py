@@ -18,6 +18,7 @@ from derl.checked_config import load_config
 from derl.config import ConfigError, dump_config
 from derl.evolution.search_config import HEADER, differences, join_search, versions
 from derl.evolution.storage import RunDir
+from tests.conftest import DEFAULT_CFG
 from tests.test_evolution_protocol import ENV, ROOT, alive, published, start, worker_pids
 
 SEARCH = ("EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4", "EVO.SEARCH_SPACE_SIZE", "4",
@@ -26,7 +27,8 @@ SEARCH = ("EVO.NUM_PROCESSES", "2", "EVO.INIT_POPULATION_SIZE", "4", "EVO.SEARCH
 
 
 def evo(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "evo_single_proc.py", "OUT_DIR", str(out), *SEARCH, *extra],
+    return subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", str(DEFAULT_CFG), "OUT_DIR", str(out),
+                           *SEARCH, *extra],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
 
 

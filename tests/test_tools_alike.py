@@ -49,6 +49,30 @@ def test_help_exits_0_for_every_tool_and_launcher():
         assert "usage" in out.lower() or len(out.splitlines()) > 3, (command, out)
 
 
+def test_tools_are_thin_and_their_help_says_each_thing_once():
+    """Scripts parse arguments and call the library (<= 80 lines); --help repeats no paragraph."""
+    lengths = {tool: len((ROOT / tool).read_text().splitlines()) for tool in TOOLS}
+    assert max(lengths.values()) <= 80, lengths
+    for tool in TOOLS:
+        out = subprocess.run([sys.executable, tool, "--help"], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                             timeout=120).stdout
+        paragraphs = [p.strip() for p in out.split("\n\n") if p.strip()]
+        assert len(paragraphs) == len(set(paragraphs)), (tool, out)
+        first = (ROOT / tool).read_text().split('"""')[1].splitlines()[0]
+        assert out.count(first[:60]) <= 1, (tool, out)
+
+
+def test_evo_single_proc_without_cfg_names_the_presets_and_starts_nothing(tmp_path):
+    """No --cfg: not the paper-size search of the defaults into output/default, but one line and 2."""
+    done = subprocess.run([sys.executable, str(ROOT / "evo_single_proc.py"), "EVO.NUM_PROCESSES", "1"], cwd=tmp_path,
+                          env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_USAGE and done.stdout == "", done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: give --cfg"), done.stderr
+    presets = sorted(p.stem for p in (ROOT / "configs" / "evo").glob("*.yml"))
+    assert {"ft", "quick"} <= set(presets) and all(name in done.stderr for name in presets), done.stderr
+    assert list(tmp_path.iterdir()) == []  # no output/default, nothing else
+
+
 def _interrupt(command: list[str], started: str, tmp_path: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     """Starts ``command``, waits for ``started`` in its output (the work is under way), sends SIGINT."""
     log = tmp_path / "log.txt"

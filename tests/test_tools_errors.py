@@ -18,7 +18,7 @@ import torch
 from derl.checked_config import load_config
 from derl.config import dump_config
 from derl.morphology import random_genome, to_mjcf
-from tests.conftest import ROOT
+from tests.conftest import DEFAULT_CFG, ROOT
 
 
 def _genome(**changes) -> str:
@@ -76,6 +76,7 @@ def _inputs(work: Path) -> None:
 
 
 MORPHOLOGY = ["tools/morphology.py"]
+EVO = ["evo_single_proc.py", "--cfg", str(DEFAULT_CFG)]
 TRAIN = ["tools/train_ppo.py", "--quiet", "PPO.MAX_STATE_ACTION_PAIRS", "64", "PPO.NUM_ENVS", "1",
          "PPO.TIMESTEPS", "64"]
 CASES = {
@@ -139,9 +140,10 @@ CASES = {
     "evaluate: unknown task": ["tools/evaluate.py", "run", "--tasks", "nonsense"],
     "evaluate: crafted id": ["tools/evaluate.py", "run", "--tasks", "point_nav", "--ids", "../../escaped"],
     "evo_single_proc: missing config": ["evo_single_proc.py", "--cfg", "missing.yml"],
-    "evo_single_proc: unknown key": ["evo_single_proc.py", "NO.SUCH_KEY", "1", "OUT_DIR", "out"],
-    "evo_single_proc: OUT_DIR under a file": ["evo_single_proc.py", "OUT_DIR", "a_file/run"],
-    "evo_single_proc: quarantine/ is a link": ["evo_single_proc.py", "OUT_DIR", "linked_run"],
+    "evo_single_proc: no --cfg": ["evo_single_proc.py", "OUT_DIR", "out"],
+    "evo_single_proc: unknown key": [*EVO, "NO.SUCH_KEY", "1", "OUT_DIR", "out"],
+    "evo_single_proc: OUT_DIR under a file": [*EVO, "OUT_DIR", "a_file/run"],
+    "evo_single_proc: quarantine/ is a link": [*EVO, "OUT_DIR", "linked_run"],
 }
 
 

@@ -5,8 +5,10 @@
 Uses OUT_DIR/config.yaml (the run's env), xml/ID.xml and models/ID.pt. Prints as JSON the first
 deterministic episode (mean actions): return, reward terms, metric, length; then E episodes (5) with
 mean actions ("deterministic") and E with sampled actions ("stochastic", as in training), each with
-mean, std, min and max, next to the published "fitness", which is DERL's statistic over stochastic
-training episodes (derl/analysis/replay.py: FITNESS_NOTE); stderr gets the three on one line.
+the return's mean, std, min and max and each selection criterion's mean and std ("criteria"), next to
+the values the run published ("published": the selection criteria, e.g. __reward__forward, and the
+return), which are DERL's statistic over stochastic training episodes (derl/analysis/replay.py:
+FITNESS_NOTE); stderr gets the first criterion's three on one line.
 The same seed gives the same numbers; the first episode's are
 equal to `tools/train_ppo.py --eval OUT_DIR/models/ID.pt --cfg OUT_DIR/config.yaml
 --xml OUT_DIR/xml/ID.xml RNG_SEED S`. --video writes an MP4 (GIF if MP4 is unavailable) of N
@@ -25,8 +27,8 @@ from derl.cli import ArgumentParser, run  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
-    parser = ArgumentParser(prog="tools/replay.py", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = ArgumentParser(prog="tools/replay.py", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path, help="the run's OUT_DIR")
     parser.add_argument("id", help="a published morphology id, e.g. 000042")
     parser.add_argument("--video", type=Path, help="write a video of the policy here (.mp4 or .gif)")
@@ -38,7 +40,7 @@ def main(argv: list[str]) -> None:
     if args.episodes < 0:
         parser.error(f"--episodes must be at least 0, got {args.episodes}")
     # Imported after the arguments: --help and usage errors answer at once.
-    from derl.analysis.replay import replay
+    from derl.analysis.replay import replay, replay_line
     from derl.analysis.run import RunError, RunView
     try:
         result = replay(RunView(args.out_dir), args.id, seed=args.seed, steps=args.steps, video=args.video,
@@ -48,13 +50,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(2) from None
     print(json.dumps(result.to_json(), indent=2))
     if result.deterministic is not None and result.stochastic is not None:
-        spread = {name: f"{part.to_json()['mean']:.2f} +- {part.to_json()['std']:.2f}"
-                  for name, part in (("stochastic", result.stochastic), ("deterministic", result.deterministic))}
-        fitness = "-" if result.fitness is None else f"{result.fitness:.2f}"
-        print(f"{args.id}: fitness {fitness} (training statistic, stochastic actions) | replay over "
-              f"{args.episodes} episodes: stochastic {spread['stochastic']}, deterministic {spread['deterministic']}",
-              file=sys.stderr)
-
+        print(replay_line(result, args.episodes), file=sys.stderr)
 
 if __name__ == "__main__":
     run(main)

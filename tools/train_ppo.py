@@ -12,24 +12,13 @@ metrics.json (see derl/training/run.py). --eval prints the deterministic return 
 Under torchrun (tools/train_ddp.sh) each rank runs this script; rank 0 writes the folder and prints.
 A --resume of a finished training says so and changes nothing. Exit codes (README "Commands and exit
 codes"): 0 done, 2 bad input (a refused command leaves no folder behind), 130/143 stopped by Ctrl-C or
-SIGTERM after saving a checkpoint (resume with --resume).
+SIGTERM after saving a checkpoint (resume with --resume). The work: derl/cli/train_ppo.py.
 """
 
-from __future__ import annotations
-
 import argparse
-import json
-import os
-import signal
-import sys
-from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from derl.cli import EXIT_INTERRUPTED, ArgumentParser, run
-
-if TYPE_CHECKING:
-    from derl.ppo.trainer import TrainResult
+from derl.cli import ArgumentParser, run
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -53,99 +42,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    # Imported after the arguments: --help and usage errors answer at once.
-    from derl.checked_config import load_config_or_exit
-    from derl.config import RETIRED_KEYS
-    from derl.ppo.distributed import RankInfo
-    from derl.ppo.trainer import max_iterations
-    from derl.threads import limit_threads
-    from derl.training.run import (
-        CHECKPOINT_FILE,
-        FINAL_METRICS_FILE,
-        RUN_FILE,
-        SignalStop,
-        evaluate,
-        finished_result,
-        genome_to_xml,
-        removed_on_failure,
-        saved_source,
-        train_to_folder,
-    )
+    from derl.cli.train_ppo import main as train_ppo  # after the arguments: --help answers at once
 
-    cfg_file, retired = args.cfg, frozenset()
-    if args.eval is not None and not args.eval.is_file():
-        return _error(f"checkpoint not found: {args.eval}")
-    source_given = bool(args.xml or args.genome or args.env_id)
-    if args.resume and not source_given and not (args.out and (args.out / RUN_FILE).is_file()):
-        where = args.out or "OUT_DIR"
-        return _error(f"--resume: no training in {where} (no {RUN_FILE}); give --out DIR of a training, "
-                      "or --xml, --genome or --env-id to start one")
-    # Replay in the world the policy was trained in; resume the run as it was started.
-    saved = args.eval.parent if args.eval is not None else args.out if args.resume else None
-    if cfg_file is None and saved is not None and os.path.lexists(saved / "config.yaml"):
-        cfg_file, retired = [saved / "config.yaml"], RETIRED_KEYS  # derl wrote it, perhaps an older one
-    cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None, retired=retired,
-                              read_back=bool(retired))  # read back: never through a link or from a FIFO
-    limit_threads(cfg.TORCH_THREADS)
-    out = args.out or Path(cfg.OUT_DIR)
-    info = RankInfo.from_environ()
-    try:
-        if args.eval is not None:
-            source = None
-            if args.xml or args.genome:
-                out.mkdir(parents=True, exist_ok=True)
-                source = {"xml": str(args.xml or genome_to_xml(cfg, args.genome, out))}
-            elif args.env_id:
-                source = {"env_id": args.env_id}
-            print(json.dumps(evaluate(cfg, args.eval, source, args.episodes, cfg.RNG_SEED), indent=2))
-            return 0
-        if not (source_given or args.resume):
-            raise ValueError("give one of --xml, --genome or --env-id (or --eval CKPT, or --out DIR --resume)")
-        if args.resume and (done := finished_result(out, max_iterations(cfg, info.world_size))) is not None:
-            if info.is_main:
-                print(f"{out} already finished ({done.iterations} iterations, {done.env_steps} env steps); "
-                      f"nothing to do, {out / FINAL_METRICS_FILE} unchanged. Raise PPO.MAX_STATE_ACTION_PAIRS "
-                      "to train further", file=sys.stderr)
-                _print_result(out, done)
-            return 0
-        with removed_on_failure(out) if info.is_main else nullcontext(), SignalStop() as stop:
-            out.mkdir(parents=True, exist_ok=True)
-            if args.env_id:
-                source = {"env_id": args.env_id}
-            elif not (args.xml or args.genome):
-                source = saved_source(out)  # --resume alone: the run recorded in --out
-            else:
-                source = {"xml": str((args.xml or genome_to_xml(cfg, args.genome, out)).resolve())}
-            result = train_to_folder(cfg, source, out, resume=args.resume, progress=not args.quiet,
-                                     callbacks=[stop])
-    except (ValueError, OSError) as err:  # CheckpointError, GenomeError, missing or unwritable files
-        return _error(str(err))
-    except KeyboardInterrupt:  # Ctrl-C while starting, or a second one
-        print("interrupted; nothing finished. Rerun with --out DIR --resume to continue from the last "
-              "checkpoint, if any", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    if not result.completed:
-        if info.is_main:
-            print(f"stopped by signal {stop.signum} at iteration {result.iterations}; checkpoint "
-                  f"{out / CHECKPOINT_FILE}. Continue with the same command and --resume (one process: "
-                  f"tools/train_ppo.py --out {out} --resume)", file=sys.stderr)
-        # Under tools/train_ddp.sh a rank exits 0 (torchrun reports any other code as a failure, with a
-        # traceback); the script itself exits 128 + N.
-        return int(os.environ.get("DERL_RANK_STOP_EXIT", 128 + (stop.signum or signal.SIGINT)))
-    if info.is_main:
-        _print_result(out, result)
-    return 0
-
-
-def _print_result(out: Path, result: TrainResult) -> None:
-    print(json.dumps({"out": str(out), **result.summary, "env_steps": result.env_steps,
-                      "steps_per_sec": round(result.steps_per_sec, 1)}))
-
-
-def _error(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
+    return train_ppo(parse_args(argv))
 
 
 if __name__ == "__main__":

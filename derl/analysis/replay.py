@@ -7,10 +7,12 @@ same checkpoint, config and seed. A video keeps going past the end of the first 
 resets, seeded ``seed + 1``, ...) until it has its frames, as the original's video recorder did;
 the results are those of the first episode.
 
-The published fitness is another statistic: DERL's, over the stochastic episodes of training
+The published values (``published`` in the JSON: the selection criteria, e.g. ``__reward__forward``,
+and ``return``) are another statistic: DERL's, over the stochastic episodes of training
 (``FITNESS_NOTE``). A policy's mean action can walk much less far than its noisy actions did in
 training, or further; ``replay(..., episodes=N)`` therefore also plays N episodes each way, with the
-mean action and with sampled actions, and reports the mean and spread of both next to the fitness.
+mean action and with sampled actions, and reports the mean and spread of the return and of each
+selection criterion (``criteria``, the per-episode sums of the same terms) next to the published values.
 """
 
 from __future__ import annotations
@@ -27,25 +29,29 @@ import numpy as np
 from derl.analysis.run import RunError, RunView
 from derl.config import CfgNode
 from derl.envs.media import VIDEO_SIZE, write_video
-from derl.metrics import REWARD_PREFIX
+from derl.metrics import RETURN, REWARD_PREFIX
 from derl.training.play import run_policy
 
-FITNESS_NOTE = ("the fitness is DERL's training statistic: the mean over the last 100 PPO iterations of the "
-                "mean return of the last 10 finished training episodes, with stochastic (sampled) actions; "
+FITNESS_NOTE = ("a published value (the fitness: a selection criterion such as __reward__forward, or the return) "
+                "is DERL's training statistic: the mean over the last 100 PPO iterations of the mean of that "
+                "value over the last 10 finished training episodes, with stochastic (sampled) actions; "
                 "a deterministic replay uses the policy's mean action instead and can differ a lot")
 
 
 @dataclass(frozen=True)
 class Spread:
-    """Returns and task metrics of several episodes (seeds ``seed``, ``seed + 1``, ...), with mean and std."""
+    """Returns, task metrics and selection criteria of several episodes (seeds ``seed``, ``seed + 1``, ...)."""
 
     returns: list[float]
     metrics: list[float]
+    criteria: dict[str, list[float]]  # each selection criterion's value in each episode
 
     def to_json(self) -> dict[str, Any]:
         return {"mean": float(np.mean(self.returns)), "std": float(np.std(self.returns)),
                 "min": float(np.min(self.returns)), "max": float(np.max(self.returns)),
-                "metric_mean": float(np.mean(self.metrics)), "returns": self.returns}
+                "metric_mean": float(np.mean(self.metrics)), "returns": self.returns,
+                "criteria": {key: {"mean": float(np.mean(values)), "std": float(np.std(values))}
+                             for key, values in self.criteria.items()}}
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class ReplayResult:
     length: int
     video: str | None = None
     frames: int = 0
-    fitness: float | None = None  # the published return (metadata), DERL's training statistic
+    published: dict[str, float] | None = None  # the selection criteria and return as published (training)
     deterministic: Spread | None = None  # with episodes > 0: mean actions over several episodes
     stochastic: Spread | None = None  # and sampled actions, as in training
 
@@ -70,9 +76,19 @@ class ReplayResult:
                 "metric": self.metric, "x_pos": self.x_pos, "length": self.length, "video": self.video,
                 "frames": self.frames}
         if self.deterministic is not None and self.stochastic is not None:
-            data.update({"fitness": self.fitness, "deterministic": self.deterministic.to_json(),
+            data.update({"published": self.published, "deterministic": self.deterministic.to_json(),
                          "stochastic": self.stochastic.to_json(), "note": FITNESS_NOTE})
         return data
+
+
+def replay_line(result: ReplayResult, episodes: int) -> str:
+    """The first selection criterion, published and replayed both ways, in one line (``tools/replay.py``)."""
+    key = next(iter(result.deterministic.criteria))
+    spread = {name: part.to_json()["criteria"][key] for name, part in
+              (("stochastic", result.stochastic), ("deterministic", result.deterministic))}
+    replayed = ", ".join(f"{name} {s['mean']:.2f} +- {s['std']:.2f}" for name, s in spread.items())
+    return (f"{result.id}: published {key} {result.published[key]:.2f} (training statistic, stochastic actions) | "
+            f"replay's {key} over {episodes} episodes: {replayed}")
 
 
 def with_episode_length(cfg: CfgNode, steps: int) -> CfgNode:
@@ -91,7 +107,7 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
         steps: episode length (default: the run's ``ENV.EPISODE_LENGTH``); an episode may end sooner.
         video: write a video of ``video_steps`` frames (default ``steps`` or the episode length) here.
         episodes: also play this many episodes with mean and with sampled actions (``Spread``), next
-            to the published fitness (``FITNESS_NOTE``); 0: the first deterministic episode only.
+            to the published values (``FITNESS_NOTE``); 0: the first deterministic episode only.
     """
     published = view.require_published(morphology_id)
     run = view.run
@@ -110,13 +126,16 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
     played, frames, fps = run_policy(cfg, xml_path, checkpoint, seed, video_frames=frames_wanted, size=size,
                                      episodes=max(episodes, 1))
     episode = played[0]
-    spreads: dict[str, Spread] = {}
+    spreads: dict[str, Any] = {}
     if episodes > 0:
+        criteria = (*cfg.EVO.SELECTION_CRITERIA, *((RETURN,) if RETURN not in cfg.EVO.SELECTION_CRITERIA else ()))
         sampled, _, _ = run_policy(cfg, xml_path, checkpoint, seed, deterministic=False, episodes=episodes)
         for name, records in (("deterministic", played), ("stochastic", sampled)):
             spreads[name] = Spread([float(r["return"]) for r in records],
-                                   [float(r.get("metric", math.nan)) for r in records])
-    fitness = published.fitness.get("return") if episodes > 0 else None
+                                   [float(r.get("metric", math.nan)) for r in records],
+                                   {key: [float(r.get(key, math.nan)) for r in records]
+                                    for key in cfg.EVO.SELECTION_CRITERIA})
+        spreads["published"] = {key: float(published.fitness.get(key, math.nan)) for key in criteria}
     written = None
     if video is not None:
         Path(video).parent.mkdir(parents=True, exist_ok=True)
@@ -126,5 +145,5 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
         id=morphology_id, seed=seed, episode_return=float(episode["return"]), terms=terms,
         metric=float(episode.get("metric", math.nan)), x_pos=float(episode.get("x_pos", math.nan)),
         length=int(episode["length"]), video=written, frames=len(frames),
-        fitness=None if fitness is None else float(fitness), **spreads,
+        **spreads,
     )

@@ -31,8 +31,11 @@ from derl.analysis.records import Morphology
 from derl.analysis.replay import FITNESS_NOTE, replay
 from derl.analysis.run import RunView
 from derl.analysis.stats import running_best, trend, window_mean
+from derl.config import CfgNode
 from derl.envs.media import render_body, write_png
 from derl.fileio import atomic_write_text, make_folders
+from derl.metrics import REWARD_PREFIX
+from derl.ppo.episodes import EPISODES_PER_POINT
 from derl.progress import progress_bar
 
 SECTIONS = ("summary", "fitness", "distribution", "morphology", "lineage", "baldwin", "top", "transfer",
@@ -261,37 +264,41 @@ def _top(w: _Writer) -> None:
     top = view.top(options.top_k)
     terms, constant = _varying_terms(view)
     key = view.fitness_key
+    terms = [t for t in terms if t != key]  # the fitness has its own column, with its spread
     curves = {r.id: (c.iterations, c.values[key]) for r in top if key in (c := view.curve(r.id, (key,))).values}
     videos = view.videos()
-    head = ("<tr><th>rank</th><th>morphology</th><th>body</th><th>policy</th>"
-            + f"<th>{_esc(key)} spread<br><small>std of the last {FITNESS_POINTS} iterations</small></th>"
-            + "".join(f"<th>{_esc(t)}</th>" for t in terms)
-            + "<th>limbs</th><th>DoF</th><th>mass</th><th>lineage</th><th>files</th></tr>")
+    # Narrow enough for a 1,400 px window: the picture above the video, the files and the body's
+    # size under the id, term names that may wrap after their prefix.
+    head = ("<tr><th>rank</th><th>morphology</th><th>body and policy</th>"
+            + f"<th>{_term_name(key)}<br><small>published ± std of the last {FITNESS_POINTS} iterations</small></th>"
+            + "".join(f"<th>{_term_name(t)}</th>" for t in terms)
+            + "<th>lineage</th></tr>")
     rows = []
     for rank, record in enumerate(top, 1):
         image, video = _media(w, record) if options.media else ("", "")
         if options.media:
             w.bar.update(1)
         run = view.run
-        files = " ".join(f'<a href="{w.link(path)}">{name}</a>' for name, path in (
+        files = "<br>".join(f'<a href="{w.link(path)}">{name}</a>' for name, path in (
             ("genome", run.genome_path(record.id)), ("xml", run.xml_path(record.id)),
             ("checkpoint", run.checkpoint_path(record.id)), ("curve", run.metrics_path(record.id))) if path.exists())
         if record.id in videos:
-            files += f' <a href="{w.link(videos[record.id])}">evolution video</a>'
+            files += f'<br><a href="{w.link(videos[record.id])}">evolution video</a>'
         lineage = " → ".join(_esc(node) for node in record.lineage)
         rows.append(
             f'<tr id="m{_esc(record.id)}"><td>{rank}</td><td><b>{_esc(record.id)}</b><br>'
-            f'{_esc(record.mutation or "initial")}</td><td>{image}</td><td>{video}</td>'
-            + f"<td>{_spread(curves.get(record.id))}</td>"
+            f'{_esc(record.mutation or "initial")}<br><small>{_num(record.limbs)} limbs, {_num(record.dof)} DoF, '
+            f'mass {_num(record.mass, 2)}</small><br><small>{files}</small></td><td class="media">{image}{video}</td>'
+            + f"<td>{_spread(record.fitness.get(key), curves.get(record.id))}</td>"
             + "".join(f"<td>{_num(record.fitness.get(t))}</td>" for t in terms)
-            + f"<td>{_num(record.limbs)}</td><td>{_num(record.dof)}</td><td>{_num(record.mass, 2)}</td>"
-            f'<td class="lineage">{lineage}</td><td>{files}</td></tr>')
+            + f'<td class="lineage">{lineage}</td></tr>')
     body = f'<table class="top">{head}{"".join(rows)}</table>' if rows else "<p>nothing published yet</p>"
     if constant:
         body += ("<p><small>Not shown, the same for every morphology of this run: "
                  + ", ".join(f"{_esc(t)} = {_num(v)}" for t, v in sorted(constant.items())) + ".</small></p>")
     if rows:
         body += w.figure("top_curves", lambda: plots.learning_curves(curves, key))
+        body += f'<p class="caption">{_esc(staircase_note(view.cfg))}</p>'
     w.section("top", f"Top {len(top)} by {', '.join(view.criteria)}", body)
 
 
@@ -306,12 +313,27 @@ def _varying_terms(view: RunView) -> tuple[list[str], dict[str, float]]:
     return sorted(t for t in values if t not in constant), constant
 
 
-def _spread(curve: tuple[np.ndarray, np.ndarray] | None) -> str:
-    """Mean ± std of the last ``FITNESS_POINTS`` points of a learning curve: the points the fitness averages."""
+def _term_name(term: str) -> str:
+    """A fitness term's column header, which may wrap after ``__reward__``."""
+    return _esc(term).replace(REWARD_PREFIX, f"{REWARD_PREFIX}<wbr>")
+
+
+def _spread(published: float | None, curve: tuple[np.ndarray, np.ndarray] | None) -> str:
+    """The published fitness ± the std of the last ``FITNESS_POINTS`` points of its learning curve (the
+    points it averages)."""
     if curve is None or not np.isfinite(curve[1]).any():
-        return "–"
+        return f"<b>{_num(published, 2)}</b>"
     tail = curve[1][np.isfinite(curve[1])][-FITNESS_POINTS:]
-    return f"{_num(float(tail.mean()), 2)} ± {_num(float(tail.std()), 2)}<br><small>n={len(tail)}</small>"
+    return f"<b>{_num(published, 2)}</b> ± {_num(float(tail.std()), 2)}<br><small>n={len(tail)}</small>"
+
+
+def staircase_note(cfg: CfgNode) -> str:
+    """Why the top morphologies' learning curves climb in steps (the caption under them)."""
+    length, steps, envs = cfg.ENV.EPISODE_LENGTH, cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS
+    return (f"Where a curve climbs in steps: a point is the mean of the last {EPISODES_PER_POINT} finished training "
+            f"episodes, and the {envs} envs start together and run {length}-step episodes unless the body falls, so "
+            f"at {steps} steps per iteration a body that does not fall ends its episodes together about every "
+            f"{length / steps:.0f} iterations, and the point stays flat in between.")
 
 
 def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
@@ -335,8 +357,8 @@ def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
             view, record.id, seed=seed, video=w.out / "media" / f"{stem}.mp4", video_steps=steps).video)
         w.report.media[path.name] = str(path)
         if path.suffix == ".gif":
-            return image, f'<img src="{w.link(path)}" width="320" alt="policy of {_esc(record.id)}">'
-        return image, (f'<video src="{w.link(path)}" width="320" height="240" controls loop muted autoplay '
+            return image, f'<img src="{w.link(path)}" width="240" alt="policy of {_esc(record.id)}">'
+        return image, (f'<video src="{w.link(path)}" width="240" height="180" controls loop muted autoplay '
                        'playsinline></video>')
     except Exception as err:  # noqa: BLE001
         return image, w.problem(f"video of {record.id}", err)
@@ -439,7 +461,9 @@ body {{ font-family: sans-serif; margin: 2em; color: #222; }}
 table {{ border-collapse: collapse; margin: 0.5em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 6px; font-size: 13px; vertical-align: top; }}
 table.kv th {{ text-align: left; background: #f4f4f4; }}
-td.lineage {{ max-width: 18em; font-size: 11px; }}
+td.lineage {{ max-width: 14em; font-size: 11px; }}
+td.media img, td.media video {{ display: block; }}
+p.caption {{ font-size: 13px; max-width: 60em; color: #444; }}
 .note {{ color: #a33; font-size: 12px; }}
 .small-run, .fitness-note {{ background: #fff8e0; border-left: 4px solid #e0a000; padding: 6px 10px; max-width: 60em; }}
 nav a {{ margin-right: 1em; }}

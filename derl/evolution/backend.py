@@ -104,6 +104,7 @@ class DerlBackend:
         should_stop: Callable[[], bool],
         may_save: Callable[[], bool],
     ) -> TrainOutcome:
+        from derl.envs.sim_warnings import counted_warnings
         from derl.ppo import SaveWhile, StopWhen, train  # lazy: torch (see the class docstring)
         from derl.ppo.callbacks import TensorBoard
         from derl.training.envs import UnimalEnvFactory
@@ -112,10 +113,11 @@ class DerlBackend:
         if cfg.TENSORBOARD.ENABLED and cfg.TENSORBOARD.PER_MORPHOLOGY:  # a search has thousands: if asked
             callbacks.append(TensorBoard(RunDir(cfg.OUT_DIR).tensorboard_dir(f"morphologies/{Path(xml_path).stem}")))
         try:
-            return train(
-                cfg, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
-                metrics_path=metrics_path, resume=resume, callbacks=callbacks,
-            )
+            with counted_warnings(f"training {Path(xml_path).stem}"):
+                return train(
+                    cfg, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
+                    metrics_path=metrics_path, resume=resume, callbacks=callbacks,
+                )
         finally:
             for callback in callbacks[2:]:
                 callback.close()

@@ -59,7 +59,7 @@ def _is_running(state: dict, heartbeat: float | None, now: float, lease_seconds:
 
 
 def status_lines(out_dir: str) -> list[str]:
-    """Done/total, running workers, best fitness and ETA of the run in ``out_dir``."""
+    """Done/total, running workers, best fitness, state and (while workers run) ETA of the run in ``out_dir``."""
     run = RunDir(out_dir, skip=True)  # a bad file is named in one warning line and skipped
     if (problem := run.not_a_search()) is not None or not run.config_path().exists():
         raise FileNotFoundError(problem or f"{run.root} is not an evolution output folder (no config.yaml)")
@@ -84,10 +84,30 @@ def status_lines(out_dir: str) -> list[str]:
         best = ranked[0]
         values = ", ".join(f"{key}={best[key]:.3f}" for key in evo.SELECTION_CRITERIA)
         lines.append(f"best: {best['id']} {values} (lineage {best['lineage']})")
-    summary = run.read_summary() or {}
+    lines.extend(progress_lines(done, total, len(running), bool(run.worker_states()), run.stop_requested(),
+                                run.read_summary() or {}, evo.LEASE_SECONDS))
+    return lines
+
+
+def progress_lines(done: int, total: int, running: int, ever_started: bool, stop_file: bool, summary: dict,
+                   lease_seconds: float) -> list[str]:
+    """The run's state, and its rate and ETA while workers run: no ETA for a run nothing advances.
+
+    A worker that has not beaten within ``lease_seconds`` counts as gone (Ctrl-C, a crash, a lost
+    node); the coordinator leaves no heartbeat of its own, so a node still drawing the initial
+    population looks like one that never started.
+    """
     if done >= total:
-        lines.append("state: done")
-    elif summary.get("eta_hours") is not None:
+        return ["state: done"]
+    if stop_file:
+        return ["state: stopped; STOP file present: delete it and rerun the same command to resume"]
+    if not running:
+        if not ever_started:
+            return ["state: no worker has started yet (a node may still be drawing the initial population); "
+                    "if no evo_single_proc.py runs, rerun the same command to resume"]
+        return [f"state: stopped (no worker beat in the last {lease_seconds:g} s); rerun the same command to resume"]
+    lines = [f"state: running ({running} workers)"]
+    if summary.get("eta_hours") is not None:
         measured = time.strftime("%H:%M", time.localtime(summary["updated"]))
         lines.append(f"rate: {summary['morphologies_per_hour']:.1f} morphologies/hour, "
                      f"ETA: {summary['eta_hours']:.2f} h (measured at {measured})")

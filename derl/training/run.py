@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from derl.config import CfgNode, dump_config
+from derl.envs.sim_warnings import counted_warnings
 from derl.fileio import atomic_write_text, confine_writes, read_json, write_json
 from derl.morphology import Genome, GenomeError, to_mjcf
 from derl.ppo.callbacks import Callback, StopWhen, TensorBoard
@@ -183,16 +184,17 @@ def train_to_folder(
             if cfg.TENSORBOARD.ENABLED:
                 own.append(TensorBoard(out_dir / TENSORBOARD_DIR))
         try:
-            result = train(
-                cfg,
-                factory,
-                seed=cfg.RNG_SEED,
-                checkpoint_path=out_dir / CHECKPOINT_FILE,
-                metrics_path=out_dir / METRICS_LINES_FILE,
-                resume=resume,
-                callbacks=[*callbacks, *own],
-                comm=comm,
-            )
+            with counted_warnings(f"training {out_dir}"):
+                result = train(
+                    cfg,
+                    factory,
+                    seed=cfg.RNG_SEED,
+                    checkpoint_path=out_dir / CHECKPOINT_FILE,
+                    metrics_path=out_dir / METRICS_LINES_FILE,
+                    resume=resume,
+                    callbacks=[*callbacks, *own],
+                    comm=comm,
+                )
         finally:
             for callback in own:
                 callback.close()
