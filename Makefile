@@ -18,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	touch $(STAMP)
 
-# The MuJoCo Warp backend (SIM.BACKEND warp; README "Simulating on a GPU") on top of `make setup`:
+# The MuJoCo Warp backend (SIM.BACKEND warp; docs/guides/gpus.md#simulating-on-a-gpu) on top of `make setup`:
 # requirements-gpu.txt, kept out of requirements.txt so the default install stays CPU-only and lean.
 setup-gpu: $(GPU_STAMP)
 
@@ -38,8 +38,8 @@ $(DOCS_STAMP): $(STAMP) requirements-docs.txt
 	$(PY) -m pip install --quiet -r requirements-docs.txt
 	touch $(DOCS_STAMP)
 
-# ruff, then the architecture check: the import floors in pyproject.toml [tool.importlinter] (README
-# "Architecture"), imports inside functions included.
+# ruff, then the architecture check: the import floors in pyproject.toml [tool.importlinter]
+# (docs/design/architecture.md#layers), imports inside functions included.
 lint: setup
 	$(VENV)/bin/ruff check derl tools tests evo_single_proc.py
 	$(VENV)/bin/lint-imports --no-cache
@@ -55,4 +55,4 @@ test-slow: setup
 evolve: setup
 	MUJOCO_GL=egl $(PY) evo_single_proc.py --cfg configs/evo/quick.yml
 	$(PY) tools/status.py output/quick
-	@echo "results: output/quick (summary.json, metadata/, models/); next: README 'Your first study'"
+	@echo "results: output/quick (summary.json, metadata/, models/); next: docs/getting-started.md#your-first-study"
