@@ -247,7 +247,7 @@ DERIVED_KEYS = ("PPO.MAX_ITERS",)
 # derl.checked_config checks the key against them, both from this one definition.
 TOURNAMENT_TYPES = ("aging_num", "aging_percent", "vanilla_num", "vanilla_percent")
 
-# The values SIM.BACKEND may take, checked by derl.checked_config (README, "Simulating on a GPU").
+# The values SIM.BACKEND may take, checked by derl.checked_config (docs/guides/gpus.md#simulating-on-a-gpu).
 SIM_BACKENDS = ("mujoco", "warp")
 
 # Keys that say how one node runs, not what the search is: they may differ between the nodes of a
