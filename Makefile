@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 GPU_STAMP := $(VENV)/.installed-gpu
 
-.PHONY: setup setup-gpu lint test test-slow evolve
+.PHONY: setup setup-gpu docs lint test test-slow evolve
 
 setup: $(STAMP)
 
@@ -18,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	touch $(STAMP)
 
-# The MuJoCo Warp backend (SIM.BACKEND warp; README "Simulating on a GPU") on top of `make setup`:
+# The MuJoCo Warp backend (SIM.BACKEND warp; docs/guides/gpus.md#simulating-on-a-gpu) on top of `make setup`:
 # requirements-gpu.txt, kept out of requirements.txt so the default install stays CPU-only and lean.
 setup-gpu: $(GPU_STAMP)
 
@@ -26,13 +26,25 @@ $(GPU_STAMP): $(STAMP) requirements-gpu.txt
 	$(PY) -m pip install --quiet $(WHEELS) -r requirements-gpu.txt
 	touch $(GPU_STAMP)
 
-# ruff, then the architecture check: the import floors in pyproject.toml [tool.importlinter] (README
-# "Architecture"), imports inside functions included.
+# The documentation site (docs/, mkdocs.yml) into site/, warnings as errors: a broken link or anchor, a page
+# left out of the nav or a docstring mkdocstrings cannot read fails the build. requirements-docs.txt is
+# kept out of requirements.txt (nothing in derl imports it) and installed into the same venv on first use.
+DOCS_STAMP := $(VENV)/.installed-docs
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+$(DOCS_STAMP): $(STAMP) requirements-docs.txt
+	$(PY) -m pip install --quiet -r requirements-docs.txt
+	touch $(DOCS_STAMP)
+
+# ruff, then the architecture check: the import floors in pyproject.toml [tool.importlinter]
+# (docs/design/architecture.md#layers), imports inside functions included.
 lint: setup
 	$(VENV)/bin/ruff check derl tools tests evo_single_proc.py
 	$(VENV)/bin/lint-imports --no-cache
 
-test: lint
+test: lint docs
 	MUJOCO_GL=egl $(PY) -m pytest -q -m "not slow" tests
 
 # Slower end-to-end and statistical tests, kept out of `make test`.
@@ -43,7 +55,7 @@ test-slow: setup
 evolve: setup
 	MUJOCO_GL=egl $(PY) evo_single_proc.py --cfg configs/evo/quick.yml
 	$(PY) tools/status.py output/quick
-	@echo "results: output/quick (summary.json, metadata/, models/); next: README 'Your first study'"
+	@echo "results: output/quick (summary.json, metadata/, models/); next: docs/getting-started.md#your-first-study"
 
 # `make gpu-check`: does SIM.BACKEND warp work on this machine's GPU? A verdict table and
 # output/gpu_check.json (tools/gpu_check.py); without a GPU it says so in one line and fails.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -38,189 +39,205 @@ class ConfigError(ValueError):
         self.key = keys[0] if keys else None
 
 
-def _defaults() -> dict[str, Any]:
-    """The default tree. Comments give the meaning; values follow DERL."""
+@dataclass(frozen=True)
+class Key:
+    """One config key, declared once: ``default`` (whose type is the key's type) and ``meaning``,
+    one line for the reference table of the docs."""
+
+    default: Any
+    meaning: str
+
+
+def _declared() -> dict[str, Any]:
+    """The default tree, each leaf a ``Key``: its default (which gives its type) and its meaning.
+
+    Values follow DERL. This is the one declaration of the keys: ``_defaults`` takes the values,
+    ``declared_keys`` the reference table of the docs (``docs/reference/config.md``).
+    """
     return {
-        # MJCF template options.
-        "XML": {
-            "NJMAX": 1000,
-            "NCONMAX": 200,
-            "GEOM_CONDIM": 3,
-            "GEOM_FRICTION": [0.7, 0.1, 0.1],
-            "FILTER_PARENT": "enable",
+        "XML": {  # MJCF template options.
+            "NJMAX": Key(1000, "MJCF `<size njmax>` of a world: constraint rows MuJoCo C allocates"),
+            "NCONMAX": Key(200, "MJCF `<size nconmax>` of a world: contacts MuJoCo C allocates"),
+            "GEOM_CONDIM": Key(3, "contact dimensionality of every geom (the head's too)"),
+            "GEOM_FRICTION": Key([0.7, 0.1, 0.1], "sliding, torsional and rolling friction of every geom"),
+            "FILTER_PARENT": Key("enable", "MuJoCo's `filterparent` flag: no contacts between a body and its parent"),
         },
         "BODY": {
-            # Vertical gap between the lowest point of the unimal and the floor.
-            "FLOOR_OFFSET": 0.2,
-            # Hinge ranges in degrees, one pair drawn per joint.
-            "JOINT_ANGLE_LIST": [
-                [-30, 0], [0, 30], [-30, 30], [-45, 45], [-45, 0], [0, 45],
-                [-60, 0], [0, 60], [-60, 60], [-90, 0], [0, 90], [-60, 30], [-30, 60],
-            ],
-            # [start, stop, step], stop included.
-            "MOTOR_GEAR_RANGE": [150, 300, 50],
-            # Joint axes in the limb geom frame: x, y or both.
-            "JOINT_AXIS": ["x", "y", "xy"],
+            "FLOOR_OFFSET": Key(0.2, "gap (m) between the lowest point of a unimal and the floor at the start"),
+            "JOINT_ANGLE_LIST": Key(
+                [[-30, 0], [0, 30], [-30, 30], [-45, 45], [-45, 0], [0, 45],
+                 [-60, 0], [0, 60], [-60, 60], [-90, 0], [0, 90], [-60, 30], [-30, 60]],
+                "hinge ranges in degrees, one pair drawn per joint"),
+            "MOTOR_GEAR_RANGE": Key([150, 300, 50], "motor gears drawn from `[start, stop, step]`, stop included"),
+            "JOINT_AXIS": Key(["x", "y", "xy"], "joint axes in the limb geom's frame a limb may get: x, y or both"),
         },
         "TORSO": {
-            "HEAD_RADIUS_RANGE": [0.10],
-            "DENSITY_RANGE": [500, 1000, 100],
+            "HEAD_RADIUS_RANGE": Key([0.10], "head radii (m) drawn from (`[value]` or `[start, stop, step]`)"),
+            "DENSITY_RANGE": Key([500, 1000, 100], "head densities (kg/m^3) drawn from `[start, stop, step]`"),
         },
         "LIMB": {
-            "RADIUS_RANGE": [0.05],
-            "HEIGHT_RANGE": [0.2, 0.4, 0.1],
-            "DENSITY_RANGE": [500, 1000, 100],
-            # Limb count drawn for the initial population (inclusive range).
-            "NUM_LIMBS_RANGE": [2, 8, 1],
-            "MAX_LIMBS": 10,
+            "RADIUS_RANGE": Key([0.05], "limb radii (m) drawn from"),
+            "HEIGHT_RANGE": Key([0.2, 0.4, 0.1], "limb lengths (m) drawn from `[start, stop, step]`"),
+            "DENSITY_RANGE": Key([500, 1000, 100], "limb densities (kg/m^3) drawn from `[start, stop, step]`"),
+            "NUM_LIMBS_RANGE": Key([2, 8, 1], "limb counts drawn for the initial population (inclusive range)"),
+            "MAX_LIMBS": Key(10, "most limbs a body may have: `grow_limb` stops there"),
         },
         "ENV": {
-            "FORWARD_REWARD_WEIGHT": 1.0,
-            "CTRL_COST_WEIGHT": 1e-3,
-            "STAND_REWARD_WEIGHT": 0.0,
-            # ReachReward: [distance-gain weight, unused, bonus per step at the goal].
-            "REACH_REWARD_PARAMS": [100.0, 0.0, 10.0],
-            "RESET_NOISE_SCALE": 5e-3,
-            "EPISODE_LENGTH": 1000,  # env steps before an episode is truncated (time limit)
-            # Falling: head height below this fraction of its starting height.
-            "STAND_HEIGHT_RATIO": 0.5,
-            # Modules that build the world, in order.
-            "MODULES": ["Floor", "Agent"],
-            "OBS_TYPES": ["position", "velocity", "imu_vel", "touch", "extremities"],
-            "KEYS_TO_KEEP": ["proprioceptive"],
-            "TASK": "locomotion",
+            "FORWARD_REWARD_WEIGHT": Key(1.0, "weight of the `forward` reward term (velocity along the task's axis)"),
+            "CTRL_COST_WEIGHT": Key(1e-3, "`__reward__ctrl` = -weight x sum(a^2)"),
+            "STAND_REWARD_WEIGHT": Key(0.0, "weight of the `stand` term (0: logged only, as DERL)"),
+            "REACH_REWARD_PARAMS": Key([100.0, 0.0, 10.0],
+                                      "reach reward: [distance-gain weight, unused, bonus per step at the goal]"),
+            "RESET_NOISE_SCALE": Key(5e-3, "scale of the uniform noise on the initial joint positions and velocities"),
+            "EPISODE_LENGTH": Key(1000, "env steps before an episode is truncated (time limit; 20 s)"),
+            "STAND_HEIGHT_RATIO": Key(0.5, "a fall: the head below this fraction of its standing height"),
+            "MODULES": Key(
+                ["Floor", "Agent"], "modules that build the world, in order (`Floor` or `Terrain`; `Agent`)"),
+            "OBS_TYPES": Key(["position", "velocity", "imu_vel", "touch", "extremities"],
+                            "parts of the proprioceptive observation, in order"),
+            "KEYS_TO_KEEP": Key(["proprioceptive"],
+                                "observation keys the policy sees (`proprioceptive`, `hfield`, `obj`, `goal`)"),
+            "TASK": Key("locomotion", "the task (a registered name: locomotion, manipulation, patrol, ...)"),
         },
         # Sizes are half-extents (MuJoCo box convention); x length, y width, z height.
         "TERRAIN": {
-            "SIZE": [25, 20, 1],
-            "START_FLAT": 2,
-            "TYPES": ["curve_slope"],
-            "FLAT_LENGTH_RANGE": [1, 3, 1],
-            "HFIELD_LENGTH_RANGE": [4, 8, 4],
-            "CURVE_HEIGHT_RANGE": [0.6, 1.2, 0.1],
-            "BOUNDARY_WALLS": True,
-            "STEP_HEIGHT": 0.2,
-            "STEP_LENGTH_RANGE": [12, 16, 4],
-            "NUM_STEPS": 8,
-            "RUGGED_SQUARE_CLIP_RANGE": [0.2, 0.3, 0.1],
-            "BOWL_MAX_Z": 3.0,
-            "PATROL_HALF_LEN": 3.0,
-            "INCLINE_ANGLE": 0,
+            "SIZE": Key([25, 20, 1], "half-extents (m) of the terrain corridor: length, width, height"),
+            "START_FLAT": Key(2, "flat stretch (m) at the start of the corridor"),
+            "TYPES": Key(["curve_slope"], "obstacle types of the terrain (`curve_slope`, `steps`, `rugged_square`)"),
+            "FLAT_LENGTH_RANGE": Key([1, 3, 1], "lengths (m) of the flat stretches between obstacles"),
+            "HFIELD_LENGTH_RANGE": Key([4, 8, 4], "lengths (m) of a `curve_slope` or `rugged_square` stretch"),
+            "CURVE_HEIGHT_RANGE": Key([0.6, 1.2, 0.1], "heights (m) of `curve_slope` hills"),
+            "BOUNDARY_WALLS": Key(True, "walls along the sides of the corridor"),
+            "STEP_HEIGHT": Key(0.2, "height (m) of one stair of `steps`"),
+            "STEP_LENGTH_RANGE": Key([12, 16, 4], "lengths (m) of a `steps` stretch"),
+            "NUM_STEPS": Key(8, "stairs of a `steps` stretch (up, then down)"),
+            "RUGGED_SQUARE_CLIP_RANGE": Key([0.2, 0.3, 0.1], "heights (m) at which `rugged_square` rubble is clipped"),
+            "BOWL_MAX_Z": Key(3.0, "height (m) of the escape_bowl task's bumps before clipping"),
+            "PATROL_HALF_LEN": Key(3.0, "patrol: the goals sit at (+L, 0) and (-L, 0)"),
+            "INCLINE_ANGLE": Key(0, "incline: the plane's tilt in degrees (-10: rising along +x)"),
         },
         "OBJECT": {
-            "GOAL_POS": [],
-            "BOX_POS": [],
-            "PLACEMENT_BUFFER_LEN": 3,
-            "PLACEMENT_BUFFER_WIDTH": 5,
-            "CLOSE_PLACEMENT_DIST": 10,
-            "SUCCESS_MARGIN": 0.5,
-            "BOX_SIDE": 0.5,
-            "NUM_OBSTACLES": 20,
-            "OBSTACLE_LEN_RANGE": [0.5, 3, 0.5],
-            "OBSTACLE_WIDTH_RANGE": [0.5, 3, 0.5],
-            "FORWARD_PLACEMENT_DIST": [15, 25],
-            "TYPE": "box",
-            "BALL_RADIUS": 0.15,
-            "BOX_MASS": 1.0,
+            "GOAL_POS": Key([], "push_box_incline: the goal's (x, y); empty elsewhere"),
+            "BOX_POS": Key([], "push_box_incline: the box's starting (x, y); empty elsewhere"),
+            "PLACEMENT_BUFFER_LEN": Key(3, "object and goal placement: margin (m) kept from the ends of the arena"),
+            "PLACEMENT_BUFFER_WIDTH": Key(5, "object and goal placement: margin (m) kept from the sides of the arena"),
+            "CLOSE_PLACEMENT_DIST": Key(10, "least gap (m) between the object and the far margin"),
+            "SUCCESS_MARGIN": Key(0.5, "distance (m) at which the agent reached the object, or the object the goal"),
+            "BOX_SIDE": Key(0.5, "half side (m) of the pushed box"),
+            "NUM_OBSTACLES": Key(20, "obstacle task: fixed boxes in the corridor"),
+            "OBSTACLE_LEN_RANGE": Key([0.5, 3, 0.5], "obstacle task: half-lengths (m) of the boxes"),
+            "OBSTACLE_WIDTH_RANGE": Key([0.5, 3, 0.5], "obstacle task: half-widths (m) of the boxes"),
+            "FORWARD_PLACEMENT_DIST": Key([15, 25], "range (m) ahead of the agent where the object is placed"),
+            "TYPE": Key("box", "the manipulated object: `box` or `ball`"),
+            "BALL_RADIUS": Key(0.15, "radius (m) of the ball (`OBJECT.TYPE ball`)"),
+            "BOX_MASS": Key(1.0, "mass (kg) of the box"),
         },
         "HFIELD": {
-            # Observed patch in metres: [behind, front, right, left].
-            "OBS_SIZE": [1, 4, 4, 4],
-            "PADDING": 10,
-            "GAP_DEPTH": -10,
-            # Cells per metre.
-            "NUM_DIVS": 10,
+            "OBS_SIZE": Key([1, 4, 4, 4], "observed height-map patch in metres: behind, front, right, left"),
+            "PADDING": Key(10, "cells of wall height read outside the corridor before the gap"),
+            "GAP_DEPTH": Key(-10, "height (m) read for the region beyond the walls"),
+            "NUM_DIVS": Key(10, "height-map cells per metre"),
         },
         "PPO": {
-            "GAMMA": 0.99,
-            "GAE_LAMBDA": 0.95,
-            "CLIP_EPS": 0.2,
-            "EPOCHS": 4,
-            "BATCH_SIZE": 512,
-            "VALUE_COEF": 0.5,
-            # Stop an epoch when approx. KL exceeds KL_TARGET_COEF * 0.01.
-            "KL_TARGET_COEF": 20.0,
-            "USE_CLIP_VALUE_FUNC": True,
-            "ENTROPY_COEF": 0.01,
-            "TIMESTEPS": 128,
-            "NUM_ENVS": 32,
-            "BASE_LR": 3e-4,
-            "EPS": 1e-5,
-            "LINEAR_LR_DECAY": True,
-            "MAX_GRAD_NORM": 0.5,
-            # Env steps per morphology (all envs together).
-            "MAX_STATE_ACTION_PAIRS": 5_000_000,
-            # Derived: MAX_STATE_ACTION_PAIRS // (TIMESTEPS * NUM_ENVS); N data-parallel ranks run
-            # MAX_ITERS // N iterations (MAX_STATE_ACTION_PAIRS is the total over all ranks).
-            "MAX_ITERS": -1,
-            # Data-parallel runs (torchrun): the learning rate times 1, sqrt(N) or N for N ranks
-            # (none | sqrt | linear). AMP: bf16 autocast for the learner on CUDA (ignored on the CPU).
-            "LR_SCALING": "none",
-            "AMP": False,
-            "VIDEO_LENGTH": 1000,  # frames of an EVO.VIDEOS_LAST_N video
+            "GAMMA": Key(0.99, "discount factor"),
+            "GAE_LAMBDA": Key(0.95, "GAE lambda"),
+            "CLIP_EPS": Key(0.2, "clip range of the surrogate and value losses"),
+            "EPOCHS": Key(4, "passes over a rollout per iteration"),
+            "BATCH_SIZE": Key(512, "minibatch size (rows of a rollout per optimiser step)"),
+            "VALUE_COEF": Key(0.5, "weight of the value loss"),
+            "KL_TARGET_COEF": Key(20.0, "stop an epoch when the approximate KL exceeds this times 0.01"),
+            "USE_CLIP_VALUE_FUNC": Key(True, "clip the value loss as the surrogate"),
+            "ENTROPY_COEF": Key(0.01, "weight of the entropy bonus"),
+            "TIMESTEPS": Key(128, "steps per env per PPO iteration"),
+            "NUM_ENVS": Key(32, "envs of one training (per rank), stepped in lockstep"),
+            "BASE_LR": Key(3e-4, "Adam learning rate at the start"),
+            "EPS": Key(1e-5, "Adam epsilon"),
+            "LINEAR_LR_DECAY": Key(True, "decay the learning rate linearly to 0 over the budget"),
+            "MAX_GRAD_NORM": Key(0.5, "gradient clipping norm"),
+            "MAX_STATE_ACTION_PAIRS": Key(5_000_000, "env steps per morphology (all envs and ranks together)"),
+            "MAX_ITERS": Key(-1, "derived, cannot be set: `MAX_STATE_ACTION_PAIRS // (TIMESTEPS * NUM_ENVS)`; "
+                                 "N data-parallel ranks run `MAX_ITERS // N`"),
+            "LR_SCALING": Key("none", "data-parallel runs: learning rate times 1, sqrt(N) or N for N ranks "
+                                      "(`none`, `sqrt`, `linear`)"),
+            "AMP": Key(False, "bf16 autocast of the learner on CUDA (ignored on the CPU)"),
+            "VIDEO_LENGTH": Key(1000, "frames of an `EVO.VIDEOS_LAST_N` video"),
         },
         "MODEL": {
-            "PRO_HIDDEN_DIMS": [64, 64],
-            "OBS_FEAT_HIDDEN_DIMS": [64],
+            "PRO_HIDDEN_DIMS": Key([64, 64], "hidden layers of the actor and critic MLPs"),
+            "OBS_FEAT_HIDDEN_DIMS": Key([64], "hidden layers of the encoder of each other observation key"),
         },
         "SIM": {
-            # The simulator of a training's envs: mujoco (MuJoCo's C engine on the CPU, DERL's physics)
-            # or warp (MuJoCo Warp on DEVICE: an NVIDIA GPU, or warp's CPU device for tests); README,
-            # "Simulating on a GPU". Single envs (replay, videos, evaluation rollouts) always use mujoco.
-            "BACKEND": "mujoco",
-            # warp only: contacts and constraint rows allocated per world (MuJoCo Warp preallocates
-            # them; a step that needs more drops the excess and derl ends those episodes as unstable).
-            "NCONMAX": 64,
-            "NJMAX": 256,
+            # Single envs (replay, videos, evaluation rollouts) always use mujoco.
+            "BACKEND": Key("mujoco", "simulator of a training's envs: `mujoco` (MuJoCo C on the CPU, DERL's) "
+                                     "or `warp` (MuJoCo Warp on `DEVICE`)"),
+            # MuJoCo Warp preallocates them; a step that needs more drops the excess and derl ends
+            # those episodes as unstable.
+            "NCONMAX": Key(64, "`warp` only: contacts allocated per world"),
+            "NJMAX": Key(256, "`warp` only: constraint rows allocated per world"),
         },
         "VECENV": {
-            # Threads that step one pool's simulations (mujoco.batch.Batch nthread).
-            "THREADS": 1,
+            "THREADS": Key(1, "threads that step one training's simulations (`mujoco.batch.Batch` nthread)"),
         },
         "EVO": {
-            # False: random search, DERL's baseline: SEARCH_SPACE_SIZE morphologies drawn like the
-            # initial population (10x candidates through the species filter), no tournament.
-            "IS_EVO": True,
-            # Workers on this node; 0 = as many as the node can hold.
-            "NUM_PROCESSES": 0,
-            "INIT_POPULATION_SIZE": 576,
-            # Seconds other nodes wait for node 0 to write the initial population.
-            "INIT_WAIT_TIMEOUT": 86400,
-            # Dead nodes: a slot whose owner's heartbeat (a file mtime on the shared folder) is older
-            # than this is taken over by another worker. Keep it well above NFS attribute caching (60 s).
-            "LEASE_SECONDS": 600.0,
-            # Morphologies trained in all, initial population included.
-            "SEARCH_SPACE_SIZE": 4000,
-            # aging_num | aging_percent | vanilla_num | vanilla_percent
-            "TOURNAMENT_TYPE": "aging_num",
-            "AGING_WINDOW_SIZE": 576,
-            "NUM_PARTICIPANTS": 4,
-            "PERCENT_PARTICIPANTS": 5,
-            "MUTATION_OPS": [
-                "grow_limb", "joint_angle", "limb_params", "dof", "density", "gear", "delete_limb",
-            ],
-            "SELECTION_CRITERIA": ["__reward__forward", "__reward__stand"],
-            # -1 maximise, +1 minimise, one per criterion.
-            "SELECTION_CRITERIA_OBJ": [-1, -1],
-            # Record a policy video (PPO.VIDEO_LENGTH frames) of each of the last N slots into videos/.
-            "VIDEOS_LAST_N": 0,
+            "IS_EVO": Key(True, "false: random search, DERL's baseline (every slot drawn like the initial "
+                                "population, no tournament)"),
+            "NUM_PROCESSES": Key(0, "workers on this node; 0 = as many as its cores and free memory hold"),
+            "INIT_POPULATION_SIZE": Key(576, "initial population (from 10x as many candidates, look-alikes removed)"),
+            "INIT_WAIT_TIMEOUT": Key(86400, "seconds other nodes wait for node 0's initial population"),
+            # Keep it well above NFS attribute caching (60 s).
+            "LEASE_SECONDS": Key(600.0, "a slot whose owner's heartbeat is older than this is taken over; "
+                                        "a node whose worker keeps failing this long stops"),
+            "SEARCH_SPACE_SIZE": Key(4000, "morphologies trained in all, initial population included"),
+            "TOURNAMENT_TYPE": Key("aging_num", "`aging_num`, `aging_percent`, `vanilla_num` or `vanilla_percent`"),
+            "AGING_WINDOW_SIZE": Key(576, "the aging window: newest published morphologies a tournament draws from"),
+            "NUM_PARTICIPANTS": Key(4, "morphologies per tournament (`*_num`)"),
+            "PERCENT_PARTICIPANTS": Key(5, "morphologies per tournament, percent of the pool (`*_percent`)"),
+            "MUTATION_OPS": Key(["grow_limb", "joint_angle", "limb_params", "dof", "density", "gear", "delete_limb"],
+                                "mutation operators drawn from"),
+            "SELECTION_CRITERIA": Key(["__reward__forward", "__reward__stand"],
+                                      "the selection criterion: published fields compared (Pareto front); "
+                                      "the first is the fitness shown by status and report"),
+            "SELECTION_CRITERIA_OBJ": Key([-1, -1], "one per criterion: -1 maximise, +1 minimise"),
+            "VIDEOS_LAST_N": Key(0, "record a policy video of each of the last N slots into `videos/`"),
         },
         "TENSORBOARD": {
-            # Event files for `tensorboard --logdir OUT`: a training's curves (OUT/tensorboard/), an
-            # evolution's search curves (OUT_DIR/tensorboard/search/, node 0) and evaluation cells'.
-            "ENABLED": True,
-            # Evolution only: each morphology's training curves too (OUT_DIR/tensorboard/morphologies/).
-            "PER_MORPHOLOGY": False,
+            "ENABLED": Key(True, "TensorBoard event files of trainings, evaluation cells and the search (node 0)"),
+            "PER_MORPHOLOGY": Key(False, "evolution only: each morphology's training curves too "
+                                         "(`OUT_DIR/tensorboard/morphologies/`)"),
         },
-        "OUT_DIR": "output/default",
-        "RNG_SEED": 1,
-        # cpu | cuda | cuda:N | auto: the learner's device, and the envs' with SIM.BACKEND warp.
-        "DEVICE": "cpu",
-        "TORCH_THREADS": 1,
-        "CHECKPOINT_PERIOD": 100,
-        "NODE_ID": 0,
-        "NUM_NODES": 1,
+        "OUT_DIR": Key("output/default", "the (shared) output folder"),
+        "RNG_SEED": Key(1, "root of every random stream"),
+        "DEVICE": Key("cpu", "learner (and `warp` envs) device: `cpu`, `cuda`, `cuda:N`, `auto`"),
+        "TORCH_THREADS": Key(1, "threads of torch and of every BLAS/OpenMP pool in a process"),
+        "CHECKPOINT_PERIOD": Key(100, "PPO iterations between checkpoints"),
+        "NODE_ID": Key(0, "this node, 0 .. NUM_NODES - 1"),
+        "NUM_NODES": Key(1, "nodes sharing `OUT_DIR`"),
     }
+
+
+def _values(tree: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _values(v) if isinstance(v, Mapping) else v.default for k, v in tree.items()}
+
+
+def _defaults() -> dict[str, Any]:
+    """The default tree (a fresh copy: every call builds it anew)."""
+    return _values(_declared())
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """A flattened key as the reference documents it."""
+
+    key: str
+    default: Any
+    type: str
+    meaning: str
+
+
+def declared_keys() -> list[KeyDoc]:
+    """Every flattened key with its default, type and meaning, in declaration order."""
+    return [KeyDoc(path, key.default, type(key.default).__name__, key.meaning)
+            for path, key in flatten(_declared())]
 
 
 # Keys computed from others; setting them by hand is an error.
@@ -230,7 +247,7 @@ DERIVED_KEYS = ("PPO.MAX_ITERS",)
 # derl.checked_config checks the key against them, both from this one definition.
 TOURNAMENT_TYPES = ("aging_num", "aging_percent", "vanilla_num", "vanilla_percent")
 
-# The values SIM.BACKEND may take, checked by derl.checked_config (README, "Simulating on a GPU").
+# The values SIM.BACKEND may take, checked by derl.checked_config (docs/guides/gpus.md#simulating-on-a-gpu).
 SIM_BACKENDS = ("mujoco", "warp")
 
 # Keys that say how one node runs, not what the search is: they may differ between the nodes of a

@@ -11,7 +11,7 @@ umask 022 they are 0644, readable by the group; with umask 002 (a group sharing 
 stays the operator's choice, as for every other program writing there; folders are
 made by ``mkdir`` and follow it the same way (0755 or 0775).
 
-A shared folder is untrusted input (README: "The output folder is untrusted input"): files
+A shared folder is untrusted input (docs/design/run-folder.md#the-output-folder-is-untrusted-input): files
 are opened with ``open_file``, never through a symbolic link and never blocking on a FIFO, and
 only regular files are read; ``read_json`` and ``read_yaml`` bound the size and the nesting depth
 they accept (and YAML's aliases, which can multiply a small file into a huge tree, are refused).

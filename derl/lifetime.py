@@ -2,7 +2,7 @@
 
 Linux's parent-death signal (``PR_SET_PDEATHSIG``) reaches a child even when its parent is
 killed with SIGKILL, which no handler sees. A parent that dies before the child asks for it is
-caught by comparing the parent's pid (README: Evolution, "Stop").
+caught by comparing the parent's pid (docs/guides/evolution.md#stop).
 """
 
 from __future__ import annotations

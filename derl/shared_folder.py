@@ -2,7 +2,7 @@
 creations, and what to do with a file that does not belong.
 
 The primitives under ``derl.evolution.storage.RunDir`` (which adds the layout and the records of
-the evolution's protocol, README: "Output folder"):
+the evolution's protocol, docs/reference/output-folder.md):
 
 - every file is staged in ``tmp/`` (``derl.fileio``: temp + fsync + rename) and then renamed into
   place, so the target folders never show a partial file; staged names carry the host, the pid, a
@@ -15,7 +15,7 @@ the evolution's protocol, README: "Output folder"):
   for a link (or a file) while a node runs is refused (``NotAFolder``: the node's problem, never a
   morphology's), never written through; an existence check or a read looks at the folder first
   (``_usable_folder``): the search stops on such a folder, a read-only tool warns once and skips it;
-- the folder is untrusted input (README: "The output folder is untrusted input"): files are opened
+- the folder is untrusted input (docs/design/run-folder.md#the-output-folder-is-untrusted-input): files are opened
   without following links or blocking on FIFOs (``derl.fileio``), every JSON read is checked by a
   function of its content, and a folder holds only the names its pattern allows;
 - a file that is not a regular file, does not parse or fails its check (a stray or corrupt file) is

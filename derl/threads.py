@@ -1,5 +1,5 @@
 """The thread budget of a derl process, set in one place: torch's threads and every BLAS and OpenMP
-thread pool follow ``TORCH_THREADS`` (README "Configuration").
+thread pool follow ``TORCH_THREADS`` (docs/guides/configuration.md).
 
 Left alone, a BLAS pool starts one thread per core: with the second of two cores busy, numpy's
 OpenBLAS took 18x longer over the VT height-map layer's product, and on a node running one worker

@@ -1,4 +1,4 @@
-"""tools/bench.py sim, run for real with tiny world counts (the figures themselves go in the README)."""
+"""tools/bench.py sim, run for real with tiny world counts (the figures themselves go in docs/benchmarks.md)."""
 
 import argparse
 import json

@@ -3,7 +3,7 @@
 Physics: sampled FT and VT bodies (their terrain drawn by a reset), started from the same states and
 driven by the same actions in both simulators, stay together: float32 (Warp) against float64 (C)
 round-off grows through contacts, and the bounds below are what 25 env steps (100 substeps) leave
-(README, "Simulating on a GPU").
+(docs/guides/gpus.md#simulating-on-a-gpu).
 """
 
 import numpy as np

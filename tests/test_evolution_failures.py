@@ -1,4 +1,4 @@
-"""Failures classified (README: "The shared-folder protocol"): whose fault a failure is, the restart
+"""Failures classified (docs/design/run-folder.md#failures): whose fault a failure is, the restart
 back-off, and a full disk during training with real processes (fault injected through
 ``tests/full_disk/sitecustomize.py``)."""
 

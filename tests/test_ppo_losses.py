@@ -45,7 +45,7 @@ def test_gae_truncation_bootstraps_from_final_observation():
 
 
 def test_gae_termination_wins_over_truncation():
-    # A fall on the time-limit step is a terminal (README: "Training one morphology"): the final value is ignored.
+    # A fall on the time-limit step is a terminal (docs/guides/training.md): the final value is ignored.
     both = [[False], [True], [False]]
     adv, _ = _gae([[1.0]] * 3, [[1.0]] * 3, [1.0], terminated=both, truncated=both, final_values=[[9.0]] * 3)
     np.testing.assert_allclose(adv[:, 0], [0.5, 0.0, 0.5])

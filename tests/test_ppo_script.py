@@ -34,7 +34,7 @@ def test_train_from_genome_resume_and_eval(tmp_path):
         assert (out / name).is_file(), name
     torch.load(out / "model.pt", weights_only=True)
 
-    # As in the README: the folder's config.yaml and run.json, plus the overrides given now.
+    # As docs/guides/training.md says: the folder's config.yaml and run.json, plus the overrides given now.
     resumed = _run("--out", str(out), "--resume", "--quiet", "MAX_STATE_ACTION_PAIRS", "128")
     assert resumed.returncode == 0, resumed.stderr
     final = json.loads((out / "metrics.json").read_text())

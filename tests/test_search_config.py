@@ -1,4 +1,5 @@
-"""One config per search: OUT_DIR/config.yaml, node-local keys and manifest/ (README: "One config per search").
+"""One config per search: OUT_DIR/config.yaml, node-local keys and manifest/
+(docs/guides/evolution.md#one-config-per-search).
 
 The process tests run the real ``evo_single_proc.py`` with the fake backend of
 ``tests/evo_fake_backend.py`` (each search takes seconds).

@@ -1,5 +1,5 @@
-"""Every command behaves alike (README "Commands and exit codes"): ``--help`` prints help and exits
-0, Ctrl-C stops a training with exit code 130 and no traceback, and the README's exit-code table is
+"""Every command behaves alike (docs/reference/commands.md): ``--help`` prints help and exits
+0, Ctrl-C stops a training with exit code 130 and no traceback, and the docs' exit-code table is
 the code's."""
 
 import os
@@ -119,10 +119,9 @@ def test_ctrl_c_stops_a_benchmark_with_130(tmp_path):
     assert proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err
 
 
-def test_readme_exit_code_table_is_the_codes():
-    """The README's table, the constants the code returns and the SLURM script's header agree."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Commands and exit codes", 1)[1].split("\n## ", 1)[0]
+def test_docs_exit_code_table_is_the_codes():
+    """The docs' table, the constants the code returns and the SLURM script's header agree."""
+    section = (ROOT / "docs" / "reference" / "commands.md").read_text()
     rows = re.findall(r"^\| (\d+|128 \+ N) \| [^|]+ \| (`\w+`|-) \|$", section, flags=re.MULTILINE)
     assert [code for code, _ in rows] == ["0", "1", "2", "3", "4", "5", "128 + N"], rows
     constants = {"EXIT_USAGE": EXIT_USAGE, "EXIT_FATAL": process.EXIT_FATAL, "EXIT_STOPPED": process.EXIT_STOPPED,
@@ -133,7 +132,7 @@ def test_readme_exit_code_table_is_the_codes():
         assert constants[name] == (128 + signal.SIGINT if code == "128 + N" else int(code)), (name, code)
     header = (ROOT / "tools" / "slurm" / "derl.sbatch").read_text().split("#SBATCH", 1)[0]
     flat = " ".join(header.replace("#", " ").split())
-    listed = re.search(r"README \"Commands and exit codes\" \(([^)]*)\)", flat).group(1)
+    listed = re.search(r"(?:README \"Commands and exit codes\"|docs/reference/commands\.md) \(([^)]*)\)", flat).group(1)
     assert re.findall(r"(\d+)(?:\+N)? ", listed) == ["0", "1", "2", "3", "4", "5", "128"], listed
 
 

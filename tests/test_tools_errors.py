@@ -1,5 +1,5 @@
 """Every user error of tools/*.py and evo_single_proc.py: one line on stderr, exit code 2, no traceback,
-and nothing written outside the folder the command was given (README: "Commands and exit codes").
+and nothing written outside the folder the command was given (docs/reference/commands.md).
 
 Each case runs the real script in a fresh working folder ``work/`` holding the inputs below; ``out/``
 is the only place a command may write to, and ``work/`` must be unchanged afterwards except for it.

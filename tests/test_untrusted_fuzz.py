@@ -23,7 +23,7 @@ import pytest
 from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
 
 SIZE = 6
-# One file of each kind of OUT_DIR (README: output layout) in the finished run; the fake backend fails
+# One file of each kind of OUT_DIR (docs/reference/output-folder.md) in the finished run; the fake backend fails
 # slot 5 once, so error_metadata/000005.json exists.
 KINDS = {
     "metadata": "metadata/000003.json",
@@ -152,7 +152,7 @@ def test_each_file_kind_corrupted(finished_run, tmp_path, sentinel, kind, how):
     check_after(out, tmp_path, sentinel, before)
 
 
-# Every folder of the layout a node writes into while it runs (README: output layout).
+# Every folder of the layout a node writes into while it runs (docs/reference/output-folder.md).
 RUNNING_FOLDERS = ("slots", "leases", "published", "metadata", "error_metadata", "genomes", "xml", "models",
                    "metrics", "workers", "tmp", "quarantine")
 

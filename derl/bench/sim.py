@@ -17,7 +17,7 @@ kernels (or loading them from warp's kernel cache on disk) and capturing the gra
 reports its kernel cache (directory, modules there before and after: new ones were compiled) and
 ``new_morphology``: put_model + put_data + first env step of other bodies (seeds after ``--seed``)
 once the first one's kernels are loaded, what each new morphology of an evolution pays, since
-MuJoCo Warp specialises some kernels per model (README "Simulating on a GPU").
+MuJoCo Warp specialises some kernels per model (docs/guides/gpus.md#simulating-on-a-gpu).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What every command-line tool shares, so that all behave alike (README "Commands and exit codes").
+"""What every command-line tool shares, so that all behave alike (docs/reference/commands.md).
 
 - ``ArgumentParser``: ``--help`` prints help and exits 0; an unknown flag or subcommand, or a
   missing argument, is one line on stderr and exit code 2, as every other input error;

@@ -125,7 +125,7 @@ class Scene:
         xpos, xmat, site_xpos, sensordata: ``[N, ...]`` derived fields (see the module docstring).
         torso_height: ``[N]`` the head's height above the ground under it, after the last step.
         xp: the arrays' namespace (``array_api_compat``'s NumPy or torch): step hooks compute with
-            it, so that one task runs on both simulation backends (README, "Simulating on a GPU").
+            it, so that one task runs on both simulation backends (docs/guides/gpus.md#simulating-on-a-gpu).
     """
 
     model: mujoco.MjModel

@@ -402,7 +402,7 @@ def node_config_file(cfg: CfgNode, folder: Path) -> Path:
 
     Workers load it, not ``OUT_DIR/config.yaml``: a worker the coordinator restarts mid-run trains with
     the config its node joined the search with, even if someone edits or deletes the shared file
-    (README: "One config per search").
+    (docs/guides/evolution.md#one-config-per-search).
     """
     path = folder / "config.yaml"
     atomic_write_text(path, dump_config(cfg))
@@ -418,7 +418,7 @@ def eta_text(summary: dict) -> str:
 
 
 def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
-    """Everything ``evo_single_proc.py`` does for one node; returns the exit code (README: exit codes).
+    """Everything ``evo_single_proc.py`` does for one node; returns the exit code (docs/reference/commands.md).
 
     Raises:
         ConfigError, ValueError, TimeoutError, OSError: while preparing the run, with a one-line message.

@@ -59,8 +59,8 @@ def slot_rng(rng_seed: int, slot: int, attempt: int) -> np.random.Generator:
 
 
 def ppo_seed(rng_seed: int, slot: int, attempt: int) -> int:
-    """The PPO (and env) seed of ``(slot, attempt)``: distinct per morphology (README:
-    "Differences from the original DERL", one PPO seed per morphology)."""
+    """The PPO (and env) seed of ``(slot, attempt)``: distinct per morphology
+    (docs/design/differences.md: one PPO seed per morphology)."""
     state = np.random.SeedSequence(rng_seed, spawn_key=(slot, attempt, 1)).generate_state(1)
     return int(state[0] >> 1)  # < 2**31: fits every seed API, leaves room for seed + env index
 

@@ -1,7 +1,7 @@
 """What a node's coordinator and its worker processes agree on: exit codes, stop signals, the
 worker lock, and the state file in which a worker reports its slot and peak memory.
 
-Exit codes of a worker (README: "Exit codes"): 0 no slot left, ``EXIT_STOPPED`` stopped on request
+Exit codes of a worker (docs/reference/commands.md): 0 no slot left, ``EXIT_STOPPED`` stopped on request
 (``Stopped``: a signal, the STOP file, the coordinator gone), ``EXIT_FATAL`` a problem a restart
 cannot fix (``FatalError``), ``EXIT_ENVIRONMENT`` a failure that is not the morphology's
 (``derl.evolution.failures``: a full disk, an I/O error, a missing device, a bug); its slot and

@@ -1,4 +1,4 @@
-"""The published record of a morphology (``metadata/<id>.json``, README: "Output folder"), typed.
+"""The published record of a morphology (``metadata/<id>.json``, docs/reference/output-folder.md#metadataidjson), typed.
 
 One definition for the writer (``derl.evolution.step``), the validator
 (``derl.evolution.schema.metadata_problem``) and the readers (``derl.analysis.records``): every

@@ -1,4 +1,4 @@
-"""Which slot a worker fills next, and the leases that make it its own (README: "Evolution").
+"""Which slot a worker fills next, and the leases that make it its own (docs/design/run-folder.md#slots).
 
 Order of work: the slot this worker held when it last died (resumed from its checkpoint), then
 the unfinished slots of this node's workers that no longer run (a restart with fewer workers:

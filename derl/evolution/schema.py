@@ -2,9 +2,10 @@
 
 Each checker takes the parsed content (and what the file's name says it must be) and returns why
 it is not a valid file of its kind, or None. ``derl.evolution.storage.RunDir`` applies them at
-every read, so nothing downstream sees a file that fails (README: "The output folder is untrusted
-input"): types, finite numbers, ranges, the id matching the file name, parent ids that are ids,
-the files a record lists being the run's own, a published record agreeing with the run's config
+every read, so nothing downstream sees a file that fails
+(docs/design/run-folder.md#the-output-folder-is-untrusted-input): types, finite numbers, ranges, the id
+matching the file name, parent ids that are ids, the files a record lists being the run's own, a
+published record agreeing with the run's config
 (``RecordRules``). Pure functions: no filesystem access here (what needs the folder, such as
 listed files being present or the slot's claim naming the record, is checked in ``RunDir.read_metadata``).
 """

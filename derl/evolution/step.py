@@ -1,5 +1,5 @@
 """The DERL evolution step: choose a parent by tournament, mutate it into a child, train the child,
-publish it (README: "Evolution").
+publish it (docs/guides/evolution.md).
 
 DERL's ``tournament_evolution`` runs this step in a loop. Here ``Step`` runs it once for the
 morphology ``slot_id(slot, attempt)`` that the slot scheduler (``derl.evolution.scheduling``) gives

@@ -18,7 +18,7 @@ that reset:
   arrays (``observe`` adds ``[N, size]`` arrays to ``obs``).
 
 Step hooks and ``start`` compute with ``scene.xp`` (the Python array API over NumPy or torch), never
-with ``np``, so that one task runs on both simulation backends (README, "Simulating on a GPU");
+with ``np``, so that one task runs on both simulation backends (docs/guides/gpus.md#simulating-on-a-gpu);
 episode draws run on the host with NumPy generators and write their results into the scene's arrays.
 
 A task declares, as class attributes, its ``reward_terms`` (``__reward__*`` names; the env's reward

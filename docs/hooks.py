@@ -1,0 +1,37 @@
+"""mkdocs hooks (mkdocs.yml ``hooks``): the config reference generated from ``derl.config``.
+
+``docs/reference/config.md`` holds the marker line ``<!-- config-keys -->``; the build replaces it with
+the table of every flattened key from the one declaration in ``derl/config.py`` (default, type,
+meaning), so the page cannot drift from the code. ``tests/test_docs.py`` checks the table.
+"""
+
+from __future__ import annotations
+
+import json
+
+from derl.config import declared_keys
+
+MARKER = "<!-- config-keys -->"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def config_table() -> str:
+    """The Markdown table of every flattened config key, grouped by section."""
+    lines = []
+    section = None
+    for doc in declared_keys():
+        head = doc.key.split(".")[0] if "." in doc.key else "Top level"
+        if head != section:
+            section = head
+            lines += ["", f"## {section}", "", "| key | default | type | meaning |", "|---|---|---|---|"]
+        default = json.dumps(doc.default) if not isinstance(doc.default, str) else doc.default
+        lines.append(f"| `{doc.key}` | `{_cell(default)}` | {doc.type} | {_cell(doc.meaning)} |")
+    return "\n".join(lines) + "\n"
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """Fills the config reference page's marker with the generated table."""
+    return markdown.replace(MARKER, config_table()) if MARKER in markdown else markdown

@@ -1,0 +1,99 @@
+"""The documentation stays true to the code: every config key is declared once with a meaning and
+appears in the generated reference (docs/reference/config.md, filled by docs/hooks.py when
+`make docs` builds the site)."""
+
+import importlib.util
+import re
+import unicodedata
+from pathlib import Path
+
+from derl.config import _defaults, declared_keys, flatten
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_flattened_key_is_declared_with_a_one_line_meaning():
+    declared = {doc.key: doc for doc in declared_keys()}
+    assert list(declared) == [key for key, _ in flatten(_defaults())]
+    for key, doc in declared.items():
+        assert doc.meaning.strip() and "\n" not in doc.meaning, key
+        assert doc.type == type(dict(flatten(_defaults()))[key]).__name__, key
+
+
+def test_the_config_reference_lists_every_key_with_its_default():
+    hooks = _hooks()
+    page = (ROOT / "docs" / "reference" / "config.md").read_text()
+    assert hooks.MARKER in page
+    built = hooks.on_page_markdown(page, None, None, None)
+    for doc in declared_keys():
+        row = next(line for line in built.splitlines() if line.startswith(f"| `{doc.key}` |"))
+        assert doc.meaning.replace("|", "\\|") in row, doc.key
+    assert "| `SIM.NCONMAX` | `64` | int |" in built
+
+
+# A docs reference in the code: `docs/<page>.md` or `docs/<page>.md#<anchor>`, the anchor being the
+# slug mkdocs gives a heading of that page.
+REFERENCE = re.compile(r"docs/([\w/.-]+?\.md)(?:#([\w-]+))?")
+SCANNED = ("derl", "tools", "tests", "evo_single_proc.py", "Makefile", "pyproject.toml")
+# Files that still say README "<section>", each to become a docs/ reference (no README section is left).
+OLD_STYLE = re.compile(r"README\W{0,3}[\"(A-Z]")
+NOT_YET_CONVERTED = {
+    "derl/arrays.py", "derl/envs/physics.py", "derl/envs/warp_physics.py", "derl/ppo/episodes.py",
+    "derl/ppo/fastpath.py", "derl/ppo/gradients.py", "derl/ppo/learner.py", "derl/ppo/losses.py",
+    "derl/ppo/networks.py", "derl/ppo/trainer.py", "evo_single_proc.py", "tools/launch_ssh.sh",
+    "tools/slurm/derl.sbatch", "tools/train_ppo.py",
+    "tests/test_tools_alike.py",  # accepts the SLURM header's README reference until that is converted
+}
+
+
+def slug(heading: str) -> str:
+    """The anchor mkdocs (Python-Markdown's toc) gives a heading: markup dropped, lower case, hyphens."""
+    text = unicodedata.normalize("NFKD", re.sub(r"[`*]", "", heading)).encode("ascii", "ignore").decode()
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", text).strip().lower())
+
+
+def anchors(page: Path) -> set[str]:
+    found, fenced = set(), False
+    for line in page.read_text().splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and (match := re.match(r"#{1,6} (.+)", line)):
+            found.add(slug(match.group(1)))
+    return found
+
+
+def _scanned_files():
+    for name in SCANNED:
+        path = ROOT / name
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        yield from (f for f in files if "__pycache__" not in f.parts)
+
+
+def test_slug_is_mkdocs_anchor():
+    assert slug("`summary.json`") == "summaryjson"
+    assert slug("`metadata/<id>.json`") == "metadataidjson"
+    assert slug("The output folder is untrusted input") == "the-output-folder-is-untrusted-input"
+
+
+def test_every_docs_reference_in_the_code_points_to_a_page_and_anchor():
+    references = 0
+    for path in _scanned_files():
+        for match in REFERENCE.finditer(path.read_text(errors="ignore")):
+            page, anchor = ROOT / "docs" / match.group(1), match.group(2)
+            where = f"{path.relative_to(ROOT)}: {match.group(0)}"
+            assert page.is_file(), f"{where}: no such page"
+            assert anchor is None or anchor in anchors(page), f"{where}: no such heading"
+            references += 1
+    assert references >= 20
+
+
+def test_no_readme_section_is_referred_to():
+    old = {str(path.relative_to(ROOT)) for path in _scanned_files() if path.name != "test_docs.py"
+           and OLD_STYLE.search(path.read_text(errors="ignore"))}
+    assert old <= NOT_YET_CONVERTED, sorted(old - NOT_YET_CONVERTED)
