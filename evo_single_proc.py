@@ -1,7 +1,7 @@
 """Runs DERL evolution on this node: `python evo_single_proc.py --cfg configs/evo/ft.yml [KEY VALUE ...]`.
 
 Run it once per node with `NODE_ID k NUM_NODES n` and the same shared OUT_DIR;
-run the same command again to resume after a crash. See README (Evolution).
+run the same command again to resume after a crash. See docs/guides/evolution.md.
 --cfg is required: the defaults of derl/config.py alone are no study (a paper-size search of 4,000
 morphologies on DERL's Floor), so starting one by accident is refused.
 """

@@ -1,5 +1,5 @@
 """One code over NumPy arrays (the host) and torch tensors (a device): the array namespace, and the
-one question whose answer differs between the two (README "Simulating on a GPU").
+one question whose answer differs between the two (docs/guides/gpus.md#simulating-on-a-gpu).
 
 The env loop (``derl.envs``) and the collector (``derl.ppo.rollout``) are written once over an
 array API namespace. What they may not do on a device is read a value back to the host per step:

@@ -42,15 +42,8 @@ def test_the_config_reference_lists_every_key_with_its_default():
 # slug mkdocs gives a heading of that page.
 REFERENCE = re.compile(r"docs/([\w/.-]+?\.md)(?:#([\w-]+))?")
 SCANNED = ("derl", "tools", "tests", "evo_single_proc.py", "Makefile", "pyproject.toml")
-# Files that still say README "<section>", each to become a docs/ reference (no README section is left).
+# A reference to a README section: the README is a door now, every section lives in docs/.
 OLD_STYLE = re.compile(r"README\W{0,3}[\"(A-Z]")
-NOT_YET_CONVERTED = {
-    "derl/arrays.py", "derl/envs/physics.py", "derl/envs/warp_physics.py", "derl/ppo/episodes.py",
-    "derl/ppo/fastpath.py", "derl/ppo/gradients.py", "derl/ppo/learner.py", "derl/ppo/losses.py",
-    "derl/ppo/networks.py", "derl/ppo/trainer.py", "evo_single_proc.py", "tools/launch_ssh.sh",
-    "tools/slurm/derl.sbatch", "tools/train_ppo.py",
-    "tests/test_tools_alike.py",  # accepts the SLURM header's README reference until that is converted
-}
 
 
 def slug(heading: str) -> str:
@@ -96,4 +89,4 @@ def test_every_docs_reference_in_the_code_points_to_a_page_and_anchor():
 def test_no_readme_section_is_referred_to():
     old = {str(path.relative_to(ROOT)) for path in _scanned_files() if path.name != "test_docs.py"
            and OLD_STYLE.search(path.read_text(errors="ignore"))}
-    assert old <= NOT_YET_CONVERTED, sorted(old - NOT_YET_CONVERTED)
+    assert not old, sorted(old)

@@ -9,7 +9,7 @@
 # evo_single_proc.py unchanged. Every host must see this checkout at the same path (or DERL_ROOT)
 # with its .venv (`make setup`), and OUT_DIR must be on a filesystem all hosts share.
 # Node K logs to $DERL_LOG_DIR/node-K.log (default: logs/ssh-<date>/). The launcher waits for every
-# node and exits with the highest of their exit codes (README "Commands and exit codes"); a node that failed has
+# node and exits with the highest of their exit codes (docs/reference/commands.md#exit-codes); a node that failed has
 # the last $DERL_LOG_LINES (5) lines of its log shown under its exit line. Stop the whole search
 # with `touch OUT_DIR/STOP`; rerun the same command to resume. DERL_SSH replaces `ssh` (e.g. with
 # options, or for tests).

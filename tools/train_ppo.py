@@ -10,9 +10,10 @@
 The output folder (default OUT_DIR) gets config.yaml, run.json, model.pt, metrics.jsonl and
 metrics.json (see derl/training/run.py). --eval prints the deterministic return as JSON.
 Under torchrun (tools/train_ddp.sh) each rank runs this script; rank 0 writes the folder and prints.
-A --resume of a finished training says so and changes nothing. Exit codes (README "Commands and exit
-codes"): 0 done, 2 bad input (a refused command leaves no folder behind), 130/143 stopped by Ctrl-C or
-SIGTERM after saving a checkpoint (resume with --resume). The work: derl/cli/train_ppo.py.
+A --resume of a finished training says so and changes nothing. Exit codes
+(docs/reference/commands.md#exit-codes): 0 done, 2 bad input (a refused command leaves no folder
+behind), 130/143 stopped by Ctrl-C or SIGTERM after saving a checkpoint (resume with --resume).
+The work: derl/cli/train_ppo.py.
 """
 
 import argparse

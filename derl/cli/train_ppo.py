@@ -1,6 +1,6 @@
 """What ``tools/train_ppo.py`` does once its arguments are parsed: train, resume or replay one policy.
 
-The exit codes are the tools' (README "Commands and exit codes"): 0 done, 2 bad input (a refused
+The exit codes are the tools' (docs/reference/commands.md#exit-codes): 0 done, 2 bad input (a refused
 command leaves no folder behind), 128 + N stopped by signal N after saving a checkpoint.
 """
 

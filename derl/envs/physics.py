@@ -6,7 +6,7 @@ one code:
 - ``MujocoPhysics``: MuJoCo's C engine (``mujoco.batch.Batch``) on the CPU, float64 NumPy arrays,
   one model per simulation when a task edits its model per episode. DERL's physics.
 - ``WarpPhysics`` (``derl.envs.warp_physics``): MuJoCo Warp on a warp device (an NVIDIA GPU, or
-  warp's CPU device), float32 torch tensors on that device (README, "Simulating on a GPU"); it also
+  warp's CPU device), float32 torch tensors on that device (docs/guides/gpus.md#simulating-on-a-gpu); it also
   holds the generator a device's restarts draw their reset noise from (``seed``, ``uniform``).
 
 ``arrays`` holds live ``[N, ...]`` views of the state (``qpos``, ``qvel``, ``ctrl``, ``time``:

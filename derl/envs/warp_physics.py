@@ -14,7 +14,7 @@ it leaves the simulation as it was. The reset and the forward read a persistent 
 captured graph holds its address); the forward puts the other worlds' derived fields back from
 persistent buffers, inside the graph.
 
-What differs from MuJoCo C (README, "Differences from the original DERL" and "Simulating on a
+What differs from MuJoCo C (docs/design/differences.md and docs/guides/gpus.md#simulating-on-a-gpu;
 GPU"): float32, contacts and constraint rows preallocated per world (``SIM.NCONMAX``,
 ``SIM.NJMAX``; a buffer that runs out is counted by type in ``overflows`` and reported, it does not
 end episodes), no per-world model edits (only tasks whose model is static run here), and no warning

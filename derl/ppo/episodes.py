@@ -52,7 +52,7 @@ class EpisodeLog:
         """The fitness: means over the recent points; with no episode finished, over those in progress.
 
         The fallback keeps a run too short to end an episode reporting every field as a finite
-        float (README: "Differences from the original DERL", fitness as floats), instead of NaN or a
+        float (docs/design/differences.md, fitness as floats), instead of NaN or a
         missing key.
         """
         return mean_fields(self.points if self.points else in_progress)

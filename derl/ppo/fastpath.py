@@ -1,4 +1,4 @@
-"""The learner's fast paths, chosen here and nowhere else (README "Training one morphology").
+"""The learner's fast paths, chosen here and nowhere else (docs/guides/training.md).
 
 The torch model is the reference: autograd differentiates it (``losses.minibatch_loss``) and the
 collector can act with it (``acting.TorchActor``), whatever the network; on a device env's tensors

@@ -9,7 +9,7 @@ closed-form (``_head_gradients``; the loss itself is ``losses.head_loss``, its o
 and each layer then takes its tanh derivative, two products and a sum backwards. Gradients are
 written straight into the parameters' ``.grad`` (views into ``FlatAdam.grads``), replacing what
 was there. ``_head_gradients`` is kept beside autograd on ``head_loss`` because the engine's walk
-of that small graph costs more than the closed form (README: "Benchmarks").
+of that small graph costs more than the closed form (docs/benchmarks.md).
 
 Only ``derl.ppo.fastpath`` hands this out, after checking it against autograd on
 ``losses.minibatch_loss`` for the model and loss at hand; the tests check it there too, clip

@@ -1,5 +1,4 @@
-"""The learner: from a collected rollout to PPO epochs of minibatch steps (README "Training one
-morphology").
+"""The learner: from a collected rollout to PPO epochs of minibatch steps (docs/guides/training.md).
 
 Data-parallel ranks each hold their own rollout. Advantages are normalised with the mean and
 standard deviation of all ranks' advantages together, and after each minibatch's backward pass

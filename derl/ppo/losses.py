@@ -1,4 +1,4 @@
-"""GAE and the PPO loss (README "Training one morphology"), as pure functions.
+"""GAE and the PPO loss (docs/guides/training.md), as pure functions.
 
 Time-limit truncation is handled as in Pardo et al. (2018), not as in the original DERL (which
 dropped the last reward and did not bootstrap): an episode cut by the time limit

@@ -1,5 +1,4 @@
-"""DERL's actor-critic: separate actor and critic encoders, Gaussian policy (README "Training one
-morphology").
+"""DERL's actor-critic: separate actor and critic encoders, Gaussian policy (docs/guides/training.md).
 
 Encoder: one key → MLP ``[d, *hidden]``; several keys → an MLP per key, concatenated, then
 ``[64k, *feat_hidden]``; tanh after every layer. Actor head: linear → mean, state-independent

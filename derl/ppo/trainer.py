@@ -1,4 +1,4 @@
-"""DERL's PPO trainer (README: "Training one morphology"): one morphology, ``PPO.NUM_ENVS`` envs per rank.
+"""DERL's PPO trainer (docs/guides/training.md): one morphology, ``PPO.NUM_ENVS`` envs per rank.
 
 The pieces: ``Collector`` (``derl.ppo.rollout``; on a device env, whose tensors then stay on the
 learner's device, too) steps the envs and fills a rollout, ``Learner``
