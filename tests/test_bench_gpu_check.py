@@ -81,7 +81,9 @@ def _make_dry(tmp_path, *args: str) -> str:
     """``make -n`` of a copy of the Makefile and requirements in ``tmp_path`` (nothing is downloaded)."""
     for name in ("Makefile", "requirements.txt", "requirements-gpu.txt", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    done = subprocess.run(["make", "-n", *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    # --no-print-directory: under `make test` this make is a sub-make, which would print its directory
+    done = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.test_evolution_protocol import ENV, ROOT, assert_complete
 
+CFG = ["--cfg", str(ROOT / "tests" / "assets" / "evolution" / "defaults.yml")]  # the defaults, no preset
 SEARCH = ["EVO.NUM_PROCESSES", "1", "EVO.INIT_POPULATION_SIZE", "4", "EVO.SEARCH_SPACE_SIZE", "6",
           "EVO.AGING_WINDOW_SIZE", "4", "PPO.MAX_STATE_ACTION_PAIRS", str(2 * 4096),
           "EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ", "[-1]"]
@@ -28,7 +29,7 @@ def test_launch_ssh_runs_one_node_per_host(tmp_path):
     hosts.write_text("# the machines\nnode-a\n\n  node-b  # second\n")
     out, logs = tmp_path / "run", tmp_path / "logs"
     env = dict(ENV, DERL_SSH=str(fake_ssh), DERL_LOG_DIR=str(logs), PYTHON=_python())
-    done = subprocess.run(["tools/launch_ssh.sh", str(hosts), "OUT_DIR", str(out), *SEARCH], cwd=ROOT, env=env,
+    done = subprocess.run(["tools/launch_ssh.sh", str(hosts), *CFG, "OUT_DIR", str(out), *SEARCH], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "node 1 on node-b exited with code 0" in done.stdout
@@ -68,7 +69,7 @@ def test_sbatch_runs_one_node_per_task(tmp_path):
     env = dict(ENV, PATH=f"{tmp_path}:{os.environ['PATH']}", DERL_LOG_DIR=str(logs), SLURM_SUBMIT_DIR=str(ROOT),
                PYTHON=_python())
     sbatch = ROOT / "tools" / "slurm" / "derl.sbatch"
-    done = subprocess.run(["bash", str(sbatch), "OUT_DIR", str(out), *SEARCH], cwd=tmp_path, env=env,
+    done = subprocess.run(["bash", str(sbatch), *CFG, "OUT_DIR", str(out), *SEARCH], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr + "".join(p.read_text() for p in logs.iterdir())
     assert sorted(p.name for p in logs.iterdir()) == ["node-0.log", "node-1.log"]
