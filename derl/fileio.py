@@ -65,7 +65,9 @@ def confine_writes(root: str | Path) -> None:
     (``open_folder``), not only its own: called once by a process that writes into a tree that
     other processes share (an evolution worker in ``OUT_DIR``, an evaluation cell in ``OUT_DIR/eval/``),
     so that a folder of it swapped for a link is refused wherever the write comes from."""
-    _CONFINED.append(Path(os.path.abspath(root)))
+    root = Path(os.path.abspath(root))
+    if root not in _CONFINED:
+        _CONFINED.append(root)
 
 
 def _root_of(path: Path) -> Path | None:
@@ -91,22 +93,7 @@ def open_folder(path: str | Path, root: str | Path | None = None) -> int:
     root = _root_of(path) if root is None else root
     if root is None:
         return os.open(path, _FOLDER_FLAGS)
-    start, parts = Path(root), Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).parts
-    fd = os.open(start, _FOLDER_FLAGS)
-    try:
-        for depth, part in enumerate(parts):
-            try:
-                inner = os.open(part, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as err:
-                if err.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise NotAFolder(start.joinpath(*parts[: depth + 1])) from None
-                raise
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _descend(Path(root), path, make=False)
 
 
 def make_folders(path: str | Path, root: str | Path | None = None) -> None:
@@ -121,22 +108,35 @@ def make_folders(path: str | Path, root: str | Path | None = None) -> None:
     if root is None:
         path.mkdir(parents=True, exist_ok=True)
         return
+    os.close(_descend(Path(root), path, make=True))
+
+
+def _descend(root: Path, path: Path, make: bool) -> int:
+    """A descriptor of ``path``, reached from ``root`` one folder at a time, each opened relative to
+    the one above without following a link (made first if ``make``).
+
+    Raises:
+        NotAFolder: a folder on the way is a symbolic link or a file.
+    """
+    parts = Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).parts
     fd = os.open(root, _FOLDER_FLAGS)
     try:
-        parts = Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).parts
         for depth, part in enumerate(parts):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, dir_fd=fd)
+            if make:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
             try:
                 inner = os.open(part, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as err:
                 if err.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise NotAFolder(Path(root).joinpath(*parts[: depth + 1])) from None
+                    raise NotAFolder(root.joinpath(*parts[: depth + 1])) from None
                 raise
             os.close(fd)
             fd = inner
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path | None = None) -> None:
