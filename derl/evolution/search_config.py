@@ -85,8 +85,8 @@ def _begun(run: RunDir) -> str:
     """What shows that ``run``'s search has begun, in words; empty if nothing does."""
     if nodes := run.manifest():
         return f"node(s) {', '.join(map(str, nodes))} joined it"
-    if run.published_ids():
-        return f"{len(run.published_ids())} morphologies are published"
+    if published := run.published_ids():
+        return f"{len(published)} morphologies are published"
     if claimed := run.num_claimed_slots():
         return f"{claimed} slots are claimed"
     if run.init_population_ids() is not None:
