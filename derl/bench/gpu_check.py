@@ -29,6 +29,7 @@ from derl.bench.sim import ft_model
 from derl.checked_config import check_warp_cuda_here, load_config
 from derl.config import PRESET_DIR, ConfigError
 from derl.envs.batch import FRAME_SKIP
+from derl.envs.warp_log import quiet_warp
 from derl.envs.warp_overflow import SOLVER_BITS, Buffers
 from derl.envs.warp_overflow import describe as describe_overflow
 from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
@@ -228,10 +229,7 @@ def run(args: argparse.Namespace) -> tuple[list[Check], dict]:
     nworlds = _nworlds(args.nworld)
     if args.steps < 1 or args.sync_steps < 1:
         raise SystemExit("error: --steps and --sync-steps must be >= 1")
-    import warp as wp
-
-    wp.config.quiet = True  # no banner above the table
-    wp.config.log_level = wp.LOG_WARNING  # no per-module load timings either
+    wp = quiet_warp()  # no banner above the table, no per-module load timings
     wp.init()
     cuda = args.device.startswith("cuda")
     checks = []
