@@ -4,8 +4,11 @@ without a GPU (one line, exit 1), and its checks on warp's CPU device (slow)."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -114,9 +117,22 @@ def test_an_unreadable_or_partial_training_or_evolution_record_fails_its_row_nam
         evolution_verdict({"published": "4"}, summary)
 
 
+def _script(path, text: str) -> list[str]:
+    path.write_text(text)
+    return [sys.executable, str(path)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state
+
+
 def test_a_row_kills_processes_past_its_time_limit_and_names_a_failed_one(tmp_path):
-    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
-    failing = [sys.executable, "-c", "import sys; print('loading'); sys.exit('error: no such genome')"]
+    sleeper = _script(tmp_path / "sleeper.py", "import time\ntime.sleep(60)\n")
+    failing = _script(tmp_path / "failing.py", "import sys\nprint('loading')\nsys.exit('error: no such genome')\n")
     finished = run_at_once([failing, sleeper], timeout=3, log_dir=tmp_path)
     assert finished.returncodes[0] == 1 and finished.returncodes[1] is None and finished.seconds < 30
     with pytest.raises(RowError, match="process 0 exited 1: error: no such genome"):
@@ -126,6 +142,27 @@ def test_a_row_kills_processes_past_its_time_limit_and_names_a_failed_one(tmp_pa
         check_finished(finished, 3, "process")
     row = guarded("ft_gpu_evolution", lambda: check_finished(finished, 3, "evo_single_proc.py"))
     assert row.verdict == FAIL and row.note == "evo_single_proc.py 1 still running after 3 s: killed"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's parent-death signal")
+def test_a_check_killed_at_its_time_limit_takes_its_trainings_with_it(tmp_path):
+    """``timeout -s ABRT`` stops the check, not the trainings in their own process groups: they die with it."""
+    pid_file = tmp_path / "pid"
+    sleeper = _script(tmp_path / "sleeper.py", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+                                               "\ntime.sleep(60)\n")
+    check = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                              "from derl.bench.gpu_training import run_at_once; "
+                              f"run_at_once([{sleeper!r}], 60, Path({str(tmp_path)!r}))"], cwd=ROOT)
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    training = int(pid_file.read_text())
+    assert _alive(training)
+    check.send_signal(signal.SIGABRT)
+    check.wait(timeout=30)
+    while _alive(training) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(training)
 
 
 def test_the_end_to_end_rows_report_what_was_measured():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from derl.fileio import read_bytes, read_json
+from derl.lifetime import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[2]
 FT_CONFIG = ROOT / "configs" / "evo" / "ft.yml"
@@ -67,17 +69,19 @@ def evolution_command(out: Path, device: str, overrides: dict) -> list[str]:
 
 
 def run_at_once(commands: list[list[str]], timeout: float, log_dir: Path) -> Finished:
-    """Starts ``commands`` together (each in its own process group, output to a log in ``log_dir``), waits
-    for all of them up to ``timeout`` seconds in all, and kills the groups of those still running then."""
+    """Starts the Python scripts ``commands`` (``[python, script, args...]``) together, each in its own
+    process group and dying with this process (``main`` below: the check stopped at its time limit
+    leaves nothing on the GPU), output to a log in ``log_dir``; waits for all of them up to ``timeout``
+    seconds in all, and kills the groups of those still running then."""
     log_dir.mkdir(parents=True, exist_ok=True)
     logs = [log_dir / f"process-{index}.log" for index in range(len(commands))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     started = time.perf_counter()
     procs = []
-    for command, log in zip(commands, logs, strict=True):
+    for (python, *script), log in zip(commands, logs, strict=True):
         with log.open("w") as stream:
-            procs.append(subprocess.Popen(command, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, env=env,
-                                          start_new_session=True))
+            procs.append(subprocess.Popen([python, "-m", __name__, str(os.getpid()), *script], cwd=ROOT,
+                                          stdout=stream, stderr=subprocess.STDOUT, env=env, start_new_session=True))
     codes: list[int | None] = []
     for proc in procs:
         try:
@@ -165,3 +169,18 @@ def tiny_evolution(device: str, overrides: dict, timeout: float, folder: Path) -
     except (OSError, ValueError) as err:
         raise RowError(f"{out / 'summary.json'}: unreadable ({err})") from None
     return {**evolution_verdict(summary, out / "summary.json"), "wall_seconds": round(finished.seconds, 1)}
+
+
+def main(argv: list[str]) -> None:
+    """``python -m derl.bench.gpu_training PARENT SCRIPT ARGS...``: runs SCRIPT as ``__main__``, killed when
+    the process PARENT dies (the parent-death signal set here, not in a ``preexec_fn``, which is unsafe
+    in a process with threads such as the GPU check's)."""
+    parent, script, *args = argv
+    die_with_parent(signal.SIGKILL, int(parent))
+    sys.argv = [script, *args]
+    sys.path[0] = str(Path(script).resolve().parent)
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
