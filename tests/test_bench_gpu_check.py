@@ -86,6 +86,14 @@ def test_without_a_gpu_the_tool_says_so_in_one_line_and_exits_1():
     assert _tool("--help").returncode == 0
 
 
+def test_bad_rows_or_folders_are_refused_in_one_line_with_exit_2(tmp_path):
+    for args in (("--skip", "ppo_vs_mujoco,foo"), ("--keep", str(tmp_path)), ("--steps", "0")):
+        done = _tool("--device", "cpu", *args, "--out", str(tmp_path / "never.json"))
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1, \
+            done.stderr
+        assert not (tmp_path / "never.json").exists()
+
+
 def _iterations(steps_per_iter: int, seconds: list[float]) -> list[dict]:
     return [{"env_steps": steps_per_iter * (i + 1), "collect_seconds": s * 0.75, "update_seconds": s * 0.25}
             for i, s in enumerate(seconds)]

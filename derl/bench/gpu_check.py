@@ -1,18 +1,23 @@
 """The GPU check (``tools/gpu_check.py``, ``make gpu-check``): does ``SIM.BACKEND warp`` work on this GPU?
 
 Checks on the real device what no CPU test can show, and prints a verdict table (and writes it as
-JSON): warp's CUDA, driver, conditional graphs and memory pool (``derl.checked_config.check_warp_cuda``);
-the first step captured and launched (``derl.envs.warp_physics``: warp's own stream, a warm-up that
-leaves the state as it was); zero host syncs in env steps with episode restarts under
-``torch.cuda.set_sync_debug_mode("error")``; the overflow tally over ``--steps`` steps at the largest
-``--nworld``; the GPU memory the worlds took against the coordinator's estimate; physics steps/s
-against ``nworld`` for an FT body. The checks of issue-sized work not built yet (VT and MVT on the
-device, PPO end to end, workers per GPU, learner modes, a ``configs/evo/ft_gpu.yml`` evolution) are
-rows marked ``not run`` with the command that measures them.
+JSON, rewritten after each row): warp's CUDA, driver, conditional graphs and memory pool
+(``derl.checked_config.check_warp_cuda``); the first step captured and launched
+(``derl.envs.warp_physics``: warp's own stream, a warm-up that leaves the state as it was); zero
+host syncs in env steps with episode restarts under ``torch.cuda.set_sync_debug_mode("error")``;
+the overflow tally over ``--steps`` steps at the largest ``--nworld``; the GPU memory the worlds took
+against the coordinator's estimate; physics steps/s against ``nworld`` for an FT body. Then
+(``LATER_ROWS``): VT and MVT stepped on the device (``not run`` with the refusal while a task cannot
+run there); end to end, in processes started as a user starts them (``derl.bench.gpu_training``):
+PPO on the GPU against MuJoCo C on all the node's cores, 1, 2 and 4 trainers sharing the GPU,
+a tiny ``configs/evo/ft_gpu.yml`` evolution that must publish, ``configs/gpu_server.yml``'s learner
+with AMP off and on and its round-robin over the GPUs, DDP with two GPUs; last, a new morphology's
+first step (the kernels MuJoCo Warp specialises per model). About 15 minutes on a GPU, ``--quick``
+about 5.
 
 On a machine without a GPU it says so in one line and exits non-zero. ``--device cpu`` runs the
 checks that apply on warp's CPU device (the capture path included: warp's CPU device captures
-too), small, for the tests.
+too), tiny, for the tests.
 """
 
 from __future__ import annotations
@@ -52,6 +57,10 @@ from derl.evolution.failures import classify, describe
 from derl.fileio import read_json
 
 PASS, FAIL, MEASURED, NOT_RUN = "pass", "fail", "measured", "not run"
+# The rows after ft_physics_rate, in the order they run (what a check stopped at its limit misses first
+# comes last: a new morphology's cost also shows in any evolution); --skip takes these.
+LATER_ROWS = ("vt_on_device", "mvt_on_device", "ppo_vs_mujoco", "workers_per_gpu", "ft_gpu_evolution",
+              "learner_modes", "learner_ddp", "new_morphology_compile")
 # The sizes of the end-to-end rows, full (<= 15 minutes on a GPU in all) and --quick (about 5).
 FULL = {"train_iters": 4, "new_morphologies": 2, "workers": (1, 2, 4), "row_seconds": 240.0}
 QUICK = {"train_iters": 2, "new_morphologies": 1, "workers": (1, 2, 4), "row_seconds": 150.0}
@@ -200,7 +209,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="about 5 minutes on a GPU (default about 15): shorter trainings, one new morphology; "
                              "with it --steps defaults to 200 and --sync-steps to 50")
-    parser.add_argument("--skip", default="", help="comma-separated rows not to run (e.g. ft_gpu_evolution)")
+    parser.add_argument("--skip", default="", help="comma-separated rows not to run, of those after ft_physics_rate "
+                                                   "(e.g. learner_modes,new_morphology_compile)")
+    parser.add_argument("--keep", type=Path, help="keep the trainings, the evolution and their logs in this new "
+                                                   "folder (default: a temporary folder, removed)")
 
 
 def _sync(device: str) -> None:
@@ -421,7 +433,15 @@ def run(args: argparse.Namespace, on_row: Callable[[dict], None] = lambda report
     """
     nworlds = _nworlds(args.nworld)
     steps, sync_steps = _steps(args)
+    if args.keep is not None:
+        try:
+            args.keep.mkdir(parents=True)
+        except OSError as err:
+            raise SystemExit(f"error: --keep {args.keep}: {err.strerror or err} (give a new folder)") from None
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
+    if skip - set(LATER_ROWS):
+        raise SystemExit(f"error: --skip: unknown row {sorted(skip - set(LATER_ROWS))[0]!r}; "
+                         f"use some of {', '.join(LATER_ROWS)}")
     wp = quiet_warp()  # no banner above the table, no per-module load timings
     wp.init()
     cuda = args.device.startswith("cuda")
@@ -454,14 +474,18 @@ def run(args: argparse.Namespace, on_row: Callable[[dict], None] = lambda report
         add(Check("overflow", FAIL, f"{describe(err)} ({classify(err)})"))
     add(guarded("ft_physics_rate", lambda: _rates(model, args.device, nworlds, min(steps, 100))))
     sizes = QUICK if args.quick else FULL
-    add(guarded("new_morphology_compile",
-                lambda: _new_morphologies(args.device, sizes["new_morphologies"], min(nworlds), buffers)))
-    for name in ("vt", "mvt"):
-        add(guarded(f"{name}_on_device", lambda name=name: _on_device(name, args.device, min(nworlds), 50)))
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as folder:
-        rows = _EndToEnd(args.device, sizes, Path(folder))
-        for name in ("ppo_vs_mujoco", "workers_per_gpu", "learner_modes", "learner_ddp", "ft_gpu_evolution"):
-            add(Check(name, NOT_RUN, "--skip") if name in skip else guarded(name, getattr(rows, name)))
+        rows = _EndToEnd(args.device, sizes, args.keep or Path(folder))
+        later = {
+            "vt_on_device": lambda: _on_device("vt", args.device, min(nworlds), 50),
+            "mvt_on_device": lambda: _on_device("mvt", args.device, min(nworlds), 50),
+            "ppo_vs_mujoco": rows.ppo_vs_mujoco, "workers_per_gpu": rows.workers_per_gpu,
+            "ft_gpu_evolution": rows.ft_gpu_evolution, "learner_modes": rows.learner_modes,
+            "learner_ddp": rows.learner_ddp,
+            "new_morphology_compile": lambda: _new_morphologies(args.device, sizes["new_morphologies"], min(nworlds),
+                                                                buffers)}
+        for name in LATER_ROWS:
+            add(Check(name, NOT_RUN, "--skip") if name in skip else guarded(name, later[name]))
     return checks, report(checks, f"{device.alias} ({device.name})", versions)
 
 
