@@ -41,6 +41,7 @@ from derl.envs.observations import OBS_TYPES
 from derl.envs.tasks import check_task_config, make_task
 from derl.envs.tasks.manipulation import OBJECTS
 from derl.envs.terrain import OBSTACLES
+from derl.envs.warp_log import quiet_warp
 from derl.fileio import read_yaml
 from derl.morphology.mutations import OPERATORS, expand_range
 
@@ -370,9 +371,7 @@ def check_warp_cuda(device: str, toolkit: tuple[int, int] | None, driver: tuple[
 
 def check_warp_cuda_here(device: str) -> None:
     """``check_warp_cuda`` on this node's warp, driver and ``device`` (imports warp: about a second)."""
-    import warp as wp  # lazy: only SIM.BACKEND warp on a GPU needs it (requirements-gpu.txt)
-
-    wp.config.quiet = True
+    wp = quiet_warp()  # lazy: only SIM.BACKEND warp on a GPU needs it (requirements-gpu.txt)
     wp.init()
     runtime = wp._src.context.runtime
     driver = wp.get_cuda_driver_version()

@@ -4,23 +4,43 @@ without a GPU (one line, exit 1), and its checks on warp's CPU device (slow)."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from derl.bench.gpu_check import (
     FAIL,
+    MEASURED,
     NOT_RUN,
     PASS,
     Check,
     capture_verdict,
+    compile_verdict,
+    ddp_not_run,
+    guarded,
+    learner_verdict,
     memory_verdict,
     no_gpu,
     overflow_verdict,
+    ppo_verdict,
     report,
     sync_verdict,
     table,
+    task_on_device_verdict,
+    workers_verdict,
+)
+from derl.bench.gpu_training import (
+    RowError,
+    check_finished,
+    evolution_verdict,
+    loop_rate,
+    read_iterations,
+    run_at_once,
+    training_rates,
 )
 from derl.envs.warp_overflow import Buffers
 from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
@@ -66,15 +86,136 @@ def test_without_a_gpu_the_tool_says_so_in_one_line_and_exits_1():
     assert _tool("--help").returncode == 0
 
 
+def test_bad_rows_or_folders_are_refused_in_one_line_with_exit_2(tmp_path):
+    for args in (("--skip", "ppo_vs_mujoco,foo"), ("--keep", str(tmp_path)), ("--steps", "0")):
+        done = _tool("--device", "cpu", *args, "--out", str(tmp_path / "never.json"))
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1, \
+            done.stderr
+        assert not (tmp_path / "never.json").exists()
+
+
+def _iterations(steps_per_iter: int, seconds: list[float]) -> list[dict]:
+    return [{"env_steps": steps_per_iter * (i + 1), "collect_seconds": s * 0.75, "update_seconds": s * 0.25}
+            for i, s in enumerate(seconds)]
+
+
+def test_training_rates_leave_out_the_first_iteration_and_add_up_trainers_that_ran_at_once():
+    first_compiles = _iterations(1000, [20.0, 1.0, 1.0])  # the first iteration loads the kernels
+    assert loop_rate(first_compiles) == 1000.0 and loop_rate(_iterations(1000, [4.0])) == 250.0
+    rates = training_rates([first_compiles, _iterations(1000, [30.0, 2.0, 2.0])], wall_seconds=60.0)
+    assert rates["loop_steps_per_sec"] == 1500.0 and rates["loop_steps_per_sec_each"] == [1000.0, 500.0]
+    assert rates["wall_steps_per_sec"] == 100.0 and rates["env_steps"] == 6000 and rates["processes"] == 2
+    assert rates["update_seconds_per_iteration"] == 0.375
+
+
+def test_an_unreadable_or_partial_training_or_evolution_record_fails_its_row_naming_the_file(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    for text in ("", "not json\n", '{"env_steps": 10}\n'):
+        path.write_text(text)
+        with pytest.raises(RowError, match="metrics.jsonl"):
+            read_iterations(path)
+    with pytest.raises(RowError, match="metrics.jsonl"):
+        read_iterations(tmp_path / "missing" / "metrics.jsonl")
+    summary = tmp_path / "summary.json"
+    assert evolution_verdict({"published": 4, "failed": 0, "total": 4, "best": 1.0}, summary) == \
+        {"published": 4, "failed": 0, "total": 4}
+    with pytest.raises(RowError, match="3/4 published, 1 failed"):
+        evolution_verdict({"published": 3, "failed": 1, "total": 4}, summary)
+    with pytest.raises(RowError, match="summary.json: no integer"):
+        evolution_verdict({"published": "4"}, summary)
+
+
+def _script(path, text: str) -> list[str]:
+    path.write_text(text)
+    return [sys.executable, str(path)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state
+
+
+def test_a_row_kills_processes_past_its_time_limit_and_names_a_failed_one(tmp_path):
+    sleeper = _script(tmp_path / "sleeper.py", "import time\ntime.sleep(60)\n")
+    failing = _script(tmp_path / "failing.py", "import sys\nprint('loading')\nsys.exit('error: no such genome')\n")
+    finished = run_at_once([failing, sleeper], timeout=3, log_dir=tmp_path)
+    assert finished.returncodes[0] == 1 and finished.returncodes[1] is None and finished.seconds < 30
+    with pytest.raises(RowError, match="process 0 exited 1: error: no such genome"):
+        check_finished(finished, 3, "process")
+    finished.returncodes[0] = 0
+    with pytest.raises(RowError, match="process 1 still running after 3 s: killed"):
+        check_finished(finished, 3, "process")
+    row = guarded("ft_gpu_evolution", lambda: check_finished(finished, 3, "evo_single_proc.py"))
+    assert row.verdict == FAIL and row.note == "evo_single_proc.py 1 still running after 3 s: killed"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's parent-death signal")
+def test_a_check_killed_at_its_time_limit_takes_its_trainings_with_it(tmp_path):
+    """``timeout -s ABRT`` stops the check, not the trainings in their own process groups: they die with it."""
+    pid_file = tmp_path / "pid"
+    sleeper = _script(tmp_path / "sleeper.py", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+                                               "\ntime.sleep(60)\n")
+    check = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                              "from derl.bench.gpu_training import run_at_once; "
+                              f"run_at_once([{sleeper!r}], 60, Path({str(tmp_path)!r}))"], cwd=ROOT)
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    training = int(pid_file.read_text())
+    assert _alive(training)
+    check.send_signal(signal.SIGABRT)
+    check.wait(timeout=30)
+    while _alive(training) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(training)
+
+
+def test_the_end_to_end_rows_report_what_was_measured():
+    costs = [{"seed": 7, "first_step_seconds": 16.6, "modules_compiled": 5},
+             {"seed": 8, "first_step_seconds": 18.0, "modules_compiled": 6}]
+    row = compile_verdict(costs)
+    assert row.verdict == MEASURED and "16.6-18.0 s" in row.note and "cache" not in row.note
+    assert "kernel cache" in compile_verdict([{**costs[0], "modules_compiled": 0}]).note
+    warp = {"loop_steps_per_sec": 60000.0, "wall_steps_per_sec": 20000.0}
+    mujoco = {"loop_steps_per_sec": 15000.0, "wall_steps_per_sec": 10000.0}
+    ppo = ppo_verdict(warp, mujoco, 16)
+    assert ppo.measured["loop_speedup_warp_over_mujoco_node"] == 4.0 and "16 MuJoCo C trainers" in ppo.note
+    assert ppo.measured["wall_speedup_warp_over_mujoco_node"] == 2.0
+    workers = workers_verdict({1: warp, 2: {**warp, "loop_steps_per_sec": 90000.0}})
+    assert workers.note.endswith("1: 60,000, 2: 90,000") and set(workers.measured) == {"1", "2"}
+    amp = {"off": {"update_seconds_per_iteration": 0.5}, "on": {"update_seconds_per_iteration": 0.3}}
+    learner = learner_verdict(amp, ["cuda:0", "cuda:1", "cuda:0", "cuda:1"])
+    assert "AMP off 0.500, on 0.300" in learner.note and learner.measured["round_robin"][1] == "cuda:1"
+    assert ddp_not_run("cuda", 1).verdict == NOT_RUN and "needs >= 2" in ddp_not_run("cuda", 1).note
+    assert ddp_not_run("cpu", 0).verdict == NOT_RUN and ddp_not_run("cuda", 2) is None
+
+
+def test_a_task_refused_on_the_device_is_not_run_and_one_that_runs_must_stay_finite():
+    refused = task_on_device_verdict("vt", "SIM.BACKEND warp ... use SIM.BACKEND mujoco", 0, 0, 0.0)
+    assert refused.name == "vt_on_device" and refused.verdict == NOT_RUN and "use SIM.BACKEND mujoco" in refused.note
+    assert task_on_device_verdict("mvt", None, 50, 0, 1e5).verdict == PASS
+    assert task_on_device_verdict("mvt", None, 50, 3, 1e5).verdict == FAIL
+
+
 @pytest.mark.slow
 def test_the_checks_run_on_warps_cpu_device(tmp_path):
+    """Every row on warp's CPU device, tiny (about 2 minutes on 2 cores)."""
     pytest.importorskip("mujoco_warp", reason="the warp backend is an optional install (requirements-gpu.txt)")
     out = tmp_path / "gpu_check.json"
-    done = _tool("--device", "cpu", "--nworld", "4", "--steps", "5", "--out", str(out))
+    done = _tool("--device", "cpu", "--nworld", "4", "--steps", "5", "--quick", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     checks = {check["name"]: check for check in json.loads(out.read_text())["checks"]}
     assert checks["capture_first_step"]["verdict"] == PASS and checks["overflow"]["verdict"] == PASS
     assert checks["ft_physics_rate"]["measured"]["4"] > 0 and checks["host_syncs"]["verdict"] == NOT_RUN
+    assert checks["new_morphology_compile"]["measured"]["bodies"][0]["first_step_seconds"] > 0
+    assert all(checks[f"{name}_on_device"]["verdict"] in (PASS, NOT_RUN) for name in ("vt", "mvt"))
+    assert checks["ppo_vs_mujoco"]["measured"]["mujoco"]["loop_steps_per_sec"] > 0
+    assert set(checks["workers_per_gpu"]["measured"]) == {"1", "2", "4"}
+    assert checks["learner_modes"]["verdict"] == MEASURED and checks["learner_ddp"]["verdict"] == NOT_RUN
+    assert checks["ft_gpu_evolution"]["verdict"] == PASS, checks["ft_gpu_evolution"]["note"]
 
 
 def _make_dry(tmp_path, *args: str) -> str:

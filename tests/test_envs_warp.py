@@ -204,3 +204,26 @@ def test_planted_overflow_bits_end_no_episode_and_a_non_finite_world_ends_its_ow
         env.sim.physics.close()  # once per morphology
     [line] = [record.getMessage() for record in caplog.records]
     assert "NARROWPHASE 4" in line and "ITERATIONS 4" in line and f"SIM.NCONMAX {2 * physics.buffers.nconmax}" in line
+
+
+def test_a_process_on_the_warp_backend_prints_no_banner_and_no_module_loads():
+    """A worker's log is not flooded: warp's init banner and its ~100 "Module ... load on device" lines
+    per morphology are info messages, quietened where the backend is imported (derl.envs.warp_log)."""
+    import subprocess
+    import sys
+
+    script = ("import numpy as np, torch\n"
+              "from derl.checked_config import load_config\n"
+              "from derl.config import PRESET_DIR\n"
+              "from derl.envs import UnimalVectorEnv\n"
+              "from derl.morphology import random_genome, to_mjcf\n"
+              "cfg = load_config(PRESET_DIR / 'ft.yml', {'SIM.BACKEND': 'warp'})\n"
+              "mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), 'quiet'), cfg)\n"
+              "env = UnimalVectorEnv(None, cfg, 2, mjcf=mjcf)\n"
+              "env.reset(seed=0)\n"
+              "env.step(torch.zeros((2, env.single_action_space.shape[0])))\n"
+              "print('stepped')\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "stepped" in done.stdout, done.stderr[-2000:]
+    output = done.stdout + done.stderr
+    assert "load on device" not in output and "initialized:" not in output, output[:2000]

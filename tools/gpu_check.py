@@ -1,7 +1,8 @@
 """Checks that SIM.BACKEND warp works on this machine's GPU: a verdict table, and a JSON file.
 
-`python tools/gpu_check.py [--out output/gpu_check.json]` (`make gpu-check`); see derl/bench/gpu_check.py
-for what each check measures. Without a GPU: one line, exit 1.
+`python tools/gpu_check.py [--quick] [--out output/gpu_check.json]` (`make gpu-check`); see
+derl/bench/gpu_check.py for what each check measures. The report is rewritten after each row, so a
+check stopped midway leaves the rows it finished. Without a GPU: one line, exit 1.
 """
 
 import argparse
@@ -24,16 +25,20 @@ def main(argv: list[str]) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return 1
+
+    def write(report: dict) -> None:  # after each row: a check stopped midway keeps its rows
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
+
     try:
-        checks, report = gpu_check.run(args)
+        checks, report = gpu_check.run(args, write)
     except SystemExit as err:  # "error: ..." on bad input: one line, exit 2 as every tool
         if not isinstance(err.code, str):
             raise
         print(err.code, file=sys.stderr)
         return 2
     print(gpu_check.table(checks))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
+    write(report)
     print(f"report: {args.out}")
     return 0 if report["passed"] else 1
 

@@ -1,48 +1,73 @@
 """The GPU check (``tools/gpu_check.py``, ``make gpu-check``): does ``SIM.BACKEND warp`` work on this GPU?
 
 Checks on the real device what no CPU test can show, and prints a verdict table (and writes it as
-JSON): warp's CUDA, driver, conditional graphs and memory pool (``derl.checked_config.check_warp_cuda``);
-the first step captured and launched (``derl.envs.warp_physics``: warp's own stream, a warm-up that
-leaves the state as it was); zero host syncs in env steps with episode restarts under
-``torch.cuda.set_sync_debug_mode("error")``; the overflow tally over ``--steps`` steps at the largest
-``--nworld``; the GPU memory the worlds took against the coordinator's estimate; physics steps/s
-against ``nworld`` for an FT body. The checks of issue-sized work not built yet (VT and MVT on the
-device, PPO end to end, workers per GPU, learner modes, a ``configs/evo/ft_gpu.yml`` evolution) are
-rows marked ``not run`` with the command that measures them.
+JSON, rewritten after each row): warp's CUDA, driver, conditional graphs and memory pool
+(``derl.checked_config.check_warp_cuda``); the first step captured and launched
+(``derl.envs.warp_physics``: warp's own stream, a warm-up that leaves the state as it was); zero
+host syncs in env steps with episode restarts under ``torch.cuda.set_sync_debug_mode("error")``;
+the overflow tally over ``--steps`` steps at the largest ``--nworld``; the GPU memory the worlds took
+against the coordinator's estimate; physics steps/s against ``nworld`` for an FT body. Then
+(``LATER_ROWS``): VT and MVT stepped on the device (``not run`` with the refusal while a task cannot
+run there); end to end, in processes started as a user starts them (``derl.bench.gpu_training``):
+PPO on the GPU against MuJoCo C on all the node's cores, 1, 2 and 4 trainers sharing the GPU,
+a tiny ``configs/evo/ft_gpu.yml`` evolution that must publish, ``configs/gpu_server.yml``'s learner
+with AMP off and on and its round-robin over the GPUs, DDP with two GPUs; last, a new morphology's
+first step (the kernels MuJoCo Warp specialises per model). About 15 minutes on a GPU, ``--quick``
+about 5.
 
 On a machine without a GPU it says so in one line and exits non-zero. ``--device cpu`` runs the
 checks that apply on warp's CPU device (the capture path included: warp's CPU device captures
-too), small, for the tests.
+too), tiny, for the tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from derl.bench.gpu_training import (
+    FT_CONFIG,
+    FT_GPU_CONFIG,
+    GPU_SERVER_CONFIG,
+    ROOT,
+    RowError,
+    check_finished,
+    run_at_once,
+    tiny_evolution,
+    trainings_at_once,
+)
+from derl.bench.learner import ft_xml
 from derl.bench.sim import ft_model
 from derl.checked_config import check_warp_cuda_here, load_config
 from derl.config import PRESET_DIR, ConfigError
 from derl.envs.batch import FRAME_SKIP
+from derl.envs.warp_log import quiet_warp
 from derl.envs.warp_overflow import SOLVER_BITS, Buffers
 from derl.envs.warp_overflow import describe as describe_overflow
-from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
+from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES, usable_cores
 from derl.evolution.failures import classify, describe
+from derl.fileio import read_json
 
 PASS, FAIL, MEASURED, NOT_RUN = "pass", "fail", "measured", "not run"
-# What the checks not built here need, and how to measure it by hand meanwhile.
-NOT_BUILT = {
-    "vt_mvt_on_device": "VT/MVT draw terrain per episode, not on the device yet (terrain banks: issue 32 item 4)",
-    "ppo_vs_mujoco": "tools/bench.py ppo --envs ft --sim warp --device cuda (against SIM.BACKEND mujoco)",
-    "workers_per_gpu": "evo_single_proc.py --cfg configs/evo/ft_gpu.yml EVO.NUM_PROCESSES 1|2|4",
-    "learner_modes": "tools/bench.py learner; tools/bench.py ddp (>= 2 GPUs); AMP",
-    "ft_gpu_evolution": "evo_single_proc.py --cfg configs/evo/ft_gpu.yml (a short run that publishes)",
-}
+# The rows after ft_physics_rate, in the order they run (what a check stopped at its limit misses first
+# comes last: a new morphology's cost also shows in any evolution); --skip takes these.
+LATER_ROWS = ("vt_on_device", "mvt_on_device", "ppo_vs_mujoco", "workers_per_gpu", "ft_gpu_evolution",
+              "learner_modes", "learner_ddp", "new_morphology_compile")
+# The sizes of the end-to-end rows, full (<= 15 minutes on a GPU in all) and --quick (about 5).
+FULL = {"train_iters": 4, "new_morphologies": 2, "workers": (1, 2, 4), "row_seconds": 240.0}
+QUICK = {"train_iters": 2, "new_morphologies": 1, "workers": (1, 2, 4), "row_seconds": 150.0}
+# Env steps of one iteration of each preset: ft_gpu.yml (4096 x 24), ft.yml (32 x 128), gpu_server.yml (64 x 256).
+STEPS_PER_ITER = {"ft_gpu": 4096 * 24, "ft": 32 * 128, "gpu_server": 64 * 256}
+# On warp's CPU device (the tests) the trainings shrink to seconds: 8 envs x 16 steps.
+CPU_PPO = {"PPO.NUM_ENVS": 8, "PPO.TIMESTEPS": 16, "PPO.BATCH_SIZE": 64}
 
 
 @dataclass
@@ -68,6 +93,8 @@ def guarded(name: str, body: Callable[[], Check]) -> Check:
     """``body()``, or a failed row naming the error and whose it is (``derl.evolution.failures``)."""
     try:
         return body()
+    except RowError as err:  # an end-to-end row's processes failed: their own words
+        return Check(name, FAIL, str(err))
     except Exception as err:  # noqa: BLE001 - a failed check is a row of the table, not a crash
         return Check(name, FAIL, f"{describe(err)} ({classify(err)})")
 
@@ -101,6 +128,60 @@ def memory_verdict(measured_bytes: int, nworld: int) -> Check:
                   "estimate_mib": round(estimate / 2**20, 1)})
 
 
+def compile_verdict(costs: list[dict]) -> Check:
+    """What a new morphology's first env step cost (``derl.bench.sim.WarpSim.build_cost`` per body)."""
+    seconds = [cost["first_step_seconds"] for cost in costs]
+    cached = any(cost["modules_compiled"] == 0 for cost in costs)
+    note = (f"a new morphology's first env step: {min(seconds):.1f}-{max(seconds):.1f} s (the kernels MuJoCo Warp "
+            f"specialises per model{'; some were in the kernel cache' if cached else ''})")
+    return Check("new_morphology_compile", MEASURED, note, {"bodies": costs})
+
+
+def ppo_verdict(warp: dict, mujoco: dict, cores: int) -> Check:
+    """PPO end to end: one trainer on warp against ``cores`` MuJoCo C trainers at once (one per core)."""
+    loop = warp["loop_steps_per_sec"] / mujoco["loop_steps_per_sec"]
+    wall = warp["wall_steps_per_sec"] / mujoco["wall_steps_per_sec"]
+    note = (f"1 warp trainer (ft_gpu.yml) against {cores} MuJoCo C trainers (ft.yml, 1 thread each, all cores): "
+            f"{loop:.2f}x in the training loop, {wall:.2f}x wall (start-up and compiles included)")
+    return Check("ppo_vs_mujoco", MEASURED, note,
+                 {"warp": warp, "mujoco": mujoco, "mujoco_trainers": cores,
+                  "loop_speedup_warp_over_mujoco_node": round(loop, 3),
+                  "wall_speedup_warp_over_mujoco_node": round(wall, 3)})
+
+
+def workers_verdict(rates: dict[int, dict]) -> Check:
+    """Aggregate env steps/s of 1, 2, 4 trainers sharing the GPU, each with its own worlds."""
+    note = "loop env steps/s of all trainers: " + ", ".join(
+        f"{count}: {rate['loop_steps_per_sec']:,.0f}" for count, rate in rates.items())
+    return Check("workers_per_gpu", MEASURED, note, {str(count): rate for count, rate in rates.items()})
+
+
+def learner_verdict(amp: dict[str, dict], devices: list[str]) -> Check:
+    """gpu_server.yml's learner: AMP off against on, and the round-robin of 4 workers' learners over the GPUs."""
+    off, on = amp["off"]["update_seconds_per_iteration"], amp["on"]["update_seconds_per_iteration"]
+    note = f"update s/iteration AMP off {off:.3f}, on {on:.3f}; 4 workers' learners on {', '.join(devices)}"
+    return Check("learner_modes", MEASURED, note, {"amp": amp, "round_robin": devices})
+
+
+def ddp_not_run(device: str, gpus: int) -> Check | None:
+    """The ``learner_ddp`` row when it cannot run here (DDP over NCCL needs two GPUs), or None."""
+    if not device.startswith("cuda"):
+        return Check("learner_ddp", NOT_RUN, "CUDA only (NCCL)")
+    if gpus < 2:
+        return Check("learner_ddp", NOT_RUN, f"{gpus} GPU: DDP over NCCL needs >= 2 (tools/bench.py ddp --device cuda)")
+    return None
+
+
+def task_on_device_verdict(name: str, refusal: str | None, steps: int, nonfinite: int, rate: float) -> Check:
+    """A task's env on the warp backend: refused (not run), or stepped with every world finite."""
+    row = f"{name}_on_device"
+    if refusal is not None:
+        return Check(row, NOT_RUN, f"refused: {refusal}")
+    ok = nonfinite == 0
+    return Check(row, PASS if ok else FAIL, "" if ok else f"{nonfinite} worlds non-finite after {steps} env steps",
+                 {"env_steps": steps, "env_steps_per_sec": round(rate, 1)})
+
+
 def table(checks: list[Check]) -> str:
     """The verdict table: one row per check (name, verdict, note)."""
     width = max(len(check.name) for check in checks)
@@ -122,9 +203,16 @@ def report(checks: list[Check], device: str, versions: dict) -> dict:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (warp's CPU device: the tests)")
     parser.add_argument("--nworld", default="1024,4096", help="comma-separated world counts of the rate check")
-    parser.add_argument("--steps", type=int, default=1000, help="env steps of the overflow tally")
-    parser.add_argument("--sync-steps", type=int, default=200, help="env steps watched for host syncs")
+    parser.add_argument("--steps", type=int, default=None, help="env steps of the overflow tally (default 1000)")
+    parser.add_argument("--sync-steps", type=int, default=None, help="env steps watched for host syncs (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="the FT body's seed")
+    parser.add_argument("--quick", action="store_true",
+                        help="about 5 minutes on a GPU (default about 15): shorter trainings, one new morphology; "
+                             "with it --steps defaults to 200 and --sync-steps to 50")
+    parser.add_argument("--skip", default="", help="comma-separated rows not to run, of those after ft_physics_rate "
+                                                   "(e.g. learner_modes,new_morphology_compile)")
+    parser.add_argument("--keep", type=Path, help="keep the trainings, the evolution and their logs in this new "
+                                                   "folder (default: a temporary folder, removed)")
 
 
 def _sync(device: str) -> None:
@@ -213,6 +301,111 @@ def _rates(model, device: str, nworlds: list[int], steps: int) -> Check:
     return Check("ft_physics_rate", MEASURED, "physics substeps/s of all worlds, by nworld", rates)
 
 
+def _on_device(name: str, device: str, nworld: int, steps: int) -> Check:
+    """``name``'s env (``configs/evo/<name>.yml``, a seeded body) on the warp backend: ``steps`` random steps."""
+    import torch
+
+    from derl.envs import UnimalVectorEnv
+    from derl.morphology import random_genome, to_mjcf
+
+    try:  # the config check and UnimalBatch refuse a task the backend cannot run on the device
+        cfg = load_config(PRESET_DIR / f"{name}.yml", {"SIM.BACKEND": "warp"})
+        mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), f"gpu-check-{name}"), cfg)
+        env = UnimalVectorEnv(None, cfg, nworld, device=device, mjcf=mjcf)
+    except (ConfigError, ValueError) as err:
+        return task_on_device_verdict(name, str(err), 0, 0, 0.0)
+    obs, _ = env.reset(seed=0)
+    rng = torch.Generator(device).manual_seed(0)
+    shape = (nworld, env.single_action_space.shape[0])
+    env.step(torch.rand(shape, generator=rng, device=device) * 2 - 1)  # graphs captured
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        obs, *_ = env.step(torch.rand(shape, generator=rng, device=device) * 2 - 1)
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    finite = torch.isfinite(obs["proprioceptive"]).all(dim=1)
+    return task_on_device_verdict(name, None, steps, int((~finite).sum()), steps * nworld / seconds)
+
+
+def _new_morphologies(device: str, count: int, nworld: int, buffers: Buffers) -> Check:
+    """``count`` bodies this machine has not compiled (seeds drawn from the OS), through bench sim's ``build_cost``."""
+    from derl.bench.sim import WarpSim
+
+    warp = WarpSim(device)
+    costs = []
+    for seed in np.random.SeedSequence().generate_state(count):
+        model, body = ft_model(int(seed))
+        costs.append({**body, "nworld": nworld, **warp.build_cost(model, nworld, *buffers)})
+    return compile_verdict(costs)
+
+
+def _training(preset: str, iters: int, device: str, tiny: bool) -> dict:
+    """The overrides of a training of ``iters`` iterations of ``preset`` on ``device`` (``tiny``: ``CPU_PPO``'s)."""
+    if tiny:
+        return {**CPU_PPO, "DEVICE": device, "PPO.MAX_STATE_ACTION_PAIRS": iters * 8 * 16}
+    return {"DEVICE": device, "PPO.MAX_STATE_ACTION_PAIRS": iters * STEPS_PER_ITER[preset]}
+
+
+class _EndToEnd:
+    """The end-to-end rows (``derl.bench.gpu_training``): trainings and an evolution in ``folder``."""
+
+    def __init__(self, device: str, sizes: dict, folder: Path):
+        self.device, self.sizes, self.folder = device, sizes, folder
+        self.tiny = device == "cpu"  # warp's CPU device: the tests
+        self.xml = ft_xml(folder)
+        self.per_gpu: dict[int, dict] = {}  # trainers sharing the GPU -> their rates
+
+    def _at_once(self, configs: list[Path], overrides: dict, count: int, label: str) -> dict:
+        return trainings_at_once(configs, self.xml, [overrides] * count, self.sizes["row_seconds"],
+                                 self.folder / label)
+
+    def _warp_trainers(self, count: int) -> dict:
+        if count not in self.per_gpu:
+            overrides = _training("ft_gpu", self.sizes["train_iters"], self.device, self.tiny)
+            self.per_gpu[count] = self._at_once([FT_GPU_CONFIG], overrides, count, f"warp-{count}")
+        return self.per_gpu[count]
+
+    def ppo_vs_mujoco(self) -> Check:
+        cores = usable_cores()
+        # One MuJoCo C trainer per core, as evo_single_proc.py runs them; more iterations: each is short.
+        overrides = _training("ft", 4 * self.sizes["train_iters"], "cpu", self.tiny)
+        mujoco = self._at_once([FT_CONFIG], overrides, cores, "mujoco")
+        return ppo_verdict(self._warp_trainers(1), mujoco, cores)
+
+    def workers_per_gpu(self) -> Check:
+        return workers_verdict({count: self._warp_trainers(count) for count in self.sizes["workers"]})
+
+    def learner_modes(self) -> Check:
+        from derl.ppo.device import assign_device, visible_gpu_count
+
+        overrides = _training("gpu_server", self.sizes["train_iters"], self.device, self.tiny)
+        amp = {mode: self._at_once([FT_CONFIG, GPU_SERVER_CONFIG], {**overrides, "PPO.AMP": mode == "on"}, 1,
+                                   f"amp-{mode}") for mode in ("off", "on")}
+        gpus = visible_gpu_count() if self.device.startswith("cuda") else 0
+        devices = [assign_device("cuda" if gpus else "cpu", worker, gpus) for worker in range(4)]
+        return learner_verdict(amp, devices)
+
+    def learner_ddp(self) -> Check:
+        from derl.ppo.device import visible_gpu_count
+
+        gpus = visible_gpu_count() if self.device.startswith("cuda") else 0
+        not_run = ddp_not_run(self.device, gpus)
+        if not_run is not None:
+            return not_run
+        out = self.folder / "ddp.json"
+        command = [sys.executable, str(ROOT / "tools" / "bench.py"), "ddp", "--device", "cuda", "--ranks", "2",
+                   "--iters", str(self.sizes["train_iters"]), "--repeats", "1", "--out", str(out)]
+        finished = run_at_once([command], self.sizes["row_seconds"], self.folder / "ddp")
+        check_finished(finished, self.sizes["row_seconds"], "tools/bench.py ddp")
+        return Check("learner_ddp", MEASURED, "tools/bench.py ddp --ranks 2: 2 GPUs against 1", read_json(out))
+
+    def ft_gpu_evolution(self) -> Check:
+        overrides = {**CPU_PPO, "PPO.MAX_STATE_ACTION_PAIRS": 256} if self.tiny else {}
+        counts = tiny_evolution(self.device, overrides, 2 * self.sizes["row_seconds"], self.folder)
+        return Check("ft_gpu_evolution", PASS, f"{counts['published']}/{counts['total']} published", counts)
+
+
 def _nworlds(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -223,41 +416,76 @@ def _nworlds(text: str) -> list[int]:
     return values
 
 
-def run(args: argparse.Namespace) -> tuple[list[Check], dict]:
-    """The checks on ``args.device`` and the JSON report (the caller said there is a GPU, or chose cpu)."""
-    nworlds = _nworlds(args.nworld)
-    if args.steps < 1 or args.sync_steps < 1:
+def _steps(args: argparse.Namespace) -> tuple[int, int]:
+    """``--steps`` and ``--sync-steps``, their defaults by ``--quick``; bad values end the tool (exit 2)."""
+    steps = args.steps if args.steps is not None else 200 if args.quick else 1000
+    sync_steps = args.sync_steps if args.sync_steps is not None else 50 if args.quick else 200
+    if steps < 1 or sync_steps < 1:
         raise SystemExit("error: --steps and --sync-steps must be >= 1")
-    import warp as wp
+    return steps, sync_steps
 
-    wp.config.quiet = True  # no banner above the table
-    wp.config.log_level = wp.LOG_WARNING  # no per-module load timings either
+
+def run(args: argparse.Namespace, on_row: Callable[[dict], None] = lambda report: None) -> tuple[list[Check], dict]:
+    """The checks on ``args.device`` and the JSON report (the caller said there is a GPU, or chose cpu).
+
+    ``on_row(report)`` after each row: the tool writes the report so far, so that a check
+    stopped at its time limit leaves the rows it finished.
+    """
+    nworlds = _nworlds(args.nworld)
+    steps, sync_steps = _steps(args)
+    if args.keep is not None:
+        try:
+            args.keep.mkdir(parents=True)
+        except OSError as err:
+            raise SystemExit(f"error: --keep {args.keep}: {err.strerror or err} (give a new folder)") from None
+    skip = {name.strip() for name in args.skip.split(",") if name.strip()}
+    if skip - set(LATER_ROWS):
+        raise SystemExit(f"error: --skip: unknown row {sorted(skip - set(LATER_ROWS))[0]!r}; "
+                         f"use some of {', '.join(LATER_ROWS)}")
+    wp = quiet_warp()  # no banner above the table, no per-module load timings
     wp.init()
     cuda = args.device.startswith("cuda")
-    checks = []
+    device = wp.get_device(args.device)
+    model, body = ft_model(args.seed)
+    versions = {"warp": wp.__version__, "cuda_toolkit": wp.get_cuda_toolkit_version(),
+                "cuda_driver": wp.get_cuda_driver_version(), "body": body}
+    checks: list[Check] = []
+
+    def add(*rows: Check) -> None:
+        checks.extend(rows)
+        on_row(report(checks, f"{device.alias} ({device.name})", versions))
+
     if cuda:
         try:
             check_warp_cuda_here(args.device)
-            checks.append(Check("startup", PASS))
+            add(Check("startup", PASS))
         except ConfigError as err:
-            checks.append(Check("startup", FAIL, str(err)))
-    model, body = ft_model(args.seed)
+            add(Check("startup", FAIL, str(err)))
     sim = load_config(PRESET_DIR / "ft.yml").SIM
     buffers = Buffers(int(sim.NCONMAX), int(sim.NJMAX))
-    checks.append(guarded("capture_first_step", lambda: _capture(model, args.device, FRAME_SKIP * model.opt.timestep)))
+    add(guarded("capture_first_step", lambda: _capture(model, args.device, FRAME_SKIP * model.opt.timestep)))
     if cuda:
-        checks.append(guarded("host_syncs", lambda: _host_syncs(args.device, args.sync_steps, min(nworlds))))
+        add(guarded("host_syncs", lambda: _host_syncs(args.device, sync_steps, min(nworlds))))
     else:
-        checks.append(Check("host_syncs", NOT_RUN, "CUDA only (torch.cuda.set_sync_debug_mode)"))
+        add(Check("host_syncs", NOT_RUN, "CUDA only (torch.cuda.set_sync_debug_mode)"))
     try:
-        checks += _tally_and_memory(model, args.device, max(nworlds), args.steps, buffers)
+        add(*_tally_and_memory(model, args.device, max(nworlds), steps, buffers))
     except Exception as err:  # noqa: BLE001 - a row, not a crash
-        checks.append(Check("overflow", FAIL, f"{describe(err)} ({classify(err)})"))
-    checks.append(guarded("ft_physics_rate", lambda: _rates(model, args.device, nworlds, min(args.steps, 100))))
-    checks += [Check(name, NOT_RUN, note) for name, note in NOT_BUILT.items()]
-    versions = {"warp": wp.__version__, "cuda_toolkit": wp.get_cuda_toolkit_version(),
-                "cuda_driver": wp.get_cuda_driver_version(), "body": body}
-    device = wp.get_device(args.device)
+        add(Check("overflow", FAIL, f"{describe(err)} ({classify(err)})"))
+    add(guarded("ft_physics_rate", lambda: _rates(model, args.device, nworlds, min(steps, 100))))
+    sizes = QUICK if args.quick else FULL
+    with tempfile.TemporaryDirectory(prefix="gpu_check-") as folder:
+        rows = _EndToEnd(args.device, sizes, args.keep or Path(folder))
+        later = {
+            "vt_on_device": lambda: _on_device("vt", args.device, min(nworlds), 50),
+            "mvt_on_device": lambda: _on_device("mvt", args.device, min(nworlds), 50),
+            "ppo_vs_mujoco": rows.ppo_vs_mujoco, "workers_per_gpu": rows.workers_per_gpu,
+            "ft_gpu_evolution": rows.ft_gpu_evolution, "learner_modes": rows.learner_modes,
+            "learner_ddp": rows.learner_ddp,
+            "new_morphology_compile": lambda: _new_morphologies(args.device, sizes["new_morphologies"], min(nworlds),
+                                                                buffers)}
+        for name in LATER_ROWS:
+            add(Check(name, NOT_RUN, "--skip") if name in skip else guarded(name, later[name]))
     return checks, report(checks, f"{device.alias} ({device.name})", versions)
 
 

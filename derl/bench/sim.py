@@ -35,6 +35,7 @@ import numpy as np
 from derl.checked_config import check_backend_here, load_config
 from derl.config import PRESET_DIR, ConfigError
 from derl.envs.batch import FRAME_SKIP
+from derl.envs.warp_log import quiet_warp
 from derl.envs.world import build_xml
 from derl.evolution.coordinator import usable_cores
 from derl.morphology import random_genome, to_mjcf
@@ -112,10 +113,7 @@ class WarpSim:
             check_backend_here("warp")
         except ConfigError as err:
             raise SystemExit(f"error: {err}") from None
-        import warp as wp  # lazy: only the warp backend needs it (requirements-gpu.txt)
-
-        wp.config.quiet = True  # no banner on stdout, where the JSON goes
-        wp.config.log_level = wp.LOG_WARNING  # no per-module load timings either
+        wp = quiet_warp()  # no banner on stdout, where the JSON goes; no per-module load timings either
         wp.init()
         if device == "cuda" and not wp.is_cuda_available():
             raise SystemExit("error: --device cuda: warp sees no CUDA device on this machine")

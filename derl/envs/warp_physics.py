@@ -34,9 +34,11 @@ import warp as wp
 
 from derl.envs.physics import ARRAYS
 from derl.envs.warp_graphs import Graphs
+from derl.envs.warp_log import quiet_warp
 from derl.envs.warp_overflow import Buffers, OverflowTally, describe, grown
 
 log = logging.getLogger(__name__)
+quiet_warp()  # no banner, no per-module load line in a worker's log (derl.envs.warp_log)
 # The largest buffers an overflow asked for in this process: the next model builds start from them.
 _grown = Buffers(0, 0)
 

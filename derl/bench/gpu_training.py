@@ -1,0 +1,186 @@
+"""The GPU check's end-to-end rows: real trainings and a real evolution, each a process of its own.
+
+A row starts processes exactly as a user does (``tools/train_ppo.py``, ``evo_single_proc.py``), at
+once where it compares concurrency, waits for them under a time limit (a process still running
+then is killed with its group and the row fails, naming the limit), and reads what they wrote:
+each training's ``metrics.jsonl`` (one record per iteration), the evolution's ``summary.json``.
+
+Rates of a training (``training_rates``): the loop rate, env steps per second of collection and
+update, over the iterations after the first (the first loads or compiles the kernels and
+captures the graphs: a new morphology's cost, measured by its own row), and the wall rate, env
+steps over the seconds from the start of the processes to the exit of the last one (start-up,
+compiles and captures included: what a short training pays). ``k`` trainings at once: their loop
+rates add up (they ran side by side), and the wall rate counts all their env steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from derl.fileio import read_bytes, read_json
+from derl.lifetime import die_with_parent
+
+ROOT = Path(__file__).resolve().parents[2]
+FT_CONFIG = ROOT / "configs" / "evo" / "ft.yml"
+FT_GPU_CONFIG = ROOT / "configs" / "evo" / "ft_gpu.yml"
+GPU_SERVER_CONFIG = ROOT / "configs" / "gpu_server.yml"
+# The evolution of the ft_gpu_evolution row: 4 morphologies, 2 workers, about 3 iterations each.
+TINY_EVOLUTION = {"EVO.NUM_PROCESSES": 2, "EVO.INIT_POPULATION_SIZE": 2, "EVO.SEARCH_SPACE_SIZE": 4,
+                  "EVO.AGING_WINDOW_SIZE": 2, "EVO.NUM_PARTICIPANTS": 2, "PPO.MAX_STATE_ACTION_PAIRS": 300000}
+
+
+class RowError(RuntimeError):
+    """A row's processes failed, ran past their limit, or wrote what cannot be read: the row's note."""
+
+
+@dataclass
+class Finished:
+    """What ``run_at_once`` saw: each process's exit code and output tail, and the wall seconds of all."""
+
+    returncodes: list[int | None]  # None: killed at the time limit
+    tails: list[str]
+    seconds: float
+
+
+def overrides_args(overrides: dict) -> list[str]:
+    """``KEY VALUE`` command-line pairs of ``overrides``, as every tool takes them."""
+    return [str(part) for key, value in overrides.items() for part in (key, value)]
+
+
+def training_command(configs: list[Path], xml: Path, out: Path, overrides: dict) -> list[str]:
+    """One ``tools/train_ppo.py`` training of ``xml`` into ``out`` (no progress bar)."""
+    cfgs = [arg for cfg in configs for arg in ("--cfg", str(cfg))]
+    return [sys.executable, str(ROOT / "tools" / "train_ppo.py"), *cfgs, "--xml", str(xml), "--out", str(out),
+            "--quiet", *overrides_args(overrides)]
+
+
+def evolution_command(out: Path, device: str, overrides: dict) -> list[str]:
+    """The tiny ``configs/evo/ft_gpu.yml`` evolution into ``out`` on ``device``."""
+    return [sys.executable, str(ROOT / "evo_single_proc.py"), "--cfg", str(FT_GPU_CONFIG),
+            *overrides_args({**TINY_EVOLUTION, "DEVICE": device, "OUT_DIR": out, **overrides})]
+
+
+def run_at_once(commands: list[list[str]], timeout: float, log_dir: Path) -> Finished:
+    """Starts the Python scripts ``commands`` (``[python, script, args...]``) together, each in its own
+    process group and dying with this process (``main`` below: the check stopped at its time limit
+    leaves nothing on the GPU), output to a log in ``log_dir``; waits for all of them up to ``timeout``
+    seconds in all, and kills the groups of those still running then."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logs = [log_dir / f"process-{index}.log" for index in range(len(commands))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    started = time.perf_counter()
+    procs = []
+    for (python, *script), log in zip(commands, logs, strict=True):
+        with log.open("w") as stream:
+            procs.append(subprocess.Popen([python, "-m", __name__, str(os.getpid()), *script], cwd=ROOT,
+                                          stdout=stream, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+    codes: list[int | None] = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout=max(0.0, timeout - (time.perf_counter() - started))))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            codes.append(None)
+    seconds = time.perf_counter() - started
+    return Finished(codes, [log.read_text(errors="replace")[-2000:] for log in logs], seconds)
+
+
+def check_finished(finished: Finished, timeout: float, what: str) -> None:
+    """Raises ``RowError`` naming the first process that was killed at the limit or failed."""
+    for index, (code, tail) in enumerate(zip(finished.returncodes, finished.tails, strict=True)):
+        if code is None:
+            raise RowError(f"{what} {index} still running after {timeout:.0f} s: killed")
+        if code != 0:
+            last = next((line for line in reversed(tail.splitlines()) if line.strip()), "no output")
+            raise RowError(f"{what} {index} exited {code}: {last.strip()[:300]}")
+
+
+def read_iterations(path: Path) -> list[dict]:
+    """The iteration records of a training's ``metrics.jsonl``, checked for the fields the rates use."""
+    try:
+        lines = read_bytes(path).decode().splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+    except (OSError, ValueError) as err:
+        raise RowError(f"{path}: unreadable ({err})") from None
+    needed = ("env_steps", "collect_seconds", "update_seconds")
+    if not records or not all(isinstance(r, dict) and all(isinstance(r.get(k), int | float) for k in needed)
+                              for r in records):
+        raise RowError(f"{path}: no iteration records with {', '.join(needed)}")
+    return records
+
+
+def loop_rate(records: list[dict]) -> float:
+    """Env steps per second of collection + update over the iterations after the first (all of one)."""
+    timed = records[1:] or records
+    steps = records[-1]["env_steps"] - (records[0]["env_steps"] if len(records) > 1 else 0)
+    seconds = sum(r["collect_seconds"] + r["update_seconds"] for r in timed)
+    return steps / seconds if seconds > 0 else 0.0
+
+
+def training_rates(runs: list[list[dict]], wall_seconds: float) -> dict:
+    """The rates of ``len(runs)`` trainings that ran at once (module docstring)."""
+    loops = [loop_rate(records) for records in runs]
+    steps = sum(records[-1]["env_steps"] for records in runs)
+    update = [r["update_seconds"] for records in runs for r in (records[1:] or records)]
+    return {"processes": len(runs), "loop_steps_per_sec": round(sum(loops), 1),
+            "loop_steps_per_sec_each": [round(rate, 1) for rate in loops],
+            "wall_steps_per_sec": round(steps / wall_seconds, 1) if wall_seconds > 0 else 0.0,
+            "env_steps": steps, "wall_seconds": round(wall_seconds, 1),
+            "update_seconds_per_iteration": round(sum(update) / len(update), 4)}
+
+
+def trainings_at_once(configs: list[Path], xml: Path, overrides: list[dict], timeout: float, folder: Path) -> dict:
+    """``len(overrides)`` trainings of ``xml`` at once, one per override set; their ``training_rates``."""
+    outs = [folder / f"training-{index}" for index in range(len(overrides))]
+    commands = [training_command(configs, xml, out, extra) for out, extra in zip(outs, overrides, strict=True)]
+    finished = run_at_once(commands, timeout, folder / "logs")
+    check_finished(finished, timeout, "training")
+    return training_rates([read_iterations(out / "metrics.jsonl") for out in outs], finished.seconds)
+
+
+def evolution_verdict(summary: object, path: Path) -> dict:
+    """``published``, ``failed`` and ``total`` of an evolution's ``summary.json``; ``RowError`` unless all
+    ``total`` morphologies were published."""
+    keys = ("published", "failed", "total")
+    if not isinstance(summary, dict) or not all(isinstance(summary.get(key), int) for key in keys):
+        raise RowError(f"{path}: no integer {', '.join(keys)}")
+    counts = {key: summary[key] for key in keys}
+    if counts["published"] < counts["total"] or counts["total"] < 1:
+        raise RowError(f"{counts['published']}/{counts['total']} published, {counts['failed']} failed ({path})")
+    return counts
+
+
+def tiny_evolution(device: str, overrides: dict, timeout: float, folder: Path) -> dict:
+    """The tiny ``ft_gpu.yml`` evolution; its counts and wall seconds (``RowError`` unless it published all)."""
+    out = folder / "evolution"
+    finished = run_at_once([evolution_command(out, device, overrides)], timeout, folder / "logs")
+    check_finished(finished, timeout, "evo_single_proc.py")
+    try:
+        summary = read_json(out / "summary.json")
+    except (OSError, ValueError) as err:
+        raise RowError(f"{out / 'summary.json'}: unreadable ({err})") from None
+    return {**evolution_verdict(summary, out / "summary.json"), "wall_seconds": round(finished.seconds, 1)}
+
+
+def main(argv: list[str]) -> None:
+    """``python -m derl.bench.gpu_training PARENT SCRIPT ARGS...``: runs SCRIPT as ``__main__``, killed when
+    the process PARENT dies (the parent-death signal set here, not in a ``preexec_fn``, which is unsafe
+    in a process with threads such as the GPU check's)."""
+    parent, script, *args = argv
+    die_with_parent(signal.SIGKILL, int(parent))
+    sys.argv = [script, *args]
+    sys.path[0] = str(Path(script).resolve().parent)
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
