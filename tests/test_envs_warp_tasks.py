@@ -113,7 +113,8 @@ def test_obstacle_boxes_are_held_per_world_and_collide_in_their_own_world_only()
 
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_train_ppo_trains_the_task_on_warp(name, tmp_path):
-    """The issue's command: ``tools/train_ppo.py ... SIM.BACKEND warp PPO.NUM_ENVS 8 PPO.MAX_STATE_ACTION_PAIRS 2048``."""
+    """The issue's command: ``tools/train_ppo.py ... SIM.BACKEND warp PPO.NUM_ENVS 8
+    PPO.MAX_STATE_ACTION_PAIRS 2048``."""
     config, extra = TASKS[name]
     overrides = [item for key, value in extra.items() for item in (key, json.dumps(value))]
     done = subprocess.run([sys.executable, "tools/train_ppo.py", "--cfg", str(CONFIGS[config]), "--xml", str(FIXTURE),
