@@ -157,3 +157,30 @@ def test_fidelity_rows_stay_near_the_documented_ones(name):
     """docs/guides/gpus.md's table: obstacle 5e-6 / 0.000, point_nav 1.3e-2 / 0.39 (a contact diverged)."""
     envs, qpos_diff, return_diff, _ = fidelity(name)
     assert envs >= 6 and qpos_diff < 0.05 and return_diff < 2.0
+
+
+def test_captured_graphs_read_the_model_rows_written_after_their_capture():
+    """On warp's CPU device, which captures as CUDA does: rows of a per-world field are written in place,
+    so a step captured before the write sees the moved box; a field expanded later drops the graphs."""
+    from derl.envs.batch import FRAME_SKIP
+    from derl.envs.props import StaticBoxes
+    from derl.envs.warp_physics import WarpPhysics
+
+    _, warp_env = task_envs("obstacle")
+    sim = warp_env.sim
+    physics = WarpPhysics(sim.model, NUM_ENVS, "cpu", capture=True, per_world=StaticBoxes.MODEL_ROWS)
+    physics.step(FRAME_SKIP)  # captured
+    graph = physics.graphs.graphs[f"step{FRAME_SKIP}"]
+    head = physics.arrays["qpos"][2, :2].tolist()
+    sim.task._boxes.set(2, 0, (*head, sim.arena.extent.ground_z), (0.3, 0.3, 2.0))
+    physics.set_models(sim.models, np.array([2]))
+    physics.step(FRAME_SKIP)
+    assert physics.graphs.graphs[f"step{FRAME_SKIP}"] is graph  # replayed, not captured again
+    count = int(physics.data.nacon.numpy()[0])
+    contact = physics.data.contact
+    geoms, worlds = contact.geom.numpy()[:count], contact.worldid.numpy()[:count]
+    assert set(worlds[(geoms == sim.task._boxes.geoms[0]).any(axis=1)].tolist()) == {2}
+    physics.set_model_rows("geom_friction", np.array([0]), np.array([[[2.0, 0.005, 1e-4]] * sim.model.ngeom]))
+    assert wp.to_torch(physics.model.geom_friction).shape[0] == NUM_ENVS and not physics.graphs.graphs
+    physics.step(FRAME_SKIP)  # captured again, reading the expanded field
+    assert torch.isfinite(physics.arrays["qpos"]).all()
