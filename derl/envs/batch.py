@@ -186,7 +186,7 @@ class UnimalBatch:
         (on every backend: the first episodes of a seed are the same on MuJoCo C and on Warp)."""
         mask = self.scene.zeros(self.num_envs, dtype=self.scene.xp.bool)
         mask[self.scene.asarray(envs, dtype=self.scene.xp.int64)] = True
-        self._start(mask, np.sort(np.unique(envs)))
+        self._start(mask, np.unique(envs))
 
     def restart(self, ended) -> None:
         """Starts new episodes where the mask ``ended`` is set (the vector env's autoreset): on a device
