@@ -153,28 +153,31 @@ class WarpPhysics:
         """Writes the rows ``values`` (``[len(envs), ...]``, MuJoCo's layout of the field) of the model
         field ``name`` for the worlds ``envs`` (indices, host or device).
 
-        A field not expanded per world at construction (``per_world``) is expanded here and the
-        captured graphs are dropped (they read the shared array): name it in ``per_world`` instead.
+        A field not expanded per world at construction (``per_world``) is expanded here
+        (``expand_model_rows``: the captured graphs are dropped): name it in ``per_world`` instead.
         A world-welded geom's ``geom_pos`` moves its ``geom_xpos`` too (MuJoCo Warp computes those once,
-        in ``put_data``; MuJoCo C in every forward).
+        in ``put_data``; MuJoCo C in every forward); its ``geom_quat`` does not turn its ``geom_xmat``
+        (no task turns one).
         """
-        field = getattr(self.model, name)
-        rows = wp.to_torch(field)
-        if rows.shape[0] != self.data.nworld:
-            self._expand(name, field)
-            rows = wp.to_torch(getattr(self.model, name))
+        self.expand_model_rows((name,))
+        rows = wp.to_torch(getattr(self.model, name))
         envs = torch.as_tensor(envs, device=self.torch_device, dtype=torch.int64)
         values = torch.as_tensor(values, device=self.torch_device)
         rows[envs] = values.reshape(len(envs), *rows.shape[1:]).to(rows.dtype)
         if name == "geom_pos" and len(self._static_geoms):
             self._place_static_geoms(envs, rows)
-        elif name == "geom_quat" and len(self._static_geoms):
-            raise ValueError("geom_quat of world-welded geoms is set once by MuJoCo Warp (put_data): not per world")
 
-    def _expand(self, name: str, field) -> None:
-        tiled = np.repeat(field.numpy()[:1], self.data.nworld, axis=0)  # the shared row, once per world
-        setattr(self.model, name, wp.array(tiled, dtype=field.dtype, device=self.device))
-        self.graphs.graphs.clear()  # recaptured on their next call, reading the expanded array
+    def expand_model_rows(self, names: tuple[str, ...]) -> None:
+        """Holds the model fields ``names`` per world from now on (``[nworld, ...]``, each world a copy of
+        the shared row). Graphs captured before read the shared arrays: they are dropped and recaptured
+        on their next call (``per_world`` at construction expands before any capture)."""
+        for name in names:
+            field = getattr(self.model, name)
+            if field.shape[0] == self.data.nworld:
+                continue
+            tiled = np.repeat(field.numpy()[:1], self.data.nworld, axis=0)
+            setattr(self.model, name, wp.array(tiled, dtype=field.dtype, device=self.device))
+            self.graphs.graphs.clear()
 
     def _place_static_geoms(self, envs: torch.Tensor, geom_pos: torch.Tensor) -> None:
         """``geom_xpos`` of the world-welded geoms of ``envs``: body position + body rotation x geom_pos."""
