@@ -184,3 +184,5 @@ def test_captured_graphs_read_the_model_rows_written_after_their_capture():
     assert wp.to_torch(physics.model.geom_friction).shape[0] == NUM_ENVS and not physics.graphs.graphs
     physics.step(FRAME_SKIP)  # captured again, reading the expanded field
     assert torch.isfinite(physics.arrays["qpos"]).all()
+    with pytest.raises(ValueError, match="'hfield_data' once for all worlds"):
+        physics.set_model_rows("hfield_data", np.array([0]), np.zeros((1, sim.model.nhfielddata)))

@@ -25,6 +25,7 @@ values, which the env ends as unstable in their own world only).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -46,6 +47,9 @@ DERIVED = ("xpos", "xmat", "site_xpos", "sensordata", "qfrc_actuator")
 # What a warm-up step changes that the captured graph reads or that the env reads before the next step:
 # MuJoCo's integration state (mjSTATE_INTEGRATION's advanced part), the overflow bits and the derived fields.
 RESTORED = ("time", "qpos", "qvel", "act", "qacc_warmstart", "overflow", *DERIVED)
+# The Model fields MuJoCo Warp can hold per world: those typed array("*", ...) in mujoco_warp's types.
+PER_WORLD_FIELDS = frozenset(field.name for field in dataclasses.fields(mjw.Model)
+                             if tuple(getattr(field.type, "shape", ()) or ())[:1] == ("*",))
 
 
 @wp.kernel
@@ -172,6 +176,8 @@ class WarpPhysics:
         the shared row). Graphs captured before read the shared arrays: they are dropped and recaptured
         on their next call (``per_world`` at construction expands before any capture)."""
         for name in names:
+            if name not in PER_WORLD_FIELDS:
+                raise ValueError(f"MuJoCo Warp holds the model field {name!r} once for all worlds, not per world")
             field = getattr(self.model, name)
             if field.shape[0] == self.data.nworld:
                 continue
