@@ -287,10 +287,9 @@ def _check_world(cfg: CfgNode) -> None:
             expand_range(cfg.get_path(key), key)
         except ValueError as err:
             raise ConfigError(str(err), key) from None
-    if cfg.SIM.BACKEND == "warp" and not make_task(cfg, 1).static_model():
-        raise ConfigError(f"config key SIM.BACKEND warp steps one model in every world, but task {cfg.ENV.TASK} "
-                          f"with ENV.MODULES {list(cfg.ENV.MODULES)} edits its model each episode (terrain, props "
-                          "or goals); use SIM.BACKEND mujoco", "SIM.BACKEND", "ENV.TASK")
+    refusal = make_task(cfg, 1).shared_model_refusal() if cfg.SIM.BACKEND == "warp" else None
+    if refusal is not None:
+        raise ConfigError(f"config key SIM.BACKEND warp: {refusal}", "SIM.BACKEND", "ENV.TASK")
     limbs = expand_range(cfg.LIMB.NUM_LIMBS_RANGE, "LIMB.NUM_LIMBS_RANGE")
     if min(limbs) < 1 or max(limbs) > cfg.LIMB.MAX_LIMBS:
         raise ConfigError(f"config key LIMB.NUM_LIMBS_RANGE {list(cfg.LIMB.NUM_LIMBS_RANGE)} must lie within "

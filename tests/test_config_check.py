@@ -332,9 +332,12 @@ def test_the_inert_key_scan_finds_a_key_nothing_reads(tmp_path):
     assert inert_keys(leaves + added, [*_reader_sources(), reader]) == added[2:]
 
 
-def test_the_warp_backend_refuses_a_task_that_edits_its_model_per_episode():
-    """VT redraws its terrain each episode: MuJoCo Warp steps one model in every world."""
-    assert load_config(ROOT / "configs" / "evo" / "ft.yml", ["SIM.BACKEND", "warp"]).SIM.BACKEND == "warp"
+def test_the_warp_backend_refuses_a_task_that_redraws_its_terrain_and_takes_props_and_goals():
+    """VT redraws its height field each episode, which MuJoCo Warp shares between worlds; props, goals and
+    obstacle boxes it holds per world."""
+    for name in ("evo/ft", "eval/obstacle", "eval/point_nav", "eval/patrol", "eval/manipulation_ball"):
+        assert load_config(ROOT / "configs" / f"{name}.yml", ["SIM.BACKEND", "warp"]).SIM.BACKEND == "warp"
     with pytest.raises(ConfigError) as caught:
         load_config(ROOT / "configs" / "evo" / "vt.yml", ["SIM.BACKEND", "warp"])
-    assert "edits its model each episode" in str(caught.value) and caught.value.key == "SIM.BACKEND"
+    assert "task locomotion" in str(caught.value) and "redraws its terrain each episode (hfield_data)" in str(
+        caught.value) and caught.value.key == "SIM.BACKEND"

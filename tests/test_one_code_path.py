@@ -74,8 +74,8 @@ class TorchMujoco:
     def forward(self, envs: torch.Tensor) -> None:
         self.c.forward(_host(envs))
 
-    def set_models(self, models) -> None:
-        self.c.set_models(models)
+    def set_models(self, models, envs=None) -> None:
+        self.c.set_models(models, envs)
 
     def problems(self) -> torch.Tensor:
         return torch.from_numpy(self.c.problems()).as_subclass(self.tensor_type)
@@ -140,6 +140,20 @@ def test_numpy_and_torch_collect_the_same_episodes(on_torch):
         assert [list(episode) for episode in got] == [list(episode) for episode in expected]
         for g, e in zip(got, expected, strict=True):
             assert g == pytest.approx(e, rel=1e-6, abs=1e-9)  # float32 actions: their sums of squares round apart
+
+
+def test_a_task_that_draws_its_episodes_restarts_on_the_host_and_collects_as_numpy(on_torch):
+    """point_nav draws a goal per episode: on tensors its restarts come to the host and draw each env's goal
+    and reset noise from its own generator, as on NumPy, so the two collect the same episodes, noise and all."""
+    cfg = load_config(CONFIGS["point_nav"], {"ENV.EPISODE_LENGTH": LENGTH, "ENV.STAND_HEIGHT_RATIO": 0.97})
+    host, host_episodes, _ = _collect(on_torch(cfg, False))
+    device, device_episodes, _ = _collect(on_torch(cfg, True))
+    assert host.truncated.any() and host.terminated.any()
+    np.testing.assert_array_equal(device.terminated.numpy(), host.terminated)
+    np.testing.assert_allclose(device.obs.numpy(), host.obs, rtol=1e-5, atol=1e-5)
+    assert [list(episode) for episode in device_episodes] == [list(episode) for episode in host_episodes]
+    for got, expected in zip(device_episodes, host_episodes, strict=True):
+        assert got == pytest.approx(expected, rel=1e-6, abs=1e-9)
 
 
 def test_a_restart_on_tensors_starts_the_masked_envs_only(on_torch):

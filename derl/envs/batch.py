@@ -6,7 +6,7 @@ simulation in one call and computes observations, rewards, flags and metrics ove
 arrays; per-env Python runs only where episodes end on the host (``restart``). It never resets by
 itself. One code over NumPy (MuJoCo C) and torch tensors (MuJoCo Warp on a device): what differs
 is the physics object (``derl.envs.physics``), the array namespace (``Scene.xp``) and where a
-restart draws its reset noise (``restart``).
+restart draws its episodes (``restart``).
 
 Step = ``FRAME_SKIP`` (4) MuJoCo substeps of 5 ms with the actions written to ``ctrl`` (MuJoCo clamps
 them to [-1, 1]). An episode is truncated after ``ENV.EPISODE_LENGTH`` steps and terminated when the
@@ -50,14 +50,16 @@ FRAME_SKIP = 4
 
 
 def make_physics(backend: str, model: mujoco.MjModel, num_envs: int, *, threads: int = 1,
-                 persistent: bool = False, device: str = "cpu", nconmax: int = 64, njmax: int = 256) -> Physics:
-    """The ``backend`` simulator of ``num_envs`` copies of ``model``."""
+                 persistent: bool = False, device: str = "cpu", nconmax: int = 64, njmax: int = 256,
+                 per_world: tuple[str, ...] = ()) -> Physics:
+    """The ``backend`` simulator of ``num_envs`` copies of ``model``; ``per_world``: the model fields
+    episodes change per env (MuJoCo C keeps a whole model per env instead)."""
     if backend == "mujoco":
         return MujocoPhysics(model, num_envs, threads, persistent)
     if backend == "warp":
         from derl.envs.warp_physics import WarpPhysics  # lazy: warp is an optional install (requirements-gpu.txt)
 
-        return WarpPhysics(model, num_envs, device, nconmax=nconmax, njmax=njmax)
+        return WarpPhysics(model, num_envs, device, nconmax=nconmax, njmax=njmax, per_world=per_world)
     raise ValueError(f"unknown simulation backend {backend!r}; use mujoco or warp")
 
 
@@ -114,14 +116,15 @@ class UnimalBatch:
         self.model = model = mujoco.MjModel.from_xml_string(build_world(mjcf, cfg, task))
         self.static = task.static_model()
         self._per_episode_hooks = not _draws_nothing_per_episode(task)
-        if backend != "mujoco" and (self._per_episode_hooks or not self.static):
-            raise ValueError(f"SIM.BACKEND {backend} steps one model in every world and starts episodes on the "
-                             f"device; task {cfg.ENV.TASK} with {'+'.join(cfg.ENV.MODULES)} draws terrain, props or "
-                             "goals per episode: use SIM.BACKEND mujoco")
+        rows = task.model_rows()
+        refusal = task.shared_model_refusal() if backend != "mujoco" else None
+        if refusal is not None:
+            raise ValueError(refusal)
         # Tasks that change the model per episode (terrain, obstacles, goals) get a model per env.
         self.models = [model] * num_envs if self.static else [model, *(copy.copy(model) for _ in range(num_envs - 1))]
         self.physics = physics = make_physics(backend, model, num_envs, threads=threads, persistent=persistent,
-                                              device=device, nconmax=int(cfg.SIM.NCONMAX), njmax=int(cfg.SIM.NJMAX))
+                                              device=device, nconmax=int(cfg.SIM.NCONMAX), njmax=int(cfg.SIM.NJMAX),
+                                              per_world=rows)
         if not self.static:
             physics.set_models(self.models)
         self.num_envs = num_envs
@@ -143,9 +146,13 @@ class UnimalBatch:
         self._steps = scene.zeros(num_envs, dtype=xp.int64)  # the episode's steps: the time limit counts these
         self._time_before = scene.zeros(num_envs, dtype=self._time.dtype)
         self._problems = xp.asarray(physics.problems(), copy=True)
-        # Where a restart draws its reset noise: on the host each env from its own generator (DERL's);
-        # on a device every env at once from the simulator's generator, so that a step never waits.
-        self._restart_draws = self._draw_per_env if array_api_compat.is_numpy_namespace(xp) else self._draw_on_device
+        # Where a restart draws its episodes: on the host each env from its own generator (DERL's); on a
+        # device, where the task draws nothing per episode, the reset noise of every env at once from the
+        # simulator's generator, so that a step never waits. A task that draws its episodes (props,
+        # goals, obstacles) restarts on the host on every backend: its ended mask comes to the host (one
+        # sync per step on a device), its draws are MuJoCo C's, their results go to the device.
+        self._restart_on_host = (array_api_compat.is_numpy_namespace(xp) or self._per_episode_hooks
+                                 or not self.static)
 
     def _init_agent(self, cfg, start_height: float, bound: dict[str, np.ndarray]) -> None:
         model = self.model
@@ -171,7 +178,7 @@ class UnimalBatch:
         """Env i's generator from ``seed + i`` (Gymnasium's seeding of an env by its seed), and the
         simulator's own generator (a device's restarts) from ``seed``."""
         self.rngs = [gym.utils.seeding.np_random(seed + i)[0] for i in range(self.num_envs)]
-        if self._restart_draws == self._draw_on_device:
+        if not self._restart_on_host:
             self.physics.seed(seed)
 
     def reset(self, envs: np.ndarray) -> None:
@@ -179,23 +186,28 @@ class UnimalBatch:
         (on every backend: the first episodes of a seed are the same on MuJoCo C and on Warp)."""
         mask = self.scene.zeros(self.num_envs, dtype=self.scene.xp.bool)
         mask[self.scene.asarray(envs, dtype=self.scene.xp.int64)] = True
-        self._start(mask, self._draw_per_env)
+        self._start(mask, np.unique(envs))
 
     def restart(self, ended) -> None:
-        """Starts new episodes where the mask ``ended`` is set (the vector env's autoreset), with the
-        reset noise of ``_restart_draws``: on a device without leaving it (the batch holds only tasks
-        that draw nothing per episode there)."""
-        self._start(ended, self._restart_draws)
+        """Starts new episodes where the mask ``ended`` is set (the vector env's autoreset): on a device
+        without leaving it where the task draws nothing per episode, else drawn on the host as ``reset``
+        (``__init__``)."""
+        if not self._restart_on_host:
+            self._start(ended, None)
+            return
+        envs = np.flatnonzero(to_host(ended))
+        if len(envs):  # on a device the vector env restarts at every step, mostly nothing
+            self._start(ended, envs)
 
-    def _start(self, ended, draw) -> None:
-        """Starts the episodes of the envs of the mask ``ended``: the model's defaults (``mj_resetData``),
-        the task's per-episode draws, U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (one draw
-        ``draw(ended)``: ``[N, nq_agent + nv_agent]``, rows valid where ``ended``), the head quaternion
-        renormalised, in the noise's float type (then stored in the state's); the other envs are left as
-        they are."""
+    def _start(self, ended, envs: np.ndarray | None) -> None:
+        """Starts the episodes of the envs of the mask ``ended`` (``envs``: the same as host indices, or
+        None to draw on the device): the model's defaults (``mj_resetData``), the task's per-episode
+        draws, U(+-RESET_NOISE_SCALE) on the agent's qpos, then its qvel (``[N, nq_agent + nv_agent]``,
+        rows valid where ``ended``), the head quaternion renormalised, in the noise's float type (then
+        stored in the state's); the other envs are left as they are."""
         scene, task, physics, xp = self.scene, self.task, self.physics, self.scene.xp
         physics.reset(ended)
-        noise = draw(ended)
+        noise = self._draw_on_device() if envs is None else self._draw_per_env(envs)
         qpos, qvel, rows = scene.qpos, scene.qvel, xp.reshape(ended, (-1, 1))
         split = _length(self._agent_qpos)
         agent = qpos[:, self._agent_qpos]
@@ -206,28 +218,29 @@ class UnimalBatch:
         agent = qvel[:, self._agent_dofs]
         qvel[:, self._agent_dofs] = xp.where(rows, agent + noise[:, split:], agent)
         if not self.static:
-            physics.set_models(self.models)  # the batch reads edited models once they are set again
+            physics.set_models(self.models, envs)  # the batch reads edited models once they are set again
         physics.forward(ended)
-        if self._per_episode_hooks:  # host only (such tasks run on MuJoCo C)
-            task.start(scene, np.flatnonzero(to_host(ended)))
+        if self._per_episode_hooks:  # such tasks restart on the host (__init__)
+            task.start(scene, envs)
         self._steps[:] = xp.where(ended, 0, self._steps)
         self._problems[:] = xp.where(ended, physics.problems(), self._problems)
         height, _ = self.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
         scene.torso_height[:] = xp.where(ended, height, scene.torso_height)
 
-    def _draw_per_env(self, ended):
-        """Each env of the mask ``ended``, in order, draws its episode from its own generator: the task's
-        draws (terrain, props, goals), then the reset noise (float64, added in float64 on every backend)."""
+    def _draw_per_env(self, envs: np.ndarray):
+        """Each env of ``envs`` (host indices, ascending) draws its episode from its own generator: the
+        task's draws (terrain, props, goals), then the reset noise (float64, added in float64 on every
+        backend)."""
         split = _length(self._agent_qpos)
         noise = np.zeros((self.num_envs, split + _length(self._agent_dofs)))
-        for env in np.flatnonzero(to_host(ended)).tolist():
+        for env in envs.tolist():
             rng = self.rngs[env]
             self.task.initialize_episode(self.scene, env, rng)
             noise[env] = rng.uniform(-self._noise, self._noise, noise.shape[1])
         return self.scene.asarray(noise, dtype=self.scene.xp.float64)
 
-    def _draw_on_device(self, ended):
-        """Every env's reset noise from the simulator's generator, on its device (rows of ``ended`` used)."""
+    def _draw_on_device(self):
+        """Every env's reset noise from the simulator's generator, on its device (the ended rows are used)."""
         return self.physics.uniform((self.num_envs, _length(self._agent_qpos) + _length(self._agent_dofs)), self._noise)
 
     # ------------------------------------------------------------------ step

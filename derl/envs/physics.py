@@ -6,7 +6,8 @@ one code:
 - ``MujocoPhysics``: MuJoCo's C engine (``mujoco.batch.Batch``) on the CPU, float64 NumPy arrays,
   one model per simulation when a task edits its model per episode. DERL's physics.
 - ``WarpPhysics`` (``derl.envs.warp_physics``): MuJoCo Warp on a warp device (an NVIDIA GPU, or
-  warp's CPU device), float32 torch tensors on that device (docs/guides/gpus.md#simulating-on-a-gpu); it also
+  warp's CPU device), float32 torch tensors on that device (docs/guides/gpus.md#simulating-on-a-gpu),
+  one model for every world with per-world rows of the fields a task changes per episode; it also
   holds the generator a device's restarts draw their reset noise from (``seed``, ``uniform``).
 
 ``arrays`` holds live ``[N, ...]`` views of the state (``qpos``, ``qvel``, ``ctrl``, ``time``:
@@ -39,8 +40,9 @@ class Physics(Protocol):
         """Recomputes the derived fields of the simulations of the mask ``envs`` from their state; the
         others keep theirs."""
 
-    def set_models(self, models: list[mujoco.MjModel]) -> None:
-        """Simulation i steps ``models[i]`` from now on (the models share one layout)."""
+    def set_models(self, models: list[mujoco.MjModel], envs: np.ndarray | None = None) -> None:
+        """Simulation i steps ``models[i]`` from now on (the models share one layout); ``envs``: the
+        simulations whose models changed (host indices; None: any)."""
 
     def problems(self) -> Any:
         """``[N]`` counts of the simulator's warnings so far; a rise means the physics went wrong."""
@@ -67,8 +69,8 @@ class MujocoPhysics:
     def forward(self, envs: np.ndarray) -> None:
         self.batch.forward(np.flatnonzero(envs))
 
-    def set_models(self, models: list[mujoco.MjModel]) -> None:
-        self.batch.set_models(models)
+    def set_models(self, models: list[mujoco.MjModel], envs: np.ndarray | None = None) -> None:
+        self.batch.set_models(models)  # pointers to the models: every one, at no cost
 
     def problems(self) -> np.ndarray:
         return self._warning_counts.sum(axis=1)

@@ -98,7 +98,8 @@ class GoalMarker:
     """A goal point per env, shown as a translucent red sphere (a site: it collides with nothing).
 
     ``position[i]`` is env i's goal (``[N, 3]``, in the scene's namespace: step hooks read it);
-    ``place`` also moves the site in env i's model, for rendering.
+    ``place`` also moves the site in env i's host model, for rendering (a simulator of one model for
+    every world leaves its site where the model has it: nothing but a renderer reads it).
     """
 
     def __init__(self, name: str = "goal"):
@@ -120,6 +121,9 @@ class GoalMarker:
 
 class StaticBoxes:
     """``count`` fixed boxes (world geoms ``<prefix>k``) that each episode moves and resizes."""
+
+    #: the model fields ``set`` writes (a simulator of one model holds them per world)
+    MODEL_ROWS = ("geom_pos", "geom_size", "geom_rbound", "geom_aabb")
 
     def __init__(self, count: int, prefix: str = "obstacle/"):
         self.count, self.prefix = int(count), prefix

@@ -17,18 +17,21 @@ persistent buffers, inside the graph.
 What differs from MuJoCo C (docs/design/differences.md and docs/guides/gpus.md#simulating-on-a-gpu;
 GPU"): float32, contacts and constraint rows preallocated per world (``SIM.NCONMAX``,
 ``SIM.NJMAX``; a buffer that runs out is counted by type in ``overflows`` and reported, it does not
-end episodes), no per-world model edits (only tasks whose model is static run here), and no warning
-counters (``problems`` stays zero; bad states show as non-finite values, which the env ends as
-unstable in their own world only).
+end episodes), per-world model edits only in the fields named at construction (``per_world``: each
+held ``[nworld, ...]`` from the start, so that captured graphs read them; ``set_model_rows``,
+``set_models``), and no warning counters (``problems`` stays zero; bad states show as non-finite
+values, which the env ends as unstable in their own world only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
 import mujoco
 import mujoco_warp as mjw
+import numpy as np
 import torch
 import warp as wp
 
@@ -46,6 +49,9 @@ DERIVED = ("xpos", "xmat", "site_xpos", "sensordata", "qfrc_actuator")
 # What a warm-up step changes that the captured graph reads or that the env reads before the next step:
 # MuJoCo's integration state (mjSTATE_INTEGRATION's advanced part), the overflow bits and the derived fields.
 RESTORED = ("time", "qpos", "qvel", "act", "qacc_warmstart", "overflow", *DERIVED)
+# The Model fields MuJoCo Warp can hold per world: those typed array("*", ...) in mujoco_warp's types.
+PER_WORLD_FIELDS = frozenset(field.name for field in dataclasses.fields(mjw.Model)
+                             if tuple(getattr(field.type, "shape", ()) or ())[:1] == ("*",))
 
 
 @wp.kernel
@@ -61,10 +67,12 @@ class WarpPhysics:
     """``num_envs`` worlds of ``model`` on ``device`` (a torch device name: ``cpu``, ``cuda``, ``cuda:N``).
 
     ``capture``: replay captured graphs (default: on CUDA; warp's CPU device captures too, for tests).
+    ``per_world``: the model fields (``mujoco_warp`` Model fields typed ``array("*", ...)``) each world
+    holds its own row of, for tasks that edit their model per episode (``set_model_rows``).
     """
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, device: str = "cpu", *, nconmax: int = 64,
-                 njmax: int = 256, capture: bool | None = None):
+                 njmax: int = 256, capture: bool | None = None, per_world: tuple[str, ...] = ()):
         self.torch_device = torch.device(device)
         if self.torch_device.type == "cuda" and self.torch_device.index is None:
             self.torch_device = torch.device("cuda", torch.cuda.current_device())
@@ -73,7 +81,8 @@ class WarpPhysics:
         nconmax, njmax = self.buffers
         self._reported = False
         with wp.ScopedDevice(self.device):
-            self.model = mjw.put_model(model)
+            # per-world fields expanded before any capture: the graphs hold the arrays' addresses
+            self.model = mjw.put_model(model, batch_sizes=dict.fromkeys(per_world, num_envs))
             self.data = mjw.put_data(model, mujoco.MjData(model), nworld=num_envs, nconmax=nconmax, njmax=njmax)
             self._mask = wp.zeros(num_envs, dtype=wp.bool)  # the worlds of a reset and a forward (persistent)
             stream = wp.Stream(self.device) if self.device.is_cuda else None  # warp's own stream
@@ -90,6 +99,17 @@ class WarpPhysics:
         self.overflows = OverflowTally(wp.to_torch(self.data.overflow))
         self._problems = torch.zeros(num_envs, dtype=torch.int32, device=self.torch_device)
         self._generator = torch.Generator(self.torch_device)
+        self.per_world = tuple(per_world)
+        # Geoms welded to the world: MuJoCo Warp places them once (put_data), never in a step; their
+        # bodies' poses are constants (MuJoCo's kinematics of the model's defaults).
+        bodies = model.geom_bodyid
+        static = (model.body_weldid[bodies] == 0) & (model.body_mocapid[model.body_rootid[bodies]] == -1)
+        defaults = mujoco.MjData(model)
+        mujoco.mj_kinematics(model, defaults)
+        on = self.torch_device
+        self._static_geoms = torch.as_tensor(np.flatnonzero(static), device=on)
+        self._static_frames = (torch.as_tensor(defaults.xpos[bodies[static]], device=on),
+                               torch.as_tensor(defaults.xmat[bodies[static]].reshape(-1, 3, 3), device=on))
 
     def seed(self, seed: int) -> None:
         """Seeds the generator of ``uniform``."""
@@ -135,9 +155,54 @@ class WarpPhysics:
         for live, saved in self._derived:
             wp.launch(_keep_rows, dim=live.shape, inputs=[self._mask, saved, live])
 
-    def set_models(self, models: list[mujoco.MjModel]) -> None:
-        raise ValueError("SIM.BACKEND warp steps one model for every world: tasks that edit their model per "
-                         "episode (terrain, props, goals) need SIM.BACKEND mujoco")
+    def set_model_rows(self, name: str, envs: torch.Tensor | np.ndarray, values) -> None:
+        """Writes the rows ``values`` (``[len(envs), ...]``, MuJoCo's layout of the field) of the model
+        field ``name`` for the worlds ``envs`` (indices, host or device).
+
+        A field not expanded per world at construction (``per_world``) is expanded here
+        (``expand_model_rows``: the captured graphs are dropped): name it in ``per_world`` instead.
+        A world-welded geom's ``geom_pos`` moves its ``geom_xpos`` too (MuJoCo Warp computes those once,
+        in ``put_data``; MuJoCo C in every forward); its ``geom_quat`` does not turn its ``geom_xmat``
+        (no task turns one).
+        """
+        self.expand_model_rows((name,))
+        rows = wp.to_torch(getattr(self.model, name))
+        envs = torch.as_tensor(envs, device=self.torch_device, dtype=torch.int64)
+        values = torch.as_tensor(values, device=self.torch_device)
+        rows[envs] = values.reshape(len(envs), *rows.shape[1:]).to(rows.dtype)
+        if name == "geom_pos" and len(self._static_geoms):
+            self._place_static_geoms(envs, rows)
+
+    def expand_model_rows(self, names: tuple[str, ...]) -> None:
+        """Holds the model fields ``names`` per world from now on (``[nworld, ...]``, each world a copy of
+        the shared row). Graphs captured before read the shared arrays: they are dropped and recaptured
+        on their next call (``per_world`` at construction expands before any capture)."""
+        for name in names:
+            if name not in PER_WORLD_FIELDS:
+                raise ValueError(f"MuJoCo Warp holds the model field {name!r} once for all worlds, not per world")
+            field = getattr(self.model, name)
+            if field.shape[0] == self.data.nworld:
+                continue
+            tiled = np.repeat(field.numpy()[:1], self.data.nworld, axis=0)
+            setattr(self.model, name, wp.array(tiled, dtype=field.dtype, device=self.device))
+            self.graphs.graphs.clear()
+
+    def _place_static_geoms(self, envs: torch.Tensor, geom_pos: torch.Tensor) -> None:
+        """``geom_xpos`` of the world-welded geoms of ``envs``: body position + body rotation x geom_pos."""
+        geoms, (xpos, xmat) = self._static_geoms, self._static_frames
+        local = geom_pos[envs][:, geoms].double()
+        placed = xpos + (xmat @ local[..., None])[..., 0]
+        geom_xpos = wp.to_torch(self.data.geom_xpos)
+        geom_xpos[envs[:, None], geoms[None, :]] = placed.to(geom_xpos.dtype)
+
+    def set_models(self, models: list[mujoco.MjModel], envs: np.ndarray | None = None) -> None:
+        """World i steps ``models[i]``'s rows of the ``per_world`` fields from now on (the worlds ``envs``,
+        host indices; all by default); the other fields are the model's of construction for every world."""
+        envs = np.arange(self.data.nworld) if envs is None else np.asarray(envs)
+        if not len(envs):
+            return
+        for name in self.per_world:
+            self.set_model_rows(name, envs, np.stack([getattr(models[env], name) for env in envs.tolist()]))
 
     def close(self) -> None:
         """Logs the overflows counted (one line, once) and grows the buffers of the next model builds."""

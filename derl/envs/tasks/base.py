@@ -44,6 +44,8 @@ from derl.envs.scene import Array, Scene
 GROUND_MODULES = ("Floor", "Terrain", "Bowl")
 KNOWN_MODULES = ("Agent", *GROUND_MODULES, "Objects", "PatrolGoals")
 EDGE_MARGIN = 1.0
+#: model fields MuJoCo Warp holds once for every world (not ``array("*", ...)`` in its Model)
+SHARED_MODEL_FIELDS = ("hfield_data",)
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,21 @@ class Task:
         moved in the model (``data`` may change freely). Envs of one body then share one model.
         False unless a task knows better."""
         return False
+
+    def model_rows(self) -> tuple[str, ...]:
+        """The model fields (MjModel names) whose rows episodes change per env and the physics reads:
+        a simulator of one model for every world holds these per world (``derl.envs.warp_physics``).
+        A redrawn terrain changes ``hfield_data``; what only a renderer reads (a goal marker) is left out."""
+        return () if self.arena.model_is_static else ("hfield_data",)
+
+    def shared_model_refusal(self) -> str | None:
+        """Why the task cannot run where one model serves every world (``SIM.BACKEND warp``: MuJoCo Warp
+        holds height fields once for all worlds), or None."""
+        shared = [name for name in self.model_rows() if name in SHARED_MODEL_FIELDS]
+        if not shared:
+            return None
+        return (f"task {self.name} with ENV.MODULES {list(self.cfg.ENV.MODULES)} redraws its terrain each episode "
+                f"({', '.join(shared)}), which SIM.BACKEND warp shares between all worlds; use SIM.BACKEND mujoco")
 
     # ------------------------------------------------------------------ episode
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:

@@ -89,6 +89,9 @@ class Obstacle(Locomotion):
     def static_model(self) -> bool:
         return False  # the boxes move in the model every episode
 
+    def model_rows(self) -> tuple[str, ...]:
+        return (*super().model_rows(), *StaticBoxes.MODEL_ROWS)
+
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         super().build(root, worldbody)
         self._boxes.build(worldbody)
