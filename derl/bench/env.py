@@ -77,16 +77,16 @@ class _Physics:
             self.batch.set_models(sim.models)
         self.ctrl = self.batch.bind("ctrl")
         self.datas = [mujoco.MjData(sim.model) for _ in range(env.num_envs)]
-        self._source = sim.physics.batch
+        self._source = sim.physics
 
     def copy_states(self, envs: np.ndarray) -> None:
         """The env's current states of ``envs`` (their models set again: terrain may have changed)."""
         if self.batch.models is not None:
             self.batch.set_models(self.models)
-        self.batch.state[envs] = self._source.state[envs]
         for env in envs.tolist():
-            mujoco.mj_setState(self.models[env], self.datas[env], self._source.state[env],
-                               mujoco.mjtState.mjSTATE_INTEGRATION)
+            state = self._source.state(env)
+            self.batch.state[env] = state
+            mujoco.mj_setState(self.models[env], self.datas[env], state, _SIGNATURE)
 
     def batch_step(self, actions: np.ndarray) -> float:
         t0 = time.process_time()

@@ -124,12 +124,12 @@ class _StateRecorder(gym.vector.VectorWrapper):
     def __init__(self, env):
         super().__init__(env)
         sim = env.unwrapped.sim
-        self._states = sim.physics.batch.state
+        self._physics = sim.physics
         self.replays = [_Replay(model, round(sim.dt / model.opt.timestep)) for model in sim.models]
 
     def _record_states(self, envs) -> None:
         for env in envs:
-            self.replays[env].log.append(self._states[env].copy())
+            self.replays[env].log.append(self._physics.state(env))
 
     def reset(self, **kwargs):
         result = self.env.reset(**kwargs)
