@@ -62,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resets", type=int, default=3, help="timed resets of every env per morphology")
     parser.add_argument("--seed", type=int, default=0, help="first morphology seed")
     parser.add_argument("--seeds", help="comma-separated morphology seeds instead of --seed and --morphologies")
+    parser.add_argument("--xml", help="comma-separated unimal MJCF files instead of sampled morphologies (e.g. "
+                                      "tools/morphology.py sample output); the actions' seeds count from --seed")
     parser.add_argument("--single", action="store_true",
                         help="the single Gymnasium env (gym.make) against mj_step alone, instead of the batch")
 
@@ -215,21 +217,30 @@ def run(args: argparse.Namespace) -> dict:
         configs = {name: load_config(known[name], overrides) for name in names}
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    result: dict = {"steps": args.steps, "frame_skip": FRAME_SKIP, "seeds": seeds, "single": args.single}
+    xmls = [Path(path) for path in args.xml.split(",") if path.strip()] if args.xml else []
+    missing = [path for path in xmls if not path.is_file()]
+    if missing:
+        raise SystemExit(f"error: --xml: unimal MJCF {missing[0]} not found")
+    result: dict = {"steps": args.steps, "frame_skip": FRAME_SKIP, "single": args.single,
+                    **({"xml": [str(path) for path in xmls]} if xmls else {"seeds": seeds})}
     if not args.single:
         result.update(num_envs=args.num_envs, threads=args.threads)
     measure = _measure_single if args.single else _measure
-    with tempfile.TemporaryDirectory() as folder, progress_bar(len(names) * len(seeds), "bench env",
-                                                                  unit="body") as bar:
+    bodies = len(xmls) or len(seeds)
+    with tempfile.TemporaryDirectory() as folder, progress_bar(len(names) * bodies, "bench env", unit="body") as bar:
         for name in names:
             cfg = configs[name]
             rows = []
-            for seed in seeds:
-                genome = random_genome(cfg, np.random.default_rng(seed), f"bench-{seed}")
-                xml_path = Path(folder) / f"{name}-{seed}.xml"
-                xml_path.write_text(to_mjcf(genome, cfg))
-                measured = measure(cfg, xml_path, seed, args)
-                rows.append({"seed": seed, "num_limbs": genome.num_limbs, **measured})
+            for k in range(bodies):
+                if xmls:
+                    seed, xml_path, body = args.seed + k, xmls[k], {"xml": xmls[k].name}
+                else:
+                    seed = seeds[k]
+                    genome = random_genome(cfg, np.random.default_rng(seed), f"bench-{seed}")
+                    xml_path = Path(folder) / f"{name}-{seed}.xml"
+                    xml_path.write_text(to_mjcf(genome, cfg))
+                    body = {"seed": seed, "num_limbs": genome.num_limbs}
+                rows.append({**body, **measure(cfg, xml_path, seed, args)})
                 bar.update(1)
             result[name] = {**_summary(rows), "per_morphology": rows}
     return result
