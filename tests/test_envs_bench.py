@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from derl.bench import env as bench
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,3 +57,15 @@ def test_bench_rejects_seeds_that_are_not_integers():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "env", "--seeds", "5,x"],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and "--seeds takes comma-separated integers" in done.stderr
+
+
+def test_single_env_bench_measures_given_mjcf_files():
+    fixture = ROOT / "tests" / "assets" / "envs" / "quadruped.xml"
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    result = bench.run(parser.parse_args(["--single", "--envs", "ft", "--xml", str(fixture), "--steps", "30"]))
+    assert result["xml"] == [str(fixture)] and "seeds" not in result
+    assert result["ft"]["per_morphology"][0]["xml"] == "quadruped.xml"
+    missing = parser.parse_args(["--single", "--envs", "ft", "--xml", str(fixture.with_name("none.xml"))])
+    with pytest.raises(SystemExit, match="unimal MJCF .*none.xml not found"):
+        bench.run(missing)

@@ -127,6 +127,7 @@ class Scene:
         torso_height: ``[N]`` the head's height above the ground under it, after the last step.
         xp: the arrays' namespace (NumPy itself, or ``array_api_compat``'s torch): step hooks compute with
             it, so that one task runs on both simulation backends (docs/guides/gpus.md#simulating-on-a-gpu).
+        device: where the arrays live (``"cpu"`` for NumPy, a ``torch.device`` for tensors).
     """
 
     model: mujoco.MjModel
@@ -143,18 +144,15 @@ class Scene:
     sensordata: np.ndarray
     torso_height: np.ndarray
     xp: ModuleType = field(init=False)
+    device: Any = field(init=False)
 
     def __post_init__(self):
         self.xp = namespace(self.qpos)
+        self.device = array_api_compat.device(self.qpos)  # looked up once: zeros() runs every step
 
     @property
     def num_envs(self) -> int:
         return len(self.models)
-
-    @property
-    def device(self) -> Any:
-        """Where the arrays live (``"cpu"`` for NumPy, a ``torch.device`` for tensors)."""
-        return array_api_compat.device(self.qpos)
 
     @property
     def float_dtype(self) -> Any:
