@@ -73,3 +73,13 @@ def test_bench_ppo_names_a_missing_task_config():
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2
     assert done.stderr.strip().endswith("error: bench ppo: task config nowhere/vt.yml not found")
+
+
+def test_sb3_steps_the_single_env_on_one_mjdata(tmp_path):
+    from derl.bench.ppo import _config, _env_factory, task_config, unimal_case
+    from derl.envs.physics import MujocoDataPhysics
+
+    case = unimal_case(task_config("vt"), None, 5, tmp_path)
+    env = _env_factory(case, _config(case, 1), flat=True)(0)
+    assert isinstance(env.unwrapped.sim.physics, MujocoDataPhysics)
+    assert env.observation_space.shape == (sum(env.unwrapped.sim.obs_sizes.values()),)
