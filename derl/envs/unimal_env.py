@@ -1,7 +1,8 @@
 """The UNIMAL env: one simulation of ``UnimalBatch``, as a Gymnasium env.
 
 The loop, observations, rewards and flags are ``derl.envs.batch``'s (its docstring says what they
-are); this is its single-env view, for users, ``check_env``, replays and rendering. ``info`` holds
+are); this is its single-env view, for users, ``check_env``, replays and rendering, a batch of one
+that steps one ``MjData`` (``derl.envs.physics.MujocoDataPhysics``). ``info`` holds
 the reward terms, ``energy``, ``x_pos`` and ``metric`` as floats, and ``out_of_map`` or ``unstable``
 (True) when the episode ended for that reason. ``qpos`` and ``qvel`` are the simulation's state
 (writable views); ``data`` is its whole ``MjData`` as the last step or reset left it.
