@@ -18,6 +18,7 @@ import array_api_compat
 import numpy as np
 
 Array = Any  # a NumPy array or a torch tensor
+_HOST = (np.ndarray, np.generic)  # NumPy's arrays and scalars: isinstance costs 0.05 us, is_numpy_array 0.3
 
 
 def namespace(x: Any) -> ModuleType:
@@ -41,20 +42,20 @@ def namespace_of(device: Any) -> ModuleType:
 def any_set(mask: Array) -> bool:
     """Whether any entry of the bool array ``mask`` may be set: read on the host; True for a tensor,
     without reading it (module docstring)."""
-    if array_api_compat.is_numpy_array(mask):
+    if isinstance(mask, _HOST):
         return bool(mask.any())
     return True
 
 
 def all_set(mask: Array) -> bool:
     """Whether every entry of ``mask`` is certainly set: read on the host; False for a tensor."""
-    if array_api_compat.is_numpy_array(mask):
+    if isinstance(mask, _HOST):
         return bool(mask.all())
     return False
 
 
 def to_host(x: Array) -> np.ndarray:
     """``x`` as a NumPy array (a copy from a device; NumPy's own array as it is)."""
-    if array_api_compat.is_numpy_array(x):
+    if isinstance(x, _HOST):
         return x
     return x.detach().cpu().numpy()

@@ -1,4 +1,9 @@
-"""The PPO benchmark's return comparison: both trainers are judged on their last finished episodes."""
+"""The PPO benchmark: the return comparison judges both trainers on their last finished episodes; cases
+name any unimal task or a Gymnasium env."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -44,3 +49,37 @@ def test_paired_medians_take_ratios_within_each_repeat():
     medians = paired_medians(derl, sb3, physics, lockstep)
     assert medians == {"speedup_derl_over_sb3": 1.5, "derl_vs_physics_alone": 0.6,
                        "derl_vs_lockstep_physics": 0.75, "sb3_vs_physics_alone": 0.4}
+
+
+def test_unimal_cases_by_name_or_config_file_on_a_seeded_genome(tmp_path):
+    from derl.bench.env import env_configs
+    from derl.bench.ppo import ROOT, _config, task_config, unimal_case
+
+    assert task_config("vt") == env_configs()["vt"] and task_config("obstacle") == env_configs()["obstacle"]
+    assert task_config(str(ROOT / "configs" / "evo" / "mvt.yml")) == (ROOT / "configs" / "evo" / "mvt.yml").resolve()
+    assert task_config("Ant-v5") is None  # a Gymnasium env id
+    case = unimal_case(task_config("vt"), None, 5, tmp_path)
+    again = unimal_case(task_config("vt"), None, 5, tmp_path / "..")
+    assert case["genome"] == "random_genome seed 5" and Path(case["xml"]).read_text() == Path(again["xml"]).read_text()
+    cfg = _config(case, 2)
+    assert "hfield" in cfg.ENV.KEYS_TO_KEEP and cfg.PPO.MAX_STATE_ACTION_PAIRS == 2 * 32 * 128
+    assert unimal_case(task_config("ft"), Path(case["xml"]), 0, tmp_path)["genome"] is None
+
+
+def test_bench_ppo_names_a_missing_task_config():
+    from derl.bench.ppo import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "ppo", "--envs", "ft,nowhere/vt.yml"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("error: bench ppo: task config nowhere/vt.yml not found")
+
+
+def test_sb3_steps_the_single_env_on_one_mjdata(tmp_path):
+    from derl.bench.ppo import _config, _env_factory, task_config, unimal_case
+    from derl.envs.physics import MujocoDataPhysics
+
+    case = unimal_case(task_config("vt"), None, 5, tmp_path)
+    env = _env_factory(case, _config(case, 1), flat=True)(0)
+    assert isinstance(env.unwrapped.sim.physics, MujocoDataPhysics)
+    assert env.observation_space.shape == (sum(env.unwrapped.sim.obs_sizes.values()),)

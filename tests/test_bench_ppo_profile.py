@@ -56,8 +56,9 @@ def test_profile_of_a_short_unimal_training_adds_up_and_restores_the_code():
     assert profiled["env_steps"] == 128
     report = summarise(profiled, {"cpu_seconds": profiled["cpu_seconds"], "env_steps": 128}, 1e4, 5e3)
     parts = report["us_per_env_step"]
-    for name in ("physics", "env_python", "env_reset", "episode_bookkeeping", "vector_env", "policy_forward",
-                 "normalisation", "collector", "gae", "update", "setup_envs", "setup_learner", "other"):
+    for name in ("physics", "env_python", "observations", "env_reset", "episode_bookkeeping", "vector_env",
+                 "policy_forward", "normalisation", "collector", "gae", "update", "setup_envs", "setup_learner",
+                 "other"):
         assert parts[name] > 0, name
     assert abs(sum(parts.values()) - report["profiled_us_per_env_step"]) < 0.1
     # CPU-scaled exclusive times add up to the run's CPU time per env step

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from derl.bench import env as bench
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,3 +35,37 @@ def test_bench_script_rejects_an_unknown_env():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "env", "--envs", "ocean"],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0 and "unknown env 'ocean'" in done.stderr
+
+
+def test_single_env_bench_pairs_gym_make_with_mj_step_alone():
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--single", "--envs", "ft,vt", "--seeds", "3,1", "--steps", "40"])
+    result = bench.run(args)
+    assert result["seeds"] == [3, 1] and result["single"] and "num_envs" not in result
+    for name in ("ft", "vt"):
+        rows = result[name]["per_morphology"]
+        assert [row["seed"] for row in rows] == [3, 1]
+        for row in rows:
+            assert row["episodes"] >= 1
+            assert abs(row["ratio"] - row["env_steps_per_sec"] / row["physics_steps_per_sec"]) < 1e-2
+        assert result[name]["median_ratio"] > 0 and "median_batch_physics_steps_per_sec" not in result[name]
+    json.dumps(result)
+
+
+def test_bench_rejects_seeds_that_are_not_integers():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "env", "--seeds", "5,x"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "--seeds takes comma-separated integers" in done.stderr
+
+
+def test_single_env_bench_measures_given_mjcf_files():
+    fixture = ROOT / "tests" / "assets" / "envs" / "quadruped.xml"
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    result = bench.run(parser.parse_args(["--single", "--envs", "ft", "--xml", str(fixture), "--steps", "30"]))
+    assert result["xml"] == [str(fixture)] and "seeds" not in result
+    assert result["ft"]["per_morphology"][0]["xml"] == "quadruped.xml"
+    missing = parser.parse_args(["--single", "--envs", "ft", "--xml", str(fixture.with_name("none.xml"))])
+    with pytest.raises(SystemExit, match="unimal MJCF .*none.xml not found"):
+        bench.run(missing)

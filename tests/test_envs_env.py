@@ -377,3 +377,34 @@ def test_agent_indices_become_a_slice_only_when_consecutive():
     scattered = _as_slice(np.array([0, 1, 5]))
     np.testing.assert_array_equal(scattered, [0, 1, 5])
     np.testing.assert_array_equal(_as_slice(np.array([], int)), [])
+
+
+@pytest.mark.parametrize("name", ["ft", "vt"])
+def test_single_env_steps_as_a_batch_of_mujoco_batch_physics(name):
+    """The single env (one ``MjData``, ``derl.envs.physics.MujocoDataPhysics``) gives env 0's transitions
+    of a ``UnimalBatch`` of two (``mujoco.batch.Batch``) bitwise: same seed, same actions, through
+    episode ends and, on VT, terrain re-drawn at each reset."""
+    from derl.envs.batch import UnimalBatch
+
+    cfg = env_cfg(name, **{"ENV.EPISODE_LENGTH": 25})
+    single = UnimalEnv(FIXTURE, cfg)
+    batch = UnimalBatch(FIXTURE.read_text(), cfg, 2)
+    assert type(single.sim.physics).__name__ == "MujocoDataPhysics" and hasattr(batch.physics, "batch")
+    batch.rngs = [gym.utils.seeding.np_random(3)[0], gym.utils.seeding.np_random(4)[0]]
+    obs, _ = single.reset(seed=3)
+    batch.reset(np.arange(2))
+    actions = np.random.default_rng(0).uniform(-1, 1, (80, 2, single.model.nu)).astype(np.float32)
+    ends = 0
+    for t, pair in enumerate(actions):
+        for key, value in batch.observe().items():
+            np.testing.assert_array_equal(value[0], obs[key], err_msg=f"step {t} {key}")
+        np.testing.assert_array_equal(batch.scene.qpos[0], single.qpos, err_msg=f"step {t}")
+        obs, reward, terminated, truncated, info = single.step(pair[0])
+        _, rewards, terminateds, truncateds, infos = batch.step(pair)
+        assert (reward, terminated, truncated) == (rewards[0], terminateds[0], truncateds[0]), f"step {t}"
+        assert info == {k: float(v[0]) for k, v in infos.items() if k not in ("out_of_map", "unstable")}
+        if terminated or truncated:
+            ends += 1
+            obs, _ = single.reset()
+            batch.reset(np.zeros(1, np.intp))
+    assert ends >= 3

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from derl.bench.ppo import FT_GENOME_SEED, ft_case, speed_overrides
+from derl.bench.env import env_configs
+from derl.bench.ppo import FT_GENOME_SEED, speed_overrides, unimal_case
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_PACKAGE = "derl_base"
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         extract_revision(args.base, folder)
-        xml = Path(ft_case(args.xml, folder)["xml"])
+        xml = Path(unimal_case(env_configs()["ft"], args.xml, FT_GENOME_SEED, folder)["xml"])
         _load_package(folder / BASE_PACKAGE)
         trainings: dict[str, _Training] = {}
         try:

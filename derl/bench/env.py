@@ -11,6 +11,13 @@ both copies take the env's new states before the next step, untimed. The three a
 step, side by side, in CPU time of this process; ``--threads`` steps the env and batch physics on
 more threads (``VECENV.THREADS``), where wall time counts: ``wall_env_steps_per_sec``. Also reported:
 reset cost per env (ms, terrain re-drawn in place) and the cost of compiling the model from XML.
+
+``--single`` measures the single Gymnasium env instead (``gym.make("Unimal-v0")``, what users plug
+into other RL libraries): it plays ``--steps`` random actions, resetting where an episode ends
+(resets timed with the env), and after each episode replays that episode's actions from its start
+state through ``mujoco.mj_step`` x FRAME_SKIP alone on the same model (*physics*: the same
+trajectory, as the physics is deterministic). Both in CPU time of this process, paired episode by
+episode; ``ratio`` is physics time over env time (1.0: the env's Python costs nothing).
 """
 
 from __future__ import annotations
@@ -21,19 +28,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import mujoco
 import mujoco.batch
 import numpy as np
 
 from derl.checked_config import load_config
 from derl.config import PRESET_DIR, ConfigError
-from derl.envs import UnimalVectorEnv
+from derl.envs import ENV_ID, UnimalVectorEnv
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.world import build_xml
 from derl.morphology import random_genome, to_mjcf
 from derl.progress import progress_bar
 
 EVAL_DIR = PRESET_DIR.parent / "eval"
+_SIGNATURE = mujoco.mjtState.mjSTATE_INTEGRATION  # a state that mj_step continues from exactly
 
 
 def env_configs() -> dict[str, Path]:
@@ -52,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="threads that step them (VECENV.THREADS)")
     parser.add_argument("--resets", type=int, default=3, help="timed resets of every env per morphology")
     parser.add_argument("--seed", type=int, default=0, help="first morphology seed")
+    parser.add_argument("--seeds", help="comma-separated morphology seeds instead of --seed and --morphologies")
+    parser.add_argument("--xml", help="comma-separated unimal MJCF files instead of sampled morphologies (e.g. "
+                                      "tools/morphology.py sample output); the actions' seeds count from --seed")
+    parser.add_argument("--single", action="store_true",
+                        help="the single Gymnasium env (gym.make) against mj_step alone, instead of the batch")
 
 
 class _Physics:
@@ -65,16 +79,16 @@ class _Physics:
             self.batch.set_models(sim.models)
         self.ctrl = self.batch.bind("ctrl")
         self.datas = [mujoco.MjData(sim.model) for _ in range(env.num_envs)]
-        self._source = sim.physics.batch
+        self._source = sim.physics
 
     def copy_states(self, envs: np.ndarray) -> None:
         """The env's current states of ``envs`` (their models set again: terrain may have changed)."""
         if self.batch.models is not None:
             self.batch.set_models(self.models)
-        self.batch.state[envs] = self._source.state[envs]
         for env in envs.tolist():
-            mujoco.mj_setState(self.models[env], self.datas[env], self._source.state[env],
-                               mujoco.mjtState.mjSTATE_INTEGRATION)
+            state = self._source.state(env)
+            self.batch.state[env] = state
+            mujoco.mj_setState(self.models[env], self.datas[env], state, _SIGNATURE)
 
     def batch_step(self, actions: np.ndarray) -> float:
         t0 = time.process_time()
@@ -130,10 +144,63 @@ def _measure(cfg, xml_path: Path, seed: int, args) -> dict:
     }
 
 
+def _measure_single(cfg, xml_path: Path, seed: int, args) -> dict:
+    """The single env's steps and resets against ``mj_step`` alone, paired episode by episode."""
+    env = gym.make(ENV_ID, xml_path=xml_path, cfg=cfg, seed=seed)
+    model = env.unwrapped.model
+    data = mujoco.MjData(model)
+    state = np.empty(mujoco.mj_stateSize(model, _SIGNATURE))
+    actions = np.random.default_rng(seed).uniform(-1, 1, (args.steps, *env.action_space.shape)).astype(np.float32)
+    env.reset()
+    env_time = physics_time = 0.0
+    episodes, first = 0, 0
+    for step in range(args.steps):
+        if step == first:  # the episode's start state, untimed
+            mujoco.mj_getState(model, env.unwrapped.data, state, _SIGNATURE)
+        t0 = time.process_time()
+        _, _, terminated, truncated, _ = env.step(actions[step])
+        env_time += time.process_time() - t0
+        ended = terminated or truncated
+        if ended or step == args.steps - 1:  # before the next episode's draw changes the model: replay this one
+            mujoco.mj_setState(model, data, state, _SIGNATURE)
+            t0 = time.process_time()
+            for action in actions[first:step + 1]:
+                data.ctrl[:] = action
+                mujoco.mj_step(model, data, FRAME_SKIP)
+            physics_time += time.process_time() - t0
+            episodes, first = episodes + 1, step + 1
+        if ended:
+            t0 = time.process_time()
+            env.reset()
+            env_time += time.process_time() - t0
+    env.close()
+    return {
+        "num_actuators": int(model.nu),
+        "episodes": episodes,
+        "env_steps_per_sec": round(args.steps / env_time, 1),
+        "physics_steps_per_sec": round(args.steps / physics_time, 1),
+        "ratio": round(physics_time / env_time, 3),
+    }
+
+
 def _summary(rows: list[dict]) -> dict:
-    keys = ("env_steps_per_sec", "wall_env_steps_per_sec", "batch_physics_steps_per_sec",
-            "loop_physics_steps_per_sec", "ratio", "ratio_to_loop", "reset_ms", "compile_ms")
+    keys = [key for key in ("env_steps_per_sec", "wall_env_steps_per_sec", "batch_physics_steps_per_sec",
+                            "loop_physics_steps_per_sec", "physics_steps_per_sec", "ratio", "ratio_to_loop",
+                            "reset_ms", "compile_ms") if key in rows[0]]
     return {f"median_{key}": round(statistics.median(row[key] for row in rows), 3) for key in keys}
+
+
+def _seeds(args: argparse.Namespace) -> list[int]:
+    """The morphology seeds: ``--seeds``, else ``--morphologies`` from ``--seed``."""
+    if args.seeds is None:
+        return list(range(args.seed, args.seed + args.morphologies))
+    try:
+        seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
+    except ValueError:
+        raise SystemExit(f"error: --seeds takes comma-separated integers, got {args.seeds!r}") from None
+    if not seeds:
+        raise SystemExit("error: --seeds names no seed")
+    return seeds
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -142,27 +209,38 @@ def run(args: argparse.Namespace) -> dict:
     unknown = [name for name in names if name not in known]
     if unknown:
         raise SystemExit(f"error: unknown env {unknown[0]!r}; known: {', '.join(known)} (or all)")
-    if args.num_envs < 1 or args.threads < 1:
-        raise SystemExit("error: --num-envs and --threads must be >= 1")
+    if args.num_envs < 1 or args.threads < 1 or args.steps < 1:
+        raise SystemExit("error: --num-envs, --threads and --steps must be >= 1")
+    seeds = _seeds(args)
     overrides = {"VECENV.THREADS": args.threads}
     try:
         configs = {name: load_config(known[name], overrides) for name in names}
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    result: dict = {"steps": args.steps, "num_envs": args.num_envs, "threads": args.threads,
-                    "morphologies": args.morphologies, "frame_skip": FRAME_SKIP}
-    with tempfile.TemporaryDirectory() as folder, progress_bar(len(names) * args.morphologies, "bench env",
-                                                                  unit="body") as bar:
+    xmls = [Path(path) for path in args.xml.split(",") if path.strip()] if args.xml else []
+    missing = [path for path in xmls if not path.is_file()]
+    if missing:
+        raise SystemExit(f"error: --xml: unimal MJCF {missing[0]} not found")
+    result: dict = {"steps": args.steps, "frame_skip": FRAME_SKIP, "single": args.single,
+                    **({"xml": [str(path) for path in xmls]} if xmls else {"seeds": seeds})}
+    if not args.single:
+        result.update(num_envs=args.num_envs, threads=args.threads)
+    measure = _measure_single if args.single else _measure
+    bodies = len(xmls) or len(seeds)
+    with tempfile.TemporaryDirectory() as folder, progress_bar(len(names) * bodies, "bench env", unit="body") as bar:
         for name in names:
             cfg = configs[name]
             rows = []
-            for k in range(args.morphologies):
-                seed = args.seed + k
-                genome = random_genome(cfg, np.random.default_rng(seed), f"bench-{seed}")
-                xml_path = Path(folder) / f"{name}-{seed}.xml"
-                xml_path.write_text(to_mjcf(genome, cfg))
-                measured = _measure(cfg, xml_path, seed, args)
-                rows.append({"seed": seed, "num_limbs": genome.num_limbs, **measured})
+            for k in range(bodies):
+                if xmls:
+                    seed, xml_path, body = args.seed + k, xmls[k], {"xml": xmls[k].name}
+                else:
+                    seed = seeds[k]
+                    genome = random_genome(cfg, np.random.default_rng(seed), f"bench-{seed}")
+                    xml_path = Path(folder) / f"{name}-{seed}.xml"
+                    xml_path.write_text(to_mjcf(genome, cfg))
+                    body = {"seed": seed, "num_limbs": genome.num_limbs}
+                rows.append({**body, **measure(cfg, xml_path, seed, args)})
                 bar.update(1)
             result[name] = {**_summary(rows), "per_morphology": rows}
     return result

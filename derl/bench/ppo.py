@@ -5,7 +5,12 @@ alternating, on the same env with DERL's defaults: 32 envs x 128 steps, 4 epochs
 3e-4 decaying linearly, clip 0.2 (policy and value), entropy 0.01, value 0.5, GAE 0.95, gamma 0.99,
 grad norm 0.5, observation and reward normalisation, separate [64, 64] tanh actor and critic,
 log_std 0, orthogonal init; SB3 uses ``target_kl = 0.2 / 1.5`` for DERL's KL stop at 0.2. SB3
-gets the flattened observation (``make_env(flat=True)``) and a DummyVecEnv of Monitor-wrapped envs.
+gets the flattened observation (``make_env(flat=True)``: the single env, stepping one ``MjData``)
+and a DummyVecEnv of Monitor-wrapped envs.
+
+A case (``--envs``) is a unimal task, by bench name (ft, vt, mvt or a configs/eval task, as
+``bench env``) or by config file (``configs/evo/vt.yml``), on the random genome of
+``--genome-seed`` drawn under that config (or ``--xml``); any other name is a Gymnasium env id.
 
 Per trainer: env steps per CPU second of the worker, end to end (building the envs, normalisers
 and networks included, one-off imports excluded for both; CPU time because the machine is
@@ -40,7 +45,9 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from derl.bench.env import env_configs
 from derl.checked_config import load_config
+from derl.config import ConfigError
 from derl.morphology import random_genome, to_mjcf
 from derl.progress import progress_bar
 from derl.threads import limit_threads
@@ -49,14 +56,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # The progress bar of the running benchmark (``run``): each child training counts one (``_spawn``).
 _PROGRESS = progress_bar(None, "", enabled=False)
 FT_GENOME_SEED = 0
-FT_CONFIG = ROOT / "configs" / "evo" / "ft.yml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--envs", default="ft,Ant-v5",
-                        help="comma-separated cases: ft (FT unimal env) and/or Gymnasium env ids")
+                        help="comma-separated cases: unimal tasks (ft, vt, mvt, a configs/eval task name, or a "
+                             "task config .yml) and/or Gymnasium env ids")
     parser.add_argument("--xml", type=Path,
-                        help="unimal MJCF for the ft case (default: a seeded random genome)")
+                        help="unimal MJCF for the unimal cases (default: a seeded random genome)")
+    parser.add_argument("--genome-seed", type=int, default=FT_GENOME_SEED,
+                        help="seed of the unimal cases' random genome (random_genome under the case's config)")
     parser.add_argument("--iters", type=int, default=10,
                         help="PPO iterations per speed run (4096 steps each)")
     parser.add_argument("--repeats", type=int, default=2, help="speed runs per trainer, alternating")
@@ -81,13 +90,13 @@ def speed_overrides(iters: int) -> dict:
 
 
 def _config(case: dict, iters: int):
-    """The FT evolution config for unimals, the defaults for Gymnasium envs; DERL's PPO keys (a case's
+    """The case's task config for unimals, the defaults for Gymnasium envs; DERL's PPO keys (a case's
     ``sim`` may put them on MuJoCo Warp: its ``SIM.BACKEND``, ``DEVICE`` and ``PPO.NUM_ENVS``)."""
     overrides = speed_overrides(iters)
     if "sim" in case:
         num_envs = case["sim"]["PPO.NUM_ENVS"]
         overrides.update(case["sim"], **{"PPO.MAX_STATE_ACTION_PAIRS": iters * num_envs * 128})
-    return load_config(FT_CONFIG if case["kind"] == "unimal" else None, overrides)
+    return load_config(case["config"] if case["kind"] == "unimal" else None, overrides)
 
 
 def _env_factory(case: dict, cfg, flat: bool):
@@ -124,12 +133,12 @@ class _StateRecorder(gym.vector.VectorWrapper):
     def __init__(self, env):
         super().__init__(env)
         sim = env.unwrapped.sim
-        self._states = sim.physics.batch.state
+        self._physics = sim.physics
         self.replays = [_Replay(model, round(sim.dt / model.opt.timestep)) for model in sim.models]
 
     def _record_states(self, envs) -> None:
         for env in envs:
-            self.replays[env].log.append(self._states[env].copy())
+            self.replays[env].log.append(self._physics.state(env))
 
     def reset(self, **kwargs):
         result = self.env.reset(**kwargs)
@@ -347,16 +356,33 @@ def _children(args: argparse.Namespace) -> int:
     return measured + (2 * args.seeds if args.return_iters > 0 else 0)
 
 
-def ft_case(xml: Path | None, folder: Path) -> dict:
-    """The FT case on the unimal ``xml``, or on the seeded random genome (its MJCF written to ``folder``)."""
+def task_config(name: str) -> Path | None:
+    """The config file of a unimal case ``name`` (a bench env name or a .yml file), None for a Gymnasium id."""
+    known = env_configs()
+    if name in known:
+        return known[name]
+    if name.endswith((".yml", ".yaml")):
+        path = Path(name)
+        if not path.is_file():
+            raise SystemExit(f"error: bench ppo: task config {name} not found")
+        return path.resolve()
+    return None
+
+
+def unimal_case(config: Path, xml: Path | None, genome_seed: int, folder: Path) -> dict:
+    """The task of ``config`` on the unimal ``xml``, or on the random genome of ``genome_seed`` under that
+    config (its MJCF written to ``folder``)."""
+    case = {"kind": "unimal", "config": str(config)}
     if xml is not None:
-        return {"kind": "unimal", "xml": str(xml.resolve()), "genome": None}
-    cfg = load_config(FT_CONFIG)
-    genome = random_genome(cfg, np.random.default_rng(FT_GENOME_SEED), f"bench-{FT_GENOME_SEED}")
-    path = folder / f"{genome.id}.xml"
+        return {**case, "xml": str(xml.resolve()), "genome": None}
+    try:
+        cfg = load_config(config)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+    genome = random_genome(cfg, np.random.default_rng(genome_seed), f"bench-{genome_seed}")
+    path = folder / f"{config.stem}-{genome.id}.xml"
     path.write_text(to_mjcf(genome, cfg))
-    return {"kind": "unimal", "xml": str(path), "genome": f"random_genome seed {FT_GENOME_SEED}",
-            "num_limbs": genome.num_limbs}
+    return {**case, "xml": str(path), "genome": f"random_genome seed {genome_seed}", "num_limbs": genome.num_limbs}
 
 
 def _rate(run: dict) -> float:
@@ -475,13 +501,16 @@ def run(args: argparse.Namespace) -> dict:
     global _PROGRESS
     results: dict = {"iters": args.iters, "env_steps_per_run": args.iters * 32 * 128, "cases": {}}
     cases = args.envs.split(",")
+    configs = {name: task_config(name) for name in cases}  # every name checked before the first run
     with tempfile.TemporaryDirectory() as folder, progress_bar(len(cases) * _children(args), "bench ppo",
                                                                   unit="run") as _PROGRESS:
         for name in cases:
-            case = ft_case(args.xml, Path(folder)) if name == "ft" else {"kind": "gym", "env_id": name}
+            config = configs[name]
+            case = ({"kind": "gym", "env_id": name} if config is None
+                    else unimal_case(config, args.xml, args.genome_seed, Path(folder)))
             measure = _profile if args.profile else _backends if args.sim == "warp" else _speed
             if args.sim == "warp" and case["kind"] != "unimal":
-                raise SystemExit(f"error: bench ppo --sim warp trains the ft case only, not {name}")
+                raise SystemExit(f"error: bench ppo --sim warp trains unimal cases only, not {name}")
             entry = {"case": {k: v for k, v in case.items() if k != "xml" or args.xml}, **measure(case, args)}
             if args.return_iters > 0:
                 entry["returns"] = _returns(case, args)

@@ -9,10 +9,12 @@ component                   what
 ==========================  ===========================================================
 physics                     ``mujoco.batch.Batch.step`` (the batched Unimal env's substeps) or
                             ``mujoco.mj_step`` (single envs)
-env_python                  ``UnimalBatch.step`` minus physics: observations, rewards, flags over
+env_python                  ``UnimalBatch.step`` minus physics and observations: rewards, flags over
                             arrays (or single envs' ``step`` and wrappers minus physics)
+observations                ``UnimalBatch.observe``: proprioception and the task's keys (VT's height
+                            map), after each step and each restart
 env_reset                   ``UnimalBatch.reset`` and ``restart`` (or single envs' ``reset``): episode
-                            ends and the first reset
+                            ends and the first reset (terrain drawn, props placed, the state reset)
 episode_bookkeeping         ``EpisodeStatistics``: the step's info values, per-episode sums
 vector_env                  the vector env's ``step`` minus the above: autoreset, final observations
                             and infos (and a ``SyncVectorEnv``'s loop over its envs)
@@ -106,6 +108,7 @@ def _instrument_derl(profiler: Profiler) -> None:
     patch(batch.UnimalBatch, "step", "env_python")
     patch(batch.UnimalBatch, "reset", "env_reset")
     patch(batch.UnimalBatch, "restart", "env_reset")
+    patch(batch.UnimalBatch, "observe", "observations")
     patch(episode_stats.EpisodeStatistics, "add", "episode_bookkeeping")
     patch(episode_stats.EpisodeStatistics, "finished", "episode_bookkeeping")
     patch(rollout, "vector_step_values", "episode_bookkeeping")

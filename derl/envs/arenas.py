@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 
-import array_api_compat
 import mujoco
 import numpy as np
 from lxml import etree
 
+from derl.arrays import namespace
 from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
 from derl.envs.observations import HeightPatch
 from derl.envs.scene import Array, HeightMap
@@ -82,7 +82,7 @@ class Arena:
         if self.heights is None:
             return height, off
         under = self.heights.under(*self.heights.grid_cells(x, y))
-        return array_api_compat.array_namespace(x, y, z).where(off, height, height - under), off
+        return namespace(x).where(off, height, height - under), off
 
 
 class FloorArena(Arena):

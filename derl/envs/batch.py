@@ -37,9 +37,9 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from derl.arrays import any_set, to_host
+from derl.arrays import any_set, namespace, to_host
 from derl.envs.observations import Proprioception
-from derl.envs.physics import MujocoPhysics, Physics
+from derl.envs.physics import MujocoDataPhysics, MujocoPhysics, Physics
 from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
 from derl.envs.tasks.base import Task
@@ -53,9 +53,9 @@ def make_physics(backend: str, model: mujoco.MjModel, num_envs: int, *, threads:
                  persistent: bool = False, device: str = "cpu", nconmax: int = 64, njmax: int = 256,
                  per_world: tuple[str, ...] = ()) -> Physics:
     """The ``backend`` simulator of ``num_envs`` copies of ``model``; ``per_world``: the model fields
-    episodes change per env (MuJoCo C keeps a whole model per env instead)."""
+    episodes change per env (MuJoCo C keeps a whole model per env instead; one ``MjData`` for one env)."""
     if backend == "mujoco":
-        return MujocoPhysics(model, num_envs, threads, persistent)
+        return MujocoDataPhysics(model) if num_envs == 1 else MujocoPhysics(model, num_envs, threads, persistent)
     if backend == "warp":
         from derl.envs.warp_physics import WarpPhysics  # lazy: warp is an optional install (requirements-gpu.txt)
 
@@ -134,7 +134,7 @@ class UnimalBatch:
         self._ctrl, self._time, self._qfrc_actuator = bound["ctrl"], bound["time"], bound["qfrc_actuator"]
         self.head_body = model.body("torso/0").id
         self.arena = arena = task.arena
-        xp, device = array_api_compat.array_namespace(bound["qpos"]), array_api_compat.device(bound["qpos"])
+        xp, device = namespace(bound["qpos"]), array_api_compat.device(bound["qpos"])
         self.scene = scene = Scene(model, self.models, self.dt, self.head_body, arena.heights, arena.extent.ground_z,
                                    bound["qpos"], bound["qvel"], bound["xpos"], bound["xmat"], bound["site_xpos"],
                                    bound["sensordata"], xp.zeros(num_envs, dtype=bound["qpos"].dtype, device=device))

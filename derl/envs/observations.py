@@ -33,6 +33,7 @@ import array_api_compat
 import mujoco
 import numpy as np
 
+from derl.arrays import namespace
 from derl.envs.scene import Array, Scene
 
 OBS_TYPES = ("position", "velocity", "imu_vel", "touch", "extremities")
@@ -88,7 +89,7 @@ class Proprioception:
                 index = np.concatenate([takes.pop()[1], index])
             takes.append((source, index))
         self.size = sum(len(index) for _, index in takes)
-        self._xp = array_api_compat.array_namespace(qpos)
+        self._xp = namespace(qpos)
         device = array_api_compat.device(qpos)
         self._takes = [(source, self._xp.asarray(index, dtype=self._xp.int64, device=device))
                        for source, index in takes]

@@ -21,6 +21,7 @@ import array_api_compat
 import mujoco
 import numpy as np
 
+from derl.arrays import namespace
 from derl.envs.terrain import WALL_HEIGHT, Corridor
 
 #: An array of a scene's namespace (``Scene.xp``): a NumPy array or a torch tensor.
@@ -96,7 +97,7 @@ class HeightMap:
 
     def grid_cells(self, x: Array, y: Array) -> tuple[Array, Array]:
         """The vertices (rows, cols) nearest the points, clamped onto the grid (a non-finite point: its corner)."""
-        xp = array_api_compat.array_namespace(x, y)
+        xp = namespace(x)
         extent = self.extent
         finite = xp.isfinite(x + y)
         rows = xp.round(xp.where(finite, (y + extent.half_width) * extent.divs, 0.0))
@@ -124,8 +125,9 @@ class Scene:
         qpos, qvel: ``[N, nq]``, ``[N, nv]`` state after the last step.
         xpos, xmat, site_xpos, sensordata: ``[N, ...]`` derived fields (see the module docstring).
         torso_height: ``[N]`` the head's height above the ground under it, after the last step.
-        xp: the arrays' namespace (``array_api_compat``'s NumPy or torch): step hooks compute with
+        xp: the arrays' namespace (NumPy itself, or ``array_api_compat``'s torch): step hooks compute with
             it, so that one task runs on both simulation backends (docs/guides/gpus.md#simulating-on-a-gpu).
+        device: where the arrays live (``"cpu"`` for NumPy, a ``torch.device`` for tensors).
     """
 
     model: mujoco.MjModel
@@ -142,18 +144,15 @@ class Scene:
     sensordata: np.ndarray
     torso_height: np.ndarray
     xp: ModuleType = field(init=False)
+    device: Any = field(init=False)
 
     def __post_init__(self):
-        self.xp = array_api_compat.array_namespace(self.qpos)
+        self.xp = namespace(self.qpos)
+        self.device = array_api_compat.device(self.qpos)  # looked up once: zeros() runs every step
 
     @property
     def num_envs(self) -> int:
         return len(self.models)
-
-    @property
-    def device(self) -> Any:
-        """Where the arrays live (``"cpu"`` for NumPy, a ``torch.device`` for tensors)."""
-        return array_api_compat.device(self.qpos)
 
     @property
     def float_dtype(self) -> Any:
