@@ -333,8 +333,9 @@ def test_the_inert_key_scan_finds_a_key_nothing_reads(tmp_path):
 
 
 def test_the_warp_backend_refuses_a_task_that_edits_its_model_per_episode():
-    """VT redraws its terrain each episode: MuJoCo Warp steps one model in every world."""
+    """VT without a terrain bank redraws its terrain each episode: MuJoCo Warp steps one model in every
+    world (with the bank, the default, it runs there: tests/test_envs_terrain_bank.py)."""
     assert load_config(ROOT / "configs" / "evo" / "ft.yml", ["SIM.BACKEND", "warp"]).SIM.BACKEND == "warp"
     with pytest.raises(ConfigError) as caught:
-        load_config(ROOT / "configs" / "evo" / "vt.yml", ["SIM.BACKEND", "warp"])
+        load_config(ROOT / "configs" / "evo" / "vt.yml", ["SIM.BACKEND", "warp", "TERRAIN.BANK_SIZE", "0"])
     assert "edits its model each episode" in str(caught.value) and caught.value.key == "SIM.BACKEND"

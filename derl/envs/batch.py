@@ -112,6 +112,7 @@ class UnimalBatch:
         check_task_config(cfg)
         self.task = task = make_task(cfg, num_envs)
         self.model = model = mujoco.MjModel.from_xml_string(build_world(mjcf, cfg, task))
+        task.arena.fill_model(model)  # a terrain bank's height fields, before the simulator copies the model
         self.static = task.static_model()
         self._per_episode_hooks = not _draws_nothing_per_episode(task)
         if backend != "mujoco" and (self._per_episode_hooks or not self.static):
@@ -124,6 +125,7 @@ class UnimalBatch:
                                               device=device, nconmax=int(cfg.SIM.NCONMAX), njmax=int(cfg.SIM.NJMAX))
         if not self.static:
             physics.set_models(self.models)
+        task.arena.set_model_rows(physics, np.arange(num_envs))  # per-world fields exist before any capture
         self.num_envs = num_envs
         self.dt = FRAME_SKIP * model.opt.timestep
         self._half_substep = model.opt.timestep / 2  # tolerance of the time-based reset check (time_went_back)
@@ -144,8 +146,10 @@ class UnimalBatch:
         self._time_before = scene.zeros(num_envs, dtype=self._time.dtype)
         self._problems = xp.asarray(physics.problems(), copy=True)
         # Where a restart draws its reset noise: on the host each env from its own generator (DERL's);
-        # on a device every env at once from the simulator's generator, so that a step never waits.
-        self._restart_draws = self._draw_per_env if array_api_compat.is_numpy_namespace(xp) else self._draw_on_device
+        # on a device every env at once from the simulator's generator, so that a step never waits,
+        # unless episodes pick a terrain (a bank): then on the host, one sync per step.
+        on_host = array_api_compat.is_numpy_namespace(xp) or task.arena.bank is not None
+        self._restart_draws = self._draw_per_env if on_host else self._draw_on_device
 
     def _init_agent(self, cfg, start_height: float, bound: dict[str, np.ndarray]) -> None:
         model = self.model
@@ -220,10 +224,12 @@ class UnimalBatch:
         draws (terrain, props, goals), then the reset noise (float64, added in float64 on every backend)."""
         split = _length(self._agent_qpos)
         noise = np.zeros((self.num_envs, split + _length(self._agent_dofs)))
-        for env in np.flatnonzero(to_host(ended)).tolist():
+        envs = np.flatnonzero(to_host(ended))
+        for env in envs.tolist():
             rng = self.rngs[env]
             self.task.initialize_episode(self.scene, env, rng)
             noise[env] = rng.uniform(-self._noise, self._noise, noise.shape[1])
+        self.task.arena.set_model_rows(self.physics, envs)
         return self.scene.asarray(noise, dtype=self.scene.xp.float64)
 
     def _draw_on_device(self, ended):

@@ -42,6 +42,10 @@ class Physics(Protocol):
     def set_models(self, models: list[mujoco.MjModel]) -> None:
         """Simulation i steps ``models[i]`` from now on (the models share one layout)."""
 
+    def set_model_rows(self, name: str, envs: Any, values: Any) -> None:
+        """Simulations ``envs`` step with their rows ``values`` of the model field ``name`` (made
+        per-simulation by the first call): a terrain bank's ``geom_dataid``."""
+
     def problems(self) -> Any:
         """``[N]`` counts of the simulator's warnings so far; a rise means the physics went wrong."""
 
@@ -69,6 +73,9 @@ class MujocoPhysics:
 
     def set_models(self, models: list[mujoco.MjModel]) -> None:
         self.batch.set_models(models)
+
+    def set_model_rows(self, name: str, envs: np.ndarray, values: np.ndarray) -> None:
+        self.batch.expand(name)[envs] = values
 
     def problems(self) -> np.ndarray:
         return self._warning_counts.sum(axis=1)

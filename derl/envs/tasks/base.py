@@ -149,7 +149,7 @@ class Task:
         rows, cols = heights.grid_cells(scene.qpos[:, 0], scene.qpos[:, 1])
         xmat = scene.xmat[:, scene.head]
         yaw = scene.xp.atan2(xmat[:, 3], xmat[:, 0])
-        return self._patch(heights.flat, rows + heights.pad, cols + heights.pad, yaw)
+        return self._patch(heights.flat, rows + heights.pad, cols + heights.pad, yaw, heights.entry)
 
     def goal_in_head_frame(self, scene: Scene, goal: Array) -> Array:
         """``goal - head`` in each head's frame, ``[N, 3]``."""

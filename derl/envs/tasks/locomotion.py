@@ -39,7 +39,7 @@ class Locomotion(Task):
     def make_arena(self) -> Arena:
         if "Floor" in self.cfg.ENV.MODULES:
             return FloorArena(self.cfg, self.num_envs, self.observe_hfield)
-        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield)
+        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield, bank=True)
 
     def static_model(self) -> bool:
         return self.arena.model_is_static
