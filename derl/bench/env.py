@@ -68,9 +68,13 @@ class _Physics:
         self._source = sim.physics.batch
 
     def copy_states(self, envs: np.ndarray) -> None:
-        """The env's current states of ``envs`` (their models set again: terrain may have changed)."""
+        """The env's current states of ``envs`` (their models set again, or their terrain bank entries
+        copied: terrain may have changed)."""
         if self.batch.models is not None:
             self.batch.set_models(self.models)
+        entries = self._source.expanded("geom_dataid")
+        if entries is not None:
+            self.batch.expand("geom_dataid")[envs] = entries[envs]
         self.batch.state[envs] = self._source.state[envs]
         for env in envs.tolist():
             mujoco.mj_setState(self.models[env], self.datas[env], self._source.state[env],

@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import mujoco
 import mujoco_warp as mjw
+import numpy as np
 import torch
 import warp as wp
 
@@ -132,6 +133,23 @@ class WarpPhysics:
         mjw.forward(self.model, self.data)
         for live, saved in self._derived:
             wp.launch(_keep_rows, dim=live.shape, inputs=[self._mask, saved, live])
+
+    def set_model_rows(self, name: str, envs: torch.Tensor | np.ndarray, values) -> None:
+        """Writes the rows ``values`` of the per-world ("batched") model field ``name`` (``geom_dataid``,
+        ``geom_pos``, ...) for the worlds ``envs`` (host or device indices). The first call for a field
+        expands it from shared (``[1, ...]``) to ``[nworld, ...]``; captured graphs read the array they
+        captured, so a field is expanded before the first capture (``UnimalBatch`` writes every world's
+        rows at construction) or the graphs are captured again."""
+        field = getattr(self.model, name)
+        nworld = self.data.nworld
+        if field.shape[0] != nworld:
+            with wp.ScopedDevice(self.device):
+                field = wp.array(np.repeat(field.numpy(), nworld, axis=0), dtype=field.dtype)
+            setattr(self.model, name, field)
+            self.graphs.graphs.clear()  # a captured graph reads the shared array: capture again
+        rows = wp.to_torch(field)
+        index = torch.as_tensor(envs, device=rows.device, dtype=torch.int64)
+        rows[index] = torch.as_tensor(values, device=rows.device, dtype=rows.dtype)
 
     def set_models(self, models: list[mujoco.MjModel]) -> None:
         raise ValueError("SIM.BACKEND warp steps one model for every world: tasks that edit their model per "
