@@ -144,3 +144,27 @@ def test_vt_on_warp_picks_its_entries_and_follows_mujoco_c(capsys):
               f"{np.round(returns['warp'], 2).tolist()}")
     assert diffs[9] < 1e-3
     np.testing.assert_allclose(returns["warp"], returns["mujoco"], rtol=0.25, atol=1.0)
+
+
+def test_obstacle_maps_hold_exactly_this_episodes_boxes():
+    """The obstacle task clears only the last episode's boxes: after many episodes the map is 2 m on
+    this episode's boxes and 0 elsewhere, as a map drawn from zeros."""
+    from derl.checked_config import load_config
+    from derl.envs.tasks.locomotion import OBSTACLE_HALF_HEIGHT
+    from tests.test_envs_tasks import ROOT
+
+    cfg = load_config(ROOT / "configs" / "eval" / "obstacle.yml", {"TERRAIN.SIZE": [20, 6, 1],
+                      "OBJECT.NUM_OBSTACLES": 8, "OBJECT.PLACEMENT_BUFFER_LEN": 1})
+    sim = UnimalBatch(FIXTURE.read_text(), cfg, 2)
+    heights, task = sim.task.arena.heights, sim.task
+    sim.seed(0)
+    for _ in range(5):
+        sim.reset(np.arange(2))
+        for env in range(2):
+            expected = np.zeros_like(heights.interior[env])
+            for x, y, *half in task.placed[env]:
+                r0, c0 = heights.cell(x - half[0], y - half[1])
+                r1, c1 = heights.cell(x + half[0], y + half[1])
+                expected[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
+            assert task.placed[env]
+            np.testing.assert_array_equal(heights.interior[env], expected)

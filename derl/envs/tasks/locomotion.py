@@ -102,9 +102,12 @@ class Obstacle(Locomotion):
         heights = self.arena.heights
         grid = PlacementGrid(self.arena.extent, self.cfg)
         ground = self.arena.extent.ground_z
-        placed = self.placed[env] = []
         with heights.editing(env) as interior:
-            interior[:] = 0.0
+            for x, y, *half in self.placed[env]:  # only the last episode's boxes: no 1501 x 601 fill
+                r0, c0 = heights.cell(x - half[0], y - half[1])
+                r1, c1 = heights.cell(x + half[0], y + half[1])
+                interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = 0.0
+            placed = self.placed[env] = []
             for k in range(self._boxes.count):
                 half = (float(rng.choice(self._lengths)), float(rng.choice(self._widths)))
                 spot = grid.place_uniform(half, rng)
