@@ -168,3 +168,18 @@ def test_obstacle_maps_hold_exactly_this_episodes_boxes():
                 expected[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
             assert task.placed[env]
             np.testing.assert_array_equal(heights.interior[env], expected)
+
+
+def test_the_single_env_renders_its_episodes_entry():
+    from derl.envs.unimal_env import UnimalEnv
+
+    env = UnimalEnv(FIXTURE, _vt(**{"TERRAIN.BANK_SIZE": 4}))
+    ids = np.array([env.model.hfield(asset(k)).id for k in range(4)])
+    geom = env.model.geom(GEOM).id
+    seen = set()
+    for seed in range(12):
+        env.reset(seed=seed)
+        entry = int(env.arena.heights.host_entry[0])
+        seen.add(entry)
+        assert env.model.geom_dataid[geom] == ids[entry]
+    assert len(seen) > 1

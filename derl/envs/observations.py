@@ -140,7 +140,8 @@ class HeightPatch:
         s = np.array([math.sin(yaw) for yaw in yaws])[:, None]
         cols = np.rint(c * self._x - s * self._y).astype(np.intp)
         rows = np.rint(s * self._x + c * self._y).astype(np.intp)
-        self._offsets = rows * self._width + cols  # [YAW_BINS, size]
+        # [YAW_BINS, size], int32: half the bytes a step reads from the table (the gather is bound by cache misses)
+        self._offsets = (rows * self._width + cols).astype(np.int32)
 
     @staticmethod
     def reach_for(obs_size, divs: int) -> int:
@@ -150,7 +151,7 @@ class HeightPatch:
 
     def bind(self, scene: Scene) -> None:
         """Moves the offsets table into the scene's namespace and device."""
-        self._offsets = scene.asarray(self._offsets, dtype=scene.xp.int64)
+        self._offsets = scene.asarray(self._offsets, dtype=scene.xp.int32)
 
     def __call__(self, heights: Array, rows: Array, cols: Array, yaw: Array, maps: Array | None = None) -> Array:
         """Heights ``[N, size]`` at each env's grid turned by its ``yaw`` around its vertex (row, col)
