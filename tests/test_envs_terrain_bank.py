@@ -183,3 +183,22 @@ def test_the_single_env_renders_its_episodes_entry():
         seen.add(entry)
         assert env.model.geom_dataid[geom] == ids[entry]
     assert len(seen) > 1
+
+
+def test_a_per_episode_redraw_writes_only_the_obstacles_and_equals_a_fresh_draw():
+    """BANK_SIZE 0 (DERL's way, and MVT): a reset flattens the last episode's obstacle columns and draws
+    this episode's; after many episodes the map and the height field equal a map drawn from zeros."""
+    from derl.envs.arenas import HFIELD_SINK
+
+    cfg = _vt(**{"TERRAIN.BANK_SIZE": 0})
+    sim = UnimalBatch(FIXTURE.read_text(), cfg, 1)
+    arena = sim.task.arena
+    corridor = Corridor.from_cfg(cfg)
+    scale = 1.0 / sim.model.hfield("terrain").size[2]
+    for seed in range(8):
+        arena.initialize_episode(0, np.random.default_rng(seed))
+        expected = draw_heights(cfg, corridor, np.random.default_rng(seed)).astype(np.float32)
+        np.testing.assert_array_equal(arena.heights.interior[0], expected)
+        elevation = (expected + HFIELD_SINK) * (expected > 0)
+        elevation *= scale
+        np.testing.assert_array_equal(sim.models[0].hfield_data.reshape(expected.shape), elevation)

@@ -25,8 +25,16 @@ from lxml import etree
 from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
 from derl.envs.observations import HeightPatch
 from derl.envs.scene import Array, HeightMap
-from derl.envs.terrain import WALL_HALF_THICKNESS, WALL_HEIGHT, Corridor, draw_heights, max_height, obstacles_fit
-from derl.envs.terrain_bank import TerrainBank, bank_size
+from derl.envs.terrain import (
+    WALL_HALF_THICKNESS,
+    WALL_HEIGHT,
+    Corridor,
+    draw_heights,
+    max_height,
+    obstacle_blocks,
+    obstacles_fit,
+)
+from derl.envs.terrain_bank import TerrainBank, asset, bank_size
 
 HFIELD_BASE_THICKNESS = 0.1
 # The corridor's height field lies this far below the floor box where the terrain is flat, so that
@@ -140,18 +148,22 @@ class CorridorArena(Arena):
         banked = bank_size(cfg) if self._obstacles and bank else 0
         self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None) if keep else None
         self._hfields: list[np.ndarray] = []
-        self._scale = 1.0 / (max_height(cfg) + HFIELD_SINK)
+        self._spans: list[list[tuple[int, int]]] = [[] for _ in range(num_envs)]  # each env's obstacle columns
         if self.incline and self.heights is not None:
             self.heights.interior[:] = self._incline_heights()[None, None, :]
         if banked:
             self.bank = TerrainBank(self.heights, self._elevation,
                                     lambda rng: draw_heights(cfg, self.extent, rng), cfg.RNG_SEED)
 
-    def _elevation(self, heights: np.ndarray) -> np.ndarray:
-        """The height-field data of a map: flat vertices sunk below the floor box (0), obstacle vertices
-        raised to their height (heights stay within [0, max_height], so the data stays in [0, 1])."""
-        heights = heights.astype(np.float32)
-        return (heights + np.float32(HFIELD_SINK)) * (heights > 0) * np.float32(self._scale)
+    def _elevation(self, heights: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The height-field data of a map (into ``out`` if given): flat vertices sunk below the floor box
+        (0), obstacle vertices raised to their height, over the model's z scale (heights stay within
+        [0, max_height], so the data stays in [0, 1])."""
+        heights = heights.astype(np.float32, copy=False)
+        out = np.add(heights, HFIELD_SINK, out=out)
+        out *= heights > 0
+        out *= self._scale
+        return out
 
     def _incline_heights(self) -> np.ndarray:
         """Height above ``ground_z`` of the tilted floor box's top at each column."""
@@ -192,11 +204,16 @@ class CorridorArena(Arena):
     def model_is_static(self) -> bool:
         return not self._obstacles or self.bank is not None
 
+    def fill_model(self, model: mujoco.MjModel) -> None:
+        if self.bank is not None:
+            self._scale = 1.0 / model.hfield(asset(0)).size[2]
+        super().fill_model(model)
+
     def bind(self, models: list[mujoco.MjModel]) -> None:
         if not self._obstacles or self.bank is not None:
             return
         self._hfields = _hfield_views(models, "terrain")
-        self._raised = np.zeros(self._hfields[0].shape, dtype=bool)
+        self._scale = 1.0 / models[0].hfield("terrain").size[2]
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if self.bank is not None:
@@ -204,15 +221,18 @@ class CorridorArena(Arena):
             return
         if not self._hfields:
             return
-        with self.heights.editing(env) as interior:
-            draw_heights(self._cfg, self.extent, rng, out=interior)
-        # Flat vertices stay sunk below the floor box; obstacle vertices are raised to their height
-        # (as _elevation, in place: no allocation per episode).
+        # Only what changes: the last episode's obstacle columns flattened, this episode's drawn.
         elevation = self._hfields[env]
-        np.greater(interior, 0, out=self._raised)
-        np.add(interior, HFIELD_SINK, out=elevation)
-        elevation *= self._raised
-        elevation *= self._scale
+        with self.heights.editing(env) as interior:
+            for first, end in self._spans[env]:
+                interior[:, first:end] = 0.0
+                elevation[:, first:end] = 0.0
+            spans = self._spans[env] = []
+            for first, block in obstacle_blocks(self._cfg, self.extent, rng):
+                end = first + block.shape[1]
+                interior[:, first:end] = block
+                self._elevation(interior[:, first:end], out=elevation[:, first:end])
+                spans.append((first, end))
 
 
 def spline_zoom_matrix(size: int, zoomed: int) -> np.ndarray:

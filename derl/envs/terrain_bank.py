@@ -77,9 +77,10 @@ class TerrainBank:
             self.heights.interior[k] = drawn
             adr = int(model.hfield(asset(k)).adr[0])
             model.hfield_data[adr:adr + drawn.size] = self._elevation(drawn).ravel()
+        # the model's ids, as tuples: looked up in the model, not episode state
         self._geom = model.geom(GEOM).id
-        self._ids = np.array([model.hfield(asset(k)).id for k in range(self.size)])
-        self._dataid = np.array(model.geom_dataid)
+        self._ids = tuple(model.hfield(asset(k)).id for k in range(self.size))
+        self._dataid = tuple(model.geom_dataid.tolist())
 
     def choose(self, env: int, rng: np.random.Generator) -> None:
         """Env ``env``'s episode takes an entry drawn uniformly from its generator."""
@@ -87,6 +88,6 @@ class TerrainBank:
 
     def set_model_rows(self, physics, envs: np.ndarray) -> None:
         """Points the terrain geom of the simulations ``envs`` (host indices) at their entries."""
-        rows = np.repeat(self._dataid[None], len(envs), axis=0)
-        rows[:, self._geom] = self._ids[self.heights.host_entry[envs]]
+        rows = np.repeat(np.asarray(self._dataid)[None], len(envs), axis=0)
+        rows[:, self._geom] = np.asarray(self._ids)[self.heights.host_entry[envs]]
         physics.set_model_rows("geom_dataid", envs, rows)
