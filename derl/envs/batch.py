@@ -43,7 +43,7 @@ from derl.envs.physics import MujocoPhysics, Physics
 from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
 from derl.envs.tasks.base import Task
-from derl.envs.world import build_world, head_height
+from derl.envs.world import compile_world, head_height
 from derl.fileio import read_bytes
 
 FRAME_SKIP = 4
@@ -111,8 +111,7 @@ class UnimalBatch:
                  backend: str = "mujoco", device: str = "cpu"):
         check_task_config(cfg)
         self.task = task = make_task(cfg, num_envs)
-        self.model = model = mujoco.MjModel.from_xml_string(build_world(mjcf, cfg, task))
-        task.arena.fill_model(model)  # a terrain bank's height fields, before the simulator copies the model
+        self.model = model = compile_world(mjcf, cfg, task)  # a terrain bank filled before the simulator copies it
         self.static = task.static_model()
         self._per_episode_hooks = not _draws_nothing_per_episode(task)
         if backend != "mujoco" and (self._per_episode_hooks or not self.static):
