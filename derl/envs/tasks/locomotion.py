@@ -14,7 +14,7 @@ from derl.envs.props import StaticBoxes
 from derl.envs.scene import Array, Scene
 from derl.envs.tasks.base import Task
 from derl.envs.tasks.registry import register
-from derl.envs.terrain import value_range
+from derl.envs.terrain import pick, value_range
 
 OBSTACLE_HALF_HEIGHT = 2.0  # DERL's obstacle boxes: half-height 2 (2 m above the ground, as the walls)
 
@@ -109,7 +109,7 @@ class Obstacle(Locomotion):
                 interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = 0.0
             placed = self.placed[env] = []
             for k in range(self._boxes.count):
-                half = (float(rng.choice(self._lengths)), float(rng.choice(self._widths)))
+                half = (float(pick(rng, self._lengths)), float(pick(rng, self._widths)))
                 spot = grid.place_uniform(half, rng)
                 if spot is None:
                     self._boxes.hide(env, k)
