@@ -332,12 +332,16 @@ def test_the_inert_key_scan_finds_a_key_nothing_reads(tmp_path):
     assert inert_keys(leaves + added, [*_reader_sources(), reader]) == added[2:]
 
 
-def test_the_warp_backend_refuses_a_task_that_redraws_its_terrain_and_takes_props_and_goals():
-    """VT redraws its height field each episode, which MuJoCo Warp shares between worlds; props, goals and
-    obstacle boxes it holds per world."""
+def test_the_warp_backend_refuses_a_task_that_redraws_its_terrain_and_takes_props_goals_and_a_bank():
+    """VT redraws its height field each episode (TERRAIN.BANK_SIZE 0, DERL's default), which MuJoCo Warp
+    shares between worlds; props, goals and obstacle boxes it holds per world, and a terrain bank's
+    entries through a per-world geom_dataid (tests/test_envs_terrain_bank.py)."""
     for name in ("evo/ft", "eval/obstacle", "eval/point_nav", "eval/patrol", "eval/manipulation_ball"):
         assert load_config(ROOT / "configs" / f"{name}.yml", ["SIM.BACKEND", "warp"]).SIM.BACKEND == "warp"
-    with pytest.raises(ConfigError) as caught:
-        load_config(ROOT / "configs" / "evo" / "vt.yml", ["SIM.BACKEND", "warp"])
-    assert "task locomotion" in str(caught.value) and "redraws its terrain each episode (hfield_data)" in str(
-        caught.value) and caught.value.key == "SIM.BACKEND"
+    for name in ("evo/vt", "evo/mvt", "eval/escape_bowl"):
+        with pytest.raises(ConfigError) as caught:
+            load_config(ROOT / "configs" / f"{name}.yml", ["SIM.BACKEND", "warp"])
+        assert "redraws its terrain each episode (hfield_data)" in str(caught.value), name
+        assert "TERRAIN.BANK_SIZE" in str(caught.value) and caught.value.key == "SIM.BACKEND"
+        banked = load_config(ROOT / "configs" / f"{name}.yml", ["SIM.BACKEND", "warp", "TERRAIN.BANK_SIZE", "8"])
+        assert banked.TERRAIN.BANK_SIZE == 8

@@ -37,6 +37,7 @@ from derl.checked_config import load_config
 from derl.config import PRESET_DIR, ConfigError
 from derl.envs import ENV_ID, UnimalVectorEnv
 from derl.envs.batch import FRAME_SKIP
+from derl.envs.physics import MujocoPhysics
 from derl.envs.world import build_xml
 from derl.morphology import random_genome, to_mjcf
 from derl.progress import progress_bar
@@ -82,9 +83,14 @@ class _Physics:
         self._source = sim.physics
 
     def copy_states(self, envs: np.ndarray) -> None:
-        """The env's current states of ``envs`` (their models set again: terrain may have changed)."""
+        """The env's current states of ``envs`` (their models set again, or their terrain bank entries
+        copied: terrain may have changed)."""
         if self.batch.models is not None:
             self.batch.set_models(self.models)
+        if isinstance(self._source, MujocoPhysics):  # a batch of one writes its rows into its own model
+            entries = self._source.batch.expanded("geom_dataid")
+            if entries is not None:
+                self.batch.expand("geom_dataid")[envs] = entries[envs]
         for env in envs.tolist():
             state = self._source.state(env)
             self.batch.state[env] = state

@@ -25,7 +25,16 @@ from derl.arrays import namespace
 from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
 from derl.envs.observations import HeightPatch
 from derl.envs.scene import Array, HeightMap
-from derl.envs.terrain import WALL_HALF_THICKNESS, WALL_HEIGHT, Corridor, draw_heights, max_height, obstacles_fit
+from derl.envs.terrain import (
+    WALL_HALF_THICKNESS,
+    WALL_HEIGHT,
+    Corridor,
+    draw_heights,
+    max_height,
+    obstacle_blocks,
+    obstacles_fit,
+)
+from derl.envs.terrain_bank import TerrainBank, asset, bank_size
 
 HFIELD_BASE_THICKNESS = 0.1
 # The corridor's height field lies this far below the floor box where the terrain is flat, so that
@@ -37,13 +46,14 @@ BOWL_SMOOTHNESS = 0.15
 BOWL_MIN_RADIUS = 0.04
 
 
-def height_map(extent: Corridor, cfg, observe_hfield: bool, num_envs: int) -> HeightMap:
-    """Height maps over ``extent``, padded enough for the height-field observation if observed."""
+def height_map(extent: Corridor, cfg, observe_hfield: bool, num_envs: int, maps: int | None = None) -> HeightMap:
+    """Height maps over ``extent``, padded enough for the height-field observation if observed (one per
+    env, or ``maps`` shared ones: a terrain bank)."""
     walls = int(cfg.HFIELD.PADDING)
     pad = walls + 1
     if observe_hfield:
         pad += HeightPatch.reach_for(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS)
-    return HeightMap(extent, pad, walls, float(cfg.HFIELD.GAP_DEPTH), num_envs)
+    return HeightMap(extent, pad, walls, float(cfg.HFIELD.GAP_DEPTH), num_envs, maps)
 
 
 def _hfield_views(models: list[mujoco.MjModel], name: str) -> list[np.ndarray]:
@@ -54,10 +64,12 @@ def _hfield_views(models: list[mujoco.MjModel], name: str) -> list[np.ndarray]:
 
 
 class Arena:
-    """The ground: ``extent`` (where it lies), ``heights`` (its map, or None for a flat box)."""
+    """The ground: ``extent`` (where it lies), ``heights`` (its map, or None for a flat box), ``bank``
+    (the terrains episodes pick from, or None: ``derl.envs.terrain_bank``)."""
 
     extent: Corridor
     heights: HeightMap | None = None
+    bank: TerrainBank | None = None
 
     @property
     def model_is_static(self) -> bool:
@@ -67,11 +79,22 @@ class Arena:
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         """Adds the arena's MJCF."""
 
+    def fill_model(self, model: mujoco.MjModel) -> None:
+        """Writes the bank's terrains into the compiled model, before a simulator copies it."""
+        if self.bank is not None:
+            self.bank.fill_model(model)
+
     def bind(self, models: list[mujoco.MjModel]) -> None:
         """Looks up what the arena changes per episode in each env's compiled model."""
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
-        """Draws env ``env``'s terrain in place (height map and height-field data)."""
+        """Draws env ``env``'s terrain: picks a bank entry, or draws in place (height map and height-field data)."""
+
+    def set_model_rows(self, physics, envs: np.ndarray) -> None:
+        """Writes the per-simulation model fields of the envs ``envs`` (host indices) that their episodes
+        drew (the bank entry of the terrain geom) into ``physics``."""
+        if self.bank is not None:
+            self.bank.set_model_rows(physics, envs)
 
     def clearance(self, x: Array, y: Array, z: Array) -> tuple[Array, Array]:
         """(height of z above the ground under (x, y), whether (x, y) is off the map), ``[N]`` each, in
@@ -106,10 +129,12 @@ class CorridorArena(Arena):
         layout: ``corridor`` or ``arena``.
         need_map: keep a height map even when the ground is flat (placement, obstacles, observation).
         observe_hfield: the height-field observation is kept (the map is padded for it).
+        bank: obstacles come from a terrain bank of ``TERRAIN.BANK_SIZE`` (when > 0), for tasks whose
+            model is otherwise static (``derl.envs.terrain_bank``); else each episode draws its own.
     """
 
     def __init__(self, cfg, num_envs: int, layout: str = "corridor", need_map: bool = False,
-                 observe_hfield: bool = False):
+                 observe_hfield: bool = False, bank: bool = False):
         if layout not in ("corridor", "arena"):
             raise ValueError(f"unknown arena layout {layout!r}")
         self._cfg = cfg
@@ -120,10 +145,25 @@ class CorridorArena(Arena):
             raise ValueError("TERRAIN.INCLINE_ANGLE needs a corridor without obstacles "
                              "(START_FLAT = SIZE[0], as DERL's incline tasks)")
         keep = self._obstacles or bool(self.incline) or need_map or observe_hfield
-        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs) if keep else None
+        banked = bank_size(cfg) if self._obstacles and bank else 0
+        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None) if keep else None
         self._hfields: list[np.ndarray] = []
+        self._spans: list[list[tuple[int, int]]] = [[] for _ in range(num_envs)]  # each env's obstacle columns
         if self.incline and self.heights is not None:
             self.heights.interior[:] = self._incline_heights()[None, None, :]
+        if banked:
+            self.bank = TerrainBank(self.heights, self._elevation,
+                                    lambda rng: draw_heights(cfg, self.extent, rng), cfg.RNG_SEED)
+
+    def _elevation(self, heights: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The height-field data of a map (into ``out`` if given): flat vertices sunk below the floor box
+        (0), obstacle vertices raised to their height, over the model's z scale (heights stay within
+        [0, max_height], so the data stays in [0, 1])."""
+        heights = heights.astype(np.float32, copy=False)
+        out = np.add(heights, HFIELD_SINK, out=out)
+        out *= heights > 0
+        out *= self._scale
+        return out
 
     def _incline_heights(self) -> np.ndarray:
         """Height above ``ground_z`` of the tilted floor box's top at each column."""
@@ -140,12 +180,14 @@ class CorridorArena(Arena):
                     size=fmt(half_len, extent.half_width, extent.ground_z), material="ground")
         if self.incline:
             floor.set("quat", y_rotation_quat(self.incline))
-        if self._obstacles:
+        size = fmt(half_len, extent.half_width, max_height(self._cfg) + HFIELD_SINK, HFIELD_BASE_THICKNESS)
+        pos = fmt(centre, 0, extent.ground_z - HFIELD_SINK)
+        if self.bank is not None:
+            self.bank.build(root, worldbody, size, pos=pos, material="ground")
+        elif self._obstacles:
             rows, cols = extent.shape
-            sub(child(root, "asset"), "hfield", name="terrain", nrow=str(rows), ncol=str(cols),
-                size=fmt(half_len, extent.half_width, max_height(self._cfg) + HFIELD_SINK, HFIELD_BASE_THICKNESS))
-            sub(worldbody, "geom", name="terrain", type="hfield", hfield="terrain",
-                pos=fmt(centre, 0, extent.ground_z - HFIELD_SINK), material="ground")
+            sub(child(root, "asset"), "hfield", name="terrain", nrow=str(rows), ncol=str(cols), size=size)
+            sub(worldbody, "geom", name="terrain", type="hfield", hfield="terrain", pos=pos, material="ground")
         if extent.walls:
             t, h, z = WALL_HALF_THICKNESS, WALL_HEIGHT, extent.ground_z
             width = extent.half_width
@@ -160,27 +202,37 @@ class CorridorArena(Arena):
 
     @property
     def model_is_static(self) -> bool:
-        return not self._obstacles
+        return not self._obstacles or self.bank is not None
+
+    def fill_model(self, model: mujoco.MjModel) -> None:
+        if self.bank is not None:
+            self._scale = 1.0 / model.hfield(asset(0)).size[2]
+        super().fill_model(model)
 
     def bind(self, models: list[mujoco.MjModel]) -> None:
-        if not self._obstacles:
+        if not self._obstacles or self.bank is not None:
             return
         self._hfields = _hfield_views(models, "terrain")
         self._scale = 1.0 / models[0].hfield("terrain").size[2]
-        self._raised = np.zeros(self._hfields[0].shape, dtype=bool)
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
+        if self.bank is not None:
+            self.bank.choose(env, rng)
+            return
         if not self._hfields:
             return
-        with self.heights.editing(env) as interior:
-            draw_heights(self._cfg, self.extent, rng, out=interior)
-        # Flat vertices stay sunk below the floor box; obstacle vertices are raised to their height.
-        # Heights stay within [0, max_height] by construction, so the data stays in [0, 1].
+        # Only what changes: the last episode's obstacle columns flattened, this episode's drawn.
         elevation = self._hfields[env]
-        np.greater(interior, 0, out=self._raised)
-        np.add(interior, HFIELD_SINK, out=elevation)
-        elevation *= self._raised
-        elevation *= self._scale
+        with self.heights.editing(env) as interior:
+            for first, end in self._spans[env]:
+                interior[:, first:end] = 0.0
+                elevation[:, first:end] = 0.0
+            spans = self._spans[env] = []
+            for first, block in obstacle_blocks(self._cfg, self.extent, rng):
+                end = first + block.shape[1]
+                interior[:, first:end] = block
+                self._elevation(interior[:, first:end], out=elevation[:, first:end])
+                spans.append((first, end))
 
 
 def spline_zoom_matrix(size: int, zoomed: int) -> np.ndarray:
@@ -218,32 +270,44 @@ class BowlShape:
 
 
 class BowlArena(Arena):
-    """DERL's Bowl: a height field of half-side ``SIZE[0]`` around the origin, re-drawn each episode."""
+    """DERL's Bowl: a height field of half-side ``SIZE[0]`` around the origin, re-drawn each episode, or
+    picked from a terrain bank (``TERRAIN.BANK_SIZE`` > 0)."""
 
     def __init__(self, cfg, num_envs: int, observe_hfield: bool = False):
         side = float(cfg.TERRAIN.SIZE[0])
         self.extent = Corridor(-side, side, side, 0.0, int(cfg.HFIELD.NUM_DIVS), False)
-        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs)
+        banked = bank_size(cfg)
+        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None)
         self._max_z = float(cfg.TERRAIN.BOWL_MAX_Z)
         if self._max_z <= 0:
             raise ValueError(f"TERRAIN.BOWL_MAX_Z must be > 0, got {self._max_z}")
         self._shape = BowlShape(side, self.extent.divs, self._max_z)
+        if banked:
+            self.bank = TerrainBank(self.heights, lambda heights: heights / self._max_z, self._shape.draw,
+                                    cfg.RNG_SEED)
 
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         extent = self.extent
         rows, cols = extent.shape
-        sub(child(root, "asset"), "hfield", name="terrain", nrow=str(rows), ncol=str(cols),
-            size=fmt(extent.x_max, extent.half_width, self._max_z, HFIELD_BASE_THICKNESS))
+        size = fmt(extent.x_max, extent.half_width, self._max_z, HFIELD_BASE_THICKNESS)
+        if self.bank is not None:
+            self.bank.build(root, worldbody, size, pos="0 0 0", material="ground")
+            return
+        sub(child(root, "asset"), "hfield", name="terrain", nrow=str(rows), ncol=str(cols), size=size)
         sub(worldbody, "geom", name="terrain", type="hfield", hfield="terrain", pos="0 0 0", material="ground")
 
     @property
     def model_is_static(self) -> bool:
-        return False
+        return self.bank is not None
 
     def bind(self, models: list[mujoco.MjModel]) -> None:
-        self._hfields = _hfield_views(models, "terrain")
+        if self.bank is None:
+            self._hfields = _hfield_views(models, "terrain")
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
+        if self.bank is not None:
+            self.bank.choose(env, rng)
+            return
         heights = self._shape.draw(rng)
         with self.heights.editing(env) as interior:
             interior[:] = heights

@@ -43,7 +43,7 @@ from derl.envs.physics import MujocoDataPhysics, MujocoPhysics, Physics
 from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
 from derl.envs.tasks.base import Task
-from derl.envs.world import build_world, head_height
+from derl.envs.world import compile_world, head_height
 from derl.fileio import read_bytes
 
 FRAME_SKIP = 4
@@ -113,7 +113,7 @@ class UnimalBatch:
                  backend: str = "mujoco", device: str = "cpu"):
         check_task_config(cfg)
         self.task = task = make_task(cfg, num_envs)
-        self.model = model = mujoco.MjModel.from_xml_string(build_world(mjcf, cfg, task))
+        self.model = model = compile_world(mjcf, cfg, task)  # a terrain bank filled before the simulator copies it
         self.static = task.static_model()
         self._per_episode_hooks = not _draws_nothing_per_episode(task)
         rows = task.model_rows()
@@ -127,6 +127,7 @@ class UnimalBatch:
                                               per_world=rows)
         if not self.static:
             physics.set_models(self.models)
+        task.arena.set_model_rows(physics, np.arange(num_envs))  # per-world fields exist before any capture
         self.num_envs = num_envs
         self.dt = FRAME_SKIP * model.opt.timestep
         self._half_substep = model.opt.timestep / 2  # tolerance of the time-based reset check (time_went_back)
@@ -149,10 +150,11 @@ class UnimalBatch:
         # Where a restart draws its episodes: on the host each env from its own generator (DERL's); on a
         # device, where the task draws nothing per episode, the reset noise of every env at once from the
         # simulator's generator, so that a step never waits. A task that draws its episodes (props,
-        # goals, obstacles) restarts on the host on every backend: its ended mask comes to the host (one
-        # sync per step on a device), its draws are MuJoCo C's, their results go to the device.
+        # goals, obstacles, a terrain of the bank) restarts on the host on every backend: its ended mask
+        # comes to the host (one sync per step on a device), its draws are MuJoCo C's, their results go
+        # to the device.
         self._restart_on_host = (array_api_compat.is_numpy_namespace(xp) or self._per_episode_hooks
-                                 or not self.static)
+                                 or not self.static or task.arena.bank is not None)
 
     def _init_agent(self, cfg, start_height: float, bound: dict[str, np.ndarray]) -> None:
         model = self.model
@@ -237,6 +239,7 @@ class UnimalBatch:
             rng = self.rngs[env]
             self.task.initialize_episode(self.scene, env, rng)
             noise[env] = rng.uniform(-self._noise, self._noise, noise.shape[1])
+        self.task.arena.set_model_rows(self.physics, envs)
         return self.scene.asarray(noise, dtype=self.scene.xp.float64)
 
     def _draw_on_device(self):

@@ -49,6 +49,10 @@ class Physics(Protocol):
         """Simulation i steps ``models[i]`` from now on (the models share one layout); ``envs``: the
         simulations whose models changed (host indices; None: any)."""
 
+    def set_model_rows(self, name: str, envs: Any, values: Any) -> None:
+        """Simulations ``envs`` step with their rows ``values`` of the model field ``name`` (made
+        per-simulation by the first call): a terrain bank's ``geom_dataid``."""
+
     def problems(self) -> Any:
         """``[N]`` counts of the simulator's warnings so far; a rise means the physics went wrong."""
 
@@ -76,6 +80,9 @@ class MujocoPhysics:
 
     def set_models(self, models: list[mujoco.MjModel], envs: np.ndarray | None = None) -> None:
         self.batch.set_models(models)  # pointers to the models: every one, at no cost
+
+    def set_model_rows(self, name: str, envs: np.ndarray, values: np.ndarray) -> None:
+        self.batch.expand(name)[envs] = values
 
     def problems(self) -> np.ndarray:
         return self._warning_counts.sum(axis=1)
@@ -116,6 +123,11 @@ class MujocoDataPhysics:
 
     def set_models(self, models: list[mujoco.MjModel], envs: np.ndarray | None = None) -> None:
         (self.model,) = models
+
+    def set_model_rows(self, name: str, envs: np.ndarray, values: np.ndarray) -> None:
+        """The one simulation's model (its own: ``UnimalBatch`` compiles it for this env) takes the row."""
+        if len(envs):
+            getattr(self.model, name)[:] = values[-1]
 
     def problems(self) -> np.ndarray:
         return self._warning_counts.sum(keepdims=True)

@@ -34,41 +34,58 @@ class HeightMap:
     Row ``r`` lies at ``y = -half_width + r / divs`` (row 0 is -y, as MuJoCo stores height-field
     rows), column ``c`` at ``x = x_min + c / divs``. ``padded[i]`` surrounds env i's grid with
     ``pad`` cells: ``wall_cells`` of wall height (when the extent has walls; else ``gap``), then
-    ``gap``. ``interior[i]`` is env i's grid itself, a view that tasks and arenas fill in place each
-    episode; ``flat[i]`` is ``padded[i]`` raveled (a view). The maps are NumPy arrays until ``bind``
-    moves them into the scene's namespace (where step hooks read them: ``grid_cells``, ``under``,
-    ``flat``); the per-env lookups (``height_at``, ``max_under``) serve episode draws on the host.
+    ``gap``. ``interior[i]`` is map i's grid itself, a view that tasks and arenas fill in place;
+    ``flat[i]`` is ``padded[i]`` raveled (a view). Env e reads map ``entry[e]``: its own map (``maps``
+    None: one per env, ``entry[e] = e``), or one of ``maps`` shared maps (a terrain bank,
+    ``derl.envs.terrain_bank``) chosen per episode (``set_entry``). The maps are NumPy arrays until
+    ``bind`` moves them into the scene's namespace (where step hooks read them: ``grid_cells``,
+    ``under``, ``flat``, ``entry``); the per-env lookups (``height_at``, ``max_under``) serve episode
+    draws on the host.
     """
 
-    def __init__(self, extent: Corridor, pad: int, wall_cells: int, gap: float, num_envs: int):
+    def __init__(self, extent: Corridor, pad: int, wall_cells: int, gap: float, num_envs: int,
+                 maps: int | None = None):
         rows, cols = extent.shape
         self.extent = extent
         self.pad = pad
-        self.padded = np.full((num_envs, rows + 2 * pad, cols + 2 * pad), gap, np.float32)
+        self.shared = maps is not None
+        self.host_entry = np.arange(num_envs) if maps is None else np.zeros(num_envs, dtype=np.int64)
+        self.entry = self.host_entry
+        self.padded = np.full((num_envs if maps is None else maps, rows + 2 * pad, cols + 2 * pad), gap, np.float32)
         inner = pad - wall_cells
         self.padded[:, inner:rows + 2 * pad - inner, inner:cols + 2 * pad - inner] = (
             WALL_HEIGHT if extent.walls else gap)
         self.width = self.padded.shape[2]
         self.last_cell = (rows - 1, cols - 1)
-        self._set_views(np.arange(num_envs))
+        self._set_views()
         self.interior[:] = 0.0
 
-    def _set_views(self, envs: Array) -> None:
+    def _set_views(self) -> None:
         rows, cols = self.extent.shape
         pad = self.pad
         self.interior = self.padded[:, pad:pad + rows, pad:pad + cols]
         self.flat = self.padded.reshape(len(self.padded), -1)  # a view: filled in place
-        self._envs = envs
 
     def bind(self, scene: Scene) -> None:
-        """Moves the maps into the scene's namespace and device (once: NumPy stays the same array)."""
+        """Moves the maps and the entries into the scene's namespace and device (once: NumPy stays the
+        same array)."""
         self.padded = scene.asarray(self.padded, dtype=scene.xp.float32)
-        self._set_views(scene.asarray(np.arange(len(self.padded)), dtype=scene.xp.int64))
+        self.entry = scene.asarray(self.host_entry, dtype=scene.xp.int64)
+        self._set_views()
+
+    def set_entry(self, env: int, entry: int) -> None:
+        """Env ``env`` reads the shared map ``entry`` from now on."""
+        self.host_entry[env] = entry
+        if self.entry is not self.host_entry:
+            self.entry[env] = entry
 
     @contextmanager
     def editing(self, env: int) -> Iterator[np.ndarray]:
         """Env ``env``'s grid as a NumPy array that an episode's draw edits in place: the map itself
-        on NumPy; on another namespace, a host copy written back to the map after the block."""
+        on NumPy; on another namespace, a host copy written back to the map after the block. Only where
+        each env has its own map (shared maps are drawn once)."""
+        if self.shared:
+            raise ValueError("shared height maps (a terrain bank) are not edited per episode")
         if isinstance(self.interior, np.ndarray):
             yield self.interior[env]
             return
@@ -86,14 +103,15 @@ class HeightMap:
         row, col = self.cell(x, y)
         last_row, last_col = self.last_cell
         row, col = min(max(row, 0), last_row), min(max(col, 0), last_col)
-        return self.extent.ground_z + float(self.interior[env, row, col])
+        return self.extent.ground_z + float(self.interior[self.host_entry[env], row, col])
 
     def max_under(self, env: int, x: float, y: float, half_x: float, half_y: float) -> float:
         """Highest ground z in env ``env`` under the rectangle of half-sizes (half_x, half_y) at (x, y)."""
         r0, c0 = self.cell(x - half_x, y - half_y)
         r1, c1 = self.cell(x + half_x, y + half_y)
         pad = self.pad
-        return self.extent.ground_z + float(self.padded[env, pad + r0:pad + r1 + 1, pad + c0:pad + c1 + 1].max())
+        entry = self.host_entry[env]
+        return self.extent.ground_z + float(self.padded[entry, pad + r0:pad + r1 + 1, pad + c0:pad + c1 + 1].max())
 
     def grid_cells(self, x: Array, y: Array) -> tuple[Array, Array]:
         """The vertices (rows, cols) nearest the points, clamped onto the grid (a non-finite point: its corner)."""
@@ -107,8 +125,8 @@ class HeightMap:
                 xp.astype(xp.minimum(xp.maximum(cols, 0.0), float(last_col)), xp.int64))
 
     def under(self, rows: Array, cols: Array) -> Array:
-        """Each env's height at its own (row, col) of the grid."""
-        return self.interior[self._envs, rows, cols]
+        """Each env's height at its own (row, col) of its map's grid."""
+        return self.interior[self.entry, rows, cols]
 
 
 @dataclass

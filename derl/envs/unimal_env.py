@@ -87,9 +87,12 @@ class UnimalEnv(gym.Env):
         return {k: v[0] for k, v in self.sim.observe().items()}
 
     # ------------------------------------------------------------------ render
-    def _upload_terrain(self) -> None:
-        """Sends the height fields, re-drawn in place, to the renderer (if any)."""
-        if self._renderer is not None and self.model.nhfield:
+    def _upload_terrain(self, created: bool = False) -> None:
+        """Sends the height fields, re-drawn in place, to the renderer (if any). With a terrain bank the
+        rendered model's terrain geom holds the episode's entry (the simulator's row: one simulation steps
+        this very model, ``MujocoDataPhysics``) and the fields,
+        which never change, are sent once, when the renderer is ``created``."""
+        if self._renderer is not None and self.model.nhfield and (created or self.arena.bank is None):
             # mujoco.Renderer keeps its GL context private; re-uploading a height field needs it.
             self._renderer._gl_context.make_current()
             for hfield in range(self.model.nhfield):
@@ -103,7 +106,7 @@ class UnimalEnv(gym.Env):
             self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
             self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
             self._renderer = mujoco.Renderer(self.model, height, width)
-            self._upload_terrain()
+            self._upload_terrain(created=True)
         self._renderer.update_scene(self.data, camera="track")
         return self._renderer.render()
 

@@ -10,6 +10,7 @@ textures and the task's camera are added, then the task adds its arena and props
 
 from __future__ import annotations
 
+import mujoco
 from lxml import etree
 
 from derl.envs.mjcf import child, fmt, sub
@@ -86,5 +87,14 @@ def build_world(unimal_xml: str | bytes, cfg, task) -> str:
 
 
 def build_xml(unimal_xml: str | bytes, cfg) -> str:
-    """The env's MJCF text for a unimal's MJCF in the world of ``cfg.ENV.TASK``."""
+    """The env's MJCF text for a unimal's MJCF in the world of ``cfg.ENV.TASK`` (a terrain bank's height
+    fields are empty in the text: ``compile_world`` fills them)."""
     return build_world(unimal_xml, cfg, make_task(cfg))
+
+
+def compile_world(unimal_xml: str | bytes, cfg, task) -> mujoco.MjModel:
+    """The compiled model of ``build_world``, with what the task's arena draws at build written into it
+    (a terrain bank's height fields, ``derl.envs.terrain_bank``): simulate this, not the bare text."""
+    model = mujoco.MjModel.from_xml_string(build_world(unimal_xml, cfg, task))
+    task.arena.fill_model(model)
+    return model

@@ -127,7 +127,8 @@ class Task:
         if not shared:
             return None
         return (f"task {self.name} with ENV.MODULES {list(self.cfg.ENV.MODULES)} redraws its terrain each episode "
-                f"({', '.join(shared)}), which SIM.BACKEND warp shares between all worlds; use SIM.BACKEND mujoco")
+                f"({', '.join(shared)}), which SIM.BACKEND warp shares between all worlds: use a terrain bank "
+                "(TERRAIN.BANK_SIZE > 0, e.g. 32; docs/design/differences.md) or SIM.BACKEND mujoco")
 
     # ------------------------------------------------------------------ episode
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
@@ -166,7 +167,7 @@ class Task:
         rows, cols = heights.grid_cells(scene.qpos[:, 0], scene.qpos[:, 1])
         xmat = scene.xmat[:, scene.head]
         yaw = scene.xp.atan2(xmat[:, 3], xmat[:, 0])
-        return self._patch(heights.flat, rows + heights.pad, cols + heights.pad, yaw)
+        return self._patch(heights.flat, rows + heights.pad, cols + heights.pad, yaw, heights.entry)
 
     def goal_in_head_frame(self, scene: Scene, goal: Array) -> Array:
         """``goal - head`` in each head's frame, ``[N, 3]``."""

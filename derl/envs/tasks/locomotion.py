@@ -14,7 +14,7 @@ from derl.envs.props import StaticBoxes
 from derl.envs.scene import Array, Scene
 from derl.envs.tasks.base import Task
 from derl.envs.tasks.registry import register
-from derl.envs.terrain import value_range
+from derl.envs.terrain import pick, value_range
 
 OBSTACLE_HALF_HEIGHT = 2.0  # DERL's obstacle boxes: half-height 2 (2 m above the ground, as the walls)
 
@@ -39,7 +39,7 @@ class Locomotion(Task):
     def make_arena(self) -> Arena:
         if "Floor" in self.cfg.ENV.MODULES:
             return FloorArena(self.cfg, self.num_envs, self.observe_hfield)
-        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield)
+        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield, bank=True)
 
     def static_model(self) -> bool:
         return self.arena.model_is_static
@@ -105,11 +105,14 @@ class Obstacle(Locomotion):
         heights = self.arena.heights
         grid = PlacementGrid(self.arena.extent, self.cfg)
         ground = self.arena.extent.ground_z
-        placed = self.placed[env] = []
         with heights.editing(env) as interior:
-            interior[:] = 0.0
+            for x, y, *half in self.placed[env]:  # only the last episode's boxes: no 1501 x 601 fill
+                r0, c0 = heights.cell(x - half[0], y - half[1])
+                r1, c1 = heights.cell(x + half[0], y + half[1])
+                interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = 0.0
+            placed = self.placed[env] = []
             for k in range(self._boxes.count):
-                half = (float(rng.choice(self._lengths)), float(rng.choice(self._widths)))
+                half = (float(pick(rng, self._lengths)), float(pick(rng, self._widths)))
                 spot = grid.place_uniform(half, rng)
                 if spot is None:
                     self._boxes.hide(env, k)

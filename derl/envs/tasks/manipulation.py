@@ -80,7 +80,7 @@ class Manipulation(Task):
     def make_arena(self) -> Arena:
         if "Floor" in self.cfg.ENV.MODULES:
             return FloorArena(self.cfg, self.num_envs, self.observe_hfield)
-        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield)
+        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield, bank=True)
 
     def _check_space(self) -> None:
         cfg, extent = self.cfg, self.arena.extent

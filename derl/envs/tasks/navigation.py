@@ -259,6 +259,9 @@ class EscapeBowl(Task):
     def make_arena(self) -> Arena:
         return BowlArena(self.cfg, self.num_envs, self.observe_hfield)
 
+    def static_model(self) -> bool:
+        return self.arena.model_is_static  # a terrain bank: the bowls are in the model, chosen per simulation
+
     def bind(self, scene: Scene) -> None:
         super().bind(scene)
         self._radius_before = scene.zeros(self.num_envs)

@@ -1,0 +1,213 @@
+"""The terrain bank (derl.envs.terrain_bank): K terrains of DERL's distribution in one model, one per episode."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from derl.checked_config import load_preset
+from derl.envs.batch import UnimalBatch
+from derl.envs.terrain import Corridor, draw_heights
+from derl.envs.terrain_bank import GEOM, asset
+from tests.test_envs_tasks import FIXTURE
+
+# A short, narrow corridor (41 x 201 cells): the statistics need many draws.
+SMALL = {"TERRAIN.SIZE": [10, 2, 1], "TERRAIN.FLAT_LENGTH_RANGE": [1, 3, 1]}
+
+
+def _vt(**overrides):
+    return load_preset("vt", {**SMALL, **overrides})
+
+
+def _features(heights: np.ndarray) -> tuple[float, float, float]:
+    """What tells terrains apart: the share of raised columns, the mean and the highest height."""
+    return float((heights.max(axis=0) > 0).mean()), float(heights.mean()), float(heights.max())
+
+
+def test_bank_entries_have_the_distribution_of_the_per_episode_draws():
+    """The bank's K entries come from draw_heights with its own stream: two-sample KS tests of the
+    terrain features against as many draws of DERL's per-episode code do not tell them apart."""
+    count = 300
+    cfg = _vt(**{"TERRAIN.BANK_SIZE": count})
+    sim = UnimalBatch(FIXTURE.read_text(), cfg, 2)
+    bank = np.asarray(sim.task.arena.heights.interior)
+    assert bank.shape[0] == count
+    corridor = Corridor.from_cfg(cfg)
+    rng = np.random.default_rng(12345)
+    direct = [draw_heights(cfg, corridor, rng) for _ in range(count)]
+    for k, name in enumerate(("raised share", "mean height", "highest")):
+        banked = [_features(entry)[k] for entry in bank]
+        drawn = [_features(heights)[k] for heights in direct]
+        assert stats.ks_2samp(banked, drawn).pvalue > 0.001, name
+
+
+def test_episodes_pick_entries_uniformly_and_the_physics_and_maps_follow_them():
+    cfg = _vt(**{"TERRAIN.BANK_SIZE": 4})
+    num_envs = 6
+    sim = UnimalBatch(FIXTURE.read_text(), cfg, num_envs)
+    assert sim.static and sim.models[0] is sim.models[-1]  # one model: the terrains are in it
+    heights = sim.task.arena.heights
+    ids = np.array([sim.model.hfield(asset(k)).id for k in range(4)])
+    geom = sim.model.geom(GEOM).id
+    picks = []
+    sim.seed(3)
+    for _ in range(40):
+        sim.reset(np.arange(num_envs))
+        entries = heights.host_entry.copy()
+        picks.extend(entries.tolist())
+        np.testing.assert_array_equal(sim.physics.batch.expanded("geom_dataid")[:, geom], ids[entries])
+        # the clearance reads each env's own entry
+        x, y = np.full(num_envs, 50.0), np.zeros(num_envs)
+        rows, cols = heights.grid_cells(x, y)
+        np.testing.assert_array_equal(heights.under(rows, cols), heights.interior[entries, rows, cols])
+    assert stats.chisquare(np.bincount(picks, minlength=4)).pvalue > 0.001
+    # an episode's pick is the env's generator's first draw: the same seed picks the same entries
+    sim.seed(3)
+    sim.reset(np.arange(num_envs))
+    assert heights.host_entry.tolist() == picks[:num_envs]
+
+
+def test_a_body_lands_on_its_own_entry():
+    """Two simulations of one model on two entries, dropped at a point where the entries differ most:
+    each body rests on its own entry's ground."""
+    cfg = _vt(**{"TERRAIN.BANK_SIZE": 2, "TERRAIN.TYPES": ["curve_slope"], "TERRAIN.SIZE": [25, 2, 1],
+                 "ENV.RESET_NOISE_SCALE": 0.0})
+    sim = UnimalBatch(FIXTURE.read_text(), cfg, 2)
+    heights = sim.task.arena.heights
+    sim.reset(np.arange(2))
+    gap = heights.interior[1] - heights.interior[0]
+    low, high = (0, 1) if gap.max() > -gap.min() else (1, 0)
+    row, col = np.unravel_index(np.argmax(np.abs(gap)), gap.shape)
+    assert abs(gap[row, col]) > 0.3
+    for env, entry in enumerate((low, high)):
+        heights.set_entry(env, entry)
+    sim.task.arena.set_model_rows(sim.physics, np.arange(2))
+    qpos = sim.scene.qpos
+    qpos[:, 0] = heights.extent.x_min + col / heights.extent.divs
+    qpos[:, 1] = -heights.extent.half_width + row / heights.extent.divs
+    qpos[:, 2] += float(heights.interior[high, row, col])  # above both grounds
+    sim.physics.forward(np.ones(2, dtype=bool))
+    for _ in range(100):
+        sim.physics.step(4)
+    under = heights.under(*heights.grid_cells(qpos[:, 0], qpos[:, 1]))
+    assert under[1] - under[0] > 0.2
+    assert qpos[1, 2] - qpos[0, 2] > 0.2  # the higher entry carries its body higher
+
+
+def test_bank_size_zero_draws_a_terrain_per_episode_as_derl():
+    sim = UnimalBatch(FIXTURE.read_text(), _vt(**{"TERRAIN.BANK_SIZE": 0}), 2)
+    assert sim.task.arena.bank is None and not sim.static
+
+
+@pytest.mark.slow
+def test_vt_on_warp_picks_its_entries_and_follows_mujoco_c(capsys):
+    """VT with a bank on warp's CPU device: the worlds' geom_dataid rows are their entries (host restarts),
+    and the same seed and actions give MuJoCo C's trajectories (the fidelity row of the report)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("mujoco_warp")
+    cfg = load_preset("vt", {"TERRAIN.BANK_SIZE": 4})
+    num_envs, steps = 4, 200
+    sims = {backend: UnimalBatch(FIXTURE.read_text(), cfg, num_envs, backend=backend) for backend in ("mujoco", "warp")}
+    actions = np.random.default_rng(0).uniform(-1, 1, (steps, num_envs, sims["mujoco"].model.nu))
+    returns = {backend: np.zeros(num_envs) for backend in sims}
+    alive = np.ones(num_envs, dtype=bool)  # until an env's first episode ends on either backend
+    diffs = []
+    for sim in sims.values():
+        sim.seed(7)
+        sim.reset(np.arange(num_envs))
+    warp = sims["warp"]
+    geom = warp.model.geom(GEOM).id
+    ids = np.array([warp.model.hfield(asset(k)).id for k in range(4)])
+    rows = torch.as_tensor(warp.physics.model.geom_dataid.numpy())
+    assert rows.shape[0] == num_envs
+    np.testing.assert_array_equal(rows[:, geom].numpy(), ids[warp.task.arena.heights.host_entry])
+    for t in range(steps):
+        ended = {}
+        for backend, sim in sims.items():
+            step_actions = actions[t] if backend == "mujoco" else torch.as_tensor(actions[t], dtype=torch.float32)
+            _, reward, terminated, truncated, _ = sim.step(step_actions)
+            returns[backend] += np.where(alive, np.asarray(torch.as_tensor(reward)), 0.0)
+            ended[backend] = np.asarray(torch.as_tensor(terminated | truncated))
+        qpos_c = sims["mujoco"].scene.qpos
+        qpos_w = np.asarray(warp.scene.qpos)
+        if alive.any():
+            diffs.append(float(np.abs(qpos_w[alive] - qpos_c[alive]).mean()))
+        alive &= ~(ended["mujoco"] | ended["warp"])
+        for backend, sim in sims.items():
+            if ended[backend].any():
+                sim.restart(ended[backend] if backend == "mujoco" else torch.as_tensor(ended[backend]))
+    np.testing.assert_array_equal(warp.physics.model.geom_dataid.numpy()[:, geom],
+                                  ids[warp.task.arena.heights.host_entry])
+    with capsys.disabled():
+        print(f"\nVT warp (CPU) vs MuJoCo C, {num_envs} envs x {steps} steps: mean |qpos diff| at steps 10/50/"
+              f"{len(diffs)}: {diffs[9]:.2e}/{diffs[min(49, len(diffs) - 1)]:.2e}/{diffs[-1]:.2e}; "
+              f"first-episode returns C {np.round(returns['mujoco'], 2).tolist()} warp "
+              f"{np.round(returns['warp'], 2).tolist()}")
+    assert diffs[9] < 1e-3
+    np.testing.assert_allclose(returns["warp"], returns["mujoco"], rtol=0.25, atol=1.0)
+
+
+def test_obstacle_maps_hold_exactly_this_episodes_boxes():
+    """The obstacle task clears only the last episode's boxes: after many episodes the map is 2 m on
+    this episode's boxes and 0 elsewhere, as a map drawn from zeros."""
+    from derl.checked_config import load_config
+    from derl.envs.tasks.locomotion import OBSTACLE_HALF_HEIGHT
+    from tests.test_envs_tasks import ROOT
+
+    cfg = load_config(ROOT / "configs" / "eval" / "obstacle.yml", {"TERRAIN.SIZE": [20, 6, 1],
+                      "OBJECT.NUM_OBSTACLES": 8, "OBJECT.PLACEMENT_BUFFER_LEN": 1})
+    sim = UnimalBatch(FIXTURE.read_text(), cfg, 2)
+    heights, task = sim.task.arena.heights, sim.task
+    sim.seed(0)
+    for _ in range(5):
+        sim.reset(np.arange(2))
+        for env in range(2):
+            expected = np.zeros_like(heights.interior[env])
+            for x, y, *half in task.placed[env]:
+                r0, c0 = heights.cell(x - half[0], y - half[1])
+                r1, c1 = heights.cell(x + half[0], y + half[1])
+                expected[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
+            assert task.placed[env]
+            np.testing.assert_array_equal(heights.interior[env], expected)
+
+
+def test_the_single_env_renders_its_episodes_entry():
+    from derl.envs.unimal_env import UnimalEnv
+
+    env = UnimalEnv(FIXTURE, _vt(**{"TERRAIN.BANK_SIZE": 4}))
+    ids = np.array([env.model.hfield(asset(k)).id for k in range(4)])
+    geom = env.model.geom(GEOM).id
+    seen = set()
+    for seed in range(12):
+        env.reset(seed=seed)
+        entry = int(env.arena.heights.host_entry[0])
+        seen.add(entry)
+        assert env.model.geom_dataid[geom] == ids[entry]
+    assert len(seen) > 1
+
+
+def test_a_per_episode_redraw_writes_only_the_obstacles_and_equals_a_fresh_draw():
+    """BANK_SIZE 0 (DERL's way, and MVT): a reset flattens the last episode's obstacle columns and draws
+    this episode's; after many episodes the map and the height field equal a map drawn from zeros."""
+    from derl.envs.arenas import HFIELD_SINK
+
+    cfg = _vt(**{"TERRAIN.BANK_SIZE": 0})
+    sim = UnimalBatch(FIXTURE.read_text(), cfg, 1)
+    arena = sim.task.arena
+    corridor = Corridor.from_cfg(cfg)
+    scale = 1.0 / sim.model.hfield("terrain").size[2]
+    for seed in range(8):
+        arena.initialize_episode(0, np.random.default_rng(seed))
+        expected = draw_heights(cfg, corridor, np.random.default_rng(seed)).astype(np.float32)
+        np.testing.assert_array_equal(arena.heights.interior[0], expected)
+        elevation = (expected + HFIELD_SINK) * (expected > 0)
+        elevation *= scale
+        np.testing.assert_array_equal(sim.models[0].hfield_data.reshape(expected.shape), elevation)
+
+
+def test_pick_is_rng_choice_at_a_fifth_of_its_cost():
+    from derl.envs.terrain import pick
+
+    values = np.arange(0.5, 3.01, 0.5)
+    one, other = np.random.default_rng(5), np.random.default_rng(5)
+    assert [pick(one, values) for _ in range(500)] == [other.choice(values) for _ in range(500)]
+    assert one.random() == other.random()  # the streams stay in step
