@@ -126,6 +126,15 @@ def test_a_buffer_that_ran_out_grows_and_solver_limits_only_count():
     assert "\n" not in line
 
 
+def test_capped_height_field_contacts_are_counted_and_grow_no_buffer():
+    """HFIELD: a geom pair met more than mjMAXCONPAIR (50) height-field prisms, a cap MuJoCo C has too;
+    doubling SIM.NCONMAX would not lift it (an MVT body on a terrain bank set it in 57 of 2,048 world-steps)."""
+    buffers = Buffers(64, 256)
+    assert grown(buffers, {"HFIELD": 57}) == buffers
+    line = describe({"HFIELD": 57}, 256, buffers)
+    assert "HFIELD 57" in line and "capped at 50" in line and "SIM.NCONMAX" not in line
+
+
 def test_a_5000_step_float32_episode_is_never_taken_for_a_reset():
     """Warp's time is float32: 20,000 additions of 5 ms leave it 0.015 s off 100 s, more than the
     half-substep tolerance of a check against the episode's summed time (which fired at step 1,494)."""

@@ -50,7 +50,7 @@ from derl.checked_config import check_warp_cuda_here, load_config
 from derl.config import PRESET_DIR, ConfigError
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.warp_log import quiet_warp
-from derl.envs.warp_overflow import SOLVER_BITS, Buffers
+from derl.envs.warp_overflow import COUNTED_BITS, Buffers
 from derl.envs.warp_overflow import describe as describe_overflow
 from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES, usable_cores
 from derl.evolution.failures import classify, describe
@@ -112,8 +112,9 @@ def sync_verdict(steps: int, error: str | None) -> Check:
 
 
 def overflow_verdict(counts: dict[str, int], steps: int, nworld: int, buffers: Buffers) -> Check:
-    """No buffer ran out (``derl.envs.warp_overflow``); solver limits are counted, not failed."""
-    ran_out = {name: count for name, count in counts.items() if count and name not in SOLVER_BITS}
+    """No buffer ran out (``derl.envs.warp_overflow``); solver limits and capped height-field contacts
+    are counted, not failed."""
+    ran_out = {name: count for name, count in counts.items() if count and name not in COUNTED_BITS}
     return Check("overflow", FAIL if ran_out else PASS, describe_overflow(counts, steps, buffers) or "",
                  {"steps": steps, "nworld": nworld, "world_steps": counts})
 

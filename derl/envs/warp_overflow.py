@@ -2,7 +2,8 @@
 
 ``mujoco_warp`` sets bits of ``Data.overflow`` (``mujoco_warp.OverflowType``, one int per world) when a
 preallocated buffer runs out (contacts: ``SIM.NCONMAX``; constraint rows: ``SIM.NJMAX``) or when the
-solver stops at its iteration limit. None of them ends an episode: the broadphase and narrowphase bits
+solver stops at its iteration limit, or when a geom pair's height-field contacts reach the cap that
+MuJoCo C shares (mjMAXCONPAIR). None of them ends an episode: the broadphase and narrowphase bits
 are set in every world at once (one overflow would end all of them), and a solver at its limit still
 returns a usable step (MuJoCo C only warns). A world whose state turns non-finite ends its own episode
 (``derl.envs.batch``). The bits are counted per type on the device, without a host read, and reported
@@ -22,8 +23,12 @@ BITS = {"NEFC": 1 << 0, "NJMAX_NNZ": 1 << 1, "BROADPHASE": 1 << 2, "NARROWPHASE"
         "ITERATIONS": 1 << 9, "LS_ITERATIONS": 1 << 10, "TACTILE": 1 << 11}
 # Which buffer a bit says ran out: SIM.NJMAX (constraint rows), SIM.NCONMAX (contacts).
 NJMAX_BITS = ("NEFC", "NJMAX_NNZ")
-NCONMAX_BITS = ("BROADPHASE", "NARROWPHASE", "CCD", "HFIELD", "EPA_HORIZON")
+NCONMAX_BITS = ("BROADPHASE", "NARROWPHASE", "CCD", "EPA_HORIZON")
 SOLVER_BITS = ("ITERATIONS", "LS_ITERATIONS")
+# A limit both simulators share, not a buffer: a geom pair's height-field contacts beyond mjMAXCONPAIR (50)
+# are dropped, by MuJoCo C silently; a larger SIM.NCONMAX would not change it.
+CAPPED_BITS = ("HFIELD",)
+COUNTED_BITS = SOLVER_BITS + CAPPED_BITS  # counted and reported; nothing grows
 GROWTH = 2  # a buffer that ran out is this many times larger at the next model build
 
 
@@ -43,9 +48,10 @@ def grown(buffers: Buffers, counts: dict[str, int]) -> Buffers:
 
 def describe(counts: dict[str, int], steps: int, buffers: Buffers) -> str | None:
     """One line on what ``counts`` (world-steps per bit name, over ``steps`` steps) say, or None if nothing."""
-    buffer = [f"{name} {counts[name]}" for name in BITS if name not in SOLVER_BITS and counts.get(name)]
+    buffer = [f"{name} {counts[name]}" for name in BITS if name not in COUNTED_BITS and counts.get(name)]
     solver = [f"{name} {counts[name]}" for name in SOLVER_BITS if counts.get(name)]
-    if not buffer and not solver:
+    capped = [f"{name} {counts[name]}" for name in CAPPED_BITS if counts.get(name)]
+    if not buffer and not solver and not capped:
         return None
     parts = []
     if buffer:
@@ -56,6 +62,9 @@ def describe(counts: dict[str, int], steps: int, buffers: Buffers) -> str | None
     if solver:
         parts.append(f"the solver stopped at its iteration limit ({', '.join(solver)} world-steps; not an "
                      "episode end)")
+    if capped:
+        parts.append(f"height-field contacts capped at 50 per geom pair ({', '.join(capped)} world-steps; "
+                     "MuJoCo C caps them alike, without a warning)")
     return f"MuJoCo Warp over {steps} steps: " + "; ".join(parts)
 
 

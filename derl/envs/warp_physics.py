@@ -83,6 +83,7 @@ class WarpPhysics:
         with wp.ScopedDevice(self.device):
             # per-world fields expanded before any capture: the graphs hold the arrays' addresses
             self.model = mjw.put_model(model, batch_sizes=dict.fromkeys(per_world, num_envs))
+            self.model.opt.warn_overflow = 0  # no printf per world and step: ``overflows`` counts by type
             self.data = mjw.put_data(model, mujoco.MjData(model), nworld=num_envs, nconmax=nconmax, njmax=njmax)
             self._mask = wp.zeros(num_envs, dtype=wp.bool)  # the worlds of a reset and a forward (persistent)
             stream = wp.Stream(self.device) if self.device.is_cuda else None  # warp's own stream
