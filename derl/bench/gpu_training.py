@@ -75,13 +75,12 @@ def run_at_once(commands: list[list[str]], timeout: float, log_dir: Path) -> Fin
     seconds in all, and kills the groups of those still running then."""
     log_dir.mkdir(parents=True, exist_ok=True)
     logs = [log_dir / f"process-{index}.log" for index in range(len(commands))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     started = time.perf_counter()
     procs = []
     for (python, *script), log in zip(commands, logs, strict=True):
         with log.open("w") as stream:
             procs.append(subprocess.Popen([python, "-m", __name__, str(os.getpid()), *script], cwd=ROOT,
-                                          stdout=stream, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+                                          stdout=stream, stderr=subprocess.STDOUT, start_new_session=True))
     codes: list[int | None] = []
     for proc in procs:
         try:
