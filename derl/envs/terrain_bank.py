@@ -94,7 +94,7 @@ class TerrainBank:
 
     def choose_on_device(self, physics, ended) -> None:
         """The envs of the mask ``ended`` (``[N]`` bool, on the device) take entries drawn uniformly from
-        the simulator's generator (``physics.integers``: every env draws, the ended ones keep theirs), in
+        the simulator's generator (``physics.integers``: every env draws, the ended ones take their draw), in
         the height maps' ``entry`` and the terrain geom's ``geom_dataid`` column of their worlds; masked
         writes, nothing read on the host. ``heights.host_entry`` keeps the host's last picks (``choose``),
         which only host draws read (tasks that draw per episode restart on the host)."""
