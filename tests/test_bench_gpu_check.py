@@ -67,6 +67,25 @@ def test_each_verdict_follows_from_its_measurements():
     assert memory_verdict(estimate + 1, 4096).verdict == FAIL
 
 
+def test_the_host_syncs_row_watches_ft_and_vt_on_a_bank_and_fails_on_either(monkeypatch):
+    from derl.bench import gpu_check
+
+    watched = {}
+    errors = {"ft": None, "vt": None}
+
+    def syncs_of(name, overrides, device, steps, nworld):
+        watched[name] = overrides
+        return errors[name]
+
+    monkeypatch.setattr(gpu_check, "_syncs_of", syncs_of)
+    assert gpu_check._host_syncs("cuda", 200, 64).verdict == PASS
+    assert watched == {"ft": {}, "vt": {"TERRAIN.BANK_SIZE": gpu_check.TERRAIN_BANK}}
+    errors["vt"] = "RuntimeError: called a synchronizing CUDA operation"
+    failed = gpu_check._host_syncs("cuda", 200, 64)
+    assert failed.verdict == FAIL and failed.note == f"vt: {errors['vt']}"
+    assert failed.measured == {"env_steps": 200, "tasks": ["ft", "vt"]}
+
+
 def test_the_table_has_a_row_per_check_and_the_report_fails_on_any_failure():
     checks = [Check("startup", PASS), Check("capture_first_step", FAIL, "Warp error: unknown stream"),
               Check("memory", NOT_RUN, "CUDA only")]

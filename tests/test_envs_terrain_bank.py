@@ -5,6 +5,7 @@ import pytest
 from scipy import stats
 
 from derl.checked_config import load_preset
+from derl.envs import batch
 from derl.envs.batch import UnimalBatch
 from derl.envs.terrain import Corridor, draw_heights
 from derl.envs.terrain_bank import GEOM, asset
@@ -136,7 +137,7 @@ def test_vt_on_warp_picks_its_entries_and_follows_mujoco_c(capsys):
             if ended[backend].any():
                 sim.restart(ended[backend] if backend == "mujoco" else torch.as_tensor(ended[backend]))
     np.testing.assert_array_equal(warp.physics.model.geom_dataid.numpy()[:, geom],
-                                  ids[warp.task.arena.heights.host_entry])
+                                  ids[warp.task.arena.heights.entry.numpy()])  # restarts pick on the device
     with capsys.disabled():
         print(f"\nVT warp (CPU) vs MuJoCo C, {num_envs} envs x {steps} steps: mean |qpos diff| at steps 10/50/"
               f"{len(diffs)}: {diffs[9]:.2e}/{diffs[min(49, len(diffs) - 1)]:.2e}/{diffs[-1]:.2e}; "
@@ -144,6 +145,57 @@ def test_vt_on_warp_picks_its_entries_and_follows_mujoco_c(capsys):
               f"{np.round(returns['warp'], 2).tolist()}")
     assert diffs[9] < 1e-3
     np.testing.assert_allclose(returns["warp"], returns["mujoco"], rtol=0.25, atol=1.0)
+
+
+def _forbid_host_reads(monkeypatch, torch) -> None:
+    """A value read back to the host (on a GPU, a wait for the device) raises: the batch's to_host and
+    the tensor methods that read values."""
+
+    def read(*_args, **_kwargs):
+        raise AssertionError("a value read back to the host")
+
+    monkeypatch.setattr(batch, "to_host", read)
+    for name in ("item", "tolist", "numpy", "cpu", "nonzero", "__bool__", "__int__", "__float__", "__array__"):
+        monkeypatch.setattr(torch.Tensor, name, read)
+
+
+@pytest.mark.slow
+def test_vt_restarts_on_warp_pick_entries_on_the_device_without_a_host_read(monkeypatch):
+    """VT with a bank on warp's CPU device: after the first episodes (reset: each env's generator), a
+    restart draws the ended worlds' entries from the simulator's generator before their reset noise,
+    keeps the others', points each world's terrain geom at its height map's entry, and reads nothing
+    back to the host; the picks are uniform over the K entries."""
+    torch = pytest.importorskip("torch")
+    wp = pytest.importorskip("warp")
+    pytest.importorskip("mujoco_warp")
+    size, num_envs, restarts = 4, 8, 120
+    sim = UnimalBatch(FIXTURE.read_text(), _vt(**{"TERRAIN.BANK_SIZE": size}), num_envs, backend="warp")
+    heights, physics = sim.task.arena.heights, sim.physics
+    ids = torch.tensor([sim.model.hfield(asset(k)).id for k in range(size)])
+    geom = sim.model.geom(GEOM).id
+    sim.seed(3)
+    sim.reset(np.arange(num_envs))
+    masks = torch.rand((restarts, num_envs), generator=torch.Generator().manual_seed(0)) < 0.5
+    records = []
+    with monkeypatch.context() as patched:
+        _forbid_host_reads(patched, torch)
+        for ended in masks:
+            before, state = heights.entry.clone(), physics._generator.get_state()
+            sim.restart(ended)
+            records.append((before, state, heights.entry.clone(),
+                            wp.to_torch(physics.model.geom_dataid)[:, geom].clone()))
+    picks = []
+    for ended, (before, state, after, dataid) in zip(masks, records, strict=True):
+        physics._generator.set_state(state)  # the restart's draws, again: the entries come first
+        drawn = physics.integers(size, (num_envs,))
+        torch.testing.assert_close(after, torch.where(ended, drawn, before), rtol=0, atol=0)
+        torch.testing.assert_close(dataid.long(), ids[after], rtol=0, atol=0)
+        picks.extend(after[ended].tolist())
+    assert len(picks) > 300
+    assert stats.chisquare(np.bincount(picks, minlength=size)).pvalue > 0.001
+    x, y = torch.full((num_envs,), 5.0), torch.zeros(num_envs)  # the clearance reads each world's entry
+    rows, cols = heights.grid_cells(x, y)
+    torch.testing.assert_close(heights.under(rows, cols), heights.interior[after, rows, cols])
 
 
 def test_obstacle_maps_hold_exactly_this_episodes_boxes():

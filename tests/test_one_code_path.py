@@ -77,6 +77,13 @@ class TorchMujoco:
     def set_models(self, models, envs=None) -> None:
         self.c.set_models(models, envs)
 
+    def set_model_rows(self, name: str, envs, values) -> None:
+        self.c.set_model_rows(name, envs, values)
+
+    def set_model_column_where(self, name: str, column: int, envs: torch.Tensor, values: torch.Tensor) -> None:
+        mask = _host(envs)
+        self.c.batch.expand(name)[mask, column] = _host(values)[mask]
+
     def problems(self) -> torch.Tensor:
         return torch.from_numpy(self.c.problems()).as_subclass(self.tensor_type)
 
@@ -88,6 +95,9 @@ class TorchMujoco:
 
     def uniform(self, shape: tuple[int, ...], scale: float) -> torch.Tensor:
         return torch.rand(shape, generator=self.generator, dtype=torch.float64).mul_(2 * scale).sub_(scale)
+
+    def integers(self, high: int, shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.randint(high, shape, generator=self.generator)
 
 
 @pytest.fixture
@@ -182,8 +192,13 @@ def test_a_restart_on_tensors_starts_the_masked_envs_only(on_torch):
     torch.testing.assert_close(sim.scene.qvel[ended], noise[ended, sim.model.nq:])
 
 
-def test_steps_and_restarts_on_tensors_never_read_a_value_back(on_torch):
-    env = on_torch(load_config(CONFIGS["ft"], {"ENV.EPISODE_LENGTH": LENGTH}), True, NoHostRead)
+# VT on a terrain bank (a short corridor: a quick build) restarts on the device too, its entries drawn there.
+VT_BANK = {"TERRAIN.BANK_SIZE": 4, "TERRAIN.SIZE": [10, 2, 1], "TERRAIN.FLAT_LENGTH_RANGE": [1, 3, 1]}
+
+
+@pytest.mark.parametrize(("name", "overrides"), [("ft", {}), ("vt", VT_BANK)], ids=["ft", "vt_bank"])
+def test_steps_and_restarts_on_tensors_never_read_a_value_back(on_torch, name, overrides):
+    env = on_torch(load_config(CONFIGS[name], {"ENV.EPISODE_LENGTH": LENGTH, **overrides}), True, NoHostRead)
     env.reset(seed=2)
     shape = (STEPS, NUM_ENVS, env.single_action_space.shape[0])
     actions = torch.rand(shape, generator=torch.Generator().manual_seed(0))

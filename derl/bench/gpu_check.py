@@ -4,7 +4,8 @@ Checks on the real device what no CPU test can show, and prints a verdict table 
 JSON, rewritten after each row): warp's CUDA, driver, conditional graphs and memory pool
 (``derl.checked_config.check_warp_cuda``); the first step captured and launched
 (``derl.envs.warp_physics``: warp's own stream, a warm-up that leaves the state as it was); zero
-host syncs in env steps with episode restarts under ``torch.cuda.set_sync_debug_mode("error")``;
+host syncs in env steps with episode restarts (FT, and VT on a terrain bank) under
+``torch.cuda.set_sync_debug_mode("error")``;
 the overflow tally over ``--steps`` steps at the largest ``--nworld``; the GPU memory the worlds took
 against the coordinator's estimate; physics steps/s against ``nworld`` for an FT body. Then
 (``LATER_ROWS``): VT and MVT stepped on the device (``not run`` with the refusal while a task cannot
@@ -61,6 +62,8 @@ PASS, FAIL, MEASURED, NOT_RUN = "pass", "fail", "measured", "not run"
 # comes last: a new morphology's cost also shows in any evolution); --skip takes these.
 # The terrain bank of the VT and MVT rows (TERRAIN.BANK_SIZE: the device needs one; docs/guides/gpus.md).
 TERRAIN_BANK = 32
+# The host_syncs row's tasks: FT (nothing drawn per episode) and VT on a bank (entries picked on the device).
+SYNC_TASKS = {"ft": {}, "vt": {"TERRAIN.BANK_SIZE": TERRAIN_BANK}}
 LATER_ROWS = ("vt_on_device", "mvt_on_device", "ppo_vs_mujoco", "workers_per_gpu", "ft_gpu_evolution",
               "learner_modes", "learner_ddp", "new_morphology_compile")
 # The sizes of the end-to-end rows, full (<= 15 minutes on a GPU in all) and --quick (about 5).
@@ -109,8 +112,10 @@ def capture_verdict(seconds: float, time_after: float, dt: float, finite: bool) 
 
 
 def sync_verdict(steps: int, error: str | None) -> Check:
-    """Zero host syncs: ``set_sync_debug_mode("error")`` raised nothing in ``steps`` env steps."""
-    return Check("host_syncs", PASS if error is None else FAIL, error or "", {"env_steps": steps})
+    """Zero host syncs: ``set_sync_debug_mode("error")`` raised nothing in ``steps`` env steps of each
+    of ``SYNC_TASKS``."""
+    return Check("host_syncs", PASS if error is None else FAIL, error or "",
+                 {"env_steps": steps, "tasks": list(SYNC_TASKS)})
 
 
 def overflow_verdict(counts: dict[str, int], steps: int, nworld: int, buffers: Buffers) -> Check:
@@ -241,13 +246,21 @@ def _capture(model, device: str, dt: float) -> Check:
 
 
 def _host_syncs(device: str, steps: int, nworld: int) -> Check:
+    """FT, then VT on a terrain bank (its restarts pick entries on the device): the first error of each."""
+    errors = {name: _syncs_of(name, overrides, device, steps, nworld) for name, overrides in SYNC_TASKS.items()}
+    return sync_verdict(steps, "; ".join(f"{name}: {error}" for name, error in errors.items() if error) or None)
+
+
+def _syncs_of(name: str, overrides: dict, device: str, steps: int, nworld: int) -> str | None:
+    """The error ``set_sync_debug_mode("error")`` raised in ``steps`` env steps of ``name`` (a
+    ``configs/evo`` preset, a seeded body, episodes of 20 steps), or None."""
     import torch
 
     from derl.envs import UnimalVectorEnv
     from derl.morphology import random_genome, to_mjcf
 
-    cfg = load_config(PRESET_DIR / "ft.yml", {"SIM.BACKEND": "warp", "ENV.EPISODE_LENGTH": 20})
-    mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), "gpu-check"), cfg)
+    cfg = load_config(PRESET_DIR / f"{name}.yml", {"SIM.BACKEND": "warp", "ENV.EPISODE_LENGTH": 20, **overrides})
+    mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), f"gpu-check-{name}"), cfg)
     env = UnimalVectorEnv(None, cfg, nworld, device=device, mjcf=mjcf)
     env.reset(seed=0)
     actions = torch.zeros((nworld, env.single_action_space.shape[0]), device=device)
@@ -263,7 +276,7 @@ def _host_syncs(device: str, steps: int, nworld: int) -> Check:
         error = describe(err)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    return sync_verdict(steps, error)
+    return error
 
 
 def _tally_and_memory(model, device: str, nworld: int, steps: int, buffers: Buffers) -> list[Check]:

@@ -148,13 +148,12 @@ class UnimalBatch:
         self._time_before = scene.zeros(num_envs, dtype=self._time.dtype)
         self._problems = xp.asarray(physics.problems(), copy=True)
         # Where a restart draws its episodes: on the host each env from its own generator (DERL's); on a
-        # device, where the task draws nothing per episode, the reset noise of every env at once from the
-        # simulator's generator, so that a step never waits. A task that draws its episodes (props,
-        # goals, obstacles, a terrain of the bank) restarts on the host on every backend: its ended mask
-        # comes to the host (one sync per step on a device), its draws are MuJoCo C's, their results go
-        # to the device.
-        self._restart_on_host = (array_api_compat.is_numpy_namespace(xp) or self._per_episode_hooks
-                                 or not self.static or task.arena.bank is not None)
+        # device, where the task draws nothing per episode but a terrain of the bank, every env's bank
+        # entry and reset noise at once from the simulator's generator, so that a step never waits. A task
+        # that draws its episodes (props, goals, obstacles, a redrawn terrain) restarts on the host on
+        # every backend: its ended mask comes to the host (one sync per step on a device), its draws are
+        # MuJoCo C's, their results go to the device.
+        self._restart_on_host = array_api_compat.is_numpy_namespace(xp) or self._per_episode_hooks or not self.static
 
     def _init_agent(self, cfg, start_height: float, bound: dict[str, np.ndarray]) -> None:
         model = self.model
@@ -209,7 +208,7 @@ class UnimalBatch:
         stored in the state's); the other envs are left as they are."""
         scene, task, physics, xp = self.scene, self.task, self.physics, self.scene.xp
         physics.reset(ended)
-        noise = self._draw_on_device() if envs is None else self._draw_per_env(envs)
+        noise = self._draw_on_device(ended) if envs is None else self._draw_per_env(envs)
         qpos, qvel, rows = scene.qpos, scene.qvel, xp.reshape(ended, (-1, 1))
         split = _length(self._agent_qpos)
         agent = qpos[:, self._agent_qpos]
@@ -242,8 +241,11 @@ class UnimalBatch:
         self.task.arena.set_model_rows(self.physics, envs)
         return self.scene.asarray(noise, dtype=self.scene.xp.float64)
 
-    def _draw_on_device(self):
-        """Every env's reset noise from the simulator's generator, on its device (the ended rows are used)."""
+    def _draw_on_device(self, ended):
+        """The episodes of the mask ``ended`` from the simulator's generator, on its device: a bank entry
+        (``TerrainBank.choose_on_device``), then every env's reset noise (the ended rows are used)."""
+        if self.arena.bank is not None:
+            self.arena.bank.choose_on_device(self.physics, ended)
         return self.physics.uniform((self.num_envs, _length(self._agent_qpos) + _length(self._agent_dofs)), self._noise)
 
     # ------------------------------------------------------------------ step

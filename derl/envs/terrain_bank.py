@@ -15,7 +15,10 @@ Each entry is drawn by the arena's own drawing code (``derl.envs.terrain.draw_he
 ``BowlShape.draw``) from a generator seeded by ``RNG_SEED``, and an episode picks an entry uniformly
 with its env's generator (one draw, before the reset noise), so that the terrain of one episode has
 DERL's distribution; what differs is that a training sees K terrains, not a new one per episode
-(docs/design/differences.md).
+(docs/design/differences.md). On a device (``SIM.BACKEND warp``), the episodes after the first
+(``UnimalBatch.restart``) pick theirs from the simulator's generator instead, as their reset noise:
+``choose_on_device`` writes the ended worlds' entries and ``geom_dataid`` rows with masked writes, so
+that a restart never waits for the device.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import mujoco
 import numpy as np
 from lxml import etree
 
+from derl.arrays import namespace
 from derl.envs.mjcf import child, sub
 from derl.envs.scene import HeightMap
 
@@ -81,10 +85,24 @@ class TerrainBank:
         self._geom = model.geom(GEOM).id
         self._ids = tuple(model.hfield(asset(k)).id for k in range(self.size))
         self._dataid = tuple(model.geom_dataid.tolist())
+        if self._ids != tuple(range(self._ids[0], self._ids[0] + self.size)):  # build declares them together
+            raise ValueError(f"terrain bank: the height fields {asset(0)}..{asset(self.size - 1)} are not consecutive")
 
     def choose(self, env: int, rng: np.random.Generator) -> None:
         """Env ``env``'s episode takes an entry drawn uniformly from its generator."""
         self.heights.set_entry(env, int(rng.integers(self.size)))
+
+    def choose_on_device(self, physics, ended) -> None:
+        """The envs of the mask ``ended`` (``[N]`` bool, on the device) take entries drawn uniformly from
+        the simulator's generator (``physics.integers``: every env draws, the ended ones take their draw), in
+        the height maps' ``entry`` and the terrain geom's ``geom_dataid`` column of their worlds; masked
+        writes, nothing read on the host. ``heights.host_entry`` keeps the host's last picks (``choose``),
+        which only host draws read (tasks that draw per episode restart on the host)."""
+        entry = self.heights.entry
+        picks = physics.integers(self.size, entry.shape)
+        entry[:] = namespace(entry).where(ended, picks, entry)
+        # the assets' ids are consecutive (fill_model): an entry's id without a table on the device
+        physics.set_model_column_where("geom_dataid", self._geom, ended, entry + self._ids[0])
 
     def set_model_rows(self, physics, envs: np.ndarray) -> None:
         """Points the terrain geom of the simulations ``envs`` (host indices) at their entries."""

@@ -121,6 +121,11 @@ class WarpPhysics:
         draws = torch.rand(shape, generator=self._generator, device=self.torch_device)
         return draws.mul_(2 * scale).sub_(scale)
 
+    def integers(self, high: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """Draws uniform in ``[0, high)`` on the device, int64, from the generator of ``uniform`` (a
+        terrain bank's entries of episodes started on the device)."""
+        return torch.randint(high, shape, generator=self._generator, device=self.torch_device)
+
     def _launch(self, key: str, body: Callable[[], None]) -> None:
         """``body`` on warp's device, after torch's writes and before torch's next reads."""
         if not self.device.is_cuda:
@@ -173,6 +178,14 @@ class WarpPhysics:
         rows[envs] = values.reshape(len(envs), *rows.shape[1:]).to(rows.dtype)
         if name == "geom_pos" and len(self._static_geoms):
             self._place_static_geoms(envs, rows)
+
+    def set_model_column_where(self, name: str, column: int, envs: torch.Tensor, values: torch.Tensor) -> None:
+        """Writes ``values[i]`` into column ``column`` of world i's row of the per-world model field ``name``
+        where the mask ``envs`` (``[nworld]`` bool, on the device) is set: a masked write, the mask never
+        read on the host (a restart on the device: ``derl.envs.terrain_bank``)."""
+        self.expand_model_rows((name,))  # as set_model_rows: a no-op for a field named in per_world
+        rows = wp.to_torch(getattr(self.model, name))
+        rows[:, column] = torch.where(envs, values.to(rows.dtype), rows[:, column])
 
     def expand_model_rows(self, names: tuple[str, ...]) -> None:
         """Holds the model fields ``names`` per world from now on (``[nworld, ...]``, each world a copy of
