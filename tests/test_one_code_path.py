@@ -11,6 +11,7 @@ and restarts never read a value back.
 
 import warnings
 
+import array_api_compat.torch._aliases
 import numpy as np
 import pytest
 import torch
@@ -192,18 +193,29 @@ def test_a_restart_on_tensors_starts_the_masked_envs_only(on_torch):
     torch.testing.assert_close(sim.scene.qvel[ended], noise[ended, sim.model.nq:])
 
 
+def _no_scalar_copy(x, other):
+    """array_api_compat's ``_scalar_to_tensor``, refusing the copy it makes of a Python number."""
+    if isinstance(x, bool | int | float | complex):
+        raise AssertionError("a Python scalar copied to the device (a host sync on CUDA)")
+    return x
+
+
 # VT on a terrain bank (a short corridor: a quick build) restarts on the device too, its entries drawn there.
 VT_BANK = {"TERRAIN.BANK_SIZE": 4, "TERRAIN.SIZE": [10, 2, 1], "TERRAIN.FLAT_LENGTH_RANGE": [1, 3, 1]}
 
 
 @pytest.mark.parametrize(("name", "overrides"), [("ft", {}), ("vt", VT_BANK)], ids=["ft", "vt_bank"])
-def test_steps_and_restarts_on_tensors_never_read_a_value_back(on_torch, name, overrides):
+def test_steps_and_restarts_on_tensors_never_read_a_value_back(on_torch, monkeypatch, name, overrides):
+    """Nor copy a Python number to the device: array_api_compat's functions of a tensor and a Python
+    scalar (``maximum(rows, 0.0)``) make a tensor of the scalar first, a host-to-device copy that CUDA
+    counts as a sync (an H200's ``set_sync_debug_mode("error")`` caught VT's clearance doing it)."""
     env = on_torch(load_config(CONFIGS[name], {"ENV.EPISODE_LENGTH": LENGTH, **overrides}), True, NoHostRead)
     env.reset(seed=2)
     shape = (STEPS, NUM_ENVS, env.single_action_space.shape[0])
     actions = torch.rand(shape, generator=torch.Generator().manual_seed(0))
     steps = []
     NoHostRead.forbidden = True
+    monkeypatch.setattr(array_api_compat.torch._aliases, "_scalar_to_tensor", _no_scalar_copy)
     try:
         for action in actions * 2 - 1:
             steps.append(env.step(action))
