@@ -113,9 +113,10 @@ def _declared() -> dict[str, Any]:
             "NUM_STEPS": Key(8, "stairs of a `steps` stretch (up, then down)"),
             "RUGGED_SQUARE_CLIP_RANGE": Key([0.2, 0.3, 0.1], "heights (m) at which `rugged_square` rubble is clipped"),
             "BOWL_MAX_Z": Key(3.0, "height (m) of the escape_bowl task's bumps before clipping"),
-            "BANK_SIZE": Key(0, "0: a new terrain per episode, as DERL (SIM.BACKEND mujoco only); K > 0: K "
-                                "terrains drawn at build (from RNG_SEED) that the episodes of the corridor "
-                                "(VT, MVT) and escape_bowl's bowl pick from (needed on SIM.BACKEND warp)"),
+            "BANK_SIZE": Key(0, "K > 0: K terrains drawn at build (from RNG_SEED) that the episodes of the "
+                                "corridor (VT, MVT) and escape_bowl's bowl pick from; 0: a new terrain per "
+                                "episode, as DERL, on SIM.BACKEND mujoco, and a bank of 32 on warp (one model "
+                                "for every world)"),
             "PATROL_HALF_LEN": Key(3.0, "patrol: the goals sit at (+L, 0) and (-L, 0)"),
             "INCLINE_ANGLE": Key(0, "incline: the plane's tilt in degrees (-10: rising along +x)"),
         },

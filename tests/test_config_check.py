@@ -332,16 +332,19 @@ def test_the_inert_key_scan_finds_a_key_nothing_reads(tmp_path):
     assert inert_keys(leaves + added, [*_reader_sources(), reader]) == added[2:]
 
 
-def test_the_warp_backend_refuses_a_task_that_redraws_its_terrain_and_takes_props_goals_and_a_bank():
-    """VT redraws its height field each episode (TERRAIN.BANK_SIZE 0, DERL's default), which MuJoCo Warp
-    shares between worlds; props, goals and obstacle boxes it holds per world, and a terrain bank's
-    entries through a per-world geom_dataid (tests/test_envs_terrain_bank.py)."""
-    for name in ("evo/ft", "eval/obstacle", "eval/point_nav", "eval/patrol", "eval/manipulation_ball"):
-        assert load_config(ROOT / "configs" / f"{name}.yml", ["SIM.BACKEND", "warp"]).SIM.BACKEND == "warp"
-    for name in ("evo/vt", "evo/mvt", "eval/escape_bowl"):
-        with pytest.raises(ConfigError) as caught:
-            load_config(ROOT / "configs" / f"{name}.yml", ["SIM.BACKEND", "warp"])
-        assert "redraws its terrain each episode (hfield_data)" in str(caught.value), name
-        assert "TERRAIN.BANK_SIZE" in str(caught.value) and caught.value.key == "SIM.BACKEND"
-        banked = load_config(ROOT / "configs" / f"{name}.yml", ["SIM.BACKEND", "warp", "TERRAIN.BANK_SIZE", "8"])
-        assert banked.TERRAIN.BANK_SIZE == 8
+def test_the_warp_backend_takes_every_task_drawn_terrain_from_a_bank():
+    """MuJoCo Warp shares a height field between worlds: VT, MVT and escape_bowl run there on a terrain
+    bank (TERRAIN.BANK_SIZE 0, DERL's terrain per episode on MuJoCo C, means WARP_BANK_SIZE there);
+    props, goals and obstacle boxes it holds per world."""
+    from derl.envs.tasks import make_task
+    from derl.envs.terrain_bank import WARP_BANK_SIZE
+
+    evaluation = sorted(f"eval/{path.stem}" for path in (ROOT / "configs" / "eval").glob("*.yml"))
+    assert len(evaluation) == 8
+    for name in ("evo/ft", "evo/vt", "evo/mvt", *evaluation):
+        assert load_config(ROOT / "configs" / f"{name}.yml", ["SIM.BACKEND", "warp"]).SIM.BACKEND == "warp", name
+    for name, size in (("evo/vt", WARP_BANK_SIZE), ("evo/mvt", WARP_BANK_SIZE), ("eval/escape_bowl", 8)):
+        cfg = load_config(ROOT / "configs" / f"{name}.yml", ["SIM.BACKEND", "warp", "TERRAIN.BANK_SIZE",
+                                                            "8" if size == 8 else "0"])
+        assert len(make_task(cfg, 1).arena.heights.interior) == size, name
+        assert make_task(load_config(ROOT / "configs" / f"{name}.yml"), 1).arena.bank is None  # MuJoCo C: DERL's

@@ -60,10 +60,8 @@ from derl.fileio import read_json
 PASS, FAIL, MEASURED, NOT_RUN = "pass", "fail", "measured", "not run"
 # The rows after ft_physics_rate, in the order they run (what a check stopped at its limit misses first
 # comes last: a new morphology's cost also shows in any evolution); --skip takes these.
-# The terrain bank of the VT and MVT rows (TERRAIN.BANK_SIZE: the device needs one; docs/guides/gpus.md).
-TERRAIN_BANK = 32
 # The host_syncs row's tasks: FT (nothing drawn per episode) and VT on a bank (entries picked on the device).
-SYNC_TASKS = {"ft": {}, "vt": {"TERRAIN.BANK_SIZE": TERRAIN_BANK}}
+SYNC_TASKS = {"ft": {}, "vt": {}}  # VT on warp: a terrain bank (derl.envs.terrain_bank.WARP_BANK_SIZE)
 LATER_ROWS = ("vt_on_device", "mvt_on_device", "ppo_vs_mujoco", "workers_per_gpu", "ft_gpu_evolution",
               "learner_modes", "learner_ddp", "new_morphology_compile")
 # The sizes of the end-to-end rows, full (<= 15 minutes on a GPU in all) and --quick (about 5).
@@ -318,15 +316,15 @@ def _rates(model, device: str, nworlds: list[int], steps: int) -> Check:
 
 
 def _on_device(name: str, device: str, nworld: int, steps: int) -> Check:
-    """``name``'s env (``configs/evo/<name>.yml`` with a terrain bank of ``TERRAIN_BANK``, a seeded body) on
-    the warp backend: ``steps`` random steps."""
+    """``name``'s env (``configs/evo/<name>.yml``, a seeded body; VT and MVT on warp's terrain bank) on the
+    warp backend: ``steps`` random steps."""
     import torch
 
     from derl.envs import UnimalVectorEnv
     from derl.morphology import random_genome, to_mjcf
 
     try:  # the config check and UnimalBatch refuse a task the backend cannot run on the device
-        cfg = load_config(PRESET_DIR / f"{name}.yml", {"SIM.BACKEND": "warp", "TERRAIN.BANK_SIZE": TERRAIN_BANK})
+        cfg = load_config(PRESET_DIR / f"{name}.yml", {"SIM.BACKEND": "warp"})
         mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), f"gpu-check-{name}"), cfg)
         env = UnimalVectorEnv(None, cfg, nworld, device=device, mjcf=mjcf)
     except (ConfigError, ValueError) as err:

@@ -38,9 +38,16 @@ GEOM = "terrain"
 BANK_STREAM = 0x7E44A1
 
 
+# The bank of SIM.BACKEND warp when TERRAIN.BANK_SIZE is 0: one model serves every world there, so a
+# terrain cannot be redrawn per episode (DERL's way, MuJoCo C's default).
+WARP_BANK_SIZE = 32
+
+
 def bank_size(cfg) -> int:
-    """``TERRAIN.BANK_SIZE``: the bank's K, or 0 for a terrain drawn per episode (DERL's way)."""
-    return int(cfg.TERRAIN.BANK_SIZE)
+    """``TERRAIN.BANK_SIZE``: the bank's K, or 0 for a terrain drawn per episode (DERL's way), which
+    ``SIM.BACKEND warp`` cannot do: there 0 means ``WARP_BANK_SIZE``."""
+    size = int(cfg.TERRAIN.BANK_SIZE)
+    return WARP_BANK_SIZE if size == 0 and cfg.SIM.BACKEND == "warp" else size
 
 
 def asset(k: int) -> str:
