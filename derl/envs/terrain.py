@@ -30,12 +30,6 @@ def value_range(spec: Sequence[float]) -> np.ndarray:
     return np.arange(start, stop + step / 2, step, dtype=float)
 
 
-def pick(rng: np.random.Generator, values: np.ndarray) -> float:
-    """``rng.choice(values)``: the same draw from the same stream (``integers(len(values))``), at a fifth
-    of its cost (6 us a call: an episode of the obstacle task draws 100 of them)."""
-    return values[rng.integers(len(values))]
-
-
 @dataclass(frozen=True)
 class Corridor:
     """Where the terrain lies and how finely it is sampled."""
