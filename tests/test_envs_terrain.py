@@ -137,3 +137,15 @@ def test_no_height_field_when_no_obstacle_can_fit():
     assert not obstacles_fit(ft_like)
     assert obstacles_fit(vt_cfg())
     assert not obstacles_fit(vt_cfg(**{"TERRAIN.TYPES": []}))
+
+
+@pytest.mark.parametrize("kind", ["curve_slope", "steps", "rugged_square"])
+def test_an_obstacle_is_a_few_row_profiles_spread_over_the_rows(kind):
+    """A reset computes the height-field data of each profile once (one for a hump or stairs, one per
+    band of rubble), not of every vertex; the heights are the profiles spread over the rows."""
+    from derl.envs.terrain import OBSTACLES
+
+    block = OBSTACLES[kind].build(vt_cfg(), np.random.default_rng(4), 401, 81)
+    assert block.heights().shape == (401, 81) and block.columns == 81
+    assert len(block.profiles) == (1 if kind != "rugged_square" else 401 // 10 + 1)
+    np.testing.assert_array_equal(block.heights()[7], block.profiles[block.row_of[7]])

@@ -223,18 +223,27 @@ class CorridorArena(Arena):
             return
         if not self._hfields:
             return
-        # Only what changes: the last episode's obstacle columns flattened, this episode's drawn.
+        # Only what changes: this episode's obstacle columns drawn, the last episode's others flattened.
         elevation = self._hfields[env]
+        blocks = list(obstacle_blocks(self._cfg, self.extent, rng))
+        stale = np.zeros(self.extent.shape[1] + 1, dtype=bool)  # one more: every run of stale columns ends
+        for first, end in self._spans[env]:
+            stale[first:end] = True
+        spans = self._spans[env] = [(first, first + block.columns) for first, block in blocks]
+        for first, end in spans:
+            stale[first:end] = False
+        edges = np.flatnonzero(np.diff(stale, prepend=False))
         with self.heights.editing(env) as interior:
-            for first, end in self._spans[env]:
+            for first, end in edges.reshape(-1, 2).tolist():
                 interior[:, first:end] = 0.0
                 elevation[:, first:end] = 0.0
-            spans = self._spans[env] = []
-            for first, block in obstacle_blocks(self._cfg, self.extent, rng):
-                end = first + block.shape[1]
-                interior[:, first:end] = block
-                self._elevation(interior[:, first:end], out=elevation[:, first:end])
-                spans.append((first, end))
+            for (first, end), (_, block) in zip(spans, blocks, strict=True):
+                profiles = block.profiles.astype(np.float32)  # what the map holds
+                data = self._elevation(profiles)  # each profile's height-field data, once
+                if len(profiles) == 1:
+                    interior[:, first:end], elevation[:, first:end] = profiles[0], data[0]
+                else:
+                    interior[:, first:end], elevation[:, first:end] = profiles[block.row_of], data[block.row_of]
 
 
 def spline_zoom_matrix(size: int, zoomed: int) -> np.ndarray:
