@@ -228,6 +228,26 @@ def test_obstacle_boxes_are_the_draws_of_rng_choice_and_ten_tries_per_box():
     assert left_out > 0
 
 
+def test_raw_integers_are_rng_integers_and_leave_the_stream_where_they_would():
+    """Ranges of one (no draw), small, large with frequent rejections (3 * 2**30: a quarter of the
+    outputs are rejected), 2**32, over more than one block; the generator continues as after the calls."""
+    from derl.envs.placement import RawIntegers
+
+    spans = [1, 2, 6, 585, 1300, 2**31 + 1, 3 * 2**30, 2**32 - 1, 2**32]
+    for seed in range(6):
+        choose = np.random.default_rng(100 + seed)
+        ranges = [(int(low), int(low) + spans[i]) for low, i in
+                  zip(choose.integers(0, 50, 1500), choose.integers(0, len(spans), 1500), strict=True)]
+        for count in (0, 3, 200, 1500):
+            new, old = np.random.default_rng(seed), np.random.default_rng(seed)
+            draws = RawIntegers(new)
+            assert [draws.integers(*r) for r in ranges[:count]] == [int(old.integers(*r)) for r in ranges[:count]]
+            draws.close()
+            assert new.random() == old.random() and new.integers(7) == old.integers(7)
+    with pytest.raises(ValueError, match="ranges of 1 to 2"):
+        RawIntegers(np.random.default_rng(0)).integers(3, 3)
+
+
 def test_obstacle_episode_writes_the_boxes_into_the_model_and_only_them_into_the_map():
     from derl.envs.props import HIDDEN_Z
 
