@@ -118,12 +118,15 @@ def steps(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
 def rugged_square(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """Bands of 10-19 rows, each a 0..2 triangle wave along x with f/2 periods, clipped at its own c."""
     bands = rows // 10 + 1  # enough bands of >= 10 rows to cover all rows
+    periods, clip_values = np.array([10, 15]), value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE)
     widths = rng.integers(10, 20, size=bands)
-    half_periods = rng.choice([10, 15], size=bands)
-    clips = rng.choice(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE), size=bands)
-    phase = (np.linspace(0.0, 1.0, cols) * half_periods[:, None] / 2) % 1.0
-    profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clips[:, None])
-    return Block(profiles, np.repeat(np.arange(bands), widths)[:rows])
+    half_periods = rng.choice(periods, size=bands)
+    clips = rng.choice(clip_values, size=bands)
+    # One profile per (half-period, clip) pair, not per band: the bands repeat a few of them.
+    phase = (np.linspace(0.0, 1.0, cols) * np.repeat(periods, len(clip_values))[:, None] / 2) % 1.0
+    profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), np.tile(clip_values, len(periods))[:, None])
+    pair = np.searchsorted(periods, half_periods) * len(clip_values) + np.searchsorted(clip_values, clips)
+    return Block(profiles, np.repeat(pair, widths)[:rows])
 
 
 @dataclass(frozen=True)
