@@ -31,6 +31,18 @@ def test_bench_reports_ratio_and_reset_cost_per_env():
     json.dumps(result)
 
 
+def test_bench_sets_the_terrain_bank_and_the_blas_pools_of_a_training(monkeypatch):
+    limits = []
+    monkeypatch.setattr(bench, "limit_threads", limits.append)
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--envs", "escape_bowl", "--morphologies", "1", "--steps", "5", "--num-envs", "2",
+                              "--resets", "1", "--bank-size", "3"])
+    result = bench.run(args)
+    assert result["bank_size"] == 3 and result["escape_bowl"]["median_reset_ms"] < 1.0  # a pick, not a draw
+    assert limits == [1]  # TORCH_THREADS
+
+
 def test_bench_script_rejects_an_unknown_env():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "env", "--envs", "ocean"],
                           capture_output=True, text=True, cwd=ROOT)

@@ -137,3 +137,33 @@ def test_no_height_field_when_no_obstacle_can_fit():
     assert not obstacles_fit(ft_like)
     assert obstacles_fit(vt_cfg())
     assert not obstacles_fit(vt_cfg(**{"TERRAIN.TYPES": []}))
+
+
+@pytest.mark.parametrize("kind", ["curve_slope", "steps", "rugged_square"])
+def test_an_obstacle_is_a_few_row_profiles_spread_over_the_rows(kind):
+    """A reset computes the height-field data of each profile once (one for a hump or stairs, one per
+    half-period and clip of rubble), not of every vertex; the heights are the profiles spread over the rows."""
+    from derl.envs.terrain import OBSTACLES
+
+    block = OBSTACLES[kind].build(vt_cfg(**{"TERRAIN.RUGGED_SQUARE_CLIP_RANGE": [0.2, 0.3, 0.1]}),
+                                  np.random.default_rng(4), 401, 81)
+    assert block.heights().shape == (401, 81) and block.columns == 81
+    assert len(block.profiles) == (1 if kind != "rugged_square" else 2 * 2)  # half-periods 10, 15 x clips 0.2, 0.3
+    np.testing.assert_array_equal(block.heights()[7], block.profiles[block.row_of[7]])
+
+
+def test_rugged_square_is_its_per_band_formula_bitwise():
+    """The rubble's few distinct profiles give the heights that one profile per band gave (same draws)."""
+    from derl.envs.terrain import rugged_square
+
+    cfg = vt_cfg(**{"TERRAIN.RUGGED_SQUARE_CLIP_RANGE": [0.1, 0.4, 0.1]})
+    for seed in range(20):
+        new, old = np.random.default_rng(seed), np.random.default_rng(seed)
+        heights = rugged_square(cfg, new, 401, 40 + seed).heights()
+        bands = 401 // 10 + 1
+        widths, half_periods = old.integers(10, 20, size=bands), old.choice([10, 15], size=bands)
+        clips = old.choice(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE), size=bands)
+        phase = (np.linspace(0.0, 1.0, 40 + seed) * half_periods[:, None] / 2) % 1.0
+        profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clips[:, None])
+        np.testing.assert_array_equal(heights, np.repeat(profiles, widths, axis=0)[:401])
+        assert new.random() == old.random()

@@ -41,6 +41,7 @@ from derl.envs.physics import MujocoPhysics
 from derl.envs.world import build_xml
 from derl.morphology import random_genome, to_mjcf
 from derl.progress import progress_bar
+from derl.threads import limit_threads
 
 EVAL_DIR = PRESET_DIR.parent / "eval"
 _SIGNATURE = mujoco.mjtState.mjSTATE_INTEGRATION  # a state that mj_step continues from exactly
@@ -65,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", help="comma-separated morphology seeds instead of --seed and --morphologies")
     parser.add_argument("--xml", help="comma-separated unimal MJCF files instead of sampled morphologies (e.g. "
                                       "tools/morphology.py sample output); the actions' seeds count from --seed")
+    parser.add_argument("--bank-size", type=int, default=0,
+                        help="TERRAIN.BANK_SIZE: 0 (the default) draws a new terrain per episode, as DERL; K > 0 "
+                             "picks VT's, MVT's and escape_bowl's terrain from K drawn at build")
     parser.add_argument("--single", action="store_true",
                         help="the single Gymnasium env (gym.make) against mj_step alone, instead of the batch")
 
@@ -218,7 +222,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.num_envs < 1 or args.threads < 1 or args.steps < 1:
         raise SystemExit("error: --num-envs, --threads and --steps must be >= 1")
     seeds = _seeds(args)
-    overrides = {"VECENV.THREADS": args.threads}
+    overrides = {"VECENV.THREADS": args.threads, "TERRAIN.BANK_SIZE": args.bank_size}
     try:
         configs = {name: load_config(known[name], overrides) for name in names}
     except ConfigError as err:
@@ -227,7 +231,7 @@ def run(args: argparse.Namespace) -> dict:
     missing = [path for path in xmls if not path.is_file()]
     if missing:
         raise SystemExit(f"error: --xml: unimal MJCF {missing[0]} not found")
-    result: dict = {"steps": args.steps, "frame_skip": FRAME_SKIP, "single": args.single,
+    result: dict = {"steps": args.steps, "frame_skip": FRAME_SKIP, "single": args.single, "bank_size": args.bank_size,
                     **({"xml": [str(path) for path in xmls]} if xmls else {"seeds": seeds})}
     if not args.single:
         result.update(num_envs=args.num_envs, threads=args.threads)
@@ -236,6 +240,7 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as folder, progress_bar(len(names) * bodies, "bench env", unit="body") as bar:
         for name in names:
             cfg = configs[name]
+            limit_threads(cfg.TORCH_THREADS)  # BLAS pools as a training has them (the bowl's product uses one)
             rows = []
             for k in range(bodies):
                 if xmls:

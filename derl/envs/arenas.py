@@ -16,6 +16,7 @@ recompiled) and says how high each head is above the ground under it. Tasks choo
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import mujoco
 import numpy as np
@@ -44,6 +45,7 @@ HFIELD_SINK = 0.05
 BOWL_BUMP_SCALE = 2.0
 BOWL_SMOOTHNESS = 0.15
 BOWL_MIN_RADIUS = 0.04
+BOWL_BAND_ROWS = 50  # rows of the bowl drawn at once (BowlShape)
 
 
 def height_map(extent: Corridor, cfg, observe_hfield: bool, num_envs: int, maps: int | None = None) -> HeightMap:
@@ -221,18 +223,27 @@ class CorridorArena(Arena):
             return
         if not self._hfields:
             return
-        # Only what changes: the last episode's obstacle columns flattened, this episode's drawn.
+        # Only what changes: this episode's obstacle columns drawn, the last episode's others flattened.
         elevation = self._hfields[env]
+        blocks = list(obstacle_blocks(self._cfg, self.extent, rng))
+        stale = np.zeros(self.extent.shape[1] + 1, dtype=bool)  # one more: every run of stale columns ends
+        for first, end in self._spans[env]:
+            stale[first:end] = True
+        spans = self._spans[env] = [(first, first + block.columns) for first, block in blocks]
+        for first, end in spans:
+            stale[first:end] = False
+        edges = np.flatnonzero(np.diff(stale, prepend=False))
         with self.heights.editing(env) as interior:
-            for first, end in self._spans[env]:
+            for first, end in edges.reshape(-1, 2).tolist():
                 interior[:, first:end] = 0.0
                 elevation[:, first:end] = 0.0
-            spans = self._spans[env] = []
-            for first, block in obstacle_blocks(self._cfg, self.extent, rng):
-                end = first + block.shape[1]
-                interior[:, first:end] = block
-                self._elevation(interior[:, first:end], out=elevation[:, first:end])
-                spans.append((first, end))
+            for (first, end), (_, block) in zip(spans, blocks, strict=True):
+                profiles = block.profiles.astype(np.float32)  # what the map holds
+                data = self._elevation(profiles)  # each profile's height-field data, once
+                if len(profiles) == 1:
+                    interior[:, first:end], elevation[:, first:end] = profiles[0], data[0]
+                else:
+                    interior[:, first:end], elevation[:, first:end] = profiles[block.row_of], data[block.row_of]
 
 
 def spline_zoom_matrix(size: int, zoomed: int) -> np.ndarray:
@@ -250,7 +261,9 @@ class BowlShape:
     rho is the distance from the centre over ``side``, clipped to [0.04, 1] (the rise peaks at half
     the radius and falls back to 0 at the edge); the bumps are U(0.15, 1) on a 2 m grid, smoothed by
     cubic spline zoom (clipped to [0, 1] so the map stays within the height field's scale). The rise
-    and the zoom are the same every episode and computed once.
+    and the zoom are the same every episode and computed once. Outside the circle the rise is 0 and
+    so is every map: a draw computes bands of ``BOWL_BAND_ROWS`` rows over the columns where the rise is
+    not 0 (a fifth less of the zoom's product, the bowl's main cost), into one buffer.
     """
 
     def __init__(self, side: float, divs: int, max_z: float):
@@ -260,13 +273,37 @@ class BowlShape:
         self._rise = 0.5 - np.cos(2 * np.pi * rho) / 2
         self._bump_cells = int(2 * side / BOWL_BUMP_SCALE)
         self._zoom = spline_zoom_matrix(self._bump_cells, n)
+        self._zoom_t = np.ascontiguousarray(self._zoom.T)
         self._max_z = max_z
+        self.shape = (n, n)
+        self._bands = []  # (first row, end row, first column, end column) of each band's rising part
+        for r0 in range(0, n, BOWL_BAND_ROWS):
+            r1 = min(r0 + BOWL_BAND_ROWS, n)
+            cols = np.flatnonzero((self._rise[r0:r1] > 0).any(axis=0))
+            if len(cols):
+                self._bands.append((r0, r1, int(cols[0]), int(cols[-1]) + 1))
+        self._buffer = np.empty(BOWL_BAND_ROWS * n)
+
+    def blocks(self, rng: np.random.Generator) -> Iterator[tuple[tuple[int, int, int, int], np.ndarray]]:
+        """One episode's map where it is not 0: ((first row, end row, first column, end column), its
+        heights in metres) per band; a block is valid until the next one is yielded (one buffer)."""
+        bumps = rng.uniform(BOWL_SMOOTHNESS, 1.0, (self._bump_cells, self._bump_cells))
+        rows = self._zoom @ bumps
+        for band in self._bands:
+            r0, r1, c0, c1 = band
+            block = self._buffer[:(r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0)
+            np.matmul(rows[r0:r1], self._zoom_t[:, c0:c1], out=block)
+            np.clip(block, 0.0, 1.0, out=block)
+            block *= self._rise[r0:r1, c0:c1]
+            block *= self._max_z
+            yield band, block
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         """One episode's height map, ``(n, n)`` metres."""
-        bumps = rng.uniform(BOWL_SMOOTHNESS, 1.0, (self._bump_cells, self._bump_cells))
-        smooth = np.clip(self._zoom @ bumps @ self._zoom.T, 0.0, 1.0)
-        return smooth * self._rise * self._max_z
+        heights = np.zeros(self.shape)
+        for (r0, r1, c0, c1), block in self.blocks(rng):
+            heights[r0:r1, c0:c1] = block
+        return heights
 
 
 class BowlArena(Arena):
@@ -308,7 +345,9 @@ class BowlArena(Arena):
         if self.bank is not None:
             self.bank.choose(env, rng)
             return
-        heights = self._shape.draw(rng)
+        # Only where the rise is not 0: the corners stay 0 in the map and the height field.
+        hfield = self._hfields[env]
         with self.heights.editing(env) as interior:
-            interior[:] = heights
-        self._hfields[env][:] = heights / self._max_z
+            for (r0, r1, c0, c1), block in self._shape.blocks(rng):
+                interior[r0:r1, c0:c1] = block
+                np.divide(block, self._max_z, out=hfield[r0:r1, c0:c1], casting="same_kind")

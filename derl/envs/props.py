@@ -146,6 +146,17 @@ class StaticBoxes:
         model.geom_rbound[geom] = float(np.linalg.norm(half_sizes))
         model.geom_aabb[geom] = (0, 0, 0, *half_sizes)
 
-    def hide(self, env: int, k: int) -> None:
-        """Env ``env``'s box ``k`` out of the way, far below the ground."""
-        self.set(env, k, (0.0, 0.0, HIDDEN_Z), (0.1, 0.1, 0.1))
+    def set_all(self, env: int, centres: np.ndarray, half_sizes: np.ndarray) -> None:
+        """Env ``env``'s boxes at once, ``[count, 3]`` each (one write per field: an episode's 50 boxes
+        cost what one costs); a box left where ``hidden`` puts it waits far below the ground."""
+        model, geoms = self._models[env], self.geoms
+        model.geom_pos[geoms] = centres
+        model.geom_size[geoms] = half_sizes
+        model.geom_rbound[geoms] = np.linalg.norm(half_sizes, axis=1)
+        model.geom_aabb[geoms, 3:] = half_sizes
+        model.geom_aabb[geoms, :3] = 0.0
+
+    def hidden(self) -> tuple[np.ndarray, np.ndarray]:
+        """(centres, half-sizes) ``[count, 3]`` of every box out of the way, far below the ground (for
+        ``set_all``, once filled with the boxes placed)."""
+        return np.tile((0.0, 0.0, HIDDEN_Z), (self.count, 1)), np.full((self.count, 3), 0.1)

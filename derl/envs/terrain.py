@@ -30,12 +30,6 @@ def value_range(spec: Sequence[float]) -> np.ndarray:
     return np.arange(start, stop + step / 2, step, dtype=float)
 
 
-def pick(rng: np.random.Generator, values: np.ndarray) -> float:
-    """``rng.choice(values)``: the same draw from the same stream (``integers(len(values))``), at a fifth
-    of its cost (6 us a call: an episode of the obstacle task draws 100 of them)."""
-    return values[rng.integers(len(values))]
-
-
 @dataclass(frozen=True)
 class Corridor:
     """Where the terrain lies and how finely it is sampled."""
@@ -87,30 +81,52 @@ class Corridor:
         return round((y + self.half_width) * self.divs), round((x - self.x_min) * self.divs)
 
 
-def curve_slope(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+@dataclass(frozen=True)
+class Block:
+    """An obstacle's heights ``(rows, columns)`` as a few row profiles: row r is ``profiles[row_of[r]]``
+    (an obstacle repeats one profile, or one per band of rows, over the corridor's rows: a reset computes
+    each profile's height-field data once and spreads it, instead of passes over every vertex)."""
+
+    profiles: np.ndarray  # (profiles, columns)
+    row_of: np.ndarray  # (rows,) the profile of each row
+
+    @property
+    def columns(self) -> int:
+        """The columns it spans."""
+        return self.profiles.shape[1]
+
+    def heights(self) -> np.ndarray:
+        """The heights, ``(rows, columns)``."""
+        return self.profiles[self.row_of]
+
+
+def curve_slope(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """A smooth hump ``c * sin(0..pi)`` along x, c drawn from CURVE_HEIGHT_RANGE."""
     height = rng.choice(value_range(cfg.TERRAIN.CURVE_HEIGHT_RANGE))
     profile = height * np.sin(np.linspace(0.0, np.pi, cols))
-    return np.broadcast_to(profile, (rows, cols))
+    return Block(profile[None], np.zeros(rows, dtype=np.intp))
 
 
-def steps(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+def steps(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """Stairs up then down: levels 0,1,..,top,top,..,1,0 times STEP_HEIGHT (top twice as wide)."""
     top = cfg.TERRAIN.NUM_STEPS // 2 - 1
     levels = np.concatenate([np.arange(top + 1), np.arange(top, -1, -1)])
     profile = cfg.TERRAIN.STEP_HEIGHT * levels[np.arange(cols) * len(levels) // cols]
-    return np.broadcast_to(profile, (rows, cols))
+    return Block(profile[None], np.zeros(rows, dtype=np.intp))
 
 
-def rugged_square(cfg, rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+def rugged_square(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """Bands of 10-19 rows, each a 0..2 triangle wave along x with f/2 periods, clipped at its own c."""
     bands = rows // 10 + 1  # enough bands of >= 10 rows to cover all rows
+    periods, clip_values = np.array([10, 15]), value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE)
     widths = rng.integers(10, 20, size=bands)
-    half_periods = rng.choice([10, 15], size=bands)
-    clips = rng.choice(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE), size=bands)
-    phase = (np.linspace(0.0, 1.0, cols) * half_periods[:, None] / 2) % 1.0
-    profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clips[:, None])
-    return np.repeat(profiles, widths, axis=0)[:rows]
+    half_periods = rng.choice(periods, size=bands)
+    clips = rng.choice(clip_values, size=bands)
+    # One profile per (half-period, clip) pair, not per band: the bands repeat a few of them.
+    phase = (np.linspace(0.0, 1.0, cols) * np.repeat(periods, len(clip_values))[:, None] / 2) % 1.0
+    profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), np.tile(clip_values, len(periods))[:, None])
+    pair = np.searchsorted(periods, half_periods) * len(clip_values) + np.searchsorted(clip_values, clips)
+    return Block(profiles, np.repeat(pair, widths)[:rows])
 
 
 @dataclass(frozen=True)
@@ -118,7 +134,7 @@ class TerrainType:
     """An obstacle type: the TERRAIN key of its half-length range, its builder and its height bound."""
 
     length_key: str
-    build: Callable[..., np.ndarray]  # (cfg, rng, rows, cols) -> heights
+    build: Callable[..., Block]  # (cfg, rng, rows, cols) -> heights
     height_bound: Callable[..., float]  # (cfg) -> the highest height it can draw
 
 
@@ -157,7 +173,7 @@ def max_height(cfg) -> float:
     return max([OBSTACLES[t].height_bound(cfg) for t in obstacle_types(cfg)] + [1e-3])
 
 
-def obstacle_blocks(cfg, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, np.ndarray]]:
+def obstacle_blocks(cfg, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
     """One episode's obstacles in corridor order: (first column, heights ``(rows, columns)``) each; the
     rest of the corridor is flat (height 0).
 
@@ -190,5 +206,5 @@ def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarra
     on a flat corridor; an env's reset writes only the blocks' columns: ``CorridorArena``)."""
     heights = np.zeros(corridor.shape)
     for col, block in obstacle_blocks(cfg, corridor, rng):
-        heights[:, col:col + block.shape[1]] = block
+        heights[:, col:col + block.columns] = block.heights()
     return heights

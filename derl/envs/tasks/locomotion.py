@@ -14,7 +14,7 @@ from derl.envs.props import StaticBoxes
 from derl.envs.scene import Array, Scene
 from derl.envs.tasks.base import Task
 from derl.envs.tasks.registry import register
-from derl.envs.terrain import pick, value_range
+from derl.envs.terrain import value_range
 
 OBSTACLE_HALF_HEIGHT = 2.0  # DERL's obstacle boxes: half-height 2 (2 m above the ground, as the walls)
 
@@ -82,6 +82,8 @@ class Obstacle(Locomotion):
         self._widths = value_range(cfg.OBJECT.OBSTACLE_WIDTH_RANGE)
         # per env, the boxes placed: (x, y, half-length, half-width)
         self.placed: list[list[tuple[float, float, float, float]]] = [[] for _ in range(num_envs)]
+        self._grid: PlacementGrid | None = None
+        self._rects: list[list[tuple[int, int, int, int]]] = [[] for _ in range(num_envs)]  # their map cells
 
     def make_arena(self) -> Arena:
         return CorridorArena(self.cfg, self.num_envs, need_map=True, observe_hfield=self.observe_hfield)
@@ -102,27 +104,28 @@ class Obstacle(Locomotion):
 
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
-        heights = self.arena.heights
-        grid = PlacementGrid(self.arena.extent, self.cfg)
-        ground = self.arena.extent.ground_z
-        with heights.editing(env) as interior:
-            for x, y, *half in self.placed[env]:  # only the last episode's boxes: no 1501 x 601 fill
-                r0, c0 = heights.cell(x - half[0], y - half[1])
-                r1, c1 = heights.cell(x + half[0], y + half[1])
-                interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = 0.0
-            placed = self.placed[env] = []
-            for k in range(self._boxes.count):
-                half = (float(pick(rng, self._lengths)), float(pick(rng, self._widths)))
-                spot = grid.place_uniform(half, rng)
-                if spot is None:
-                    self._boxes.hide(env, k)
-                    continue
-                x, y = spot
-                self._boxes.set(env, k, (x, y, ground), (*half, OBSTACLE_HALF_HEIGHT))
-                r0, c0 = heights.cell(x - half[0], y - half[1])
-                r1, c1 = heights.cell(x + half[0], y + half[1])
+        extent = self.arena.extent
+        if self._grid is None:  # one grid, cleared per episode (no 1500 x 600 allocation per reset)
+            self._grid = PlacementGrid(extent, self.cfg)
+        placed = self._grid.place_boxes(self._lengths, self._widths, self._boxes.count, rng)
+        rects, cell = self._rects[env], extent.cell
+        with self.arena.heights.editing(env) as interior:
+            for r0, r1, c0, c1 in rects:  # only the last episode's boxes: no 1501 x 601 fill
+                interior[r0:r1, c0:c1] = 0.0
+            rects.clear()
+            for _, x, y, half_len, half_width in placed:
+                r0, c0 = cell(x - half_len, y - half_width)
+                r1, c1 = cell(x + half_len, y + half_width)
+                rects.append((max(r0, 0), r1 + 1, max(c0, 0), c1 + 1))
                 interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
-                placed.append((x, y, *half))
+        centres, half_sizes = self._boxes.hidden()
+        if placed:
+            boxes = np.array(placed)
+            shown = boxes[:, 0].astype(np.intp)
+            centres[shown] = np.column_stack([boxes[:, 1:3], np.full(len(boxes), extent.ground_z)])
+            half_sizes[shown] = np.column_stack([boxes[:, 3:5], np.full(len(boxes), OBSTACLE_HALF_HEIGHT)])
+        self._boxes.set_all(env, centres, half_sizes)
+        self.placed[env] = [box[1:] for box in placed]
 
 
 @register("incline")
