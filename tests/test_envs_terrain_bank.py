@@ -67,6 +67,22 @@ def test_episodes_pick_entries_uniformly_and_the_physics_and_maps_follow_them():
     assert heights.host_entry.tolist() == picks[:num_envs]
 
 
+def test_mvt_on_a_bank_points_each_envs_own_model_at_its_entry():
+    """MVT moves its props in a model per env on MuJoCo C: the bank's rows go into those models (the
+    batch cannot expand a field when it steps the caller's models)."""
+    cfg = load_preset("mvt", {"TERRAIN.SIZE": [20, 3, 1], "TERRAIN.BANK_SIZE": 4})
+    sim = UnimalBatch(FIXTURE.read_text(), cfg, 3)
+    assert not sim.static
+    ids = np.array([sim.model.hfield(asset(k)).id for k in range(4)])
+    geom = sim.model.geom(GEOM).id
+    sim.seed(5)
+    for _ in range(5):
+        sim.reset(np.arange(3))
+        entries = sim.task.arena.heights.host_entry
+        assert [model.geom_dataid[geom] for model in sim.models] == ids[entries].tolist()
+        sim.step(np.zeros((3, sim.model.nu)))
+
+
 def test_a_body_lands_on_its_own_entry():
     """Two simulations of one model on two entries, dropped at a point where the entries differ most:
     each body rests on its own entry's ground."""

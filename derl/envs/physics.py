@@ -66,6 +66,7 @@ class MujocoPhysics:
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, threads: int = 1, persistent: bool = False):
         self.batch = mujoco.batch.Batch(model, num_envs, nthread=threads, persistent=persistent)
+        self._models: list[mujoco.MjModel] | None = None  # the simulations' own models, once set
         self.arrays = {name: self.batch.bind(name) for name in ARRAYS}
         self._warning_counts = self.batch.warning[:, :, 1]  # a live view: (N, mjNWARNING) counters
 
@@ -79,10 +80,17 @@ class MujocoPhysics:
         self.batch.forward(np.flatnonzero(envs))
 
     def set_models(self, models: list[mujoco.MjModel], envs: np.ndarray | None = None) -> None:
+        self._models = models
         self.batch.set_models(models)  # pointers to the models: every one, at no cost
 
     def set_model_rows(self, name: str, envs: np.ndarray, values: np.ndarray) -> None:
-        self.batch.expand(name)[envs] = values
+        """Rows of the batch's one model, expanded per simulation; or, where each simulation steps a
+        model of its own (``set_models``: MVT's props on a terrain bank), the rows of those models."""
+        if self._models is None:
+            self.batch.expand(name)[envs] = values
+            return
+        for env, row in zip(np.asarray(envs).tolist(), values, strict=True):
+            getattr(self._models[env], name)[:] = row
 
     def problems(self) -> np.ndarray:
         return self._warning_counts.sum(axis=1)
