@@ -65,6 +65,14 @@ def test_single_env_bench_pairs_gym_make_with_mj_step_alone():
     json.dumps(result)
 
 
+def test_bench_rejects_no_timed_resets():
+    """--resets 0 divided by zero after the whole run; now a one-line error before it."""
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    with pytest.raises(SystemExit, match="--resets must be >= 1"):
+        bench.run(parser.parse_args(["--envs", "ft", "--resets", "0"]))
+
+
 def test_bench_rejects_seeds_that_are_not_integers():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "env", "--seeds", "5,x"],
                           capture_output=True, text=True, cwd=ROOT)

@@ -219,8 +219,8 @@ def run(args: argparse.Namespace) -> dict:
     unknown = [name for name in names if name not in known]
     if unknown:
         raise SystemExit(f"error: unknown env {unknown[0]!r}; known: {', '.join(known)} (or all)")
-    if args.num_envs < 1 or args.threads < 1 or args.steps < 1:
-        raise SystemExit("error: --num-envs, --threads and --steps must be >= 1")
+    if min(args.num_envs, args.threads, args.steps, args.resets) < 1:
+        raise SystemExit("error: --num-envs, --threads, --steps and --resets must be >= 1")
     seeds = _seeds(args)
     overrides = {"VECENV.THREADS": args.threads, "TERRAIN.BANK_SIZE": args.bank_size}
     try:
