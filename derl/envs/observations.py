@@ -94,9 +94,10 @@ class Proprioception:
         self._takes = [(source, self._xp.asarray(index, dtype=self._xp.int64, device=device))
                        for source, index in takes]
 
-    def __call__(self) -> Array:
-        xp = self._xp
-        return xp.concat([xp.take(source, index, axis=1) for source, index in self._takes], axis=1)
+    def __call__(self, envs: np.ndarray | None = None) -> Array:
+        """Every env's vector, or the rows ``envs`` (host indices) only."""
+        xp, rows = self._xp, slice(None) if envs is None else envs
+        return xp.concat([xp.take(source[rows], index, axis=1) for source, index in self._takes], axis=1)
 
 
 def _log_offsets(extent: int) -> np.ndarray:
