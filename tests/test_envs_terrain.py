@@ -137,3 +137,32 @@ def test_no_height_field_when_no_obstacle_can_fit():
     assert not obstacles_fit(ft_like)
     assert obstacles_fit(vt_cfg())
     assert not obstacles_fit(vt_cfg(**{"TERRAIN.TYPES": []}))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_grid_cells_are_the_nearest_vertices_clamped_and_corners_for_non_finite_points(dtype):
+    """HeightMap.grid_cells against DERL's formula per point: round half to even, clamped onto the grid;
+    a point with a non-finite coordinate reads the corner (0, 0), in the coordinates' float type."""
+    from derl.envs.arenas import height_map
+
+    cfg = vt_cfg()
+    extent = Corridor.from_cfg(cfg)
+    heights = height_map(extent, cfg, True, 1)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(extent.x_min - 3, extent.x_max + 3, 200), [extent.x_min + 0.05, np.nan, 1.0,
+                                                                               np.inf, extent.x_max + 1e-9]])
+    y = np.concatenate([rng.uniform(-extent.half_width - 3, extent.half_width + 3, 200), [0.15, 1.0, -np.inf, 2.0,
+                                                                                         extent.half_width]])
+    x, y = x.astype(dtype), y.astype(dtype)
+    last_row, last_col = heights.last_cell
+    expected = []
+    for px, py in zip(x, y, strict=True):  # NumPy scalars: arithmetic in their float type
+        if not math.isfinite(px + py):
+            expected.append((0, 0))
+            continue
+        row = round(float((py + extent.half_width) * extent.divs))  # round(): half to even, as np.round
+        col = round(float((px - extent.x_min) * extent.divs))
+        expected.append((min(max(row, 0), last_row), min(max(col, 0), last_col)))
+    rows, cols = heights.grid_cells(x, y)
+    assert list(zip(rows.tolist(), cols.tolist(), strict=True)) == expected
+    assert rows.dtype == cols.dtype == np.int64
