@@ -166,3 +166,26 @@ def test_grid_cells_are_the_nearest_vertices_clamped_and_corners_for_non_finite_
     rows, cols = heights.grid_cells(x, y)
     assert list(zip(rows.tolist(), cols.tolist(), strict=True)) == expected
     assert rows.dtype == cols.dtype == np.int64
+
+
+def test_height_patch_on_numpy_equals_the_array_api_path_whatever_the_batch_sizes():
+    """NumPy's gather (buffers kept between calls, conversion fused into the subtraction) gives, bit for bit,
+    what the array-API path gives on torch's CPU tensors of the same values, as the number of envs grows and
+    shrinks between calls (an autoreset observes the restarted envs only)."""
+    from types import SimpleNamespace
+
+    import array_api_compat.torch as xtorch
+    import torch
+
+    patch, on_torch = HeightPatch([1, 4, 4, 4], 10, 200), HeightPatch([1, 4, 4, 4], 10, 200)
+    on_torch.bind(SimpleNamespace(xp=xtorch, asarray=lambda values, dtype: torch.as_tensor(values, dtype=dtype)))
+    rng = np.random.default_rng(3)
+    heights = rng.uniform(-1, 1, (4, 200 * 200)).astype(np.float32)
+    for n in (3, 5, 2, 5):
+        rows, cols = rng.integers(90, 110, n), rng.integers(90, 110, n)
+        yaw, maps = rng.uniform(-4, 4, n), rng.integers(0, 4, n)
+        yaw[0] = np.nan
+        expected = on_torch(*(torch.from_numpy(a) for a in (heights, rows, cols, yaw, maps))).numpy()
+        got = patch(heights, rows, cols, yaw, maps)
+        assert got.dtype == np.float64 and got.shape == (n, patch.size)
+        np.testing.assert_array_equal(got, expected)
