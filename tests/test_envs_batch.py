@@ -109,3 +109,31 @@ def test_mujoco_warnings_are_counted_with_the_first_of_each_kind_printed(capfd, 
     assert len(lines) == 2 and lines[0].startswith("warning: MuJoCo: Nan, Inf or huge value in QVEL"), lines
     assert lines[1] == "warning: MuJoCo warnings while testing: 12 x 'Nan, Inf or huge value in QVEL at DOF N. " \
                        "The simulation is unstable. Time = N.'", lines
+
+
+@pytest.mark.parametrize(("name", "keys"), [("vt", ["proprioceptive", "hfield"]),
+                                            ("mvt", ["proprioceptive", "hfield", "obj", "goal"]),
+                                            ("point_nav", ["proprioceptive", "hfield", "goal"])])
+def test_an_autoreset_observes_again_only_the_envs_it_restarted(name, keys, monkeypatch):
+    """One env of three falls: the height map is gathered for the step's three envs and then for the
+    restarted one only, and the returned observations are every env's as ``observe`` gives them (the
+    step's stay in ``final_obs``)."""
+    env = UnimalVectorEnv(FIXTURE, load_config(CONFIGS[name], {"ENV.KEYS_TO_KEEP": keys}), 3)
+    env.reset(seed=0)
+    patch = type(env.sim.task._patch)
+    gather = patch.__call__
+    gathered = []
+
+    def counted(self, heights, rows, *args):
+        gathered.append(len(rows))
+        return gather(self, heights, rows, *args)
+
+    monkeypatch.setattr(patch, "__call__", counted)
+    env.sim.scene.qpos[1, 2] -= 5.0
+    obs, _, terminated, truncated, infos = env.step(np.zeros(env.action_space.shape, np.float32))
+    assert (terminated | truncated).tolist() == [False, True, False]
+    assert gathered == [3, 1]
+    for key, values in env.sim.observe().items():
+        np.testing.assert_array_equal(obs[key], values, err_msg=key)
+        np.testing.assert_array_equal(infos["final_obs"][key][[0, 2]], values[[0, 2]], err_msg=key)
+    assert not np.array_equal(infos["final_obs"]["proprioceptive"][1], obs["proprioceptive"][1])

@@ -167,3 +167,53 @@ def test_rugged_square_is_its_per_band_formula_bitwise():
         profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clips[:, None])
         np.testing.assert_array_equal(heights, np.repeat(profiles, widths, axis=0)[:401])
         assert new.random() == old.random()
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_grid_cells_are_the_nearest_vertices_clamped_and_corners_for_non_finite_points(dtype):
+    """HeightMap.grid_cells against DERL's formula per point: round half to even, clamped onto the grid;
+    a point with a non-finite coordinate reads the corner (0, 0), in the coordinates' float type."""
+    from derl.envs.arenas import height_map
+
+    cfg = vt_cfg()
+    extent = Corridor.from_cfg(cfg)
+    heights = height_map(extent, cfg, True, 1)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(extent.x_min - 3, extent.x_max + 3, 200), [extent.x_min + 0.05, np.nan, 1.0,
+                                                                               np.inf, extent.x_max + 1e-9]])
+    y = np.concatenate([rng.uniform(-extent.half_width - 3, extent.half_width + 3, 200), [0.15, 1.0, -np.inf, 2.0,
+                                                                                         extent.half_width]])
+    x, y = x.astype(dtype), y.astype(dtype)
+    last_row, last_col = heights.last_cell
+    expected = []
+    for px, py in zip(x, y, strict=True):  # NumPy scalars: arithmetic in their float type
+        if not math.isfinite(px + py):
+            expected.append((0, 0))
+            continue
+        row = round(float((py + extent.half_width) * extent.divs))  # round(): half to even, as np.round
+        col = round(float((px - extent.x_min) * extent.divs))
+        expected.append((min(max(row, 0), last_row), min(max(col, 0), last_col)))
+    rows, cols = heights.grid_cells(x, y)
+    assert list(zip(rows.tolist(), cols.tolist(), strict=True)) == expected
+    assert rows.dtype == cols.dtype == np.int64
+
+
+def test_height_patch_on_numpy_equals_the_array_api_path_whatever_the_batch_sizes():
+    """NumPy's gather (buffers kept between calls, conversion fused into the subtraction) gives, bit for bit,
+    what the array-API path gives on torch's CPU tensors of the same values, as the number of envs grows and
+    shrinks between calls (an autoreset observes the restarted envs only)."""
+    from types import SimpleNamespace
+
+    import array_api_compat.torch as xtorch
+    import torch
+
+    patch, on_torch = HeightPatch([1, 4, 4, 4], 10, 200), HeightPatch([1, 4, 4, 4], 10, 200)
+    on_torch.bind(SimpleNamespace(xp=xtorch, asarray=lambda values, dtype: torch.as_tensor(values, dtype=dtype)))
+    rng = np.random.default_rng(3)
+    heights = rng.uniform(-1, 1, (4, 200 * 200)).astype(np.float32)
+    for n in (3, 5, 2, 5):
+        rows, cols = rng.integers(90, 110, n), rng.integers(90, 110, n)
+        yaw, maps = rng.uniform(-4, 4, n), rng.integers(0, 4, n)
+        yaw[0] = np.nan
+        expected = on_torch(*(torch.from_numpy(a) for a in (heights, rows, cols, yaw, maps))).numpy()
+        got = patch(heights, rows, cols, yaw, maps)
+        assert got.dtype == np.float64 and got.shape == (n, patch.size)
+        np.testing.assert_array_equal(got, expected)

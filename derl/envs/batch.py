@@ -296,11 +296,11 @@ class UnimalBatch:
                 values[...] = xp.where(bad, 0.0, values)  # not values[bad]: a mask index waits for the device
         return xp.where(envs & ~xp.isfinite(reward), 0.0, reward)
 
-    def observe(self) -> dict[str, np.ndarray]:
-        """Every env's observation, ``[N, size]`` per key."""
-        obs = {"proprioceptive": self._proprio()}
+    def observe(self, envs: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Every env's observation, ``[N, size]`` per key, or only the rows ``envs`` (host indices)."""
+        obs = {"proprioceptive": self._proprio(envs)}
         if len(self.obs_sizes) > 1:
-            self.task.observe(self.scene, obs)
+            self.task.observe(self.scene, obs, envs)
         return {k: obs[k] for k in self.obs_sizes}
 
     def data(self, env: int, data: mujoco.MjData | None = None) -> mujoco.MjData:

@@ -94,9 +94,10 @@ class Proprioception:
         self._takes = [(source, self._xp.asarray(index, dtype=self._xp.int64, device=device))
                        for source, index in takes]
 
-    def __call__(self) -> Array:
-        xp = self._xp
-        return xp.concat([xp.take(source, index, axis=1) for source, index in self._takes], axis=1)
+    def __call__(self, envs: np.ndarray | None = None) -> Array:
+        """Every env's vector, or the rows ``envs`` (host indices) only."""
+        xp, rows = self._xp, slice(None) if envs is None else envs
+        return xp.concat([xp.take(source[rows], index, axis=1) for source, index in self._takes], axis=1)
 
 
 def _log_offsets(extent: int) -> np.ndarray:
@@ -143,6 +144,8 @@ class HeightPatch:
         rows = np.rint(s * self._x + c * self._y).astype(np.intp)
         # [YAW_BINS, size], int32: half the bytes a step reads from the table (the gather is bound by cache misses)
         self._offsets = (rows * self._width + cols).astype(np.int32)
+        # NumPy's gather buffers, "index" and "samples", [at least N, size] (_relative_numpy): scratch, not state
+        self._scratch: dict[str, np.ndarray] = {}
 
     @staticmethod
     def reach_for(obs_size, divs: int) -> int:
@@ -161,7 +164,8 @@ class HeightPatch:
         ``heights`` is ``[M, H * map_width]``, each map raveled (``map_width`` columns) and padded
         by at least ``reach`` cells around (row, col); env i reads map ``maps[i]`` (default: map i;
         a terrain bank shares M maps among the envs); every argument of one namespace (NumPy's
-        unless bound to a scene of tensors).
+        unless bound to a scene of tensors). The padding is a precondition that NumPy does not check
+        (an index past the maps is clipped, not refused); ``HeightMap`` pads by ``reach``.
         """
         xp = array_api_compat.array_namespace(heights, rows, cols, yaw)
         yaw = xp.where(xp.isfinite(yaw), yaw, 0.0)  # an unstable step's heading: any bin will do
@@ -171,8 +175,25 @@ class HeightPatch:
             maps = xp.arange(rows.shape[0], device=array_api_compat.device(rows))
         centre = rows * self._width + cols + maps * heights.shape[1]
         everything = xp.reshape(heights, (-1,))
+        ground = xp.take(everything, centre)[:, None]
+        if array_api_compat.is_numpy_namespace(xp):
+            return self._relative_numpy(everything, centre, yaw_bins, ground, yaw.dtype)
         index = xp.take(self._offsets, yaw_bins, axis=0) + centre[:, None]
         samples = xp.reshape(xp.take(everything, xp.reshape(index, (-1,))), index.shape)
         relative = xp.astype(samples, yaw.dtype)  # one copy, subtracted from in place
-        relative -= xp.astype(xp.take(everything, centre)[:, None], yaw.dtype)
+        relative -= xp.astype(ground, yaw.dtype)
         return relative
+
+    def _relative_numpy(self, everything: np.ndarray, centre: np.ndarray, yaw_bins: np.ndarray, ground: np.ndarray,
+                        dtype) -> np.ndarray:
+        """The same gather on NumPy, into buffers kept between calls and with the float type's conversion fused
+        into the subtraction: after a physics step the memory of fresh temporaries is as cold as the maps (1.1 MB
+        of them per 32-env call, against the 0.56 MB of map lines the patches read), 20% of the call."""
+        n, scratch = centre.shape[0], self._scratch
+        if "index" not in scratch or len(scratch["index"]) < n or scratch["samples"].dtype != everything.dtype:
+            scratch.update(index=np.empty((n, self.size), np.int64), samples=np.empty((n, self.size), everything.dtype))
+        index = np.add(np.take(self._offsets, yaw_bins, axis=0), centre[:, None], out=scratch["index"][:n])
+        # mode "clip" changes nothing (the cells are clamped onto the grid, the padding covers the reach) and
+        # spares the copy that mode "raise" makes of an out= buffer
+        samples = np.take(everything, index, out=scratch["samples"][:n], mode="clip")
+        return np.subtract(samples, ground, dtype=dtype)  # float32 converted exactly, then subtracted: one pass

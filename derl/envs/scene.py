@@ -57,6 +57,7 @@ class HeightMap:
             WALL_HEIGHT if extent.walls else gap)
         self.width = self.padded.shape[2]
         self.last_cell = (rows - 1, cols - 1)
+        self._last = np.array([[rows - 1], [cols - 1]], dtype=float)  # grid_cells' upper bounds, (row, col)
         self._set_views()
         self.interior[:] = 0.0
 
@@ -71,6 +72,7 @@ class HeightMap:
         same array)."""
         self.padded = scene.asarray(self.padded, dtype=scene.xp.float32)
         self.entry = scene.asarray(self.host_entry, dtype=scene.xp.int64)
+        self._last = scene.asarray(self._last)
         self._set_views()
 
     def set_entry(self, env: int, entry: int) -> None:
@@ -117,19 +119,19 @@ class HeightMap:
         """The vertices (rows, cols) nearest the points, clamped onto the grid (a non-finite point: its corner)."""
         xp = namespace(x)
         extent = self.extent
-        finite = xp.isfinite(x + y)
-        rows = xp.round(xp.where(finite, (y + extent.half_width) * extent.divs, 0.0))
-        cols = xp.round(xp.where(finite, (x - extent.x_min) * extent.divs, 0.0))
-        last_row, last_col = self.last_cell
-        return (xp.astype(_clamp(xp, rows, float(last_row)), xp.int64),
-                xp.astype(_clamp(xp, cols, float(last_col)), xp.int64))
+        # rows and cols stacked: each operation once for both (13 array calls, 20 apart: after a physics step
+        # each costs 2-4 us on cold caches, and a step asks twice, for the clearance and the height patch)
+        cells = xp.stack((y + extent.half_width, x - extent.x_min)) * extent.divs
+        cells = xp.round(xp.where(xp.isfinite(x + y), cells, 0.0))
+        cells = xp.astype(_clamp(xp, cells, self._last), xp.int64)  # bounds of integer value: exact in any float type
+        return cells[0], cells[1]
 
     def under(self, rows: Array, cols: Array) -> Array:
         """Each env's height at its own (row, col) of its map's grid."""
         return self.interior[self.entry, rows, cols]
 
 
-def _clamp(xp, values: Array, high: float) -> Array:
+def _clamp(xp, values: Array, high: Array | float) -> Array:
     """``values`` clamped onto [0, high] by comparisons and ``where``: array_api_compat's ``maximum`` and
     ``minimum`` copy a Python bound to the device (a host sync on CUDA, seen on an H200) and its ``clip``
     is 5x slower on NumPy."""

@@ -84,8 +84,23 @@ class UnimalVectorEnv(VectorEnv):
             # observe() builds new arrays: the next episodes' observations are others
             infos.update(final_obs=obs, _final_obs=ended, final_info=final_info, _final_info=ended)
             self.sim.restart(ended)
-            obs = self.sim.observe()
+            obs = self._observe_restarted(obs, ended)
         return obs, rewards, terminated, truncated, infos
+
+    def _observe_restarted(self, obs: dict[str, Any], ended) -> dict[str, Any]:
+        """The observations after the restart of the envs ``ended`` (a mask): on the host, a copy of the
+        step's ``obs`` (which stay the final observations) with only the restarted rows observed again (the
+        height-map gather of 32 envs costs 0.13-0.5 ms, copying them about 20 µs); on a device, every
+        row again (picking rows would wait for the host)."""
+        if self.device is not None:
+            return self.sim.observe()
+        envs = np.flatnonzero(ended)
+        fresh = self.sim.observe(envs)
+        restarted = {}
+        for key, values in obs.items():
+            restarted[key] = values.copy()
+            restarted[key][envs] = fresh[key]
+        return restarted
 
     def close_extras(self) -> None:
         """The simulator's report (MuJoCo Warp's overflows, once per morphology: ``derl.envs.warp_overflow``)."""

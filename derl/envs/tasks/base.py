@@ -152,22 +152,26 @@ class Task:
             return False
         return self.arena.extent.half_width - scene.xp.abs(scene.qpos[:, 1]) <= EDGE_MARGIN
 
-    def observe(self, scene: Scene, obs: dict[str, Array]) -> None:
-        """Adds the task's observation keys to ``obs``, ``[N, size]`` each."""
+    def observe(self, scene: Scene, obs: dict[str, Array], envs: np.ndarray | None = None) -> None:
+        """Adds the task's observation keys to ``obs``, ``[N, size]`` each, or only the rows ``envs`` (host
+        indices: the envs an autoreset restarted, ``[len(envs), size]``)."""
         if self._patch is not None:
-            obs["hfield"] = self._height_patch(scene)
+            obs["hfield"] = self._height_patch(scene, envs)
 
     def metric(self, scene: Scene) -> Array:
         """The task's human-readable scores ``[N]``, reported in ``info["metric"]`` after every step."""
         return scene.xp.asarray(scene.qpos[:, 0], copy=True)
 
     # ------------------------------------------------------------------ helpers
-    def _height_patch(self, scene: Scene) -> Array:
+    def _height_patch(self, scene: Scene, envs: np.ndarray | None) -> Array:
+        """The height patch of every env, or of the rows ``envs`` only (the gather is the dear part)."""
         heights = self.arena.heights
-        rows, cols = heights.grid_cells(scene.qpos[:, 0], scene.qpos[:, 1])
-        xmat = scene.xmat[:, scene.head]
+        qpos, xmat, entry = scene.qpos, scene.xmat[:, scene.head], heights.entry
+        if envs is not None:
+            qpos, xmat, entry = qpos[envs], xmat[envs], entry[envs]
+        rows, cols = heights.grid_cells(qpos[:, 0], qpos[:, 1])
         yaw = scene.xp.atan2(xmat[:, 3], xmat[:, 0])
-        return self._patch(heights.flat, rows + heights.pad, cols + heights.pad, yaw, heights.entry)
+        return self._patch(heights.flat, rows + heights.pad, cols + heights.pad, yaw, entry)
 
     def goal_in_head_frame(self, scene: Scene, goal: Array) -> Array:
         """``goal - head`` in each head's frame, ``[N, 3]``."""

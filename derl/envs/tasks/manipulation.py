@@ -181,8 +181,8 @@ class Manipulation(Task):
         return reach + push, {"__reward__reach": reach, "__reward__push": push,
                               "__reward__manipulation": reach + push}
 
-    def observe(self, scene: Scene, obs: dict[str, Array]) -> None:
-        super().observe(scene, obs)
+    def observe(self, scene: Scene, obs: dict[str, Array], envs: np.ndarray | None = None) -> None:
+        super().observe(scene, obs, envs)
         xp = scene.xp
         head = scene.head
         head_pos = scene.xpos[:, head]
@@ -193,6 +193,8 @@ class Manipulation(Task):
         world[:, 2] = spin
         world[:, 3] = self.goal.position - head_pos
         local = head_frame(world, scene.xmat[:, head])
+        if envs is not None:  # 4 vectors per env: all of them cost less than picking rows first
+            local = local[envs]
         obs["obj"] = xp.reshape(local, (local.shape[0], 12))
         obs["goal"] = xp.asarray(local[:, 3], copy=True)
 

@@ -59,9 +59,10 @@ class _ReachGoal(Task):
         reach = xp.where(self.success, reach + self._bonus, reach)
         return reach, {"__reward__reach": reach}
 
-    def observe(self, scene: Scene, obs: dict[str, Array]) -> None:
-        super().observe(scene, obs)
-        obs["goal"] = self.goal_in_head_frame(scene, self.goal.position)
+    def observe(self, scene: Scene, obs: dict[str, Array], envs: np.ndarray | None = None) -> None:
+        super().observe(scene, obs, envs)
+        goal = self.goal_in_head_frame(scene, self.goal.position)
+        obs["goal"] = goal if envs is None else goal[envs]
 
     def obs_sizes(self) -> dict[str, int]:
         return {**super().obs_sizes(), "goal": 3}
