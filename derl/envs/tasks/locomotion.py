@@ -82,7 +82,7 @@ class Obstacle(Locomotion):
         self._widths = value_range(cfg.OBJECT.OBSTACLE_WIDTH_RANGE)
         # per env, the boxes placed: (x, y, half-length, half-width)
         self.placed: list[list[tuple[float, float, float, float]]] = [[] for _ in range(num_envs)]
-        self._grid: PlacementGrid | None = None
+        self._grid = PlacementGrid(self.arena.extent, cfg)  # one grid, cleared per episode (no 1500 x 600 per reset)
         self._rects: list[list[tuple[int, int, int, int]]] = [[] for _ in range(num_envs)]  # their map cells
 
     def make_arena(self) -> Arena:
@@ -105,8 +105,6 @@ class Obstacle(Locomotion):
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
         extent = self.arena.extent
-        if self._grid is None:  # one grid, cleared per episode (no 1500 x 600 allocation per reset)
-            self._grid = PlacementGrid(extent, self.cfg)
         placed = self._grid.place_boxes(self._lengths, self._widths, self._boxes.count, rng)
         rects, cell = self._rects[env], extent.cell
         with self.arena.heights.editing(env) as interior:
