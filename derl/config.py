@@ -174,8 +174,8 @@ def _declared() -> dict[str, Any]:
             # Single envs (replay, videos, evaluation rollouts) always use mujoco.
             "BACKEND": Key("mujoco", "simulator of a training's envs: `mujoco` (MuJoCo C on the CPU, DERL's) "
                                      "or `warp` (MuJoCo Warp on `DEVICE`)"),
-            # MuJoCo Warp preallocates them; a step that needs more drops the excess and derl ends
-            # those episodes as unstable.
+            # MuJoCo Warp preallocates them; a step that needs more drops the excess, which derl counts
+            # by type and reports once per morphology (the next model build doubles the buffer).
             "NCONMAX": Key(64, "`warp` only: contacts allocated per world"),
             "NJMAX": Key(256, "`warp` only: constraint rows allocated per world"),
         },
