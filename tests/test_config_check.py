@@ -348,3 +348,7 @@ def test_the_warp_backend_takes_every_task_drawn_terrain_from_a_bank():
                                                             "8" if size == 8 else "0"])
         assert len(make_task(cfg, 1).arena.heights.interior) == size, name
         assert make_task(load_config(ROOT / "configs" / f"{name}.yml"), 1).arena.bank is None  # MuJoCo C: DERL's
+    # a task whose terrain cannot come from the bank (obstacle's boxes are written into its height maps)
+    with pytest.raises(ConfigError, match=r"redraws its terrain each episode \(hfield_data\).*takes no terrain bank"):
+        load_config(ROOT / "configs" / "eval" / "obstacle.yml", ["SIM.BACKEND", "warp", "TERRAIN.TYPES", "[steps]",
+                                                                 "TERRAIN.FLAT_LENGTH_RANGE", "[2, 4, 1]"])

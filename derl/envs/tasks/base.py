@@ -127,8 +127,8 @@ class Task:
         if not shared:
             return None
         return (f"task {self.name} with ENV.MODULES {list(self.cfg.ENV.MODULES)} redraws its terrain each episode "
-                f"({', '.join(shared)}), which SIM.BACKEND warp shares between all worlds: use a terrain bank "
-                "(TERRAIN.BANK_SIZE > 0, e.g. 32; docs/design/differences.md) or SIM.BACKEND mujoco")
+                f"({', '.join(shared)}), which SIM.BACKEND warp shares between all worlds, and this task takes "
+                "no terrain bank (derl.envs.terrain_bank): use SIM.BACKEND mujoco")
 
     # ------------------------------------------------------------------ episode
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
