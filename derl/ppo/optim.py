@@ -66,8 +66,7 @@ class FlatAdam:
         # Second moments under the smallest normal float (zero: weights on a key's always-zero inputs,
         # most of VT's height map) are raised to it first: torch's CPU sqrt took 5x as long over zeros
         # (0.52 against 0.10 ms on 220k values), and below it sqrt(v) / sqrt(bias2) is under half an ulp
-        # of ``eps`` (DERL's 1e-5; any above ~1e-10): the same ``denom``, bit for bit. Computed in a
-        # kept buffer: a fresh one per step cost page faults.
+        # of ``eps`` (DERL's 1e-5; any above ~1e-10): the same ``denom``, bit for bit. In a kept buffer.
         denom = torch.clamp_min(self.exp_avg_sq, self.tiny, out=self._denom).sqrt_()
         denom.div_(math.sqrt(bias2)).add_(self.eps)
         self.params.addcdiv_(self.exp_avg, denom, value=-self.lr / bias1)
