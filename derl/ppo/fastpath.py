@@ -13,8 +13,8 @@ out only for a model it reproduces, checked twice:
 - by behaviour: once, on a probe batch, against the reference (actions, log-probabilities and
   values; loss terms and gradients, on a dense batch and on a mostly-zero one), so a changed
   activation or loss that the fast path does not follow is caught too, and so is a fast path that
-  fails on the model. Each path is judged on its own. The probe draws from its own generators and differentiates a copy
-  of the model: the training's random streams and gradients are untouched.
+  fails on the model. Each path is judged on its own. The probe draws from its own generators and
+  differentiates a copy of the model: the training's random streams and gradients are untouched.
 
 Otherwise the reference runs, with a logged warning saying why. A network change is therefore
 one file (``networks.py``): it trains at once, through autograd, and the fast paths follow only

@@ -36,8 +36,8 @@ from derl.ppo.networks import ActorCritic, Encoder, tanh_
 
 Activations = list[torch.Tensor]  # a tanh MLP's input, then every layer's output
 
-# Keys at least this wide are checked for zero rows and columns: the check (two reductions over the
-# key, ~0.2 ms on VT's [512, 1,410]) is a fraction of the dense products it can spare there, while on
+# Keys at least this wide are checked for zero rows and columns: the check (four reductions over the
+# key, ~0.3 ms on VT's [512, 1,410]) is a fraction of the dense products it can spare there, while on
 # a narrow key (FT's 46 proprioceptive values) the products cost less than the check and its gathers.
 WIDE_KEY = 256
 # Compacted only when the kept block is at most this share of the key's input: a block nearly as

@@ -97,8 +97,7 @@ class Learner:
         sums = torch.zeros(len(STAT_NAMES), device=self.device)
         count, stopped = 0, False
         # Each minibatch gathers its rows just before it is used (VT's: 2.9 MB, then still in cache for
-        # the first layers), into buffers kept for the update (with the two kept buffers below: ~2 us
-        # per env step less on VT's shape, 4 of 5 paired rounds; no page faults either way).
+        # the first layers), into buffers kept for the update (docs/benchmarks.md).
         minibatch = Minibatch(*(column.new_empty((size, *column.shape[1:])) for column in batch))
         for _ in range(cfg.EPOCHS):
             # The order comes from the CPU generator, the one checkpoints keep.
