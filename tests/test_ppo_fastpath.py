@@ -129,6 +129,24 @@ def test_an_edit_to_the_network_that_the_fast_paths_do_not_follow_turns_them_off
     assert "NumPy forward pass" in notes[0] and "hand-written gradient" in notes[1]
 
 
+@pytest.mark.parametrize("fault", ["zero rows get no bias", "stale gradient on zero columns"])
+def test_a_wrong_compacted_first_layer_turns_the_hand_written_gradient_off(fault, monkeypatch, caplog):
+    """The probe's mostly-zero batch runs a wide key's compacted product (gradients._Nonzero): a
+    fault there is caught before training, and autograd runs instead."""
+    if fault == "zero rows get no bias":
+        monkeypatch.setattr(gradients._Nonzero, "linear", lambda self, layer, n: torch.zeros(
+            n, layer.out_features).index_copy_(0, self.rows, torch.addmm(
+                layer.bias, self.block, layer.weight.index_select(1, self.cols).t())))
+    else:
+        monkeypatch.setattr(gradients._Nonzero, "weight_grad", lambda self, grad, out: out.index_copy_(
+            1, self.cols, torch.mm(grad.index_select(0, self.rows).t(), self.block)).add_(1.0))
+    layout = ObsLayout(("hfield", "proprioceptive"), (gradients.WIDE_KEY, 7), True)
+    model = ActorCritic(layout, action_dim=2, hidden=(8, 8))
+    assert fastpath.loss_and_gradient(model, COEFS) is None
+    notes = _notes(caplog)
+    assert len(notes) == 1 and "does not match the reference on a probe batch" in notes[0], notes
+
+
 def test_torch_actor_and_numpy_actor_act_alike():
     """The collector's reference policy and its fast path draw the same noise: the same rollout."""
     torch.manual_seed(0)

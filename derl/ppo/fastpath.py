@@ -11,10 +11,10 @@ out only for a model it reproduces, checked twice:
 - by structure: an ``ActorCritic`` itself (not a subclass), float32, and no parameter the fast
   path does not read (a layer added in ``networks.py`` would be ignored);
 - by behaviour: once, on a probe batch, against the reference (actions, log-probabilities and
-  values; loss terms and gradients), so a changed activation or loss that the fast path does
-  not follow is caught too, and so is a fast path that fails on the model. Each path is judged
-  on its own. The probe draws from its own generators and differentiates a copy
-  of the model: the training's random streams and gradients are untouched.
+  values; loss terms and gradients, on a dense batch and on a mostly-zero one), so a changed
+  activation or loss that the fast path does not follow is caught too, and so is a fast path that
+  fails on the model. Each path is judged on its own. The probe draws from its own generators and
+  differentiates a copy of the model: the training's random streams and gradients are untouched.
 
 Otherwise the reference runs, with a logged warning saying why. A network change is therefore
 one file (``networks.py``): it trains at once, through autograd, and the fast paths follow only
@@ -101,9 +101,11 @@ def acting(model: nn.Module, device: torch.device | None, seed: int) -> tuple[Ac
     return TorchActor(model), TorchNoise(seed, device)
 
 
-def _probe_batch(model: nn.Module) -> Minibatch:
+def _probe_batch(model: nn.Module, mostly_zero: bool) -> Minibatch:
     """Rows like a collection's: actions from the policy, old log-probabilities and values near the
-    current ones (ratios inside and outside the clip range)."""
+    current ones (ratios inside and outside the clip range). ``mostly_zero``: every other row and
+    three columns in four of the observations are zero, as flat ground in a height map, so that a
+    wide key takes the hand-written gradient's compacted product (``gradients._Nonzero``)."""
     generator = torch.Generator().manual_seed(0)
     device = model.log_std.device
 
@@ -111,6 +113,9 @@ def _probe_batch(model: nn.Module) -> Minibatch:
         return torch.randn(*shape, generator=generator).to(device)
 
     obs = normal(PROBE_ROWS, model.layout.size)
+    if mostly_zero:
+        obs[::2] = 0.0
+        obs[:, torch.arange(model.layout.size) % 4 != 0] = 0.0
     with torch.no_grad():
         mean, value = model(obs)
         actions = mean + model.log_std.exp() * normal(*mean.shape)
@@ -125,15 +130,20 @@ def loss_and_gradient(model: nn.Module, coefs: LossCoefs, amp: bool = False) -> 
     if amp:
         return None
 
-    def agrees() -> bool:
-        replica = copy.deepcopy(model)
-        for p in replica.parameters():
-            p.grad = torch.zeros_like(p)
-        batch = _probe_batch(replica)
+    def agrees_on(batch: Minibatch, replica: nn.Module) -> bool:
         terms = hand_written(replica, batch, coefs)
         got = [terms.total, *(p.grad.clone() for p in replica.parameters())]
         reference = minibatch_loss(replica, batch, coefs)
         return _same(got, [reference.total.detach(),
                            *torch.autograd.grad(reference.total, list(replica.parameters()))])
+
+    def agrees() -> bool:
+        replica = copy.deepcopy(model)
+        generator = torch.Generator().manual_seed(1)
+        for name, p in replica.named_parameters():
+            p.grad = torch.zeros_like(p)
+            if name.endswith("bias"):  # zero at initialisation, where a fast path that drops one agrees
+                p.data += 0.1 * torch.randn(p.shape, generator=generator).to(p.device)
+        return all(agrees_on(_probe_batch(replica, mostly_zero), replica) for mostly_zero in (False, True))
 
     return hand_written if _probe(model, agrees, "the hand-written gradient (derl.ppo.gradients)") is None else None

@@ -96,11 +96,14 @@ class Learner:
         size = min(cfg.BATCH_SIZE, total)
         sums = torch.zeros(len(STAT_NAMES), device=self.device)
         count, stopped = 0, False
+        # Each minibatch gathers its rows just before it is used (VT's: 2.9 MB, then still in cache for
+        # the first layers), into buffers kept for the update (docs/benchmarks.md).
+        minibatch = Minibatch(*(column.new_empty((size, *column.shape[1:])) for column in batch))
         for _ in range(cfg.EPOCHS):
-            # One gather per epoch; the order comes from the CPU generator, the one checkpoints keep.
-            shuffled = batch.rows(torch.randperm(total).to(self.device))
+            # The order comes from the CPU generator, the one checkpoints keep.
+            order = torch.randperm(total).to(self.device)
             for start in range(0, total - size + 1, size):
-                terms = self._loss_and_gradient(shuffled.rows(slice(start, start + size)))
+                terms = self._loss_and_gradient(batch.rows(order[start:start + size], out=minibatch))
                 with torch.no_grad():
                     sums += torch.stack(terms)
                 count += 1

@@ -133,9 +133,10 @@ class Minibatch(NamedTuple):
         """Number of rows."""
         return self.obs.shape[0]
 
-    def rows(self, index: torch.Tensor | slice) -> Minibatch:
-        """The same rows of every column (a permutation, a range)."""
-        return Minibatch(*(column[index] for column in self))
+    def rows(self, index: torch.Tensor, out: Minibatch) -> Minibatch:
+        """The rows ``index`` of every column, copied into ``out``'s columns (``index_select``: on the
+        CPU advanced indexing, ``column[index]``, took 2.8 times as long on VT's 1,456-wide rows)."""
+        return Minibatch(*(torch.index_select(column, 0, index, out=o) for column, o in zip(self, out, strict=True)))
 
 
 class LossCoefs(NamedTuple):

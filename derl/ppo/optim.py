@@ -43,8 +43,10 @@ class FlatAdam:
             offset += _aligned(n, first.element_size())
         self.exp_avg = torch.zeros_like(self.params)
         self.exp_avg_sq = torch.zeros_like(self.params)
+        self._denom = torch.empty_like(self.params)  # step's scratch
         self.steps = 0
         self.lr, self.eps, self.betas = lr, eps, betas
+        self.tiny = torch.finfo(first.dtype).tiny
 
     def zero_grad(self) -> None:
         self.grads.zero_()
@@ -61,7 +63,12 @@ class FlatAdam:
         self.exp_avg.lerp_(self.grads, 1 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(self.grads, self.grads, value=1 - beta2)
         bias1, bias2 = 1 - beta1**self.steps, 1 - beta2**self.steps
-        denom = (self.exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(self.eps)
+        # Second moments under the smallest normal float (zero: weights on a key's always-zero inputs,
+        # most of VT's height map) are raised to it first: torch's CPU sqrt took 5x as long over zeros
+        # (0.52 against 0.10 ms on 220k values), and below it sqrt(v) / sqrt(bias2) is under half an ulp
+        # of ``eps`` (DERL's 1e-5; any above ~1e-10): the same ``denom``, bit for bit. In a kept buffer.
+        denom = torch.clamp_min(self.exp_avg_sq, self.tiny, out=self._denom).sqrt_()
+        denom.div_(math.sqrt(bias2)).add_(self.eps)
         self.params.addcdiv_(self.exp_avg, denom, value=-self.lr / bias1)
 
     def state_dict(self) -> dict:
