@@ -33,7 +33,7 @@ import array_api_compat
 import mujoco
 import numpy as np
 
-from derl.arrays import namespace
+from derl.arrays import namespace, take
 from derl.envs.scene import Array, Scene
 
 OBS_TYPES = ("position", "velocity", "imu_vel", "touch", "extremities")
@@ -96,8 +96,11 @@ class Proprioception:
 
     def __call__(self, envs: np.ndarray | None = None) -> Array:
         """Every env's vector, or the rows ``envs`` (host indices) only."""
-        xp, rows = self._xp, slice(None) if envs is None else envs
-        return xp.concat([xp.take(source[rows], index, axis=1) for source, index in self._takes], axis=1)
+        if envs is None:
+            parts = [take(source, index, 1) for source, index in self._takes]
+        else:
+            parts = [take(source[envs], index, 1) for source, index in self._takes]
+        return self._xp.concat(parts, axis=1)
 
 
 def _log_offsets(extent: int) -> np.ndarray:

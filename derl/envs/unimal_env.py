@@ -81,7 +81,7 @@ class UnimalEnv(gym.Env):
         flags = [flag for flag in FLAGS if infos.pop(flag)[0]]  # the step's own dict: popped, not copied
         info = {key: values.item() for key, values in infos.items()}  # .item(): float(values[0]) at 2/3 the cost
         info.update(dict.fromkeys(flags, True))
-        return ({k: v[0] for k, v in obs.items()}, reward.item(), bool(terminated[0]), bool(truncated[0]), info)
+        return ({k: v[0] for k, v in obs.items()}, reward.item(), terminated.item(), truncated.item(), info)
 
     def _observe(self) -> dict[str, np.ndarray]:
         return {k: v[0] for k, v in self.sim.observe().items()}
