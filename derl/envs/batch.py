@@ -192,9 +192,9 @@ class UnimalBatch:
     def reset(self, envs: np.ndarray) -> None:
         """Starts new episodes in the envs ``envs`` (host indices), each drawn with its own generator
         (on every backend: the first episodes of a seed are the same on MuJoCo C and on Warp)."""
-        mask = self.scene.zeros(self.num_envs, dtype=self.scene.xp.bool)
-        mask[self.scene.asarray(envs, dtype=self.scene.xp.int64)] = True
-        self._start(mask, np.unique(envs))
+        mask = np.zeros(self.num_envs, dtype=bool)
+        mask[envs] = True  # the mask on the host, and the envs from it ascending: np.unique costs 5 us a reset
+        self._start(self.scene.asarray(mask, dtype=self.scene.xp.bool), mask.nonzero()[0])
 
     def restart(self, ended) -> None:
         """Starts new episodes where the mask ``ended`` is set (the vector env's autoreset): on a device
@@ -203,7 +203,7 @@ class UnimalBatch:
         if not self._restart_on_host:
             self._start(ended, None)
             return
-        envs = np.flatnonzero(to_host(ended))
+        envs = to_host(ended).nonzero()[0]  # np.flatnonzero: the same through NumPy's Python
         if len(envs):  # on a device the vector env restarts at every step, mostly nothing
             self._start(ended, envs)
 
@@ -216,7 +216,7 @@ class UnimalBatch:
         scene, task, physics, xp = self.scene, self.task, self.physics, self.scene.xp
         physics.reset(ended)
         noise = self._draw_on_device(ended) if envs is None else self._draw_per_env(envs)
-        qpos, qvel, rows = scene.qpos, scene.qvel, xp.reshape(ended, (-1, 1))
+        qpos, qvel, rows = scene.qpos, scene.qvel, ended[:, None]
         split = _length(self._agent_qpos)
         agent = qpos[:, self._agent_qpos]
         started = agent + noise[:, :split]

@@ -75,10 +75,10 @@ class MujocoPhysics:
         self.batch.step(nstep=nstep)
 
     def reset(self, envs: np.ndarray) -> None:
-        self.batch.reset(np.flatnonzero(envs), stage=mujoco.mjtStage.mjSTAGE_NONE)
+        self.batch.reset(envs.nonzero()[0], stage=mujoco.mjtStage.mjSTAGE_NONE)
 
     def forward(self, envs: np.ndarray) -> None:
-        self.batch.forward(np.flatnonzero(envs))
+        self.batch.forward(envs.nonzero()[0])
 
     def set_models(self, models: list[mujoco.MjModel], envs: np.ndarray | None = None) -> None:
         self._models = models
