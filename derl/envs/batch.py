@@ -88,13 +88,6 @@ def _length(indices: slice | np.ndarray) -> int:
     return indices.stop - indices.start if isinstance(indices, slice) else len(indices)
 
 
-def _row_sums(xp, values):
-    """Each row's sum, added left to right as Python's ``sum`` (``sum`` adds pairwise), ``[N]``."""
-    if values.shape[1]:
-        return cumulative_sum(values, axis=1)[:, -1]
-    return xp.zeros(values.shape[0], dtype=values.dtype, device=array_api_compat.device(values))
-
-
 class UnimalBatch:
     """``num_envs`` simulations of a unimal (MJCF text) doing ``cfg.ENV.TASK`` in the task's world.
 
@@ -274,7 +267,8 @@ class UnimalBatch:
         # np.vecdot: np.dot's rounding, per row
         ctrl_cost = self._minus_ctrl_weight * astype(xp.vecdot(actions, actions), scene.float_dtype)
         infos[CTRL_TERM] = ctrl_cost
-        infos["energy"] = _row_sums(xp, xp.abs(self._qfrc_actuator))
+        # each row added left to right, as Python's sum (NumPy's sum adds pairwise); nv >= 6: the head's free joint
+        infos["energy"] = cumulative_sum(xp.abs(self._qfrc_actuator), axis=1)[:, -1]
         infos["x_pos"] = x
         infos["metric"] = task.metric(scene)
         terminated = (scene.torso_height <= self._fall_height) | out_of_map | task.terminate(scene)
