@@ -62,3 +62,11 @@ def test_an_ft_batch_step_calls_no_numpy_python_wrapper():
     assert _disallowed(numpy_python_calls(lambda: env.step(actions))) == []
     env.sim.scene.qpos[1, 2] = -1.0  # env 1 falls: the step restarts it
     assert _disallowed(numpy_python_calls(lambda: env.step(actions))) == []
+
+
+def test_proprioception_slices_the_consecutive_columns():
+    """The hinge angles and the agent's velocities are consecutive columns of ``qpos`` and ``qvel``: sliced
+    (a view, which the concatenation copies), not gathered; the sensors' scattered columns are gathered."""
+    cfg = load_config(ROOT / "configs" / "evo" / "ft.yml")
+    env = gym.make(ENV_ID, xml_path=FIXTURE, cfg=cfg).unwrapped
+    assert [isinstance(columns, slice) for _, columns in env.sim._proprio._takes] == [True, True, False]

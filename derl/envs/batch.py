@@ -38,7 +38,7 @@ import mujoco
 import numpy as np
 
 from derl.arrays import any_set, astype, cumulative_sum, namespace, to_host
-from derl.envs.observations import Proprioception
+from derl.envs.observations import Proprioception, as_slice
 from derl.envs.physics import MujocoDataPhysics, MujocoPhysics, Physics
 from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
@@ -74,14 +74,6 @@ def unimal_mjcf(xml_path: str | Path | None, mjcf: str | None) -> str:
         return read_bytes(path).decode()
     except FileNotFoundError:
         raise FileNotFoundError(f"unimal MJCF not found: {path}") from None
-
-
-def _as_slice(indices: np.ndarray) -> slice | np.ndarray:
-    """A slice for consecutive indices (the agent's joints precede the props': every task's case),
-    so that adding the reset noise is a view, not a gather and a scatter."""
-    if len(indices) and np.array_equal(indices, np.arange(indices[0], indices[0] + len(indices))):
-        return slice(int(indices[0]), int(indices[0]) + len(indices))
-    return indices
 
 
 def _length(indices: slice | np.ndarray) -> int:
@@ -165,8 +157,8 @@ class UnimalBatch:
         agent_joints = np.flatnonzero(model.body_rootid[model.jnt_bodyid] == self.head_body)
         agent_dofs = np.flatnonzero(model.body_rootid[model.dof_bodyid] == self.head_body)
         ends = np.append(model.jnt_qposadr[1:], model.nq)
-        self._agent_qpos = _as_slice(np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints]))
-        self._agent_dofs = _as_slice(agent_dofs)
+        self._agent_qpos = as_slice(np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints]))
+        self._agent_dofs = as_slice(agent_dofs)  # the agent's joints precede the props': every task's case
         hinges = agent_joints[model.jnt_type[agent_joints] == mujoco.mjtJoint.mjJNT_HINGE]
         self._noise = float(cfg.ENV.RESET_NOISE_SCALE)
         self.max_steps = int(cfg.ENV.EPISODE_LENGTH)
