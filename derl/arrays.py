@@ -43,7 +43,7 @@ def any_set(mask: Array) -> bool:
     """Whether any entry of the bool array ``mask`` may be set: read on the host; True for a tensor,
     without reading it (module docstring)."""
     if isinstance(mask, _HOST):
-        return bool(mask.any())
+        return bool(np.count_nonzero(mask))  # 0.2 us; mask.any() goes through NumPy's Python (0.9 us)
     return True
 
 
@@ -59,3 +59,30 @@ def to_host(x: Array) -> np.ndarray:
     if isinstance(x, _HOST):
         return x
     return x.detach().cpu().numpy()
+
+
+# NumPy's cheapest calls for what a step computes on small arrays. For a batch of one env each array call
+# is most of its cost: NumPy's Python-level functions (np.take, np.astype, np.cumulative_sum, x.any())
+# add 0.5-0.8 us to the 0.2-0.3 us of the C method or ufunc under them, and a step makes dozens of calls.
+# Tensors go through their namespace (array_api_compat's torch) as everywhere else.
+
+
+def take(x: Array, indices: Array, axis: int) -> Array:
+    """``xp.take(x, indices, axis=axis)``: for NumPy the array's method (the function's wrapper costs 0.8 us)."""
+    if isinstance(x, np.ndarray):
+        return x.take(indices, axis=axis)
+    return namespace(x).take(x, indices, axis=axis)
+
+
+def astype(x: Array, dtype: Any) -> Array:
+    """``xp.astype(x, dtype)``: for NumPy the array's method (0.16 us; the function: 0.8 us)."""
+    if isinstance(x, np.ndarray):
+        return x.astype(dtype)
+    return namespace(x).astype(x, dtype)
+
+
+def cumulative_sum(x: Array, axis: int) -> Array:
+    """``xp.cumulative_sum(x, axis=axis)``: the sums added left to right; for NumPy the ufunc's method."""
+    if isinstance(x, np.ndarray):
+        return np.add.accumulate(x, axis=axis)
+    return namespace(x).cumulative_sum(x, axis=axis)

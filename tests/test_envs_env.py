@@ -371,12 +371,12 @@ def test_world_needs_exactly_one_ground_module():
 
 
 def test_agent_indices_become_a_slice_only_when_consecutive():
-    from derl.envs.batch import _as_slice
+    from derl.envs.observations import as_slice
 
-    assert _as_slice(np.array([3, 4, 5])) == slice(3, 6)
-    scattered = _as_slice(np.array([0, 1, 5]))
+    assert as_slice(np.array([3, 4, 5])) == slice(3, 6)
+    scattered = as_slice(np.array([0, 1, 5]))
     np.testing.assert_array_equal(scattered, [0, 1, 5])
-    np.testing.assert_array_equal(_as_slice(np.array([], int)), [])
+    np.testing.assert_array_equal(as_slice(np.array([], int)), [])
 
 
 @pytest.mark.parametrize("name", ["ft", "vt"])

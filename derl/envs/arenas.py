@@ -25,7 +25,7 @@ from lxml import etree
 from derl.arrays import namespace
 from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
 from derl.envs.observations import HeightPatch
-from derl.envs.scene import Array, HeightMap
+from derl.envs.scene import Array, HeightMap, Scene
 from derl.envs.terrain import (
     WALL_HALF_THICKNESS,
     WALL_HEIGHT,
@@ -98,12 +98,18 @@ class Arena:
         if self.bank is not None:
             self.bank.set_model_rows(physics, envs)
 
+    def bind_step(self, scene: Scene) -> None:
+        """``clearance``'s bounds as 0-d arrays of the scene (``derl.envs.tasks.base.Task.bind`` says why)."""
+        extent = self.extent
+        self._bounds = tuple(scene.asarray(bound) for bound in (extent.ground_z, extent.x_min, extent.x_max,
+                                                                 -extent.half_width, extent.half_width))
+
     def clearance(self, x: Array, y: Array, z: Array) -> tuple[Array, Array]:
         """(height of z above the ground under (x, y), whether (x, y) is off the map), ``[N]`` each, in
-        the namespace of the coordinates (NumPy or torch: ``derl.envs.scene.Scene.xp``)."""
-        extent = self.extent
-        height = z - extent.ground_z
-        off = ~((extent.x_min <= x) & (x <= extent.x_max) & (-extent.half_width <= y) & (y <= extent.half_width))
+        the scene's namespace (NumPy or torch: ``derl.envs.scene.Scene.xp``; ``bind_step`` first)."""
+        ground_z, x_min, x_max, y_min, y_max = self._bounds
+        height = z - ground_z
+        off = ~((x_min <= x) & (x <= x_max) & (y_min <= y) & (y <= y_max))
         if self.heights is None:
             return height, off
         under = self.heights.under(*self.heights.grid_cells(x, y))

@@ -37,8 +37,8 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from derl.arrays import any_set, namespace, to_host
-from derl.envs.observations import Proprioception
+from derl.arrays import any_set, astype, cumulative_sum, namespace, to_host
+from derl.envs.observations import Proprioception, as_slice
 from derl.envs.physics import MujocoDataPhysics, MujocoPhysics, Physics
 from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
@@ -76,23 +76,8 @@ def unimal_mjcf(xml_path: str | Path | None, mjcf: str | None) -> str:
         raise FileNotFoundError(f"unimal MJCF not found: {path}") from None
 
 
-def _as_slice(indices: np.ndarray) -> slice | np.ndarray:
-    """A slice for consecutive indices (the agent's joints precede the props': every task's case),
-    so that adding the reset noise is a view, not a gather and a scatter."""
-    if len(indices) and np.array_equal(indices, np.arange(indices[0], indices[0] + len(indices))):
-        return slice(int(indices[0]), int(indices[0]) + len(indices))
-    return indices
-
-
 def _length(indices: slice | np.ndarray) -> int:
     return indices.stop - indices.start if isinstance(indices, slice) else len(indices)
-
-
-def _row_sums(xp, values):
-    """Each row's sum, added left to right as Python's ``sum`` (``sum`` adds pairwise), ``[N]``."""
-    if values.shape[1]:
-        return xp.cumulative_sum(values, axis=1)[:, -1]
-    return xp.zeros(values.shape[0], dtype=values.dtype, device=array_api_compat.device(values))
 
 
 class UnimalBatch:
@@ -130,7 +115,6 @@ class UnimalBatch:
         task.arena.set_model_rows(physics, np.arange(num_envs))  # per-world fields exist before any capture
         self.num_envs = num_envs
         self.dt = FRAME_SKIP * model.opt.timestep
-        self._half_substep = model.opt.timestep / 2  # tolerance of the time-based reset check (time_went_back)
         bound = physics.arrays
         self._ctrl, self._time, self._qfrc_actuator = bound["ctrl"], bound["time"], bound["qfrc_actuator"]
         self.head_body = model.body("torso/0").id
@@ -146,6 +130,14 @@ class UnimalBatch:
         self.rngs = [np.random.default_rng() for _ in range(num_envs)]
         self._steps = scene.zeros(num_envs, dtype=xp.int64)  # the episode's steps: the time limit counts these
         self._time_before = scene.zeros(num_envs, dtype=self._time.dtype)
+        # the step's constants as 0-d arrays of the scene (derl.envs.tasks.base.Task.bind says why): the least
+        # advance of the time in a step (time_went_back: dt less half a substep), the fall height, the time
+        # limit, the control weight
+        self._least_advance = scene.asarray(self.dt - model.opt.timestep / 2, dtype=self._time.dtype)
+        self._fall_height = scene.asarray(self.fall_height)
+        self._max_steps = scene.asarray(self.max_steps, dtype=xp.int64)
+        self._one_step = scene.asarray(1, dtype=xp.int64)
+        self._minus_ctrl_weight = scene.asarray(-self._ctrl_weight)
         self._problems = xp.asarray(physics.problems(), copy=True)
         # Where a restart draws its episodes: on the host each env from its own generator (DERL's); on a
         # device, where the task draws nothing per episode but a terrain of the bank, every env's bank
@@ -165,8 +157,8 @@ class UnimalBatch:
         agent_joints = np.flatnonzero(model.body_rootid[model.jnt_bodyid] == self.head_body)
         agent_dofs = np.flatnonzero(model.body_rootid[model.dof_bodyid] == self.head_body)
         ends = np.append(model.jnt_qposadr[1:], model.nq)
-        self._agent_qpos = _as_slice(np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints]))
-        self._agent_dofs = _as_slice(agent_dofs)
+        self._agent_qpos = as_slice(np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints]))
+        self._agent_dofs = as_slice(agent_dofs)  # the agent's joints precede the props': every task's case
         hinges = agent_joints[model.jnt_type[agent_joints] == mujoco.mjtJoint.mjJNT_HINGE]
         self._noise = float(cfg.ENV.RESET_NOISE_SCALE)
         self.max_steps = int(cfg.ENV.EPISODE_LENGTH)
@@ -185,9 +177,9 @@ class UnimalBatch:
     def reset(self, envs: np.ndarray) -> None:
         """Starts new episodes in the envs ``envs`` (host indices), each drawn with its own generator
         (on every backend: the first episodes of a seed are the same on MuJoCo C and on Warp)."""
-        mask = self.scene.zeros(self.num_envs, dtype=self.scene.xp.bool)
-        mask[self.scene.asarray(envs, dtype=self.scene.xp.int64)] = True
-        self._start(mask, np.unique(envs))
+        mask = np.zeros(self.num_envs, dtype=bool)
+        mask[envs] = True  # the mask on the host, and the envs from it ascending: np.unique costs 5 us a reset
+        self._start(self.scene.asarray(mask, dtype=self.scene.xp.bool), mask.nonzero()[0])
 
     def restart(self, ended) -> None:
         """Starts new episodes where the mask ``ended`` is set (the vector env's autoreset): on a device
@@ -196,7 +188,7 @@ class UnimalBatch:
         if not self._restart_on_host:
             self._start(ended, None)
             return
-        envs = np.flatnonzero(to_host(ended))
+        envs = to_host(ended).nonzero()[0]  # np.flatnonzero: the same through NumPy's Python
         if len(envs):  # on a device the vector env restarts at every step, mostly nothing
             self._start(ended, envs)
 
@@ -209,7 +201,7 @@ class UnimalBatch:
         scene, task, physics, xp = self.scene, self.task, self.physics, self.scene.xp
         physics.reset(ended)
         noise = self._draw_on_device(ended) if envs is None else self._draw_per_env(envs)
-        qpos, qvel, rows = scene.qpos, scene.qvel, xp.reshape(ended, (-1, 1))
+        qpos, qvel, rows = scene.qpos, scene.qvel, ended[:, None]
         split = _length(self._agent_qpos)
         agent = qpos[:, self._agent_qpos]
         started = agent + noise[:, :split]
@@ -259,30 +251,31 @@ class UnimalBatch:
         self._ctrl[:] = actions
         self._time_before[:] = self._time
         self.physics.step(FRAME_SKIP)
-        self._steps += 1
+        self._steps = self._steps + self._one_step  # NumPy's in-place ops cost 0.8 us, these 0.3
         qpos = scene.qpos
         x, y, z = xp.asarray(qpos[:, 0], copy=True), qpos[:, 1], qpos[:, 2]
         scene.torso_height[:], out_of_map = self.arena.clearance(x, y, z)
         reward, infos = task.reward(scene)
         # np.vecdot: np.dot's rounding, per row
-        ctrl_cost = -self._ctrl_weight * xp.astype(xp.vecdot(actions, actions), scene.float_dtype)
+        ctrl_cost = self._minus_ctrl_weight * astype(xp.vecdot(actions, actions), scene.float_dtype)
         infos[CTRL_TERM] = ctrl_cost
-        infos["energy"] = _row_sums(xp, xp.abs(self._qfrc_actuator))
+        # each row added left to right, as Python's sum (NumPy's sum adds pairwise); nv >= 6: the head's free joint
+        infos["energy"] = cumulative_sum(xp.abs(self._qfrc_actuator), axis=1)[:, -1]
         infos["x_pos"] = x
         infos["metric"] = task.metric(scene)
-        terminated = (scene.torso_height <= self.fall_height) | out_of_map | task.terminate(scene)
+        terminated = (scene.torso_height <= self._fall_height) | out_of_map | task.terminate(scene)
         obs = self.observe()
         # MuJoCo C resets the state (time back to 0) on bad qpos/qvel/qacc: time shows it, except in an
         # episode's first substep; the simulator's warning counters (Warp: overflows) show the rest.
         problems = self.physics.problems()
-        unstable = (~xp.isfinite(x + y + z) | time_went_back(self._time_before, self._time, self.dt, self._half_substep)
+        unstable = (~xp.isfinite(x + y + z) | time_went_back(self._time_before, self._time, self._least_advance)
                     | (problems != self._problems))
         self._problems[:] = problems
         reward = reward + ctrl_cost
         if any_set(unstable):  # on a device, zeroing always costs less than asking
             reward = self._zero_non_finite(xp, unstable, obs, reward, infos)
-        terminated |= unstable
-        truncated = ~terminated & (self._steps >= self.max_steps)
+        terminated = terminated | unstable
+        truncated = ~terminated & (self._steps >= self._max_steps)
         infos["out_of_map"] = out_of_map
         infos["unstable"] = unstable
         return obs, reward, terminated, truncated, infos
@@ -308,16 +301,17 @@ class UnimalBatch:
         return self.physics.data(env, data)
 
 
-def time_went_back(before, after, dt: float, tolerance: float):
-    """Where a step of ``dt`` advanced the simulation time by less than ``dt - tolerance``: MuJoCo C reset
-    the state (time back to 0) on a bad qpos, qvel or qacc within the step.
+def time_went_back(before, after, least_advance):
+    """Where a step advanced the simulation time by less than ``least_advance`` (its ``dt`` minus a
+    tolerance, half a substep): MuJoCo C reset the state (time back to 0) on a bad qpos, qvel or qacc
+    within the step.
 
     The step's own advance, not the episode's time against a running sum: MuJoCo Warp's time is float32,
     which after 5,000 steps of 4 x 5 ms is 0.015 s off (3,000 ulps at 100 s), more than the half-substep
     tolerance; one step's four additions are off by at most a few ulps. The time limit counts steps in
     an integer per env, not time.
     """
-    return after - before < dt - tolerance
+    return after - before < least_advance
 
 
 def _draws_nothing_per_episode(task) -> bool:

@@ -33,7 +33,7 @@ import array_api_compat
 import mujoco
 import numpy as np
 
-from derl.arrays import namespace
+from derl.arrays import namespace, take
 from derl.envs.scene import Array, Scene
 
 OBS_TYPES = ("position", "velocity", "imu_vel", "touch", "extremities")
@@ -51,6 +51,14 @@ def head_frame(vectors: Array, xmat: Array) -> Array:
     return vectors @ array_api_compat.array_namespace(vectors, xmat).reshape(xmat, (-1, 3, 3))
 
 
+def as_slice(indices: np.ndarray) -> slice | np.ndarray:
+    """A slice for consecutive indices: a view where a gather would copy (the reset noise added to the
+    agent's qpos in place; the hinge angles and the agent's velocities, a step's observation)."""
+    if len(indices) and np.array_equal(indices, np.arange(indices[0], indices[0] + len(indices))):
+        return slice(int(indices[0]), int(indices[0]) + len(indices))
+    return indices
+
+
 def _sensor_indices(model: mujoco.MjModel, sensors: list[int], components: int) -> np.ndarray:
     """sensordata addresses of the first ``components`` values of each sensor."""
     if not sensors:
@@ -61,7 +69,8 @@ def _sensor_indices(model: mujoco.MjModel, sensors: list[int], components: int) 
 class Proprioception:
     """Builds the proprioceptive vectors ``[N, size]`` of ``ENV.OBS_TYPES``: one ``take`` per source
     (``qpos``, ``qvel``, ``sensordata``, bound ``[N, ...]`` arrays) for each run of consecutive types
-    that read the same one."""
+    that read the same one, or a slice where its columns are consecutive (the hinge angles, the agent's
+    velocities: a view, which the concatenation copies, for a gather that costs 0.3-0.8 us a call)."""
 
     def __init__(self, model: mujoco.MjModel, sources: dict[str, Array], obs_types,
                  hinge_qpos: np.ndarray, agent_dofs: np.ndarray):
@@ -91,13 +100,17 @@ class Proprioception:
         self.size = sum(len(index) for _, index in takes)
         self._xp = namespace(qpos)
         device = array_api_compat.device(qpos)
-        self._takes = [(source, self._xp.asarray(index, dtype=self._xp.int64, device=device))
+        self._takes = [(source, columns if isinstance(columns := as_slice(index), slice)
+                        else self._xp.asarray(index, dtype=self._xp.int64, device=device))
                        for source, index in takes]
 
     def __call__(self, envs: np.ndarray | None = None) -> Array:
         """Every env's vector, or the rows ``envs`` (host indices) only."""
-        xp, rows = self._xp, slice(None) if envs is None else envs
-        return xp.concat([xp.take(source[rows], index, axis=1) for source, index in self._takes], axis=1)
+        parts = []
+        for source, columns in self._takes:
+            rows = source if envs is None else source[envs]
+            parts.append(rows[:, columns] if isinstance(columns, slice) else take(rows, columns, 1))
+        return self._xp.concat(parts, axis=1)
 
 
 def _log_offsets(extent: int) -> np.ndarray:

@@ -69,15 +69,16 @@ class MujocoPhysics:
         self._models: list[mujoco.MjModel] | None = None  # the simulations' own models, once set
         self.arrays = {name: self.batch.bind(name) for name in ARRAYS}
         self._warning_counts = self.batch.warning[:, :, 1]  # a live view: (N, mjNWARNING) counters
+        self._ones = np.ones(self._warning_counts.shape[1], self._warning_counts.dtype)  # problems' sums
 
     def step(self, nstep: int) -> None:
         self.batch.step(nstep=nstep)
 
     def reset(self, envs: np.ndarray) -> None:
-        self.batch.reset(np.flatnonzero(envs), stage=mujoco.mjtStage.mjSTAGE_NONE)
+        self.batch.reset(envs.nonzero()[0], stage=mujoco.mjtStage.mjSTAGE_NONE)
 
     def forward(self, envs: np.ndarray) -> None:
-        self.batch.forward(np.flatnonzero(envs))
+        self.batch.forward(envs.nonzero()[0])
 
     def set_models(self, models: list[mujoco.MjModel], envs: np.ndarray | None = None) -> None:
         self._models = models
@@ -93,7 +94,8 @@ class MujocoPhysics:
             getattr(self._models[env], name)[:] = row
 
     def problems(self) -> np.ndarray:
-        return self._warning_counts.sum(axis=1)
+        # integer counts: the product with ones is their exact sum, at 0.7 us against sum's 1.7
+        return self._warning_counts.dot(self._ones)
 
     def close(self) -> None:
         """Nothing to report: MuJoCo C's warnings end their episodes (``problems``)."""
@@ -114,7 +116,8 @@ class MujocoDataPhysics:
         self._data = data = mujoco.MjData(model)
         self.arrays = {name: getattr(data, name)[None] for name in ARRAYS if name != "time"}  # live views
         self._time = self.arrays["time"] = np.array([data.time])
-        self._warning_counts = data.warning.number  # a live view: (mjNWARNING,) counters
+        self._warning_counts = data.warning.number[None]  # a live view: (1, mjNWARNING) counters
+        self._ones = np.ones(self._warning_counts.shape[1], self._warning_counts.dtype)  # problems' sums
 
     def step(self, nstep: int) -> None:
         mujoco.mj_step(self.model, self._data, nstep)
@@ -138,7 +141,7 @@ class MujocoDataPhysics:
             getattr(self.model, name)[:] = values[-1]
 
     def problems(self) -> np.ndarray:
-        return self._warning_counts.sum(keepdims=True)
+        return self._warning_counts.dot(self._ones)  # as MujocoPhysics.problems
 
     def close(self) -> None:
         """Nothing to report (as ``MujocoPhysics``)."""

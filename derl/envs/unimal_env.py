@@ -78,10 +78,11 @@ class UnimalEnv(gym.Env):
 
     def step(self, action) -> tuple[dict, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, infos = self.sim.step(np.asarray(action)[None])
-        flags = [flag for flag in FLAGS if infos.pop(flag)[0]]  # the step's own dict: popped, not copied
         info = {key: values.item() for key, values in infos.items()}  # .item(): float(values[0]) at 2/3 the cost
-        info.update(dict.fromkeys(flags, True))
-        return ({k: v[0] for k, v in obs.items()}, reward.item(), bool(terminated[0]), bool(truncated[0]), info)
+        for flag in FLAGS:  # a flag is in info only where it ended the episode (True)
+            if not info[flag]:
+                del info[flag]
+        return ({k: v[0] for k, v in obs.items()}, reward.item(), terminated.item(), truncated.item(), info)
 
     def _observe(self) -> dict[str, np.ndarray]:
         return {k: v[0] for k, v in self.sim.observe().items()}

@@ -94,7 +94,7 @@ class UnimalVectorEnv(VectorEnv):
         row again (picking rows would wait for the host)."""
         if self.device is not None:
             return self.sim.observe()
-        envs = np.flatnonzero(ended)
+        envs = ended.nonzero()[0]  # the ended envs, host mask
         fresh = self.sim.observe(envs)
         restarted = {}
         for key, values in obs.items():

@@ -101,8 +101,16 @@ class Task:
         return {"hfield": self._patch.size} if self._patch is not None else {}
 
     def bind(self, scene: Scene) -> None:
-        """Looks up ids in the compiled model; moves the height maps into the scene's namespace."""
+        """Looks up ids in the compiled model; moves the height maps into the scene's namespace.
+
+        The constants step hooks combine with ``[N]`` arrays are made here as 0-d arrays of the scene
+        (``scene.asarray``): NumPy takes 0.45 us to combine an array with a Python float, 0.28 with a
+        0-d array of its type (the same value, so the same result), and a step of one env is dozens
+        of such calls."""
         self.arena.bind(scene.models)
+        self.arena.bind_step(scene)
+        if self.edge_termination:
+            self._edge = scene.asarray(self.arena.extent.half_width), scene.asarray(EDGE_MARGIN)
         if self.arena.heights is not None:
             self.arena.heights.bind(scene)
         if self._patch is not None:
@@ -150,7 +158,8 @@ class Task:
         """Task-specific ends of the episodes, ``[N]`` (falls and leaving the map are the env's)."""
         if not self.edge_termination:
             return False
-        return self.arena.extent.half_width - scene.xp.abs(scene.qpos[:, 1]) <= EDGE_MARGIN
+        half_width, margin = self._edge
+        return half_width - scene.xp.abs(scene.qpos[:, 1]) <= margin
 
     def observe(self, scene: Scene, obs: dict[str, Array], envs: np.ndarray | None = None) -> None:
         """Adds the task's observation keys to ``obs``, ``[N, size]`` each, or only the rows ``envs`` (host

@@ -47,12 +47,15 @@ class Locomotion(Task):
     def bind(self, scene: Scene) -> None:
         super().bind(scene)
         self._x_before = scene.zeros(self.num_envs)
+        # the weight and dt as 0-d arrays of the scene (Task.bind says why), the same values
+        self._forward_scale = scene.asarray(self._forward_weight), scene.asarray(scene.dt)
 
     def before_step(self, scene: Scene) -> None:
         self._x_before[:] = scene.qpos[:, 0]
 
     def _forward(self, scene: Scene) -> Array:
-        return self._forward_weight * (scene.qpos[:, 0] - self._x_before) / scene.dt
+        weight, dt = self._forward_scale
+        return weight * (scene.qpos[:, 0] - self._x_before) / dt
 
     def reward(self, scene: Scene) -> tuple[Array, dict[str, Array]]:
         forward = self._forward(scene)
