@@ -95,6 +95,15 @@ def test_keys_to_keep_filters_and_flat_option_concatenates():
     assert np.array_equal(flat_obs, np.concatenate([obs["obj"], obs["proprioceptive"]]))
 
 
+def test_a_task_key_alone_is_observed():
+    """Without the proprioceptive key the task's own keys are still computed (they were skipped)."""
+    env = UnimalEnv(FIXTURE, env_cfg("vt", **{"ENV.KEYS_TO_KEEP": ["hfield"]}))
+    obs, _ = env.reset(seed=0)
+    assert list(obs) == ["hfield"] and obs["hfield"].shape == env.observation_space["hfield"].shape
+    obs, *_ = env.step(np.zeros(env.action_space.shape, np.float32))
+    assert list(obs) == ["hfield"]
+
+
 def test_unimal_contact_excludes_survive():
     unimal = mujoco.MjModel.from_xml_path(str(FIXTURE))
     env = UnimalEnv(FIXTURE, env_cfg("ft"))

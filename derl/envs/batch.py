@@ -127,6 +127,7 @@ class UnimalBatch:
         task.bind(scene)
         sizes = {"proprioceptive": self._proprio.size, **task.obs_sizes()}
         self.obs_sizes = {k: sizes[k] for k in sorted(cfg.ENV.KEYS_TO_KEEP) if k in sizes}  # hfield may be absent
+        self._task_observes = any(key != "proprioceptive" for key in self.obs_sizes)  # e.g. hfield alone
         self.rngs = [np.random.default_rng() for _ in range(num_envs)]
         self._steps = scene.zeros(num_envs, dtype=xp.int64)  # the episode's steps: the time limit counts these
         self._time_before = scene.zeros(num_envs, dtype=self._time.dtype)
@@ -292,7 +293,7 @@ class UnimalBatch:
     def observe(self, envs: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Every env's observation, ``[N, size]`` per key, or only the rows ``envs`` (host indices)."""
         obs = {"proprioceptive": self._proprio(envs)}
-        if len(self.obs_sizes) > 1:
+        if self._task_observes:
             self.task.observe(self.scene, obs, envs)
         return {k: obs[k] for k in self.obs_sizes}
 
