@@ -39,6 +39,8 @@ Activations = list[torch.Tensor]  # a tanh MLP's input, then every layer's outpu
 # Keys at least this wide are checked for zero rows and columns: the check (four reductions over the
 # key, ~0.3 ms on VT's [512, 1,410]) is a fraction of the dense products it can spare there, while on
 # a narrow key (FT's 46 proprioceptive values) the products cost less than the check and its gathers.
+# The collector's first layer (``acting._first_layer``) uses the same bounds: on a call's [32, 1,410]
+# the check costs ~15 us against the dense product's ~140.
 WIDE_KEY = 256
 # Compacted only when the kept block is at most this share of the key's input: a block nearly as
 # large as the input would save little and still pay the gathers and the gradient's scatter.
