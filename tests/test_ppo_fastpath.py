@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from derl.checked_config import load_config
-from derl.ppo import fastpath, gradients, networks
+from derl.ppo import acting, fastpath, gradients, networks
 from derl.ppo.acting import NumpyActorCritic, NumpyNoise, TorchActor
 from derl.ppo.distributed import Comm
 from derl.ppo.learner import Learner
@@ -55,7 +55,7 @@ def test_derl_network_gets_both_fast_paths(layout, caplog):
     FlatAdam(model, lr=1e-3, eps=1e-5)
     rng_state = torch.get_rng_state()
     assert isinstance(fastpath.actor(model), NumpyActorCritic)
-    assert fastpath.loss_and_gradient(model, COEFS) is gradients.loss_and_gradient
+    assert fastpath.loss_and_gradient(model, COEFS) is gradients.for_batch
     assert fastpath.loss_and_gradient(model, COEFS, amp=True) is None  # AMP: autograd, by choice
     assert torch.equal(torch.get_rng_state(), rng_state)  # the probes leave the training's stream alone
     assert _notes(caplog) == []
@@ -107,7 +107,7 @@ def test_each_fast_path_is_judged_on_its_own(caplog):
     model = ActorCritic(ONE_KEY, action_dim=2, hidden=(8, 8))
     model.actor_encoder.combine = model.critic_encoder.combine = nn.ModuleList()
     assert isinstance(fastpath.actor(model), TorchActor)
-    assert fastpath.loss_and_gradient(model, COEFS) is gradients.loss_and_gradient
+    assert fastpath.loss_and_gradient(model, COEFS) is gradients.for_batch
     notes = _notes(caplog)
     assert len(notes) == 1 and "NumPy forward pass" in notes[0] and "fails on this model (IndexError" in notes[0]
 
@@ -143,6 +143,27 @@ def test_a_wrong_compacted_first_layer_turns_the_hand_written_gradient_off(fault
     layout = ObsLayout(("hfield", "proprioceptive"), (gradients.WIDE_KEY, 7), True)
     model = ActorCritic(layout, action_dim=2, hidden=(8, 8))
     assert fastpath.loss_and_gradient(model, COEFS) is None
+    notes = _notes(caplog)
+    assert len(notes) == 1 and "does not match the reference on a probe batch" in notes[0], notes
+
+
+def test_a_wrong_compacted_first_layer_turns_the_numpy_forward_pass_off(monkeypatch, caplog):
+    """The actor's probe also acts on a mostly-zero batch, through a wide key's compacted first
+    layer (acting._first_layer): zero rows that miss the bias are caught, the torch model acts."""
+    dense = acting._first_layer
+
+    def no_bias_on_zero_rows(layer, x):
+        weight, bias = layer
+        out = dense((weight, np.zeros_like(bias)), x)
+        rows = (x != 0).any(1)
+        out[rows] += bias
+        return out
+
+    layout = ObsLayout(("hfield", "proprioceptive"), (gradients.WIDE_KEY, 7), True)
+    model = ActorCritic(layout, action_dim=2, hidden=(8, 8))
+    assert isinstance(fastpath.actor(model), NumpyActorCritic)
+    monkeypatch.setattr(acting, "_first_layer", no_bias_on_zero_rows)
+    assert isinstance(fastpath.actor(model), TorchActor)
     notes = _notes(caplog)
     assert len(notes) == 1 and "does not match the reference on a probe batch" in notes[0], notes
 

@@ -5,13 +5,13 @@ collector can act with it (``acting.TorchActor``), whatever the network; on a de
 it always does (``acting``). Two faster versions are
 written for DERL's network exactly as ``networks.ActorCritic`` builds it: the NumPy forward pass
 the collector acts with (``acting.NumpyActorCritic``) and the hand-written backward pass of the
-float32 update (``gradients.loss_and_gradient``). ``actor`` and ``loss_and_gradient`` hand one
-out only for a model it reproduces, checked twice:
+float32 update (``gradients.for_batch``: the batch as it reads it, and ``loss_and_gradient``).
+``actor`` and ``loss_and_gradient`` hand one out only for a model it reproduces, checked twice:
 
 - by structure: an ``ActorCritic`` itself (not a subclass), float32, and no parameter the fast
   path does not read (a layer added in ``networks.py`` would be ignored);
 - by behaviour: once, on a probe batch, against the reference (actions, log-probabilities and
-  values; loss terms and gradients, on a dense batch and on a mostly-zero one), so a changed
+  values; loss terms and gradients; each on a dense batch and on a mostly-zero one), so a changed
   activation or loss that the fast path does not follow is caught too, and so is a fast path that
   fails on the model. Each path is judged on its own. The probe draws from its own generators and
   differentiates a copy of the model: the training's random streams and gradients are untouched.
@@ -32,13 +32,13 @@ import torch
 from torch import nn
 
 from derl.ppo.acting import Actor, Noise, NumpyActorCritic, NumpyNoise, TorchActor, TorchNoise
-from derl.ppo.gradients import loss_and_gradient as hand_written
-from derl.ppo.losses import LossCoefs, LossTerms, Minibatch, gaussian_log_prob, minibatch_loss
+from derl.ppo.gradients import LossAndGradient, for_batch
+from derl.ppo.losses import LossCoefs, Minibatch, gaussian_log_prob, minibatch_loss
 from derl.ppo.networks import ActorCritic
 
 PROBE_ROWS = 16
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-5}  # float rounding is ~1e-6; a different network is ~1e-1 off
-LossAndGradient = Callable[[ActorCritic, Minibatch, LossCoefs], LossTerms]
+ForBatch = Callable[[ActorCritic, Minibatch], tuple[Minibatch, LossAndGradient]]  # gradients.for_batch
 log = logging.getLogger(__name__)
 
 
@@ -79,13 +79,27 @@ def _same(got: list[torch.Tensor | np.ndarray], expected: list[torch.Tensor | np
                for a, b in zip(got, expected, strict=True))
 
 
+def _replica(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` to probe, its biases moved off zero (their value at initialisation, where a
+    fast path that drops one agrees), with zero gradients (the hand-written gradient writes there)."""
+    replica = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(1)
+    for name, p in replica.named_parameters():
+        p.grad = torch.zeros_like(p)
+        if name.endswith("bias"):
+            p.data += 0.1 * torch.randn(p.shape, generator=generator).to(p.device)
+    return replica
+
+
 def actor(model: nn.Module) -> NumpyActorCritic | TorchActor:
     """The collector's policy for ``model``: the NumPy forward pass where it reproduces the model."""
 
     def agrees() -> bool:
-        obs = np.random.default_rng(0).standard_normal((PROBE_ROWS, model.layout.size), dtype=np.float32)
-        fast, reference = NumpyActorCritic(model), TorchActor(model)
-        return _same(list(fast.sample(obs, NumpyNoise(1))), list(reference.sample(obs, NumpyNoise(1))))
+        dense = torch.randn(PROBE_ROWS, model.layout.size, generator=torch.Generator().manual_seed(0))
+        replica = _replica(model)
+        fast, reference = NumpyActorCritic(replica), TorchActor(replica)
+        return all(_same(list(fast.sample(obs, NumpyNoise(1))), list(reference.sample(obs, NumpyNoise(1))))
+                   for obs in (dense.numpy(), _flat_ground(dense.clone()).numpy()))
 
     if _probe(model, agrees, "the NumPy forward pass (derl.ppo.acting)") is None:
         return NumpyActorCritic(model)
@@ -101,11 +115,18 @@ def acting(model: nn.Module, device: torch.device | None, seed: int) -> tuple[Ac
     return TorchActor(model), TorchNoise(seed, device)
 
 
+def _flat_ground(obs: torch.Tensor) -> torch.Tensor:
+    """``obs`` with every other row and three columns in four zero, as flat ground in a height map,
+    so that a wide key takes the fast paths' compacted first layers (``gradients._Nonzero``,
+    ``acting._first_layer``)."""
+    obs[::2] = 0.0
+    obs[:, torch.arange(obs.shape[1]) % 4 != 0] = 0.0
+    return obs
+
+
 def _probe_batch(model: nn.Module, mostly_zero: bool) -> Minibatch:
     """Rows like a collection's: actions from the policy, old log-probabilities and values near the
-    current ones (ratios inside and outside the clip range). ``mostly_zero``: every other row and
-    three columns in four of the observations are zero, as flat ground in a height map, so that a
-    wide key takes the hand-written gradient's compacted product (``gradients._Nonzero``)."""
+    current ones (ratios inside and outside the clip range); ``mostly_zero``: ``_flat_ground``."""
     generator = torch.Generator().manual_seed(0)
     device = model.log_std.device
 
@@ -114,8 +135,7 @@ def _probe_batch(model: nn.Module, mostly_zero: bool) -> Minibatch:
 
     obs = normal(PROBE_ROWS, model.layout.size)
     if mostly_zero:
-        obs[::2] = 0.0
-        obs[:, torch.arange(model.layout.size) % 4 != 0] = 0.0
+        obs = _flat_ground(obs)
     with torch.no_grad():
         mean, value = model(obs)
         actions = mean + model.log_std.exp() * normal(*mean.shape)
@@ -124,26 +144,23 @@ def _probe_batch(model: nn.Module, mostly_zero: bool) -> Minibatch:
                      value + normal(PROBE_ROWS), normal(PROBE_ROWS))
 
 
-def loss_and_gradient(model: nn.Module, coefs: LossCoefs, amp: bool = False) -> LossAndGradient | None:
-    """The hand-written gradient where it equals autograd's for ``model`` and ``coefs``, else None
-    (autograd). Under ``amp`` autograd differentiates the bf16 forward pass: None, without a note."""
+def loss_and_gradient(model: nn.Module, coefs: LossCoefs, amp: bool = False) -> ForBatch | None:
+    """The hand-written gradient (``gradients.for_batch``: a batch as it reads it, and the minibatch
+    step) where it equals autograd's for ``model`` and ``coefs``, else None (autograd). Under ``amp``
+    autograd differentiates the bf16 forward pass: None, without a note."""
     if amp:
         return None
 
     def agrees_on(batch: Minibatch, replica: nn.Module) -> bool:
-        terms = hand_written(replica, batch, coefs)
+        read, hand_written = for_batch(replica, batch)
+        terms = hand_written(replica, read, coefs)
         got = [terms.total, *(p.grad.clone() for p in replica.parameters())]
         reference = minibatch_loss(replica, batch, coefs)
         return _same(got, [reference.total.detach(),
                            *torch.autograd.grad(reference.total, list(replica.parameters()))])
 
     def agrees() -> bool:
-        replica = copy.deepcopy(model)
-        generator = torch.Generator().manual_seed(1)
-        for name, p in replica.named_parameters():
-            p.grad = torch.zeros_like(p)
-            if name.endswith("bias"):  # zero at initialisation, where a fast path that drops one agrees
-                p.data += 0.1 * torch.randn(p.shape, generator=generator).to(p.device)
+        replica = _replica(model)
         return all(agrees_on(_probe_batch(replica, mostly_zero), replica) for mostly_zero in (False, True))
 
-    return hand_written if _probe(model, agrees, "the hand-written gradient (derl.ppo.gradients)") is None else None
+    return for_batch if _probe(model, agrees, "the hand-written gradient (derl.ppo.gradients)") is None else None
