@@ -55,7 +55,7 @@ def test_derl_network_gets_both_fast_paths(layout, caplog):
     FlatAdam(model, lr=1e-3, eps=1e-5)
     rng_state = torch.get_rng_state()
     assert isinstance(fastpath.actor(model), NumpyActorCritic)
-    assert fastpath.loss_and_gradient(model, COEFS) is gradients.for_batch
+    assert fastpath.loss_and_gradient(model, COEFS) is gradients.loss_and_gradient
     assert fastpath.loss_and_gradient(model, COEFS, amp=True) is None  # AMP: autograd, by choice
     assert torch.equal(torch.get_rng_state(), rng_state)  # the probes leave the training's stream alone
     assert _notes(caplog) == []
@@ -107,7 +107,7 @@ def test_each_fast_path_is_judged_on_its_own(caplog):
     model = ActorCritic(ONE_KEY, action_dim=2, hidden=(8, 8))
     model.actor_encoder.combine = model.critic_encoder.combine = nn.ModuleList()
     assert isinstance(fastpath.actor(model), TorchActor)
-    assert fastpath.loss_and_gradient(model, COEFS) is gradients.for_batch
+    assert fastpath.loss_and_gradient(model, COEFS) is gradients.loss_and_gradient
     notes = _notes(caplog)
     assert len(notes) == 1 and "NumPy forward pass" in notes[0] and "fails on this model (IndexError" in notes[0]
 

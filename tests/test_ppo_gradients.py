@@ -6,7 +6,7 @@ import torch
 
 from derl.checked_config import load_config
 from derl.ppo.distributed import Comm
-from derl.ppo.gradients import WIDE_KEY, _Nonzero, for_batch, loss_and_gradient
+from derl.ppo.gradients import WIDE_KEY, _Nonzero, loss_and_gradient
 from derl.ppo.learner import Learner
 from derl.ppo.losses import LossCoefs, Minibatch, gaussian_log_prob, minibatch_loss
 from derl.ppo.networks import ActorCritic
@@ -72,52 +72,24 @@ def _autograd(model: ActorCritic, optimizer: FlatAdam, batch: Minibatch, coefs: 
     return [t.detach() for t in terms], [p.grad.clone() for p in model.parameters()]
 
 
-def _check_against_autograd(model: ActorCritic, optimizer: FlatAdam, batch: Minibatch, coefs: LossCoefs,
-                            read: str) -> None:
-    """The hand-written loss terms and gradient on ``batch`` (``read``: as it is, or as the update
-    reads it, ``for_batch``) equal autograd's on ``batch``."""
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("clip_value", [True, False])
+@pytest.mark.parametrize("kinds", ["spread", "ties"])
+def test_hand_written_gradient_equals_autograd(layout, clip_value, kinds):
+    model, optimizer = _model(LAYOUTS[layout])
+    batch = _minibatch(model, LAYOUTS[layout], kinds)
+    if layout == "wide key, mostly zero":  # the compacted first layers run
+        assert _Nonzero.of(batch.obs[:, model.layout.slices[0]]) is not None
+    coefs = LossCoefs(clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, clip_value=clip_value)
     expected_terms, expected_grads = _autograd(model, optimizer, batch, coefs)
+    if kinds == "spread":  # the batch exercises both sides of both clips
+        assert 0.1 < expected_terms[5].item() < 0.9
     optimizer.grads.fill_(123.0)  # stale values are replaced, not added to
-    if read == "for_batch":
-        narrowed, step = for_batch(model, batch)
-        terms = step(model, narrowed, coefs)
-    else:
-        terms = loss_and_gradient(model, batch, coefs)
+    terms = loss_and_gradient(model, batch, coefs)
     for got, expected in zip(terms, expected_terms, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     for (name, p), expected in zip(model.named_parameters(), expected_grads, strict=True):
         torch.testing.assert_close(p.grad, expected, rtol=1e-4, atol=1e-6, msg=name)
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("clip_value", [True, False])
-@pytest.mark.parametrize("kinds", ["spread", "ties"])
-@pytest.mark.parametrize("read", ["as it is", "for_batch"])
-def test_hand_written_gradient_equals_autograd(layout, clip_value, kinds, read):
-    model, optimizer = _model(LAYOUTS[layout])
-    batch = _minibatch(model, LAYOUTS[layout], kinds)
-    narrowed = for_batch(model, batch)[0].obs
-    if layout == "wide key, mostly zero":  # the compacted first layers run; a quarter of the columns is read
-        assert _Nonzero.of(batch.obs[:, model.layout.slices[0]]) is not None
-        assert narrowed.shape[1] == (WIDE_KEY + 44) // 4 + 11
-    else:
-        assert narrowed is batch.obs
-    coefs = LossCoefs(clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, clip_value=clip_value)
-    if kinds == "spread":  # the batch exercises both sides of both clips
-        assert 0.1 < minibatch_loss(model, batch, coefs).clip_fraction.item() < 0.9
-    _check_against_autograd(model, optimizer, batch, coefs, read)
-
-
-def test_a_wide_key_zero_in_every_row_is_left_out_whole():
-    """A height map of flat ground everywhere: the update reads none of its columns, its first
-    layers give the bias and a zero weight gradient, as autograd's."""
-    dims = LAYOUTS["wide key, mostly zero"]
-    model, optimizer = _model(dims)
-    batch = _minibatch(model, dims, "spread")
-    batch.obs[:, : dims["hfield"]] = 0.0
-    assert for_batch(model, batch)[0].obs.shape[1] == dims["proprioceptive"]
-    coefs = LossCoefs(clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, clip_value=True)
-    _check_against_autograd(model, optimizer, batch, coefs, "for_batch")
 
 
 def test_amp_update_differentiates_with_autograd():
@@ -129,8 +101,7 @@ def test_amp_update_differentiates_with_autograd():
     grads = {}
     for amp in (False, True):
         learner = Learner(model, cfg.PPO, Comm(), amp=amp)
-        read, step = learner._minibatch_step(batch)
-        step(read)
+        learner._loss_and_gradient(batch)
         grads[amp] = learner.optimizer.grads.clone()
     assert not torch.equal(grads[True], grads[False])
     torch.testing.assert_close(grads[True], grads[False], rtol=0.1, atol=0.05)

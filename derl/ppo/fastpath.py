@@ -32,13 +32,13 @@ import torch
 from torch import nn
 
 from derl.ppo.acting import Actor, Noise, NumpyActorCritic, NumpyNoise, TorchActor, TorchNoise
-from derl.ppo.gradients import LossAndGradient, for_batch
-from derl.ppo.losses import LossCoefs, Minibatch, gaussian_log_prob, minibatch_loss
+from derl.ppo.gradients import loss_and_gradient as hand_written
+from derl.ppo.losses import LossCoefs, LossTerms, Minibatch, gaussian_log_prob, minibatch_loss
 from derl.ppo.networks import ActorCritic
 
 PROBE_ROWS = 16
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-5}  # float rounding is ~1e-6; a different network is ~1e-1 off
-ForBatch = Callable[[ActorCritic, Minibatch], tuple[Minibatch, LossAndGradient]]  # gradients.for_batch
+LossAndGradient = Callable[[ActorCritic, Minibatch, LossCoefs], LossTerms]
 log = logging.getLogger(__name__)
 
 
@@ -144,16 +144,14 @@ def _probe_batch(model: nn.Module, mostly_zero: bool) -> Minibatch:
                      value + normal(PROBE_ROWS), normal(PROBE_ROWS))
 
 
-def loss_and_gradient(model: nn.Module, coefs: LossCoefs, amp: bool = False) -> ForBatch | None:
-    """The hand-written gradient (``gradients.for_batch``: a batch as it reads it, and the minibatch
-    step) where it equals autograd's for ``model`` and ``coefs``, else None (autograd). Under ``amp``
-    autograd differentiates the bf16 forward pass: None, without a note."""
+def loss_and_gradient(model: nn.Module, coefs: LossCoefs, amp: bool = False) -> LossAndGradient | None:
+    """The hand-written gradient where it equals autograd's for ``model`` and ``coefs``, else None
+    (autograd). Under ``amp`` autograd differentiates the bf16 forward pass: None, without a note."""
     if amp:
         return None
 
     def agrees_on(batch: Minibatch, replica: nn.Module) -> bool:
-        read, hand_written = for_batch(replica, batch)
-        terms = hand_written(replica, read, coefs)
+        terms = hand_written(replica, batch, coefs)
         got = [terms.total, *(p.grad.clone() for p in replica.parameters())]
         reference = minibatch_loss(replica, batch, coefs)
         return _same(got, [reference.total.detach(),
@@ -163,4 +161,4 @@ def loss_and_gradient(model: nn.Module, coefs: LossCoefs, amp: bool = False) -> 
         replica = _replica(model)
         return all(agrees_on(_probe_batch(replica, mostly_zero), replica) for mostly_zero in (False, True))
 
-    return for_batch if _probe(model, agrees, "the hand-written gradient (derl.ppo.gradients)") is None else None
+    return hand_written if _probe(model, agrees, "the hand-written gradient (derl.ppo.gradients)") is None else None

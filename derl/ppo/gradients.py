@@ -18,20 +18,14 @@ for the actor and the critic) were most of the update. A zero row or column adds
 those products, so ``_Nonzero`` keeps only the rows and columns that hold a nonzero: rows left
 out get the bias, columns left out a zero weight gradient. The values are the dense products'
 with the zero terms left out of the sums (float32 rounding apart); a key narrower than
-``WIDE_KEY`` or dense enough is computed densely, as before. The columns that are zero in the
-whole batch (about three in four of VT's) are dropped once per update (``for_batch``): each
-minibatch then gathers only the rest and looks for its zero rows only (``KeptColumns``).
+``WIDE_KEY`` or dense enough is computed densely, as before.
 
-Only ``derl.ppo.fastpath`` hands this out (``for_batch``), after checking it against autograd on
+Only ``derl.ppo.fastpath`` hands this out, after checking it against autograd on
 ``losses.minibatch_loss`` for the model and loss at hand (on a dense and a mostly-zero probe
 batch); the tests check it there too, clip ties included (``tests/test_ppo_gradients.py``).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable, Sequence
-from functools import partial
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +35,6 @@ from derl.ppo.losses import LOG_SQRT_2PI, LossCoefs, LossTerms, Minibatch, head_
 from derl.ppo.networks import ActorCritic, Encoder, tanh_
 
 Activations = list[torch.Tensor]  # a tanh MLP's input, then every layer's output
-LossAndGradient = Callable[[ActorCritic, Minibatch, LossCoefs], LossTerms]
 
 # Keys at least this wide are checked for zero rows and columns: the check (four reductions over the
 # key, ~0.3 ms on VT's [512, 1,410]) is a fraction of the dense products it can spare there, while on
@@ -54,82 +47,30 @@ WIDE_KEY = 256
 MOSTLY_ZERO = 0.5
 
 
-def _wide(x: torch.Tensor) -> bool:
-    """Whether observation key ``x`` [n, width] is worth checking for zero rows and columns: wide,
-    not empty, on the CPU (on a GPU the dense products take microseconds and finding the block
-    would wait for the device, ``nonzero``)."""
-    return x.shape[1] >= WIDE_KEY and x.shape[0] > 0 and x.device.type == "cpu"
-
-
-def _nonzero(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """The rows (``dim`` 1) or columns (``dim`` 0) of ``x`` that hold a nonzero, a NaN included.
-
-    Largest and smallest value per row or column: no [n, width] temporary, as ``x.abs()`` wrote.
-    """
-    if x.numel() == 0:
-        return torch.zeros(0, dtype=torch.long, device=x.device)
-    return ((x.amax(dim) != 0) | (x.amin(dim) != 0)).nonzero().squeeze(1)
-
-
-class KeptColumns(NamedTuple):
-    """Where each observation key lies in a batch whose wide keys' all-zero columns were dropped."""
-
-    slices: Sequence[slice]  # each key's part of the batch's observations
-    kept: list[torch.Tensor | None]  # the key's columns that part holds; None: all of them
-
-
-def _drop_zero_columns(model: ActorCritic, batch: Minibatch) -> tuple[Minibatch, KeptColumns | None]:
-    """``batch`` without a wide key's columns that are zero in every row, where at most
-    ``MOSTLY_ZERO`` of them are left (one gather of the observations); as it is (None) otherwise."""
-    slices, kept, index = [], [], []
-    start = 0
-    for part in model.actor_encoder.slices:
-        x = batch.obs[:, part]
-        cols = _nonzero(x, 0) if _wide(x) else None
-        if cols is not None and cols.numel() > MOSTLY_ZERO * x.shape[1]:
-            cols = None
-        width = x.shape[1] if cols is None else cols.numel()
-        slices.append(slice(start, start + width))
-        kept.append(cols)
-        index.append(torch.arange(part.start, part.stop, device=x.device) if cols is None else cols + part.start)
-        start += width
-    if all(cols is None for cols in kept):
-        return batch, None
-    return batch._replace(obs=batch.obs.index_select(1, torch.cat(index))), KeptColumns(slices, kept)
-
-
-def for_batch(model: ActorCritic, batch: Minibatch) -> tuple[Minibatch, LossAndGradient]:
-    """``batch`` as the update's minibatches read it (``_drop_zero_columns``, once per update) and
-    ``loss_and_gradient`` on its rows."""
-    batch, columns = _drop_zero_columns(model, batch)
-    return batch, partial(loss_and_gradient, columns=columns)
-
-
 class _Nonzero:
     """The rows and columns of a minibatch's observation key that hold a nonzero, and the key on them.
 
-    ``of(x)`` returns one where that block is at most ``MOSTLY_ZERO`` of a ``_wide`` ``x``, else None
-    (the dense products). Where ``for_batch`` dropped the batch's all-zero columns (``kept``: the
-    key's columns that ``x`` holds), always one, of the minibatch's nonzero rows and all of ``x``'s
-    columns (a minibatch has nonzeros in most of the batch's: VT's, ~310 of ~350). A NaN counts as
-    nonzero: it is kept and propagates as in autograd.
+    ``of(x)`` returns one where that block is at most ``MOSTLY_ZERO`` of a ``WIDE_KEY``-wide ``x``
+    on the CPU, else None (the dense products). A NaN counts as nonzero: it is kept and propagates
+    as in autograd. On a GPU the dense products take microseconds and finding the block would wait
+    for the device twice per key (``nonzero``): dense there.
     """
 
-    def __init__(self, rows: torch.Tensor, cols: torch.Tensor, block: torch.Tensor):
-        self.rows, self.cols, self.block = rows, cols, block  # cols: the weights' columns the block's multiply
+    def __init__(self, rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor):
+        self.rows, self.cols = rows, cols
+        self.block = x.index_select(0, rows).index_select(1, cols)
 
     @classmethod
-    def of(cls, x: torch.Tensor, kept: torch.Tensor | None = None) -> _Nonzero | None:
-        if kept is not None:
-            rows = _nonzero(x, 1)
-            return cls(rows, kept, x.index_select(0, rows))
-        if not _wide(x):
-            return None
+    def of(cls, x: torch.Tensor) -> _Nonzero | None:
         n, width = x.shape
-        rows, cols = _nonzero(x, 1), _nonzero(x, 0)
+        if width < WIDE_KEY or n == 0 or x.device.type != "cpu":
+            return None
+        # Largest and smallest value per row and column: no [n, width] temporary, as ``x.abs()`` wrote.
+        rows = ((x.amax(1) != 0) | (x.amin(1) != 0)).nonzero().squeeze(1)
+        cols = ((x.amax(0) != 0) | (x.amin(0) != 0)).nonzero().squeeze(1)
         if rows.numel() * cols.numel() > MOSTLY_ZERO * n * width:
             return None
-        return cls(rows, cols, x.index_select(0, rows).index_select(1, cols))
+        return cls(rows, cols, x)
 
     def linear(self, layer: nn.Linear, n: int) -> torch.Tensor:
         """``F.linear`` of the whole key: the bias on the zero rows, the block's product on the others."""
@@ -175,14 +116,13 @@ def _mlp_backward(layers: nn.ModuleList, activations: Activations, grad: torch.T
 class _EncoderPass:
     """An encoder's forward pass (``networks.Encoder.forward``), kept for its backward pass.
 
-    ``slices``: each key's part of ``obs``; ``nonzero``: per key, its ``_Nonzero`` block or None
-    (found once, shared by actor and critic).
+    ``nonzero``: per key, its ``_Nonzero`` block or None (found once, shared by actor and critic).
     """
 
-    def __init__(self, encoder: Encoder, obs: torch.Tensor, slices: Sequence[slice], nonzero: list[_Nonzero | None]):
+    def __init__(self, encoder: Encoder, obs: torch.Tensor, nonzero: list[_Nonzero | None]):
         self.encoder, self.nonzero = encoder, nonzero
         self.per_key = [_tanh_mlp_activations(mlp, obs[:, part], block)
-                        for mlp, part, block in zip(encoder.per_key, slices, nonzero, strict=True)]
+                        for mlp, part, block in zip(encoder.per_key, encoder.slices, nonzero, strict=True)]
         self.combined = None
         if encoder.combine is not None:
             features = torch.cat([key[-1] for key in self.per_key], dim=-1)
@@ -242,16 +182,12 @@ def _head_gradients(mean: torch.Tensor, value: torch.Tensor, log_std: torch.Tens
 
 
 @torch.no_grad()
-def loss_and_gradient(model: ActorCritic, batch: Minibatch, coefs: LossCoefs,
-                      columns: KeptColumns | None = None) -> LossTerms:
+def loss_and_gradient(model: ActorCritic, batch: Minibatch, coefs: LossCoefs) -> LossTerms:
     """The PPO loss terms of ``model`` on ``batch``; its gradient is written into every ``param.grad``
-    (which must exist: ``FlatAdam`` creates them). ``columns``: the observation's columns that
-    ``batch`` holds where ``for_batch`` dropped some, else None (all of them)."""
-    slices = model.actor_encoder.slices if columns is None else columns.slices
-    kept = [None] * len(slices) if columns is None else columns.kept
-    nonzero = [_Nonzero.of(batch.obs[:, part], cols) for part, cols in zip(slices, kept, strict=True)]
-    actor = _EncoderPass(model.actor_encoder, batch.obs, slices, nonzero)
-    critic = _EncoderPass(model.critic_encoder, batch.obs, slices, nonzero)
+    (which must exist: ``FlatAdam`` creates them)."""
+    nonzero = [_Nonzero.of(batch.obs[:, part]) for part in model.actor_encoder.slices]
+    actor = _EncoderPass(model.actor_encoder, batch.obs, nonzero)
+    critic = _EncoderPass(model.critic_encoder, batch.obs, nonzero)
     mean_head, value_head = model.mean_head, model.value_head
     mean = torch.addmm(mean_head.bias, actor.features, mean_head.weight.t())
     value = torch.addmm(value_head.bias, critic.features, value_head.weight.t()).squeeze(1)

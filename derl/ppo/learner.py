@@ -11,8 +11,6 @@ on the KL of that union.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from functools import partial
 
 import array_api_compat
 import numpy as np
@@ -96,7 +94,6 @@ class Learner:
         """
         cfg, total = self.cfg, batch.size
         size = min(cfg.BATCH_SIZE, total)
-        batch, loss_and_gradient = self._minibatch_step(batch)
         sums = torch.zeros(len(STAT_NAMES), device=self.device)
         count, stopped = 0, False
         # Each minibatch gathers its rows just before it is used (VT's: 2.9 MB, then still in cache for
@@ -106,7 +103,7 @@ class Learner:
             # The order comes from the CPU generator, the one checkpoints keep.
             order = torch.randperm(total).to(self.device)
             for start in range(0, total - size + 1, size):
-                terms = loss_and_gradient(batch.rows(order[start:start + size], out=minibatch))
+                terms = self._loss_and_gradient(batch.rows(order[start:start + size], out=minibatch))
                 with torch.no_grad():
                     sums += torch.stack(terms)
                 count += 1
@@ -122,20 +119,14 @@ class Learner:
         stats["kl_early_stop"] = float(stopped)
         return stats
 
-    def _minibatch_step(self, batch: Minibatch) -> tuple[Minibatch, Callable[[Minibatch], LossTerms]]:
-        """``batch`` as the minibatch step reads it, and the step: it returns the loss terms and
-        leaves the gradient in the parameters' ``.grad``.
+    def _loss_and_gradient(self, minibatch: Minibatch) -> LossTerms:
+        """The loss terms; the gradient is left in the parameters' ``.grad``.
 
         The hand-written gradient where ``derl.ppo.fastpath`` hands it out (DERL's network in
-        float32: about 40% less time per minibatch on the CPU), on the batch without a wide key's
-        all-zero columns (``gradients.for_batch``); else autograd's, on the batch as it is.
+        float32: about 40% less time per minibatch on the CPU), else autograd's.
         """
         if self._fast_gradient is not None:
-            batch, loss_and_gradient = self._fast_gradient(self.model, batch)
-            return batch, partial(loss_and_gradient, self.model, coefs=self.coefs)
-        return batch, self._autograd_step
-
-    def _autograd_step(self, minibatch: Minibatch) -> LossTerms:
+            return self._fast_gradient(self.model, minibatch, self.coefs)
         terms = minibatch_loss(self.model, minibatch, self.coefs, amp=self.amp)
         self.optimizer.zero_grad()
         terms.total.backward()
