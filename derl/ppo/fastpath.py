@@ -5,8 +5,8 @@ collector can act with it (``acting.TorchActor``), whatever the network; on a de
 it always does (``acting``). Two faster versions are
 written for DERL's network exactly as ``networks.ActorCritic`` builds it: the NumPy forward pass
 the collector acts with (``acting.NumpyActorCritic``) and the hand-written backward pass of the
-float32 update (``gradients.for_batch``: the batch as it reads it, and ``loss_and_gradient``).
-``actor`` and ``loss_and_gradient`` hand one out only for a model it reproduces, checked twice:
+float32 update (``gradients.loss_and_gradient``). ``actor`` and ``loss_and_gradient`` hand one
+out only for a model it reproduces, checked twice:
 
 - by structure: an ``ActorCritic`` itself (not a subclass), float32, and no parameter the fast
   path does not read (a layer added in ``networks.py`` would be ignored);
