@@ -11,7 +11,7 @@ the grid stays inside the array.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -40,7 +40,8 @@ class HeightMap:
     ``derl.envs.terrain_bank``) chosen per episode (``set_entry``). The maps are NumPy arrays until
     ``bind`` moves them into the scene's namespace (where step hooks read them: ``grid_cells``,
     ``under``, ``flat``, ``entry``); the per-env lookups (``height_at``, ``max_under``) serve episode
-    draws on the host.
+    draws on the host: they first ``reveal`` what they read (an episode's terrain written lazily,
+    ``derl.envs.lazy_terrain``, writes those cells then).
     """
 
     def __init__(self, extent: Corridor, pad: int, wall_cells: int, gap: float, num_envs: int,
@@ -60,6 +61,9 @@ class HeightMap:
         self._last = np.array([[rows - 1], [cols - 1]], dtype=float)  # grid_cells' upper bounds, (row, col)
         self._set_views()
         self.interior[:] = 0.0
+        #: ``reveal(env, r0, r1, c0, c1)`` writes env ``env``'s terrain over rows ``[r0, r1)`` and columns
+        #: ``[c0, c1)`` before a host read there, where it is written lazily (else None)
+        self.reveal: Callable[[int, int, int, int, int], None] | None = None
 
     def _set_views(self) -> None:
         rows, cols = self.extent.shape
@@ -105,12 +109,16 @@ class HeightMap:
         row, col = self.cell(x, y)
         last_row, last_col = self.last_cell
         row, col = min(max(row, 0), last_row), min(max(col, 0), last_col)
+        if self.reveal is not None:
+            self.reveal(env, row, row + 1, col, col + 1)
         return self.extent.ground_z + float(self.interior[self.host_entry[env], row, col])
 
     def max_under(self, env: int, x: float, y: float, half_x: float, half_y: float) -> float:
         """Highest ground z in env ``env`` under the rectangle of half-sizes (half_x, half_y) at (x, y)."""
         r0, c0 = self.cell(x - half_x, y - half_y)
         r1, c1 = self.cell(x + half_x, y + half_y)
+        if self.reveal is not None:
+            self.reveal(env, r0, r1 + 1, c0, c1 + 1)
         pad = self.pad
         entry = self.host_entry[env]
         return self.extent.ground_z + float(self.padded[entry, pad + r0:pad + r1 + 1, pad + c0:pad + c1 + 1].max())
