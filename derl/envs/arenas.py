@@ -23,8 +23,8 @@ import numpy as np
 from lxml import etree
 
 from derl.arrays import namespace
-from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
 from derl.envs.lazy_terrain import TILE, LazyTerrain
+from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
 from derl.envs.observations import HeightPatch
 from derl.envs.scene import Array, HeightMap
 from derl.envs.terrain import (
@@ -400,6 +400,6 @@ class BowlArena(Arena):
         if bumps is None:  # no episode yet: the map is flat
             return
         with self.heights.editing(env) as interior:
-            for r0, r1, a, b, block in self._shape.tiles(bumps, r0, c0, c1):
-                interior[r0:r1, a:b] = block
-                np.divide(block, self._max_z, out=hfield[r0:r1, a:b], casting="same_kind")
+            for first, end, a, b, block in self._shape.tiles(bumps, r0, c0, c1):
+                interior[first:end, a:b] = block
+                np.divide(block, self._max_z, out=hfield[first:end, a:b], casting="same_kind")
