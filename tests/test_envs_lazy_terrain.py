@@ -119,6 +119,21 @@ def test_a_reset_draws_as_many_values_as_before_the_lazy_terrain(name):
     assert (first, int(env.np_random.integers(1 << 63))) == NEXT_DRAWS[name]
 
 
+def test_a_body_beyond_the_map_is_covered_once():
+    """A body off the grid keeps the edge's tiles: the check does not extend it again at every step."""
+    sim = _batch("vt", whole=False)
+    lazy = sim.arena.lazy
+    qpos = sim.scene.qpos.copy()
+    qpos[0, 0:2] = 500.0, -300.0
+    calls = []
+    extend = lazy._extend
+    lazy._extend = lambda *args: (calls.append(args[0]), extend(*args))
+    for _ in range(3):
+        lazy.cover(qpos)
+    assert calls == [0]
+    assert lazy.written[0, 0, -1]  # the corner tile nearest to it
+
+
 def test_a_renderer_draws_the_whole_terrain():
     env = UnimalEnv(FIXTURE, load_preset("vt", {"TERRAIN.BANK_SIZE": 0}), render_mode="rgb_array")
     whole = UnimalEnv(FIXTURE, load_preset("vt", {"TERRAIN.BANK_SIZE": 0}))

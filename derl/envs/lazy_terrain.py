@@ -149,8 +149,11 @@ class LazyTerrain:
             (x, y), need = xy[body], self._reach[body] + TRAVEL
             if not math.isfinite(x + y):
                 continue
-            c0, r0 = math.floor((x - need - extent.x_min) * divs), math.floor((y - need + extent.half_width) * divs)
-            c1, r1 = math.ceil((x + need - extent.x_min) * divs), math.ceil((y + need + extent.half_width) * divs)
+            # onto the grid: a body beyond its edge (a prop thrown off the map) keeps the edge's tiles
+            c0, c1 = (min(max(c, 0), cols - 1) for c in (math.floor((x - need - extent.x_min) * divs),
+                                                         math.ceil((x + need - extent.x_min) * divs)))
+            r0, r1 = (min(max(r, 0), rows - 1) for r in (math.floor((y - need + extent.half_width) * divs),
+                                                         math.ceil((y + need + extent.half_width) * divs)))
             tr0, tr1, tc0, tc1 = self.ensure(env, r0, r1 + 1, c0, c1 + 1)
             # between the first and last written vertex; past the grid's edge the padding never changes
             self._lo[env, body] = (extent.x_min + tc0 * TILE / divs if tc0 else -np.inf,
