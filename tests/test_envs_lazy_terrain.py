@@ -33,7 +33,7 @@ def _push(lazy: UnimalBatch, whole: UnimalBatch, step: int) -> None:
     heights, cell = whole.arena.heights, whole.arena.extent.cell
     last_row, last_col = heights.last_cell
     for qpos in (lazy.scene.qpos, whole.scene.qpos):
-        for adr in lazy.arena.lazy._xy[::2].tolist():
+        for adr in lazy.arena.lazy.adr.tolist():
             x, y = float(qpos[0, adr]), float(qpos[0, adr + 1])
             ground = []
             for px, py in ((x, y), (x + PUSH[0], y + PUSH[1])):
@@ -55,7 +55,7 @@ def _check_maps(lazy: UnimalBatch, whole: UnimalBatch, everywhere: bool) -> None
     for env in range(ENVS):
         maps = [(arena.heights.interior[env], whole.arena.heights.interior[env]),
                 (arena._hfields[env], whole.arena._hfields[env])]
-        for k, adr in enumerate(arena.lazy._xy[::2].tolist()):
+        for k, adr in enumerate(arena.lazy.adr.tolist()):
             x, y = (float(v) for v in lazy.scene.qpos[env, adr:adr + 2])
             reach = arena.lazy._reach[k] + TRAVEL
             r0, c0 = extent.cell(x - reach, y - reach)

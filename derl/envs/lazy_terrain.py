@@ -89,10 +89,14 @@ class LazyTerrain:
         reaches += 1 / self._extent.divs
         reaches[adr == head_qpos] = np.maximum(reaches[adr == head_qpos], self._patch)
         self._xy = np.stack([adr, adr + 1], axis=1).ravel()
+        self.adr = adr
+        if len(adr) == 1:  # the agent alone: a view, no gather
+            self._xy = slice(int(adr[0]), int(adr[0]) + 2)
         self._reach = reaches
-        self._need = (reaches + TRAVEL)[None, :, None]
         envs = len(self.written)
-        self._lo = np.full((envs, len(adr), 2), np.inf)  # each body's written rectangle (x, y), metres
+        # where each body (x, y) may stand without new tiles: its written rectangle shrunk by its reach and
+        # TRAVEL (metres; empty until the episode's first cover)
+        self._lo = np.full((envs, len(adr), 2), np.inf)
         self._hi = np.full((envs, len(adr), 2), -np.inf)
 
     def start(self, env: int) -> None:
@@ -136,7 +140,9 @@ class LazyTerrain:
         lo, hi = self._lo, self._hi
         if envs is not None:
             xy, lo, hi = xy[envs], lo[envs], hi[envs]
-        near = ((xy - self._need) < lo) | ((xy + self._need) > hi)
+        near = (xy < lo) | (xy > hi)
+        if not near.any():  # almost every step
+            return
         moved = np.flatnonzero(near.any(axis=(1, 2)))
         for k in moved.tolist():  # rare: an episode's start, and a body every few metres
             self._extend(int(k if envs is None else envs[k]), xy[k], near[k].any(axis=1))
@@ -155,11 +161,13 @@ class LazyTerrain:
             r0, r1 = (min(max(r, 0), rows - 1) for r in (math.floor((y - need + extent.half_width) * divs),
                                                          math.ceil((y + need + extent.half_width) * divs)))
             tr0, tr1, tc0, tc1 = self.ensure(env, r0, r1 + 1, c0, c1 + 1)
-            # between the first and last written vertex; past the grid's edge the padding never changes
-            self._lo[env, body] = (extent.x_min + tc0 * TILE / divs if tc0 else -np.inf,
-                                   -extent.half_width + tr0 * TILE / divs if tr0 else -np.inf)
-            self._hi[env, body] = (extent.x_min + (tc1 * TILE - 1) / divs if tc1 * TILE < cols else np.inf,
-                                   -extent.half_width + (tr1 * TILE - 1) / divs if tr1 * TILE < rows else np.inf)
+            # between the first and last written vertex, less the reach; past the grid's edge the padding
+            # never changes
+            self._lo[env, body] = (extent.x_min + tc0 * TILE / divs + need if tc0 else -np.inf,
+                                   -extent.half_width + tr0 * TILE / divs + need if tr0 else -np.inf)
+            self._hi[env, body] = (extent.x_min + (tc1 * TILE - 1) / divs - need if tc1 * TILE < cols else np.inf,
+                                   -extent.half_width + (tr1 * TILE - 1) / divs - need if tr1 * TILE < rows
+                                   else np.inf)
 
     def _cells(self, tr0: int, tr1: int, tc0: int, tc1: int) -> tuple[int, int, int, int]:
         rows, cols = self._shape
