@@ -81,7 +81,7 @@ class LazyTerrain:
         self.written = np.zeros((len(heights.padded), *tiles), dtype=bool)
         self._patch = (patch_cells + 1) / extent.divs
         self.whole = False
-        heights.reveal = self.reveal
+        heights.reveal = self.ensure  # a host read of the map writes what it reads first
 
     def bind(self, model: mujoco.MjModel, head_qpos: int) -> None:
         """Finds the free bodies and their reaches (the head's covers the height patch)."""
@@ -128,10 +128,6 @@ class LazyTerrain:
                 self._write(env, *self._cells(tr0 + tr, tr0 + tr + 1, tc0 + a, tc0 + b))
             tiles[:] = True
         return tr0, tr1, tc0, tc1
-
-    def reveal(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
-        """``ensure`` for a host read of the map (``HeightMap.reveal``)."""
-        self.ensure(env, r0, r1, c0, c1)
 
     def cover(self, qpos: np.ndarray, envs: np.ndarray | None = None) -> None:
         """Writes the tiles that the free bodies of the envs ``envs`` (host indices; None: every env) can

@@ -63,7 +63,7 @@ class HeightMap:
         self.interior[:] = 0.0
         #: ``reveal(env, r0, r1, c0, c1)`` writes env ``env``'s terrain over rows ``[r0, r1)`` and columns
         #: ``[c0, c1)`` before a host read there, where it is written lazily (else None)
-        self.reveal: Callable[[int, int, int, int, int], None] | None = None
+        self.reveal: Callable[[int, int, int, int, int], object] | None = None
 
     def _set_views(self) -> None:
         rows, cols = self.extent.shape
