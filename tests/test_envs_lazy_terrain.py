@@ -163,3 +163,25 @@ def test_a_free_body_reach_bounds_its_geoms_in_any_pose():
             geoms = np.flatnonzero(model.body_rootid[model.geom_bodyid] == body)
             far = np.linalg.norm(data.geom_xpos[geoms] - data.xpos[body], axis=1) + model.geom_rbound[geoms]
             assert far.max() <= reach + 1e-9
+
+
+@pytest.mark.parametrize("name", ["vt", "mvt"])
+def test_a_host_read_reads_the_corridor_plan_without_writing_it(name):
+    """``height_at`` and ``max_under`` anywhere (a goal's placement) give the whole draw's heights, bitwise,
+    read from the plan: no tile is written by them (the bowl's host reads write their tiles instead)."""
+    lazy, whole = _batch(name, whole=False), _batch(name, whole=True)
+    extent, heights, reference = lazy.arena.extent, lazy.arena.heights, whole.arena.heights
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        for env in range(ENVS):
+            written = lazy.arena.lazy.written[env].copy()
+            for _ in range(200):
+                x = rng.uniform(extent.x_min - 1, extent.x_max + 1)
+                y = rng.uniform(-extent.half_width - 1, extent.half_width + 1)
+                assert heights.height_at(env, x, y) == reference.height_at(env, x, y)
+                x, y = min(max(x, extent.x_min + 2), extent.x_max - 2), min(max(y, -extent.half_width + 2),
+                                                                            extent.half_width - 2)
+                half = rng.choice([0.0, 0.1, 0.5, 1.5])
+                assert heights.max_under(env, x, y, half, half) == reference.max_under(env, x, y, half, half)
+            np.testing.assert_array_equal(lazy.arena.lazy.written[env], written)
+        lazy.reset(np.arange(ENVS)), whole.reset(np.arange(ENVS))

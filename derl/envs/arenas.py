@@ -167,8 +167,9 @@ class CorridorArena(Arena):
         banked = bank_size(cfg) if self._obstacles and bank else 0
         self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None) if keep else None
         self._hfields: list[np.ndarray] = []
-        # each env's episode plan: (first column, end column, row profiles as the map holds them, row_of) per block
-        self._plans: list[list[tuple[int, int, np.ndarray, np.ndarray]]] = [[] for _ in range(num_envs)]
+        # each env's episode plan, in corridor order: (first column, end column (the next block's first if it
+        # starts on this one's last), row profiles as the map holds them, their height-field data, row_of)
+        self._plans: list[list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(num_envs)]
         self._patch_cells = patch_cells(cfg, observe_hfield)
         self._whole = need_map  # the obstacle task writes its boxes into the map: the terrain is drawn whole
         if self.incline and self.heights is not None:
@@ -177,12 +178,12 @@ class CorridorArena(Arena):
             self.bank = TerrainBank(self.heights, self._elevation,
                                     lambda rng: draw_heights(cfg, self.extent, rng), cfg.RNG_SEED)
 
-    def _elevation(self, heights: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """The height-field data of a map (into ``out`` if given): flat vertices sunk below the floor box
-        (0), obstacle vertices raised to their height, over the model's z scale (heights stay within
-        [0, max_height], so the data stays in [0, 1])."""
+    def _elevation(self, heights: np.ndarray) -> np.ndarray:
+        """The height-field data of a map (or of a block's row profiles: each vertex on its own): flat
+        vertices sunk below the floor box (0), obstacle vertices raised to their height, over the model's z
+        scale (heights stay within [0, max_height], so the data stays in [0, 1])."""
         heights = heights.astype(np.float32, copy=False)
-        out = np.add(heights, HFIELD_SINK, out=out)
+        out = heights + HFIELD_SINK
         out *= heights > 0
         out *= self._scale
         return out
@@ -236,7 +237,8 @@ class CorridorArena(Arena):
             return
         self._hfields = _hfield_views(models, "terrain")
         self._scale = 1.0 / models[0].hfield("terrain").size[2]
-        self.lazy = _lazy(self.heights, models[0], self._write, self._hfields, self._patch_cells, self._whole)
+        self.lazy = _lazy(self.heights, models[0], self._write, self._hfields, self._patch_cells, self._whole,
+                          self._highest)
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if self.bank is not None:
@@ -245,34 +247,54 @@ class CorridorArena(Arena):
         if not self._hfields:
             return
         # The whole plan drawn (every draw as before), written as far as the bodies reach (LazyTerrain).
-        self._plans[env] = [(first, first + block.columns, block.profiles.astype(np.float32), block.row_of)
-                            for first, block in obstacle_blocks(self._cfg, self.extent, rng)]
+        blocks = [(first, block) for first, block in obstacle_blocks(self._cfg, self.extent, rng)]
+        plan = self._plans[env] = []
+        for k, (first, block) in enumerate(blocks):
+            end = first + block.columns if k + 1 == len(blocks) else min(first + block.columns, blocks[k + 1][0])
+            profiles = block.profiles.astype(np.float32)
+            plan.append((first, end, profiles, self._elevation(profiles), block.row_of))
         self.lazy.start(env)
 
     def _write(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
-        """Env ``env``'s plan over rows ``[r0, r1)`` and columns ``[c0, c1)`` into its map and height-field data
-        (the blocks in corridor order: one that starts on the last column of the one before overwrites it)."""
-        elevation = self._hfields[env]
+        """Env ``env``'s plan over rows ``[r0, r1)`` and columns ``[c0, c1)`` into its map and height-field data."""
+        hfield = self._hfields[env]
         with self.heights.editing(env) as interior:
-            for first, end, profiles, row_of in self._plans[env]:
+            for first, end, profiles, elevations, row_of in self._plans[env]:
                 a, b = max(first, c0), min(end, c1)
                 if a >= b:
                     continue
-                part = profiles[:, a - first:b - first]
-                interior[r0:r1, a:b] = part[0] if len(part) == 1 else part[row_of[r0:r1]]
-                self._elevation(interior[r0:r1, a:b], out=elevation[r0:r1, a:b])
+                if len(profiles) == 1:
+                    interior[r0:r1, a:b] = profiles[0, a - first:b - first]
+                    hfield[r0:r1, a:b] = elevations[0, a - first:b - first]
+                else:
+                    rows = row_of[r0:r1]
+                    interior[r0:r1, a:b] = profiles[rows, a - first:b - first]
+                    hfield[r0:r1, a:b] = elevations[rows, a - first:b - first]
+
+    def _highest(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float:
+        """The highest height of env ``env``'s plan over its obstacles' vertices in rows ``[r0, r1)`` and columns
+        ``[c0, c1)`` (-inf if none; the rest is flat: 0), read from the plan, nothing written (a goal's
+        placement reads a spot that nothing may ever touch)."""
+        highest = -math.inf
+        for first, end, profiles, _, row_of in self._plans[env]:
+            a, b = max(first, c0), min(end, c1)
+            if a < b:
+                part = profiles[:1] if len(profiles) == 1 else profiles[row_of[r0:r1]]
+                highest = max(highest, float(part[:, a - first:b - first].max()))
+        return highest
 
 
 def _lazy(heights: HeightMap, model: mujoco.MjModel, write, hfields: list[np.ndarray], patch: int,
-          whole: bool) -> LazyTerrain:
+          whole: bool, highest=None) -> LazyTerrain:
     """The lazy writes of an arena that draws its terrain per episode: ``write(env, r0, r1, c0, c1)`` its
-    plan, the flattening back to 0 of the map and the height fields ``hfields``."""
+    plan, the flattening back to 0 of the map and the height fields ``hfields``; ``highest``: reads its plan
+    (``LazyTerrain``)."""
     def flatten(env: int, r0: int, r1: int, c0: int, c1: int) -> None:
         with heights.editing(env) as interior:
             interior[r0:r1, c0:c1] = 0.0
         hfields[env][r0:r1, c0:c1] = 0.0
 
-    lazy = LazyTerrain(heights, write, flatten, patch)
+    lazy = LazyTerrain(heights, write, flatten, patch, highest)
     lazy.bind(model, int(model.joint("root").qposadr[0]))
     lazy.whole = whole
     return lazy

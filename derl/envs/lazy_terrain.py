@@ -10,8 +10,8 @@ within reach of a free body (the agent's head, MVT's box or ball): after the res
 step, before the clearance and the height-field observation read the map, a vectorised check finds
 the envs where a body came within ``TRAVEL`` of its written rectangle's edge, and only those get
 the missing tiles written. A host read elsewhere (placing a prop or a goal: ``HeightMap.max_under``,
-``height_at``) writes the tiles it reads first (``HeightMap.reveal``). The next reset flattens only
-the tiles written. Every cell read or touched holds what the whole draw holds, bitwise.
+``height_at``) reads the corridor's plan, or writes the bowl's tiles it reads first (``HeightMap.reveal``).
+The next reset flattens only the tiles written. Every cell read or touched holds what the whole draw holds, bitwise.
 
 A body's reach is bounded from the model, whatever its joints do: along the chain of bodies from the
 free body to each of its geoms, the body offsets, twice each joint anchor's offset (a hinge turns a
@@ -70,18 +70,22 @@ class LazyTerrain:
             over rows ``[r0, r1)`` and columns ``[c0, c1)`` (cells there hold 0 before).
         flatten: ``flatten(env, r0, r1, c0, c1)`` sets them back to 0 in both.
         patch_cells: the height-field observation's reach around the head's vertex (0 if not observed).
+        highest: ``highest(env, r0, r1, c0, c1)``, the plan's highest height over those cells where it is not
+            flat (-inf if nowhere), read from the plan without writing it; None: a host read writes the
+            tiles it reads first.
     """
 
     def __init__(self, heights: HeightMap, write: Callable[[int, int, int, int, int], None],
-                 flatten: Callable[[int, int, int, int, int], None], patch_cells: int):
-        self._heights, self._write, self._flatten = heights, write, flatten
+                 flatten: Callable[[int, int, int, int, int], None], patch_cells: int,
+                 highest: Callable[[int, int, int, int, int], float] | None = None):
+        self._heights, self._write, self._flatten, self._highest = heights, write, flatten, highest
         self._extent = extent = heights.extent
         self._shape = extent.shape
         tiles = tuple(-(-n // TILE) for n in self._shape)
         self.written = np.zeros((len(heights.padded), *tiles), dtype=bool)
         self._patch = (patch_cells + 1) / extent.divs
         self.whole = False
-        heights.reveal = self.ensure  # a host read of the map writes what it reads first
+        heights.reveal = self.reveal
 
     def bind(self, model: mujoco.MjModel, head_qpos: int) -> None:
         """Finds the free bodies and their reaches (the head's covers the height patch)."""
@@ -105,7 +109,7 @@ class LazyTerrain:
         written = self.written[env]
         for tr, tc0, tc1 in _runs(written):
             self._flatten(env, *self._cells(tr, tr + 1, tc0, tc1))
-        written[:] = False
+        written.fill(False)
         self._lo[env], self._hi[env] = np.inf, -np.inf
         if self.whole:
             self.ensure(env, 0, self._shape[0], 0, self._shape[1])
@@ -116,6 +120,16 @@ class LazyTerrain:
         for env in range(len(self.written)):
             self.ensure(env, 0, self._shape[0], 0, self._shape[1])
 
+    def reveal(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float | None:
+        """Before a host read of env ``env``'s map over rows ``[r0, r1)`` and columns ``[c0, c1)`` (the grid's
+        vertices; the padding beyond never changes): the plan's highest height there where the arena reads
+        its plan (the cells not written hold 0 in the map), else None once those tiles are written."""
+        if self._highest is None:
+            self.ensure(env, r0, r1, c0, c1)
+            return None
+        rows, cols = self._shape
+        return self._highest(env, max(r0, 0), min(r1, rows), max(c0, 0), min(c1, cols))
+
     def ensure(self, env: int, r0: int, r1: int, c0: int, c1: int) -> tuple[int, int, int, int]:
         """Writes the tiles of env ``env`` over rows ``[r0, r1)`` and columns ``[c0, c1)`` (clipped onto the
         grid) that are not yet; returns the tile range ``(tr0, tr1, tc0, tc1)``."""
@@ -123,7 +137,10 @@ class LazyTerrain:
         r0, r1, c0, c1 = max(r0, 0), min(r1, rows), max(c0, 0), min(c1, cols)
         tr0, tr1, tc0, tc1 = r0 // TILE, -(-r1 // TILE), c0 // TILE, -(-c1 // TILE)
         tiles = self.written[env, tr0:tr1, tc0:tc1]
-        if not tiles.all():
+        if tiles.size == 1 and not tiles[0, 0]:  # a prop's or a head's single tile: most writes
+            self._write(env, *self._cells(tr0, tr1, tc0, tc1))
+            tiles[0, 0] = True
+        elif not tiles.all():
             for tr, a, b in _runs(~tiles):
                 self._write(env, *self._cells(tr0 + tr, tr0 + tr + 1, tc0 + a, tc0 + b))
             tiles[:] = True
@@ -171,9 +188,10 @@ class LazyTerrain:
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int, int]]:
-    """(row, first column, end column) of each run of set cells in each row of a 2-D mask."""
-    runs = []
-    for row in np.flatnonzero(mask.any(axis=1)).tolist():
-        edges = np.flatnonzero(np.diff(mask[row], prepend=False, append=False))
-        runs.extend((row, int(a), int(b)) for a, b in edges.reshape(-1, 2).tolist())
-    return runs
+    """(row, first column, end column) of each run of set cells in each row of a 2-D mask (one ``nonzero``
+    for all rows: each row's edges come in pairs, row by row)."""
+    rows, cols = mask.shape
+    padded = np.zeros((rows, cols + 2), dtype=bool)
+    padded[:, 1:-1] = mask
+    row, col = np.nonzero(padded[:, 1:] != padded[:, :-1])
+    return list(zip(row[::2].tolist(), col[::2].tolist(), col[1::2].tolist(), strict=True))
