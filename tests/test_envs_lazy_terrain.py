@@ -1,6 +1,8 @@
 """Lazy terrain (``derl.envs.lazy_terrain``): a terrain redrawn per episode is written only where the free
 bodies reach, and nothing a task or the physics reads differs from the terrain drawn whole, bitwise."""
 
+import itertools
+
 import mujoco
 import numpy as np
 import pytest
@@ -171,6 +173,7 @@ def test_a_host_read_reads_the_corridor_plan_without_writing_it(name):
     read from the plan: no tile is written by them (the bowl's host reads write their tiles instead)."""
     lazy, whole = _batch(name, whole=False), _batch(name, whole=True)
     extent, heights, reference = lazy.arena.extent, lazy.arena.heights, whole.arena.heights
+    reference.reveal = None  # the whole draw's map read as it is, not through the plan
     rng = np.random.default_rng(3)
     for _ in range(4):
         for env in range(ENVS):
@@ -185,3 +188,26 @@ def test_a_host_read_reads_the_corridor_plan_without_writing_it(name):
                 assert heights.max_under(env, x, y, half, half) == reference.max_under(env, x, y, half, half)
             np.testing.assert_array_equal(lazy.arena.lazy.written[env], written)
         lazy.reset(np.arange(ENVS)), whole.reset(np.arange(ENVS))
+
+
+def test_a_column_two_blocks_share_reads_as_the_later_block():
+    """Zero-length flat stretches: a block starts on the last column of the one before (rubble of half-period
+    15 ends at its clip height there), which the whole draw overwrites; a host read over that column and the
+    written map give the later block's heights, and a reset flattens both blocks."""
+    overrides = {"TERRAIN.BANK_SIZE": 0, "TERRAIN.FLAT_LENGTH_RANGE": [0, 1, 1], "TERRAIN.TYPES": ["rugged_square"]}
+    lazy, whole = (UnimalBatch(FIXTURE.read_text(), load_config(CONFIGS["vt"], overrides), ENVS) for _ in range(2))
+    whole.arena.draw_whole()
+    whole.arena.heights.reveal = None  # the whole draw's map read as it is, not through the plan
+    for sim in (lazy, whole):
+        sim.seed(0)
+        sim.reset(np.arange(ENVS))
+    extent, plan = lazy.arena.extent, lazy.arena._plans[0]
+    assert sum(a.end == b.first for a, b in itertools.pairwise(plan)) >= 2
+    for planned in plan[1:]:
+        x = extent.x_min + planned.first / extent.divs
+        for heights in (lazy.arena.heights, whole.arena.heights):
+            assert heights.max_under(0, x, 0.0, 0.0, extent.half_width) == extent.ground_z  # the later block's 0
+    lazy.arena.lazy.ensure(0, 0, extent.shape[0], 0, extent.shape[1])
+    np.testing.assert_array_equal(lazy.arena.heights.interior[0], whole.arena.heights.interior[0])
+    lazy.reset(np.arange(ENVS)), whole.reset(np.arange(ENVS))
+    _check_maps(lazy, whole, everywhere=True)

@@ -15,8 +15,10 @@ recompiled) and says how high each head is above the ground under it. Tasks choo
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import mujoco
 import numpy as np
@@ -30,10 +32,11 @@ from derl.envs.scene import Array, HeightMap
 from derl.envs.terrain import (
     WALL_HALF_THICKNESS,
     WALL_HEIGHT,
+    Block,
     Corridor,
+    CorridorObstacles,
     draw_heights,
     max_height,
-    obstacle_blocks,
     obstacles_fit,
 )
 from derl.envs.terrain_bank import TerrainBank, asset, bank_size
@@ -167,9 +170,8 @@ class CorridorArena(Arena):
         banked = bank_size(cfg) if self._obstacles and bank else 0
         self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None) if keep else None
         self._hfields: list[np.ndarray] = []
-        # each env's episode plan, in corridor order: (first column, end column (the next block's first if it
-        # starts on this one's last), row profiles as the map holds them, their height-field data, row_of)
-        self._plans: list[list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(num_envs)]
+        self._draws = CorridorObstacles(cfg, self.extent)
+        self._plans: list[list[_Planned]] = [[] for _ in range(num_envs)]  # each env's episode plan
         self._patch_cells = patch_cells(cfg, observe_hfield)
         self._whole = need_map  # the obstacle task writes its boxes into the map: the terrain is drawn whole
         if self.incline and self.heights is not None:
@@ -238,7 +240,7 @@ class CorridorArena(Arena):
         self._hfields = _hfield_views(models, "terrain")
         self._scale = 1.0 / models[0].hfield("terrain").size[2]
         self.lazy = _lazy(self.heights, models[0], self._write, self._hfields, self._patch_cells, self._whole,
-                          self._highest)
+                          self._highest, self._flatten)
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if self.bank is not None:
@@ -247,22 +249,31 @@ class CorridorArena(Arena):
         if not self._hfields:
             return
         # The whole plan drawn (every draw as before), written as far as the bodies reach (LazyTerrain).
-        blocks = [(first, block) for first, block in obstacle_blocks(self._cfg, self.extent, rng)]
-        plan = self._plans[env] = []
-        for k, (first, block) in enumerate(blocks):
-            end = first + block.columns if k + 1 == len(blocks) else min(first + block.columns, blocks[k + 1][0])
-            profiles = block.profiles.astype(np.float32)
-            plan.append((first, end, profiles, self._elevation(profiles), block.row_of))
+        plan = [_Planned(first, first + block.columns, block) for first, block in self._draws.blocks(rng)]
+        for planned, after in itertools.pairwise(plan):  # a column two blocks share is the later one's
+            planned.end = min(planned.end, after.first)
+        self.lazy.clear(env)  # the last episode's blocks back to 0 while its plan says where they are
+        self._plans[env] = plan
         self.lazy.start(env)
+
+    def _maps(self, planned: _Planned) -> tuple[np.ndarray, np.ndarray]:
+        """A block's row profiles as the map holds them and their height-field data (computed once, when
+        first written or read: most blocks of an episode never are)."""
+        if planned.maps is None:
+            profiles = planned.block.profiles.astype(np.float32)
+            planned.maps = profiles, self._elevation(profiles)
+        return planned.maps
 
     def _write(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
         """Env ``env``'s plan over rows ``[r0, r1)`` and columns ``[c0, c1)`` into its map and height-field data."""
         hfield = self._hfields[env]
         with self.heights.editing(env) as interior:
-            for first, end, profiles, elevations, row_of in self._plans[env]:
-                a, b = max(first, c0), min(end, c1)
+            for planned in self._plans[env]:
+                first, row_of = planned.first, planned.block.row_of
+                a, b = max(first, c0), min(planned.end, c1)
                 if a >= b:
                     continue
+                profiles, elevations = self._maps(planned)
                 if len(profiles) == 1:
                     interior[r0:r1, a:b] = profiles[0, a - first:b - first]
                     hfield[r0:r1, a:b] = elevations[0, a - first:b - first]
@@ -271,30 +282,54 @@ class CorridorArena(Arena):
                     interior[r0:r1, a:b] = profiles[rows, a - first:b - first]
                     hfield[r0:r1, a:b] = elevations[rows, a - first:b - first]
 
+    def _flatten(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
+        """Env ``env``'s plan back to 0 over rows ``[r0, r1)`` and columns ``[c0, c1)``: only the columns of the
+        blocks written there (the rest is flat already; a block never written or read has no ``maps``)."""
+        hfield = self._hfields[env]
+        with self.heights.editing(env) as interior:
+            for planned in self._plans[env]:
+                a, b = max(planned.first, c0), min(planned.end, c1)
+                if a < b and planned.maps is not None:
+                    interior[r0:r1, a:b] = 0.0
+                    hfield[r0:r1, a:b] = 0.0
+
     def _highest(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float:
         """The highest height of env ``env``'s plan over its obstacles' vertices in rows ``[r0, r1)`` and columns
         ``[c0, c1)`` (-inf if none; the rest is flat: 0), read from the plan, nothing written (a goal's
         placement reads a spot that nothing may ever touch)."""
         highest = -math.inf
-        for first, end, profiles, _, row_of in self._plans[env]:
-            a, b = max(first, c0), min(end, c1)
+        for planned in self._plans[env]:
+            first = planned.first
+            a, b = max(first, c0), min(planned.end, c1)
             if a < b:
-                part = profiles[:1] if len(profiles) == 1 else profiles[row_of[r0:r1]]
+                profiles = self._maps(planned)[0]
+                part = profiles if len(profiles) == 1 else profiles[planned.block.row_of[r0:r1]]
                 highest = max(highest, float(part[:, a - first:b - first].max()))
         return highest
 
 
+@dataclass
+class _Planned:
+    """A block of an episode's plan: its columns ``[first, end)`` (the next block's first column if that
+    starts on this one's last), its heights, and ``maps`` (``CorridorArena._maps``) once computed."""
+
+    first: int
+    end: int
+    block: Block
+    maps: tuple[np.ndarray, np.ndarray] | None = None
+
+
 def _lazy(heights: HeightMap, model: mujoco.MjModel, write, hfields: list[np.ndarray], patch: int,
-          whole: bool, highest=None) -> LazyTerrain:
+          whole: bool, highest=None, flatten=None) -> LazyTerrain:
     """The lazy writes of an arena that draws its terrain per episode: ``write(env, r0, r1, c0, c1)`` its
-    plan, the flattening back to 0 of the map and the height fields ``hfields``; ``highest``: reads its plan
-    (``LazyTerrain``)."""
-    def flatten(env: int, r0: int, r1: int, c0: int, c1: int) -> None:
+    plan, ``flatten`` back to 0 (default: every cell of the map and the height fields ``hfields``);
+    ``highest``: reads its plan (``LazyTerrain``)."""
+    def flatten_all(env: int, r0: int, r1: int, c0: int, c1: int) -> None:
         with heights.editing(env) as interior:
             interior[r0:r1, c0:c1] = 0.0
         hfields[env][r0:r1, c0:c1] = 0.0
 
-    lazy = LazyTerrain(heights, write, flatten, patch, highest)
+    lazy = LazyTerrain(heights, write, flatten or flatten_all, patch, highest)
     lazy.bind(model, int(model.joint("root").qposadr[0]))
     lazy.whole = whole
     return lazy

@@ -103,13 +103,19 @@ class LazyTerrain:
         self._lo = np.full((envs, len(adr), 2), np.inf)
         self._hi = np.full((envs, len(adr), 2), -np.inf)
 
-    def start(self, env: int) -> None:
-        """A new episode in env ``env``: the last one's tiles back to 0, nothing written yet (or the whole
-        plan when ``whole``)."""
+    def clear(self, env: int) -> None:
+        """Env ``env``'s tiles written back to 0, nothing written (before its arena replaces the plan that
+        ``flatten`` may read)."""
         written = self.written[env]
-        for tr, tc0, tc1 in _runs(written):
-            self._flatten(env, *self._cells(tr, tr + 1, tc0, tc1))
-        written.fill(False)
+        if written.any():
+            for tr, tc0, tc1 in _runs(written):
+                self._flatten(env, *self._cells(tr, tr + 1, tc0, tc1))
+            written.fill(False)
+
+    def start(self, env: int) -> None:
+        """A new episode in env ``env`` (its plan drawn): the last one's tiles back to 0 if not yet
+        (``clear``), nothing written yet (or the whole plan when ``whole``)."""
+        self.clear(env)
         self._lo[env], self._hi[env] = np.inf, -np.inf
         if self.whole:
             self.ensure(env, 0, self._shape[0], 0, self._shape[1])

@@ -206,33 +206,49 @@ def max_height(cfg) -> float:
     return max([OBSTACLES[t].height_bound(cfg) for t in obstacle_types(cfg)] + [1e-3])
 
 
-def obstacle_blocks(cfg, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
-    """One episode's obstacles in corridor order: (first column, heights ``(rows, columns)``) each; the
-    rest of the corridor is flat (height 0).
+class CorridorObstacles:
+    """A corridor's obstacle draws for one config, its ranges turned into columns once (a reset draws an
+    episode's plan from them, ``blocks``: no config read or float arithmetic per draw)."""
 
-    The start area ``|x| <= START_FLAT`` is flat; then flat stretches (half-length from
-    FLAT_LENGTH_RANGE, truncated to fit) alternate with one obstacle each, drawn uniformly
-    from TERRAIN.TYPES; an obstacle that does not fit before the end is skipped and the next
-    flat stretch and obstacle are tried, until the corridor is full (as DERL's). A block may start on
-    the last column of the one before it (a zero-length flat stretch): write them in order.
-    """
-    rows, cols = corridor.shape
-    types = obstacle_types(cfg)
-    if not types:
-        return
-    divs = corridor.divs
-    flat_choices = value_range(cfg.TERRAIN.FLAT_LENGTH_RANGE)
-    lengths = {kind: value_range(cfg.TERRAIN[OBSTACLES[kind].length_key]) for kind in types}
-    col = round(2 * (0.0 - corridor.x_min) * divs)  # end of the start area (x = START_FLAT)
-    while col < cols - 1:
-        col += round(2 * pick(rng, flat_choices) * divs)
-        kind = types[rng.integers(len(types))]
-        obstacle = OBSTACLES[kind]
-        length = round(2 * pick(rng, lengths[kind]) * divs)
-        if col + length > cols - 1:
-            continue
-        yield col, obstacle.build(cfg, rng, rows, length + 1)
-        col += length
+    def __init__(self, cfg, corridor: Corridor):
+        self._cfg = cfg
+        self._rows, cols = corridor.shape
+        self._last = cols - 1
+        divs = corridor.divs
+        self._start = round(2 * (0.0 - corridor.x_min) * divs)  # end of the start area (x = START_FLAT)
+        self._flats = [round(2 * v * divs) for v in value_range(cfg.TERRAIN.FLAT_LENGTH_RANGE)]
+        self._types = [(OBSTACLES[kind].build, [round(2 * v * divs) for v in
+                                                value_range(cfg.TERRAIN[OBSTACLES[kind].length_key])])
+                       for kind in obstacle_types(cfg)]
+
+    def blocks(self, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
+        """One episode's obstacles in corridor order: (first column, heights ``(rows, columns)``) each; the
+        rest of the corridor is flat (height 0).
+
+        The start area ``|x| <= START_FLAT`` is flat; then flat stretches (half-length from
+        FLAT_LENGTH_RANGE, truncated to fit) alternate with one obstacle each, drawn uniformly
+        from TERRAIN.TYPES; an obstacle that does not fit before the end is skipped and the next
+        flat stretch and obstacle are tried, until the corridor is full (as DERL's). A block may start on
+        the last column of the one before it (a zero-length flat stretch): write them in order. Each
+        length is ``rng.choice`` of its range, drawn as ``pick`` draws it.
+        """
+        flats, types, last = self._flats, self._types, self._last
+        if not types:
+            return
+        col = self._start
+        while col < last:
+            col += flats[rng.integers(0, len(flats))]
+            build, lengths = types[rng.integers(len(types))]
+            length = lengths[rng.integers(0, len(lengths))]
+            if col + length > last:
+                continue
+            yield col, build(self._cfg, rng, self._rows, length + 1)
+            col += length
+
+
+def obstacle_blocks(cfg, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
+    """One episode's obstacles in corridor order (``CorridorObstacles.blocks``)."""
+    return CorridorObstacles(cfg, corridor).blocks(rng)
 
 
 def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarray:
