@@ -211,3 +211,15 @@ def test_a_column_two_blocks_share_reads_as_the_later_block():
     np.testing.assert_array_equal(lazy.arena.heights.interior[0], whole.arena.heights.interior[0])
     lazy.reset(np.arange(ENVS)), whole.reset(np.arange(ENVS))
     _check_maps(lazy, whole, everywhere=True)
+
+
+def test_a_map_drawn_whole_is_read_as_it_is():
+    """Drawn whole (the obstacle task, whose boxes replace the terrain's cells they cover; a renderer), a host
+    read reads the map, not the plan."""
+    sim = _batch("vt", whole=True)
+    heights, extent = sim.arena.heights, sim.arena.extent
+    row, col = np.argwhere(heights.interior[0] > 0.1)[0]
+    with heights.editing(0) as grid:
+        grid[row, col] = 0.05  # a box's top, lower than the terrain it replaces
+    x, y = extent.x_min + col / extent.divs, -extent.half_width + row / extent.divs
+    assert heights.height_at(0, x, y) == extent.ground_z + np.float32(0.05)

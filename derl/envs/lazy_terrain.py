@@ -129,8 +129,9 @@ class LazyTerrain:
     def reveal(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float | None:
         """Before a host read of env ``env``'s map over rows ``[r0, r1)`` and columns ``[c0, c1)`` (the grid's
         vertices; the padding beyond never changes): the plan's highest height there where the arena reads
-        its plan (the cells not written hold 0 in the map), else None once those tiles are written."""
-        if self._highest is None:
+        its plan (the cells not written hold 0 in the map), else None once those tiles are written (drawn
+        whole, the map is read as it is: the obstacle task writes its boxes into it)."""
+        if self._highest is None or self.whole:
             self.ensure(env, r0, r1, c0, c1)
             return None
         rows, cols = self._shape
