@@ -83,6 +83,7 @@ class LazyTerrain:
         self._shape = extent.shape
         tiles = tuple(-(-n // TILE) for n in self._shape)
         self.written = np.zeros((len(heights.padded), *tiles), dtype=bool)
+        self._cells_written: list[list[tuple[int, int, int, int]]] = [[] for _ in self.written]  # per env, per write
         self._patch = (patch_cells + 1) / extent.divs
         self.whole = False
         heights.reveal = self.reveal
@@ -106,11 +107,12 @@ class LazyTerrain:
     def clear(self, env: int) -> None:
         """Env ``env``'s tiles written back to 0, nothing written (before its arena replaces the plan that
         ``flatten`` may read)."""
-        written = self.written[env]
-        if written.any():
-            for tr, tc0, tc1 in _runs(written):
-                self._flatten(env, *self._cells(tr, tr + 1, tc0, tc1))
-            written.fill(False)
+        done = self._cells_written[env]
+        if done:
+            for cells in done:
+                self._flatten(env, *cells)
+            done.clear()
+            self.written[env].fill(False)
 
     def start(self, env: int) -> None:
         """A new episode in env ``env`` (its plan drawn): the last one's tiles back to 0 if not yet
@@ -144,12 +146,12 @@ class LazyTerrain:
         r0, r1, c0, c1 = max(r0, 0), min(r1, rows), max(c0, 0), min(c1, cols)
         tr0, tr1, tc0, tc1 = r0 // TILE, -(-r1 // TILE), c0 // TILE, -(-c1 // TILE)
         tiles = self.written[env, tr0:tr1, tc0:tc1]
-        if tiles.size == 1 and not tiles[0, 0]:  # a prop's or a head's single tile: most writes
-            self._write(env, *self._cells(tr0, tr1, tc0, tc1))
-            tiles[0, 0] = True
-        elif not tiles.all():
+        if not tiles.all():
+            done = self._cells_written[env]
             for tr, a, b in _runs(~tiles):
-                self._write(env, *self._cells(tr0 + tr, tr0 + tr + 1, tc0 + a, tc0 + b))
+                cells = self._cells(tr0 + tr, tr0 + tr + 1, tc0 + a, tc0 + b)
+                self._write(env, *cells)
+                done.append(cells)
             tiles[:] = True
         return tr0, tr1, tc0, tc1
 
@@ -195,10 +197,15 @@ class LazyTerrain:
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int, int]]:
-    """(row, first column, end column) of each run of set cells in each row of a 2-D mask (one ``nonzero``
-    for all rows: each row's edges come in pairs, row by row)."""
-    rows, cols = mask.shape
-    padded = np.zeros((rows, cols + 2), dtype=bool)
-    padded[:, 1:-1] = mask
-    row, col = np.nonzero(padded[:, 1:] != padded[:, :-1])
-    return list(zip(row[::2].tolist(), col[::2].tolist(), col[1::2].tolist(), strict=True))
+    """(row, first column, end column) of each run of set cells in each row of a small 2-D mask (the tiles of
+    one write: a few; plain Python costs less than NumPy's calls there)."""
+    runs = []
+    for row, cells in enumerate(mask.tolist()):
+        end = -1
+        for col, cell in enumerate(cells):
+            if cell and col > end:
+                end = col
+                while end < len(cells) and cells[end]:
+                    end += 1
+                runs.append((row, col, end))
+    return runs
