@@ -94,13 +94,14 @@ def test_an_obstacle_that_does_not_fit_is_skipped_and_the_corridor_goes_on():
 
 def test_pick_draws_as_rng_choice():
     """``pick`` (the corridor's choices) takes what ``Generator.choice`` of a 1-D array takes, from the same
-    draws, scalar or sized, and leaves the generator where it does (NumPy's source: ``integers(0, n)``)."""
+    draws, and so do sized ``integers`` as indices (the rubble's bands), leaving the generator where it
+    does (NumPy's source: ``integers(0, n, size)``)."""
     for seed in range(300):
         mine, numpy = np.random.default_rng(seed), np.random.default_rng(seed)
         for n in (1, 2, 3, 5, 7, 16, 1000):
             options = np.arange(n) * 0.25 - 1.0
             assert pick(mine, options) == numpy.choice(options)
-            np.testing.assert_array_equal(pick(mine, options, 11), numpy.choice(options, 11))
+            np.testing.assert_array_equal(options[mine.integers(0, n, size=11)], numpy.choice(options, 11))
         assert mine.bit_generator.state == numpy.bit_generator.state
 
 

@@ -101,11 +101,11 @@ class Block:
         return self.profiles[self.row_of]
 
 
-def pick(rng: np.random.Generator, options: np.ndarray, size: int | None = None):
-    """``rng.choice(options, size)`` of a 1-D array, drawn as NumPy's ``Generator.choice`` draws it without
-    ``p`` (``integers(0, len(options), size, dtype=int64)``, then indexing) at a tenth of its cost (1 instead
-    of 10 us: a plan draws a few per obstacle at every reset); a test pins it against ``rng.choice``."""
-    return options[rng.integers(0, len(options), size=size)]
+def pick(rng: np.random.Generator, options: np.ndarray):
+    """``rng.choice(options)`` of a 1-D array, drawn as NumPy's ``Generator.choice`` draws it without ``p``
+    (``integers(0, len(options), dtype=int64)``, then indexing) at a tenth of its cost (1 instead of 10 us: a
+    plan draws a few per obstacle at every reset); a test pins it against ``rng.choice``."""
+    return options[rng.integers(0, len(options))]
 
 
 @functools.lru_cache(maxsize=64)
