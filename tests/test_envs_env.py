@@ -135,6 +135,7 @@ def test_same_seed_same_actions_same_run(name, folder):
 @pytest.mark.parametrize("name", ["vt", "mvt"])
 def test_each_reset_draws_new_terrain_in_place(name):
     env = UnimalEnv(FIXTURE, env_cfg(name, **{"TERRAIN.BANK_SIZE": 0}))  # a terrain per episode, as DERL
+    env.arena.draw_whole()  # all of it, not only where the agent reaches (VT starts on flat ground)
     model = env.model
     env.reset(seed=1)
     first = model.hfield_data.copy()
@@ -143,6 +144,7 @@ def test_each_reset_draws_new_terrain_in_place(name):
     env.reset(seed=1)
     assert np.array_equal(first, model.hfield_data)
     other = UnimalEnv(FIXTURE, env_cfg(name, **{"TERRAIN.BANK_SIZE": 0}))
+    other.arena.draw_whole()
     other.reset(seed=2)
     assert not np.array_equal(first, other.model.hfield_data)
 
@@ -356,6 +358,7 @@ def test_render_returns_frames_from_a_tracking_camera():
 
 def test_hfield_surface_is_the_height_map_and_flat_ground_is_the_floor_box():
     env = UnimalEnv(FIXTURE, env_cfg("vt", **{"TERRAIN.BANK_SIZE": 0}))  # one height field: a terrain per episode
+    env.arena.draw_whole()  # all of it: the start is flat
     env.reset(seed=3)
     model, hfield = env.model, env.model.hfield("terrain")
     rows, cols = env.arena.extent.shape

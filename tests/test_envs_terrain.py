@@ -7,7 +7,7 @@ import pytest
 
 from derl.checked_config import load_preset
 from derl.envs.observations import HeightPatch
-from derl.envs.terrain import Corridor, draw_heights, max_height, obstacles_fit, value_range
+from derl.envs.terrain import Corridor, draw_heights, max_height, obstacles_fit, pick, value_range
 
 
 def vt_cfg(**overrides):
@@ -65,13 +65,11 @@ def test_each_obstacle_type_alone(kind):
 
 
 class _Scripted:
-    """A generator that returns the given draws in order, whatever is asked."""
+    """A generator whose ``integers`` returns the given draws in order, whatever is asked (the corridor draws
+    its choices as indices: ``pick``)."""
 
     def __init__(self, draws):
         self.draws = iter(draws)
-
-    def choice(self, options, size=None):
-        return next(self.draws)
 
     def integers(self, *args, size=None):
         return next(self.draws)
@@ -79,17 +77,32 @@ class _Scripted:
 
 def test_an_obstacle_that_does_not_fit_is_skipped_and_the_corridor_goes_on():
     # DERL's corridor: a flat stretch and an obstacle until it is full; a too long obstacle is left out.
-    cfg = vt_cfg(**{"TERRAIN.TYPES": ["curve_slope"]})
-    corridor = Corridor.from_cfg(cfg)
+    corridor = Corridor.from_cfg(vt_cfg())
     start = round(2 * -corridor.x_min * corridor.divs)
     cols = corridor.shape[1]
-    long_flat = (cols - 1 - start - 6 * corridor.divs) / (2 * corridor.divs)  # leaves 6 m of corridor
-    # per stretch: flat half-length, type, obstacle half-length (then the hump's height, if it fits)
-    draws = [long_flat, 0, 8, 1, 0, 1, 1.0, 1, 0, 8, 1, 0, 8]
+    long_flat = (cols - 1 - start - 6 * corridor.divs) // (2 * corridor.divs)  # leaves 6 m of corridor
+    cfg = vt_cfg(**{"TERRAIN.TYPES": ["curve_slope"], "TERRAIN.FLAT_LENGTH_RANGE": [1, long_flat, 1],
+                    "TERRAIN.HFIELD_LENGTH_RANGE": [1, 8, 1]})
+    # per stretch, as indices: flat half-length, type, obstacle half-length (then the hump's height, if it fits)
+    long, one, eight, metre_high = long_flat - 1, 0, 7, 4
+    draws = [long, 0, eight, one, 0, one, metre_high, one, 0, eight, one, 0, eight]
     heights = draw_heights(cfg, corridor, _Scripted(draws))
     end_of_flats = start + round(2 * long_flat * corridor.divs) + 2 * corridor.divs
     assert heights[:, :end_of_flats].max() == 0.0
     assert heights[0, end_of_flats + corridor.divs] == pytest.approx(1.0)  # the short hump's top
+
+
+def test_pick_draws_as_rng_choice():
+    """``pick`` (the corridor's choices) takes what ``Generator.choice`` of a 1-D array takes, from the same
+    draws, and so do sized ``integers`` as indices (the rubble's bands), leaving the generator where it
+    does (NumPy's source: ``integers(0, n, size)``)."""
+    for seed in range(300):
+        mine, numpy = np.random.default_rng(seed), np.random.default_rng(seed)
+        for n in (1, 2, 3, 5, 7, 16, 1000):
+            options = np.arange(n) * 0.25 - 1.0
+            assert pick(mine, options) == numpy.choice(options)
+            np.testing.assert_array_equal(options[mine.integers(0, n, size=11)], numpy.choice(options, 11))
+        assert mine.bit_generator.state == numpy.bit_generator.state
 
 
 def test_rugged_square_draws_a_clip_height_per_band():

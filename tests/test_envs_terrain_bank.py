@@ -254,8 +254,9 @@ def test_the_single_env_renders_its_episodes_entry():
 
 
 def test_a_per_episode_redraw_writes_only_the_obstacles_and_equals_a_fresh_draw():
-    """BANK_SIZE 0 (DERL's way, and MVT): a reset flattens the last episode's obstacle columns and draws
-    this episode's; after many episodes the map and the height field equal a map drawn from zeros."""
+    """BANK_SIZE 0 (DERL's way, and MVT) drawn whole (as for a renderer): a reset flattens the last
+    episode's tiles and draws this episode's; after many episodes the map and the height field equal a
+    map drawn from zeros."""
     from derl.envs.arenas import HFIELD_SINK
 
     cfg = _vt(**{"TERRAIN.BANK_SIZE": 0})
@@ -263,6 +264,7 @@ def test_a_per_episode_redraw_writes_only_the_obstacles_and_equals_a_fresh_draw(
     arena = sim.task.arena
     corridor = Corridor.from_cfg(cfg)
     scale = 1.0 / sim.model.hfield("terrain").size[2]
+    arena.draw_whole()
     for seed in range(8):
         arena.initialize_episode(0, np.random.default_rng(seed))
         expected = draw_heights(cfg, corridor, np.random.default_rng(seed)).astype(np.float32)

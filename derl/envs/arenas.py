@@ -15,24 +15,28 @@ recompiled) and says how high each head is above the ground under it. Tasks choo
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import mujoco
 import numpy as np
 from lxml import etree
 
 from derl.arrays import namespace
+from derl.envs.lazy_terrain import TILE, LazyTerrain
 from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
 from derl.envs.observations import HeightPatch
 from derl.envs.scene import Array, HeightMap, Scene
 from derl.envs.terrain import (
     WALL_HALF_THICKNESS,
     WALL_HEIGHT,
+    Block,
     Corridor,
+    CorridorObstacles,
     draw_heights,
     max_height,
-    obstacle_blocks,
     obstacles_fit,
 )
 from derl.envs.terrain_bank import TerrainBank, asset, bank_size
@@ -45,17 +49,19 @@ HFIELD_SINK = 0.05
 BOWL_BUMP_SCALE = 2.0
 BOWL_SMOOTHNESS = 0.15
 BOWL_MIN_RADIUS = 0.04
-BOWL_BAND_ROWS = 50  # rows of the bowl drawn at once (BowlShape)
+
+
+def patch_cells(cfg, observe_hfield: bool) -> int:
+    """The cells the height-field observation reads around the head's vertex (0 when not observed)."""
+    return HeightPatch.reach_for(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS) if observe_hfield else 0
 
 
 def height_map(extent: Corridor, cfg, observe_hfield: bool, num_envs: int, maps: int | None = None) -> HeightMap:
     """Height maps over ``extent``, padded enough for the height-field observation if observed (one per
     env, or ``maps`` shared ones: a terrain bank)."""
     walls = int(cfg.HFIELD.PADDING)
-    pad = walls + 1
-    if observe_hfield:
-        pad += HeightPatch.reach_for(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS)
-    return HeightMap(extent, pad, walls, float(cfg.HFIELD.GAP_DEPTH), num_envs, maps)
+    return HeightMap(extent, walls + 1 + patch_cells(cfg, observe_hfield), walls, float(cfg.HFIELD.GAP_DEPTH),
+                     num_envs, maps)
 
 
 def _hfield_views(models: list[mujoco.MjModel], name: str) -> list[np.ndarray]:
@@ -72,6 +78,7 @@ class Arena:
     extent: Corridor
     heights: HeightMap | None = None
     bank: TerrainBank | None = None
+    lazy: LazyTerrain | None = None  # where each episode's terrain is written as far as it is reached
 
     @property
     def model_is_static(self) -> bool:
@@ -91,6 +98,18 @@ class Arena:
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         """Draws env ``env``'s terrain: picks a bank entry, or draws in place (height map and height-field data)."""
+
+    def cover(self, qpos: np.ndarray, envs: np.ndarray | None = None) -> None:
+        """Writes the terrain the free bodies of the envs ``envs`` (host indices; None: every env) can reach
+        in their next step, where an episode's terrain is drawn lazily (``derl.envs.lazy_terrain``); after
+        a reset's draws and after each step, before anything reads the map or steps on it."""
+        if self.lazy is not None:
+            self.lazy.cover(qpos, envs)
+
+    def draw_whole(self) -> None:
+        """Every episode's terrain written whole from now on, the current ones too (a renderer shows it)."""
+        if self.lazy is not None:
+            self.lazy.draw_whole()
 
     def set_model_rows(self, physics, envs: np.ndarray) -> None:
         """Writes the per-simulation model fields of the envs ``envs`` (host indices) that their episodes
@@ -135,7 +154,8 @@ class CorridorArena(Arena):
         cfg: the config (TERRAIN, HFIELD).
         num_envs: the envs that share the arena's layout (each draws its own terrain).
         layout: ``corridor`` or ``arena``.
-        need_map: keep a height map even when the ground is flat (placement, obstacles, observation).
+        need_map: keep a height map even when the ground is flat: the task writes into it (the obstacle
+            task's boxes), so a redrawn terrain is written whole, not lazily (``derl.envs.lazy_terrain``).
         observe_hfield: the height-field observation is kept (the map is padded for it).
         bank: obstacles come from a terrain bank of ``TERRAIN.BANK_SIZE`` (when > 0), for tasks whose
             model is otherwise static (``derl.envs.terrain_bank``); else each episode draws its own.
@@ -156,19 +176,22 @@ class CorridorArena(Arena):
         banked = bank_size(cfg) if self._obstacles and bank else 0
         self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None) if keep else None
         self._hfields: list[np.ndarray] = []
-        self._spans: list[list[tuple[int, int]]] = [[] for _ in range(num_envs)]  # each env's obstacle columns
+        self._draws = CorridorObstacles(cfg, self.extent)
+        self._plans: list[list[_Planned]] = [[] for _ in range(num_envs)]  # each env's episode plan
+        self._patch_cells = patch_cells(cfg, observe_hfield)
+        self._whole = need_map  # the obstacle task writes its boxes into the map: the terrain is drawn whole
         if self.incline and self.heights is not None:
             self.heights.interior[:] = self._incline_heights()[None, None, :]
         if banked:
             self.bank = TerrainBank(self.heights, self._elevation,
                                     lambda rng: draw_heights(cfg, self.extent, rng), cfg.RNG_SEED)
 
-    def _elevation(self, heights: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """The height-field data of a map (into ``out`` if given): flat vertices sunk below the floor box
-        (0), obstacle vertices raised to their height, over the model's z scale (heights stay within
-        [0, max_height], so the data stays in [0, 1])."""
+    def _elevation(self, heights: np.ndarray) -> np.ndarray:
+        """The height-field data of a map (or of a block's row profiles: each vertex on its own): flat
+        vertices sunk below the floor box (0), obstacle vertices raised to their height, over the model's z
+        scale (heights stay within [0, max_height], so the data stays in [0, 1])."""
         heights = heights.astype(np.float32, copy=False)
-        out = np.add(heights, HFIELD_SINK, out=out)
+        out = heights + HFIELD_SINK
         out *= heights > 0
         out *= self._scale
         return out
@@ -222,6 +245,8 @@ class CorridorArena(Arena):
             return
         self._hfields = _hfield_views(models, "terrain")
         self._scale = 1.0 / models[0].hfield("terrain").size[2]
+        self.lazy = _lazy(self.heights, models[0], self._write, self._hfields, self._patch_cells, self._whole,
+                          self._highest, self._flatten)
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if self.bank is not None:
@@ -229,27 +254,91 @@ class CorridorArena(Arena):
             return
         if not self._hfields:
             return
-        # Only what changes: this episode's obstacle columns drawn, the last episode's others flattened.
-        elevation = self._hfields[env]
-        blocks = list(obstacle_blocks(self._cfg, self.extent, rng))
-        stale = np.zeros(self.extent.shape[1] + 1, dtype=bool)  # one more: every run of stale columns ends
-        for first, end in self._spans[env]:
-            stale[first:end] = True
-        spans = self._spans[env] = [(first, first + block.columns) for first, block in blocks]
-        for first, end in spans:
-            stale[first:end] = False
-        edges = np.flatnonzero(np.diff(stale, prepend=False))
+        # The whole plan drawn (every draw as before), written as far as the bodies reach (LazyTerrain).
+        plan = [_Planned(first, first + block.columns, block) for first, block in self._draws.blocks(rng)]
+        for planned, after in itertools.pairwise(plan):  # a column two blocks share is the later one's
+            planned.end = min(planned.end, after.first)
+        self.lazy.clear(env)  # the last episode's blocks back to 0 while its plan says where they are
+        self._plans[env] = plan
+        self.lazy.start(env)
+
+    def _maps(self, planned: _Planned) -> tuple[np.ndarray, np.ndarray]:
+        """A block's row profiles as the map holds them and their height-field data (computed once, when
+        first written or read: most blocks of an episode never are)."""
+        if planned.maps is None:
+            profiles = planned.block.profiles.astype(np.float32)
+            planned.maps = profiles, self._elevation(profiles)
+        return planned.maps
+
+    def _write(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
+        """Env ``env``'s plan over rows ``[r0, r1)`` and columns ``[c0, c1)`` into its map and height-field data."""
+        hfield = self._hfields[env]
         with self.heights.editing(env) as interior:
-            for first, end in edges.reshape(-1, 2).tolist():
-                interior[:, first:end] = 0.0
-                elevation[:, first:end] = 0.0
-            for (first, end), (_, block) in zip(spans, blocks, strict=True):
-                profiles = block.profiles.astype(np.float32)  # what the map holds
-                data = self._elevation(profiles)  # each profile's height-field data, once
+            for planned in self._plans[env]:
+                first, row_of = planned.first, planned.block.row_of
+                a, b = max(first, c0), min(planned.end, c1)
+                if a >= b:
+                    continue
+                profiles, elevations = self._maps(planned)
                 if len(profiles) == 1:
-                    interior[:, first:end], elevation[:, first:end] = profiles[0], data[0]
+                    interior[r0:r1, a:b] = profiles[0, a - first:b - first]
+                    hfield[r0:r1, a:b] = elevations[0, a - first:b - first]
                 else:
-                    interior[:, first:end], elevation[:, first:end] = profiles[block.row_of], data[block.row_of]
+                    rows = row_of[r0:r1]
+                    interior[r0:r1, a:b] = profiles[rows, a - first:b - first]
+                    hfield[r0:r1, a:b] = elevations[rows, a - first:b - first]
+
+    def _flatten(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
+        """Env ``env``'s plan back to 0 over rows ``[r0, r1)`` and columns ``[c0, c1)``: only the columns of the
+        blocks written there (the rest is flat already; a block never written or read has no ``maps``)."""
+        hfield = self._hfields[env]
+        with self.heights.editing(env) as interior:
+            for planned in self._plans[env]:
+                a, b = max(planned.first, c0), min(planned.end, c1)
+                if a < b and planned.maps is not None:
+                    interior[r0:r1, a:b] = 0.0
+                    hfield[r0:r1, a:b] = 0.0
+
+    def _highest(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float:
+        """The highest height of env ``env``'s plan over its obstacles' vertices in rows ``[r0, r1)`` and columns
+        ``[c0, c1)`` (-inf if none; the rest is flat: 0), read from the plan, nothing written (a goal's
+        placement reads a spot that nothing may ever touch)."""
+        highest = -math.inf
+        for planned in self._plans[env]:
+            first = planned.first
+            a, b = max(first, c0), min(planned.end, c1)
+            if a < b:
+                profiles = self._maps(planned)[0]
+                part = profiles if len(profiles) == 1 else profiles[planned.block.row_of[r0:r1]]
+                highest = max(highest, float(part[:, a - first:b - first].max()))
+        return highest
+
+
+@dataclass
+class _Planned:
+    """A block of an episode's plan: its columns ``[first, end)`` (the next block's first column if that
+    starts on this one's last), its heights, and ``maps`` (``CorridorArena._maps``) once computed."""
+
+    first: int
+    end: int
+    block: Block
+    maps: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _lazy(heights: HeightMap, model: mujoco.MjModel, write, hfields: list[np.ndarray], patch: int,
+          whole: bool, highest=None, flatten=None) -> LazyTerrain:
+    """The lazy writes of an arena that draws its terrain per episode: ``write(env, r0, r1, c0, c1)`` its
+    plan, ``flatten`` back to 0 (default: every cell of the map and the height fields ``hfields``);
+    ``highest``: reads its plan (``LazyTerrain``)."""
+    def flatten_all(env: int, r0: int, r1: int, c0: int, c1: int) -> None:
+        with heights.editing(env) as interior:
+            interior[r0:r1, c0:c1] = 0.0
+        hfields[env][r0:r1, c0:c1] = 0.0
+
+    lazy = LazyTerrain(heights, write, flatten or flatten_all, patch, highest)
+    lazy.bind(model, int(model.joint("root").qposadr[0]))
+    lazy.whole = whole
+    return lazy
 
 
 def spline_zoom_matrix(size: int, zoomed: int) -> np.ndarray:
@@ -267,9 +356,11 @@ class BowlShape:
     rho is the distance from the centre over ``side``, clipped to [0.04, 1] (the rise peaks at half
     the radius and falls back to 0 at the edge); the bumps are U(0.15, 1) on a 2 m grid, smoothed by
     cubic spline zoom (clipped to [0, 1] so the map stays within the height field's scale). The rise
-    and the zoom are the same every episode and computed once. Outside the circle the rise is 0 and
-    so is every map: a draw computes bands of ``BOWL_BAND_ROWS`` rows over the columns where the rise is
-    not 0 (a fifth less of the zoom's product, the bowl's main cost), into one buffer.
+    and the zoom are the same every episode and computed once. A map is computed in tiles of
+    ``TILE`` x ``TILE`` vertices (``derl.envs.lazy_terrain``): a tile row's rows of the zoom's first
+    product, then each tile's columns, products of the same shapes whatever part of the map is asked,
+    so that a tile holds the same values, bitwise, drawn alone or with the whole map. Tiles where the
+    rise is 0 (outside the circle) are 0 in every map and never computed.
     """
 
     def __init__(self, side: float, divs: int, max_z: float):
@@ -282,33 +373,42 @@ class BowlShape:
         self._zoom_t = np.ascontiguousarray(self._zoom.T)
         self._max_z = max_z
         self.shape = (n, n)
-        self._bands = []  # (first row, end row, first column, end column) of each band's rising part
-        for r0 in range(0, n, BOWL_BAND_ROWS):
-            r1 = min(r0 + BOWL_BAND_ROWS, n)
-            cols = np.flatnonzero((self._rise[r0:r1] > 0).any(axis=0))
-            if len(cols):
-                self._bands.append((r0, r1, int(cols[0]), int(cols[-1]) + 1))
-        self._buffer = np.empty(BOWL_BAND_ROWS * n)
+        tiles = -(-n // TILE)
+        self._rising = np.array([[bool((self._rise[r * TILE:(r + 1) * TILE, c * TILE:(c + 1) * TILE] > 0).any())
+                                  for c in range(tiles)] for r in range(tiles)])
+        self._buffer = np.empty(TILE * TILE)
 
-    def blocks(self, rng: np.random.Generator) -> Iterator[tuple[tuple[int, int, int, int], np.ndarray]]:
-        """One episode's map where it is not 0: ((first row, end row, first column, end column), its
-        heights in metres) per band; a block is valid until the next one is yielded (one buffer)."""
-        bumps = rng.uniform(BOWL_SMOOTHNESS, 1.0, (self._bump_cells, self._bump_cells))
-        rows = self._zoom @ bumps
-        for band in self._bands:
-            r0, r1, c0, c1 = band
-            block = self._buffer[:(r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0)
-            np.matmul(rows[r0:r1], self._zoom_t[:, c0:c1], out=block)
+    def bumps(self, rng: np.random.Generator) -> np.ndarray:
+        """One episode's bump grid (its only draw)."""
+        return rng.uniform(BOWL_SMOOTHNESS, 1.0, (self._bump_cells, self._bump_cells))
+
+    def tiles(self, bumps: np.ndarray, r0: int, c0: int, c1: int) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
+        """The map of ``bumps`` over the tiles of the tile row from row ``r0`` and columns ``[c0, c1)`` (tile
+        edges): (first row, end row, first column, end column, heights in metres) of each rising tile; a
+        tile's heights are valid until the next one is yielded (one buffer)."""
+        n = self.shape[0]
+        r1 = min(r0 + TILE, n)
+        rows = None
+        for tile in range(c0 // TILE, -(-c1 // TILE)):
+            if not self._rising[r0 // TILE, tile]:
+                continue
+            if rows is None:
+                rows = self._zoom[r0:r1] @ bumps
+            a, b = tile * TILE, min(tile * TILE + TILE, n)
+            block = self._buffer[:(r1 - r0) * (b - a)].reshape(r1 - r0, b - a)
+            np.matmul(rows, self._zoom_t[:, a:b], out=block)
             np.clip(block, 0.0, 1.0, out=block)
-            block *= self._rise[r0:r1, c0:c1]
+            block *= self._rise[r0:r1, a:b]
             block *= self._max_z
-            yield band, block
+            yield r0, r1, a, b, block
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         """One episode's height map, ``(n, n)`` metres."""
         heights = np.zeros(self.shape)
-        for (r0, r1, c0, c1), block in self.blocks(rng):
-            heights[r0:r1, c0:c1] = block
+        bumps = self.bumps(rng)
+        for r0 in range(0, self.shape[0], TILE):
+            for _, r1, c0, c1, block in self.tiles(bumps, r0, 0, self.shape[1]):
+                heights[r0:r1, c0:c1] = block
         return heights
 
 
@@ -325,6 +425,8 @@ class BowlArena(Arena):
         if self._max_z <= 0:
             raise ValueError(f"TERRAIN.BOWL_MAX_Z must be > 0, got {self._max_z}")
         self._shape = BowlShape(side, self.extent.divs, self._max_z)
+        self._plans: list[np.ndarray | None] = [None] * num_envs  # each env's bump grid
+        self._patch_cells = patch_cells(cfg, observe_hfield)
         if banked:
             self.bank = TerrainBank(self.heights, lambda heights: heights / self._max_z, self._shape.draw,
                                     cfg.RNG_SEED)
@@ -346,14 +448,21 @@ class BowlArena(Arena):
     def bind(self, models: list[mujoco.MjModel]) -> None:
         if self.bank is None:
             self._hfields = _hfield_views(models, "terrain")
+            self.lazy = _lazy(self.heights, models[0], self._write, self._hfields, self._patch_cells, False)
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if self.bank is not None:
             self.bank.choose(env, rng)
             return
-        # Only where the rise is not 0: the corners stay 0 in the map and the height field.
-        hfield = self._hfields[env]
+        self._plans[env] = self._shape.bumps(rng)  # written as far as the bodies reach (LazyTerrain)
+        self.lazy.start(env)
+
+    def _write(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
+        """Env ``env``'s bowl over the tiles of rows ``[r0, r1)`` (one tile row) and columns ``[c0, c1)``."""
+        bumps, hfield = self._plans[env], self._hfields[env]
+        if bumps is None:  # no episode yet: the map is flat
+            return
         with self.heights.editing(env) as interior:
-            for (r0, r1, c0, c1), block in self._shape.blocks(rng):
-                interior[r0:r1, c0:c1] = block
-                np.divide(block, self._max_z, out=hfield[r0:r1, c0:c1], casting="same_kind")
+            for first, end, a, b, block in self._shape.tiles(bumps, r0, c0, c1):
+                interior[first:end, a:b] = block
+                np.divide(block, self._max_z, out=hfield[first:end, a:b], casting="same_kind")

@@ -10,6 +10,7 @@ length key, builder and height bound).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -100,33 +101,65 @@ class Block:
         return self.profiles[self.row_of]
 
 
+def pick(rng: np.random.Generator, options: np.ndarray):
+    """``rng.choice(options)`` of a 1-D array, drawn as NumPy's ``Generator.choice`` draws it without ``p``
+    (``integers(0, len(options), dtype=int64)``, then indexing) at a tenth of its cost (1 instead of 10 us: a
+    plan draws a few per obstacle at every reset); a test pins it against ``rng.choice``."""
+    return options[rng.integers(0, len(options))]
+
+
+@functools.lru_cache(maxsize=64)
+def _hump(cols: int) -> np.ndarray:
+    """``sin`` over ``cols`` points from 0 to pi (read-only: shared by every hump of that length)."""
+    return _frozen(np.sin(np.linspace(0.0, np.pi, cols)))
+
+
+@functools.lru_cache(maxsize=64)
+def _stairs(top: int, step_height: float, cols: int) -> np.ndarray:
+    """Levels 0,1,..,top,top,..,1,0 times ``step_height`` over ``cols`` columns (read-only)."""
+    levels = np.concatenate([np.arange(top + 1), np.arange(top, -1, -1)])
+    return _frozen(step_height * levels[np.arange(cols) * len(levels) // cols][None])
+
+
+RUBBLE_PERIODS = np.array([10, 15])  # rugged_square's half-periods along x, drawn per band
+
+
+@functools.lru_cache(maxsize=64)
+def _rubble(clip_values: tuple[float, ...], cols: int) -> np.ndarray:
+    """One 0..2 triangle wave per (half-period, clip) pair, clipped (read-only): ``(pairs, cols)``."""
+    phase = (np.linspace(0.0, 1.0, cols) * np.repeat(RUBBLE_PERIODS, len(clip_values))[:, None] / 2) % 1.0
+    clips = np.tile(np.asarray(clip_values), len(RUBBLE_PERIODS))[:, None]
+    return _frozen(np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), clips))
+
+
+def _frozen(values: np.ndarray) -> np.ndarray:
+    values.flags.writeable = False
+    return values
+
+
 def curve_slope(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """A smooth hump ``c * sin(0..pi)`` along x, c drawn from CURVE_HEIGHT_RANGE."""
-    height = rng.choice(value_range(cfg.TERRAIN.CURVE_HEIGHT_RANGE))
-    profile = height * np.sin(np.linspace(0.0, np.pi, cols))
-    return Block(profile[None], np.zeros(rows, dtype=np.intp))
+    height = pick(rng, value_range(cfg.TERRAIN.CURVE_HEIGHT_RANGE))
+    return Block((height * _hump(cols))[None], np.zeros(rows, dtype=np.intp))
 
 
 def steps(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """Stairs up then down: levels 0,1,..,top,top,..,1,0 times STEP_HEIGHT (top twice as wide)."""
-    top = cfg.TERRAIN.NUM_STEPS // 2 - 1
-    levels = np.concatenate([np.arange(top + 1), np.arange(top, -1, -1)])
-    profile = cfg.TERRAIN.STEP_HEIGHT * levels[np.arange(cols) * len(levels) // cols]
-    return Block(profile[None], np.zeros(rows, dtype=np.intp))
+    return Block(_stairs(cfg.TERRAIN.NUM_STEPS // 2 - 1, float(cfg.TERRAIN.STEP_HEIGHT), cols),
+                 np.zeros(rows, dtype=np.intp))
 
 
 def rugged_square(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """Bands of 10-19 rows, each a 0..2 triangle wave along x with f/2 periods, clipped at its own c."""
     bands = rows // 10 + 1  # enough bands of >= 10 rows to cover all rows
-    periods, clip_values = np.array([10, 15]), value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE)
+    clip_values = value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE)
     widths = rng.integers(10, 20, size=bands)
-    half_periods = rng.choice(periods, size=bands)
-    clips = rng.choice(clip_values, size=bands)
-    # One profile per (half-period, clip) pair, not per band: the bands repeat a few of them.
-    phase = (np.linspace(0.0, 1.0, cols) * np.repeat(periods, len(clip_values))[:, None] / 2) % 1.0
-    profiles = np.minimum(2.0 * (1.0 - np.abs(2.0 * phase - 1.0)), np.tile(clip_values, len(periods))[:, None])
-    pair = np.searchsorted(periods, half_periods) * len(clip_values) + np.searchsorted(clip_values, clips)
-    return Block(profiles, np.repeat(pair, widths)[:rows])
+    # the draws of rng.choice(RUBBLE_PERIODS, bands) and rng.choice(clip_values, bands), kept as indices:
+    # one profile per (half-period, clip) pair, not per band (the bands repeat a few of them)
+    half_periods = rng.integers(0, len(RUBBLE_PERIODS), size=bands)
+    clips = rng.integers(0, len(clip_values), size=bands)
+    pair = half_periods * len(clip_values) + clips
+    return Block(_rubble(tuple(clip_values.tolist()), cols), np.repeat(pair, widths)[:rows])
 
 
 @dataclass(frozen=True)
@@ -173,32 +206,49 @@ def max_height(cfg) -> float:
     return max([OBSTACLES[t].height_bound(cfg) for t in obstacle_types(cfg)] + [1e-3])
 
 
-def obstacle_blocks(cfg, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
-    """One episode's obstacles in corridor order: (first column, heights ``(rows, columns)``) each; the
-    rest of the corridor is flat (height 0).
+class CorridorObstacles:
+    """A corridor's obstacle draws for one config, its ranges turned into columns once (a reset draws an
+    episode's plan from them, ``blocks``: no config read or float arithmetic per draw)."""
 
-    The start area ``|x| <= START_FLAT`` is flat; then flat stretches (half-length from
-    FLAT_LENGTH_RANGE, truncated to fit) alternate with one obstacle each, drawn uniformly
-    from TERRAIN.TYPES; an obstacle that does not fit before the end is skipped and the next
-    flat stretch and obstacle are tried, until the corridor is full (as DERL's). A block may start on
-    the last column of the one before it (a zero-length flat stretch): write them in order.
-    """
-    rows, cols = corridor.shape
-    types = obstacle_types(cfg)
-    if not types:
-        return
-    divs = corridor.divs
-    flat_choices = value_range(cfg.TERRAIN.FLAT_LENGTH_RANGE)
-    col = round(2 * (0.0 - corridor.x_min) * divs)  # end of the start area (x = START_FLAT)
-    while col < cols - 1:
-        col += round(2 * rng.choice(flat_choices) * divs)
-        kind = types[rng.integers(len(types))]
-        obstacle = OBSTACLES[kind]
-        length = round(2 * rng.choice(value_range(cfg.TERRAIN[obstacle.length_key])) * divs)
-        if col + length > cols - 1:
-            continue
-        yield col, obstacle.build(cfg, rng, rows, length + 1)
-        col += length
+    def __init__(self, cfg, corridor: Corridor):
+        self._cfg = cfg
+        self._rows, cols = corridor.shape
+        self._last = cols - 1
+        divs = corridor.divs
+        self._start = round(2 * (0.0 - corridor.x_min) * divs)  # end of the start area (x = START_FLAT)
+        self._flats = [round(2 * v * divs) for v in value_range(cfg.TERRAIN.FLAT_LENGTH_RANGE)]
+        self._types = [(OBSTACLES[kind].build, [round(2 * v * divs) for v in
+                                                value_range(cfg.TERRAIN[OBSTACLES[kind].length_key])])
+                       for kind in obstacle_types(cfg)]
+
+    def blocks(self, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
+        """One episode's obstacles in corridor order: (first column, heights ``(rows, columns)``) each; the
+        rest of the corridor is flat (height 0).
+
+        The start area ``|x| <= START_FLAT`` is flat; then flat stretches (half-length from
+        FLAT_LENGTH_RANGE, truncated to fit) alternate with one obstacle each, drawn uniformly
+        from TERRAIN.TYPES; an obstacle that does not fit before the end is skipped and the next
+        flat stretch and obstacle are tried, until the corridor is full (as DERL's). A block may start on
+        the last column of the one before it (a zero-length flat stretch): write them in order. Each
+        length is ``rng.choice`` of its range, drawn as ``pick`` draws it.
+        """
+        flats, types, last = self._flats, self._types, self._last
+        if not types:
+            return
+        col = self._start
+        while col < last:
+            col += flats[rng.integers(0, len(flats))]
+            build, lengths = types[rng.integers(len(types))]
+            length = lengths[rng.integers(0, len(lengths))]
+            if col + length > last:
+                continue
+            yield col, build(self._cfg, rng, self._rows, length + 1)
+            col += length
+
+
+def obstacle_blocks(cfg, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
+    """One episode's obstacles in corridor order (``CorridorObstacles.blocks``)."""
+    return CorridorObstacles(cfg, corridor).blocks(rng)
 
 
 def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarray:

@@ -55,6 +55,8 @@ class UnimalEnv(gym.Env):
         self._data = mujoco.MjData(self.model)
         self._renderer: mujoco.Renderer | None = None
         self._render_size = (height, width)
+        if render_mode is not None:
+            self.arena.draw_whole()  # a terrain drawn lazily (only where bodies reach) is drawn whole
         if seed is not None:
             self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
             self.action_space.seed(seed)
