@@ -10,11 +10,11 @@ import pytest
 from derl.checked_config import load_config, load_preset
 from derl.envs import UnimalEnv
 from derl.envs.batch import UnimalBatch
-from derl.envs.lazy_terrain import TILE, TRAVEL, free_body_reaches
+from derl.envs.lazy_terrain import TILE, free_body_reaches
 from tests.test_envs_tasks import CONFIGS, FIXTURE
 
 ENVS = 2
-PUSH = (0.45, 0.2)  # metres per step the test moves every free body along x and y (under TRAVEL)
+PUSH = (0.45, 0.2)  # metres per step the test moves every free body along x and y
 
 
 def _batch(name: str, whole: bool) -> UnimalBatch:
@@ -50,8 +50,9 @@ def _written_mask(sim: UnimalBatch, env: int) -> np.ndarray:
 
 
 def _check_maps(lazy: UnimalBatch, whole: UnimalBatch, everywhere: bool) -> None:
-    """Within the reach of every free body (and its travel in the next step) the lazy map and height field
-    equal the whole draw's; ``everywhere``: also that every cell is the whole draw's where written, else 0."""
+    """Within the reach of every free body (what the step's observation read; the next step's physics is
+    covered before it steps) the lazy map and height field equal the whole draw's; ``everywhere``: also
+    that every cell is the whole draw's where written, else 0."""
     arena, extent = lazy.arena, lazy.arena.extent
     rows, cols = extent.shape
     for env in range(ENVS):
@@ -59,7 +60,7 @@ def _check_maps(lazy: UnimalBatch, whole: UnimalBatch, everywhere: bool) -> None
                 (arena._hfields[env], whole.arena._hfields[env])]
         for k, adr in enumerate(arena.lazy.adr.tolist()):
             x, y = (float(v) for v in lazy.scene.qpos[env, adr:adr + 2])
-            reach = arena.lazy._reach[k] + TRAVEL
+            reach = arena.lazy._reach[k]
             r0, c0 = extent.cell(x - reach, y - reach)
             r1, c1 = extent.cell(x + reach, y + reach)
             box = slice(max(r0, 0), min(r1 + 1, rows)), slice(max(c0, 0), min(c1 + 1, cols))
@@ -101,6 +102,24 @@ def test_lazy_terrain_steps_as_the_whole_draw_bitwise(name):
             _check_maps(lazy, whole, everywhere=True)
     assert resets >= 4 and extensions >= 4  # episodes restarted, tiles written as the bodies went
     assert lazy.arena.lazy.written.mean() < 0.2
+
+
+def test_a_state_written_between_steps_steps_on_its_terrain():
+    """A body moved metres by writing ``qpos`` (a restored state) steps and observes on the terrain there."""
+    lazy, whole = _batch("vt", whole=False), _batch("vt", whole=True)
+    actions = np.zeros((ENVS, lazy.model.nu))
+    extent, heights = whole.arena.extent, whole.arena.heights.interior[0]
+    row, _ = extent.cell(float(whole.scene.qpos[0, 0]), float(whole.scene.qpos[0, 1]))
+    col = int(np.argmax(heights[row] > 0.3))  # the first obstacle more than 0.3 m high: far beyond the start's tiles
+    assert col > 0
+    for sim in (lazy, whole):  # the agent put down on it
+        sim.scene.qpos[0, 0] = extent.x_min + col / extent.divs
+        sim.scene.qpos[0, 2] = extent.ground_z + heights[row, col]  # the head sunk into it: contacts at once
+    for step in range(5):
+        (obs, reward, *_), expected = lazy.step(actions), whole.step(actions)
+        for key in obs:
+            np.testing.assert_array_equal(obs[key], expected[0][key], err_msg=f"{key} at step {step}")
+        np.testing.assert_array_equal(reward, expected[1], err_msg=f"step {step}")
 
 
 # The generator's next 63-bit integer after ``UnimalEnv.reset(seed=5)`` (then after a second reset without a

@@ -102,7 +102,7 @@ class Arena:
     def cover(self, qpos: np.ndarray, envs: np.ndarray | None = None) -> None:
         """Writes the terrain the free bodies of the envs ``envs`` (host indices; None: every env) can reach
         in their next step, where an episode's terrain is drawn lazily (``derl.envs.lazy_terrain``); after
-        a reset's draws and after each step, before anything reads the map or steps on it."""
+        a reset's draws and before each step, before anything reads the map or steps on it."""
         if self.lazy is not None:
             self.lazy.cover(qpos, envs)
 

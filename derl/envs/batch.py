@@ -249,13 +249,15 @@ class UnimalBatch:
         ``[N, ...]`` arrays, the infos keyed as the module docstring says plus ``out_of_map`` and
         ``unstable`` flags."""
         scene, task, xp = self.scene, self.task, self.scene.xp
+        # A lazily drawn terrain written within a step's reach of the bodies where they stand now, before the
+        # physics steps on it and the observation reads it: a state written between steps is covered too.
+        self.arena.cover(scene.qpos)
         task.before_step(scene)
         self._ctrl[:] = actions
         self._time_before[:] = self._time
         self.physics.step(FRAME_SKIP)
         self._steps = self._steps + self._one_step  # NumPy's in-place ops cost 0.8 us, these 0.3
         qpos = scene.qpos
-        self.arena.cover(qpos)  # a lazily drawn terrain, written ahead of the bodies before it is read
         x, y, z = xp.asarray(qpos[:, 0], copy=True), qpos[:, 1], qpos[:, 2]
         scene.torso_height[:], out_of_map = self.arena.clearance(x, y, z)
         reward, infos = task.reward(scene)

@@ -6,10 +6,11 @@ model's height-field data took 1.5-4.4 ms per reset, while an episode's bodies t
 around their start. The arena draws the episode's whole *plan* from the env's generator at the reset,
 as before (the same draws in the same order, so everything drawn after it is unchanged), and
 ``LazyTerrain`` writes the plan's cells tile by tile (``TILE`` x ``TILE`` vertices), only the tiles
-within reach of a free body (the agent's head, MVT's box or ball): after the reset and after every
-step, before the clearance and the height-field observation read the map, a vectorised check finds
-the envs where a body came within ``TRAVEL`` of its written rectangle's edge, and only those get
-the missing tiles written. A host read elsewhere (placing a prop or a goal: ``HeightMap.max_under``,
+within reach of a free body (the agent's head, MVT's box or ball): after the reset and before every
+step (so that a state written between steps is covered too), a vectorised check finds the envs where
+a body came within its reach plus ``TRAVEL`` of its written rectangle's edge, and only those get the
+missing tiles written; the step's physics and the observation after it (within ``TRAVEL`` of where
+the step began) read written cells only. A host read elsewhere (placing a prop or a goal: ``HeightMap.max_under``,
 ``height_at``) reads the corridor's plan, or writes the bowl's tiles it reads first (``HeightMap.reveal``).
 The next reset flattens only the tiles written. Every cell read or touched holds what the whole draw holds, bitwise.
 
