@@ -119,7 +119,8 @@ def _vector_env_factory(case: dict, cfg):
 class _Replay:
     """One env's recorded trajectory: its model, substeps per step and a log of full physics states
     (after each reset, warm start included) and actions. Replaying them through ``mj_step`` from the
-    same states reproduces the simulated trajectory exactly, without the env's Python or the learner."""
+    same states reproduces the simulated trajectory exactly, without the env's Python or the learner (a
+    terrain redrawn per episode aside: every episode replays on its env's last terrain, drawn whole)."""
 
     SIGNATURE = mujoco.mjtState.mjSTATE_INTEGRATION
 
@@ -133,6 +134,7 @@ class _StateRecorder(gym.vector.VectorWrapper):
     def __init__(self, env):
         super().__init__(env)
         sim = env.unwrapped.sim
+        sim.arena.draw_whole()  # each replay's model holds its env's last terrain whole, not the tiles it walked
         self._physics = sim.physics
         self.replays = [_Replay(model, round(sim.dt / model.opt.timestep)) for model in sim.models]
 
