@@ -287,6 +287,7 @@ def _check_world(cfg: CfgNode) -> None:
             expand_range(cfg.get_path(key), key)
         except ValueError as err:
             raise ConfigError(str(err), key) from None
+    _check_corridor_lengths(cfg)
     refusal = make_task(cfg, 1).shared_model_refusal() if cfg.SIM.BACKEND == "warp" else None
     if refusal is not None:
         raise ConfigError(f"config key SIM.BACKEND warp: {refusal}", "SIM.BACKEND", "ENV.TASK")
@@ -295,6 +296,19 @@ def _check_world(cfg: CfgNode) -> None:
         raise ConfigError(f"config key LIMB.NUM_LIMBS_RANGE {list(cfg.LIMB.NUM_LIMBS_RANGE)} must lie within "
                           f"1..LIMB.MAX_LIMBS ({cfg.LIMB.MAX_LIMBS})", "LIMB.NUM_LIMBS_RANGE",
                           "LIMB.MAX_LIMBS")
+
+
+def _check_corridor_lengths(cfg: CfgNode) -> None:
+    """The corridor's stretches have no negative length, and some flat stretch covers a height-map column:
+    the obstacle draw moves along the corridor by them until its end, and would loop forever without."""
+    for key in ("TERRAIN.FLAT_LENGTH_RANGE", "TERRAIN.HFIELD_LENGTH_RANGE", "TERRAIN.STEP_LENGTH_RANGE"):
+        if min(expand_range(cfg.get_path(key), key)) < 0:
+            raise ConfigError(f"config key {key} {list(cfg.get_path(key))} holds a negative length", key)
+    longest = max(expand_range(cfg.TERRAIN.FLAT_LENGTH_RANGE, "TERRAIN.FLAT_LENGTH_RANGE"))
+    if round(2 * longest * cfg.HFIELD.NUM_DIVS) < 1:
+        raise ConfigError(f"config key TERRAIN.FLAT_LENGTH_RANGE {list(cfg.TERRAIN.FLAT_LENGTH_RANGE)} needs a length "
+                          f"of at least half a height-map cell (1 / (2 HFIELD.NUM_DIVS) m): the corridor's draw "
+                          f"would never reach its end", "TERRAIN.FLAT_LENGTH_RANGE", "HFIELD.NUM_DIVS")
 
 
 def check_backend_here(backend: str) -> None:
