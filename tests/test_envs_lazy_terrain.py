@@ -11,6 +11,8 @@ from derl.checked_config import load_config, load_preset
 from derl.envs import UnimalEnv
 from derl.envs.batch import UnimalBatch
 from derl.envs.lazy_terrain import TILE, free_body_reaches
+from derl.envs.scene import HeightMap
+from derl.envs.terrain import WALL_HEIGHT, Corridor
 from tests.test_envs_tasks import CONFIGS, FIXTURE
 
 ENVS = 2
@@ -120,6 +122,41 @@ def test_a_state_written_between_steps_steps_on_its_terrain():
         for key in obs:
             np.testing.assert_array_equal(obs[key], expected[0][key], err_msg=f"{key} at step {step}")
         np.testing.assert_array_equal(reward, expected[1], err_msg=f"step {step}")
+
+
+def test_a_head_at_the_maps_corner_observes_the_padding_as_drawn_whole():
+    """The padding beyond the grid (walls, then the gap) is written lazily too, next to the edge's tiles: a head
+    put down at a corner of the corridor observes what it observes on the map drawn whole."""
+    lazy, whole = _batch("vt", whole=False), _batch("vt", whole=True)
+    extent = lazy.arena.extent
+    assert not lazy.arena.heights.padded[0, 0].any()  # the padding's first row: not written at the start
+    actions = np.zeros((ENVS, lazy.model.nu))
+    for sim in (lazy, whole):
+        sim.scene.qpos[0, 0:2] = extent.x_min + 0.3, -extent.half_width + 0.3
+    for step in range(3):
+        (obs, *_), expected = lazy.step(actions), whole.step(actions)
+        np.testing.assert_array_equal(obs["hfield"], expected[0]["hfield"], err_msg=f"step {step}")
+    assert (obs["hfield"][0] > 1.0).any()  # it sees the walls
+
+
+def test_padding_written_lazily_is_the_padding_written_at_once():
+    extent = Corridor(-1.0, 2.0, 1.0, 0.0, 10, True)
+    rows, cols = extent.shape
+    at_once = HeightMap(extent, 5, 2, -3.0, 2)
+    lazy = HeightMap(extent, 5, 2, -3.0, 2, lazy=True)
+    assert not lazy.padded.any()
+    lazy.pad_beyond(0, 5, 10, 5, 10)  # inside the grid: nothing beyond it
+    assert not lazy.padded.any()
+    lazy.pad_beyond(0, 0, 10, 0, 10)  # a corner's tile: the padding next to it, 5 deep
+    np.testing.assert_array_equal(lazy.padded[0, :15, :15], at_once.padded[0, :15, :15])
+    assert not lazy.padded[0, 15:].any() and not lazy.padded[0, :, 15:].any()
+    lazy.pad_beyond(0, 0, rows, 0, cols)
+    np.testing.assert_array_equal(lazy.padded[0], at_once.padded[0])
+    assert not lazy.padded[1].any()
+    padded = at_once.padded[0]  # 3 cells of gap, 2 of wall, then the grid (0)
+    assert (padded[:3] == -3.0).all() and (padded[:, -3:] == -3.0).all()
+    assert (padded[3:5, 3:-3] == WALL_HEIGHT).all() and (padded[3:-3, -5:-3] == WALL_HEIGHT).all()
+    assert not padded[5:-5, 5:-5].any()
 
 
 # The generator's next 63-bit integer after ``UnimalEnv.reset(seed=5)`` (then after a second reset without a

@@ -56,12 +56,14 @@ def patch_cells(cfg, observe_hfield: bool) -> int:
     return HeightPatch.reach_for(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS) if observe_hfield else 0
 
 
-def height_map(extent: Corridor, cfg, observe_hfield: bool, num_envs: int, maps: int | None = None) -> HeightMap:
+def height_map(extent: Corridor, cfg, observe_hfield: bool, num_envs: int, maps: int | None = None,
+               lazy: bool = False) -> HeightMap:
     """Height maps over ``extent``, padded enough for the height-field observation if observed (one per
-    env, or ``maps`` shared ones: a terrain bank)."""
+    env, or ``maps`` shared ones: a terrain bank); ``lazy``: the terrain is drawn lazily, and so is the
+    padding (``HeightMap.pad_beyond``)."""
     walls = int(cfg.HFIELD.PADDING)
     return HeightMap(extent, walls + 1 + patch_cells(cfg, observe_hfield), walls, float(cfg.HFIELD.GAP_DEPTH),
-                     num_envs, maps)
+                     num_envs, maps, lazy)
 
 
 def _hfield_views(models: list[mujoco.MjModel], name: str) -> list[np.ndarray]:
@@ -174,7 +176,8 @@ class CorridorArena(Arena):
                              "(START_FLAT = SIZE[0], as DERL's incline tasks)")
         keep = self._obstacles or bool(self.incline) or need_map or observe_hfield
         banked = bank_size(cfg) if self._obstacles and bank else 0
-        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None) if keep else None
+        self.heights = (height_map(self.extent, cfg, observe_hfield, num_envs, banked or None,
+                                   lazy=self._obstacles and not banked) if keep else None)  # bind's LazyTerrain
         self._hfields: list[np.ndarray] = []
         self._draws = CorridorObstacles(cfg, self.extent)
         self._plans: list[list[_Planned]] = [[] for _ in range(num_envs)]  # each env's episode plan
@@ -420,7 +423,7 @@ class BowlArena(Arena):
         side = float(cfg.TERRAIN.SIZE[0])
         self.extent = Corridor(-side, side, side, 0.0, int(cfg.HFIELD.NUM_DIVS), False)
         banked = bank_size(cfg)
-        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None)
+        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None, lazy=not banked)
         self._max_z = float(cfg.TERRAIN.BOWL_MAX_Z)
         if self._max_z <= 0:
             raise ValueError(f"TERRAIN.BOWL_MAX_Z must be > 0, got {self._max_z}")

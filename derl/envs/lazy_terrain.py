@@ -152,6 +152,7 @@ class LazyTerrain:
             for tr, a, b in _runs(~tiles):
                 cells = self._cells(tr0 + tr, tr0 + tr + 1, tc0 + a, tc0 + b)
                 self._write(env, *cells)
+                self._heights.pad_beyond(env, *cells)  # tiles on the grid's edge: the padding beyond, once read
                 done.append(cells)
             tiles[:] = True
         return tr0, tr1, tc0, tc1
