@@ -84,6 +84,7 @@ class LazyTerrain:
         self._shape = extent.shape
         tiles = tuple(-(-n // TILE) for n in self._shape)
         self.written = np.zeros((len(heights.padded), *tiles), dtype=bool)
+        self._padded = np.zeros_like(self.written)  # tiles whose padding beyond the grid is written: once, it stays
         self._cells_written: list[list[tuple[int, int, int, int]]] = [[] for _ in self.written]  # per env, per write
         self._patch = (patch_cells + 1) / extent.divs
         self.whole = False
@@ -152,7 +153,10 @@ class LazyTerrain:
             for tr, a, b in _runs(~tiles):
                 cells = self._cells(tr0 + tr, tr0 + tr + 1, tc0 + a, tc0 + b)
                 self._write(env, *cells)
-                self._heights.pad_beyond(env, *cells)  # tiles on the grid's edge: the padding beyond, once read
+                padded = self._padded[env, tr0 + tr, tc0 + a:tc0 + b]
+                if not padded.all():
+                    self._heights.pad_beyond(env, *cells)  # tiles on the grid's edge: the padding beyond them
+                    padded[:] = True
                 done.append(cells)
             tiles[:] = True
         return tr0, tr1, tc0, tc1
