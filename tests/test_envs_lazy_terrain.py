@@ -279,3 +279,19 @@ def test_a_map_drawn_whole_is_read_as_it_is():
         grid[row, col] = 0.05  # a box's top, lower than the terrain it replaces
     x, y = extent.x_min + col / extent.divs, -extent.half_width + row / extent.divs
     assert heights.height_at(0, x, y) == extent.ground_z + np.float32(0.05)
+
+
+def test_rectangles_cover_the_set_tiles_once_and_a_block_in_one_write():
+    from derl.envs.lazy_terrain import _rectangles
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        mask = rng.random((rng.integers(1, 6), rng.integers(1, 6))) < rng.random()
+        cover = np.zeros(mask.shape, int)
+        for r0, r1, c0, c1 in _rectangles(mask):
+            assert r0 < r1 and c0 < c1
+            cover[r0:r1, c0:c1] += 1
+        np.testing.assert_array_equal(cover, mask.astype(int))
+    block = np.zeros((5, 6), bool)
+    block[1:4, 2:5] = True
+    assert _rectangles(block) == [(1, 4, 2, 5)]

@@ -15,6 +15,7 @@ recompiled) and says how high each head is above the ground under it. Tasks choo
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Iterator
@@ -181,6 +182,7 @@ class CorridorArena(Arena):
         self._hfields: list[np.ndarray] = []
         self._draws = CorridorObstacles(cfg, self.extent)
         self._plans: list[list[_Planned]] = [[] for _ in range(num_envs)]  # each env's episode plan
+        self._ends: list[list[int]] = [[] for _ in range(num_envs)]  # its blocks' end columns (_overlapping)
         self._patch_cells = patch_cells(cfg, observe_hfield)
         self._whole = need_map  # the obstacle task writes its boxes into the map: the terrain is drawn whole
         if self.incline and self.heights is not None:
@@ -263,7 +265,18 @@ class CorridorArena(Arena):
             planned.end = min(planned.end, after.first)
         self.lazy.clear(env)  # the last episode's blocks back to 0 while its plan says where they are
         self._plans[env] = plan
+        self._ends[env] = [planned.end for planned in plan]
         self.lazy.start(env)
+
+    def _overlapping(self, env: int, c0: int, c1: int) -> Iterator[tuple[_Planned, int, int]]:
+        """The blocks of env ``env``'s plan over columns ``[c0, c1)``, each with its columns ``[a, b)`` there (a
+        bisection to the first: a write covers a tile's 50 columns, the plan has ~15 blocks)."""
+        plan = self._plans[env]
+        for k in range(bisect.bisect_right(self._ends[env], c0), len(plan)):
+            planned = plan[k]
+            if planned.first >= c1:
+                return
+            yield planned, max(planned.first, c0), min(planned.end, c1)
 
     def _maps(self, planned: _Planned) -> tuple[np.ndarray, np.ndarray]:
         """A block's row profiles as the map holds them and their height-field data (computed once, when
@@ -277,9 +290,8 @@ class CorridorArena(Arena):
         """Env ``env``'s plan over rows ``[r0, r1)`` and columns ``[c0, c1)`` into its map and height-field data."""
         hfield = self._hfields[env]
         with self.heights.editing(env) as interior:
-            for planned in self._plans[env]:
+            for planned, a, b in self._overlapping(env, c0, c1):
                 first, row_of = planned.first, planned.block.row_of
-                a, b = max(first, c0), min(planned.end, c1)
                 if a >= b:
                     continue
                 profiles, elevations = self._maps(planned)
@@ -296,8 +308,7 @@ class CorridorArena(Arena):
         blocks written there (the rest is flat already; a block never written or read has no ``maps``)."""
         hfield = self._hfields[env]
         with self.heights.editing(env) as interior:
-            for planned in self._plans[env]:
-                a, b = max(planned.first, c0), min(planned.end, c1)
+            for planned, a, b in self._overlapping(env, c0, c1):
                 if a < b and planned.maps is not None:
                     interior[r0:r1, a:b] = 0.0
                     hfield[r0:r1, a:b] = 0.0
@@ -307,9 +318,8 @@ class CorridorArena(Arena):
         ``[c0, c1)`` (-inf if none; the rest is flat: 0), read from the plan, nothing written (a goal's
         placement reads a spot that nothing may ever touch)."""
         highest = -math.inf
-        for planned in self._plans[env]:
+        for planned, a, b in self._overlapping(env, c0, c1):
             first = planned.first
-            a, b = max(first, c0), min(planned.end, c1)
             if a < b:
                 profiles = self._maps(planned)[0]
                 part = profiles if len(profiles) == 1 else profiles[planned.block.row_of[r0:r1]]
@@ -461,11 +471,12 @@ class BowlArena(Arena):
         self.lazy.start(env)
 
     def _write(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
-        """Env ``env``'s bowl over the tiles of rows ``[r0, r1)`` (one tile row) and columns ``[c0, c1)``."""
+        """Env ``env``'s bowl over the tiles of rows ``[r0, r1)`` and columns ``[c0, c1)`` (tile edges)."""
         bumps, hfield = self._plans[env], self._hfields[env]
         if bumps is None:  # no episode yet: the map is flat
             return
         with self.heights.editing(env) as interior:
-            for first, end, a, b, block in self._shape.tiles(bumps, r0, c0, c1):
-                interior[first:end, a:b] = block
-                np.divide(block, self._max_z, out=hfield[first:end, a:b], casting="same_kind")
+            for row in range(r0, r1, TILE):
+                for first, end, a, b, block in self._shape.tiles(bumps, row, c0, c1):
+                    interior[first:end, a:b] = block
+                    np.divide(block, self._max_z, out=hfield[first:end, a:b], casting="same_kind")

@@ -150,13 +150,14 @@ class LazyTerrain:
         tiles = self.written[env, tr0:tr1, tc0:tc1]
         if not tiles.all():
             done = self._cells_written[env]
-            for tr, a, b in _runs(~tiles):
-                cells = self._cells(tr0 + tr, tr0 + tr + 1, tc0 + a, tc0 + b)
+            for t0, t1, a, b in _rectangles(~tiles):
+                cells = self._cells(tr0 + t0, tr0 + t1, tc0 + a, tc0 + b)
                 self._write(env, *cells)
-                padded = self._padded[env, tr0 + tr, tc0 + a:tc0 + b]
-                if not padded.all():
-                    self._heights.pad_beyond(env, *cells)  # tiles on the grid's edge: the padding beyond them
-                    padded[:] = True
+                if cells[0] == 0 or cells[2] == 0 or cells[1] == rows or cells[3] == cols:  # on the grid's edge
+                    padded = self._padded[env, tr0 + t0:tr0 + t1, tc0 + a:tc0 + b]
+                    if not padded.all():
+                        self._heights.pad_beyond(env, *cells)  # the padding beyond those tiles
+                        padded[:] = True
                 done.append(cells)
             tiles[:] = True
         return tr0, tr1, tc0, tc1
@@ -202,16 +203,26 @@ class LazyTerrain:
         return tr0 * TILE, min(tr1 * TILE, rows), tc0 * TILE, min(tc1 * TILE, cols)
 
 
-def _runs(mask: np.ndarray) -> list[tuple[int, int, int]]:
-    """(row, first column, end column) of each run of set cells in each row of a small 2-D mask (the tiles of
-    one write: a few; plain Python costs less than NumPy's calls there)."""
-    runs = []
+def _rectangles(mask: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Rectangles ``(first row, end row, first column, end column)`` covering the set cells of a small 2-D mask
+    (the tiles of one write: a few): the runs of each row, a run merged with the one above where both span
+    the same columns (a body's first write is a block of tiles: one write, not one per tile row). Plain
+    Python costs less than NumPy's calls there."""
+    rectangles: list[list[int]] = []
+    above: dict[tuple[int, int], list[int]] = {}  # the rectangles ending on the row above, by their columns
     for row, cells in enumerate(mask.tolist()):
+        ending: dict[tuple[int, int], list[int]] = {}
         end = -1
         for col, cell in enumerate(cells):
             if cell and col > end:
                 end = col
                 while end < len(cells) and cells[end]:
                     end += 1
-                runs.append((row, col, end))
-    return runs
+                rectangle = above.get((col, end))
+                if rectangle is None:
+                    rectangle = [row, row + 1, col, end]
+                    rectangles.append(rectangle)
+                rectangle[1] = row + 1
+                ending[col, end] = rectangle
+        above = ending
+    return [tuple(rectangle) for rectangle in rectangles]

@@ -238,7 +238,7 @@ class CorridorObstacles:
         col = self._start
         while col < last:
             col += flats[rng.integers(0, len(flats))]
-            build, lengths = types[rng.integers(len(types))]
+            build, lengths = types[rng.integers(0, len(types))]
             length = lengths[rng.integers(0, len(lengths))]
             if col + length > last:
                 continue
