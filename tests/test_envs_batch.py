@@ -137,3 +137,25 @@ def test_an_autoreset_observes_again_only_the_envs_it_restarted(name, keys, monk
         np.testing.assert_array_equal(obs[key], values, err_msg=key)
         np.testing.assert_array_equal(infos["final_obs"][key][[0, 2]], values[[0, 2]], err_msg=key)
     assert not np.array_equal(infos["final_obs"]["proprioceptive"][1], obs["proprioceptive"][1])
+
+
+def test_a_restart_computes_the_start_values_of_its_rows_as_the_whole_batch_does():
+    """The head's clearance and MVT's start distance of a restarted env are computed for its row alone: the
+    same values as over the whole batch, the other rows left as they were."""
+    env = UnimalVectorEnv(FIXTURE, load_config(CONFIGS["mvt"]), 3)
+    env.reset(seed=0)
+    sim, task = env.sim, env.sim.task
+    env.step(np.zeros(env.action_space.shape, np.float32))
+    heights, distances = sim.scene.torso_height.copy(), task._agent_dist.copy()
+    rows, clearance, distance = [], sim.arena.clearance, task._object_distance
+    sim.arena.clearance = lambda x, *args: (rows.append(len(x)), clearance(x, *args))[1]
+    task._object_distance = lambda scene, *envs: (rows.append(len(distance(scene, *envs))), distance(scene, *envs))[1]
+    sim.restart(np.array([False, True, False]))
+    del sim.arena.clearance, task._object_distance
+    assert rows == [1, 1]
+    qpos = sim.scene.qpos
+    whole, _ = sim.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
+    assert sim.scene.torso_height[1] == whole[1] and task._agent_dist[1] == task._object_distance(sim.scene)[1]
+    assert sim.scene.torso_height[1] != heights[1] and task._agent_dist[1] != distances[1]
+    np.testing.assert_array_equal(sim.scene.torso_height[[0, 2]], heights[[0, 2]])
+    np.testing.assert_array_equal(task._agent_dist[[0, 2]], distances[[0, 2]])

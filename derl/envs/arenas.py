@@ -126,15 +126,16 @@ class Arena:
         self._bounds = tuple(scene.asarray(bound) for bound in (extent.ground_z, extent.x_min, extent.x_max,
                                                                  -extent.half_width, extent.half_width))
 
-    def clearance(self, x: Array, y: Array, z: Array) -> tuple[Array, Array]:
+    def clearance(self, x: Array, y: Array, z: Array, envs: Array | None = None) -> tuple[Array, Array]:
         """(height of z above the ground under (x, y), whether (x, y) is off the map), ``[N]`` each, in
-        the scene's namespace (NumPy or torch: ``derl.envs.scene.Scene.xp``; ``bind_step`` first)."""
+        the scene's namespace (NumPy or torch: ``derl.envs.scene.Scene.xp``; ``bind_step`` first); or of
+        the rows ``envs`` (indices in that namespace) only, given their points."""
         ground_z, x_min, x_max, y_min, y_max = self._bounds
         height = z - ground_z
         off = ~((x_min <= x) & (x <= x_max) & (y_min <= y) & (y <= y_max))
         if self.heights is None:
             return height, off
-        under = self.heights.under(*self.heights.grid_cells(x, y))
+        under = self.heights.under(*self.heights.grid_cells(x, y), envs)
         return namespace(x).where(off, height, height - under), off
 
 

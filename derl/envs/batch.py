@@ -219,8 +219,13 @@ class UnimalBatch:
             task.start(scene, envs)
         self._steps[:] = xp.where(ended, 0, self._steps)
         self._problems[:] = xp.where(ended, physics.problems(), self._problems)
-        height, _ = self.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
-        scene.torso_height[:] = xp.where(ended, height, scene.torso_height)
+        if envs is None:  # on a device every row, kept where ended
+            height, _ = self.arena.clearance(qpos[:, 0], qpos[:, 1], qpos[:, 2])
+            scene.torso_height[:] = xp.where(ended, height, scene.torso_height)
+        else:  # the restarted rows only: a restart of one env of 32 paid the batch's clearance (~30 us)
+            rows = scene.asarray(envs, dtype=xp.int64)
+            heads = qpos[rows]
+            scene.torso_height[rows] = self.arena.clearance(heads[:, 0], heads[:, 1], heads[:, 2], rows)[0]
 
     def _draw_per_env(self, envs: np.ndarray):
         """Each env of ``envs`` (host indices, ascending) draws its episode from its own generator: the

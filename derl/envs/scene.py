@@ -163,9 +163,9 @@ class HeightMap:
         cells = xp.astype(_clamp(xp, cells, self._last), xp.int64)  # bounds of integer value: exact in any float type
         return cells[0], cells[1]
 
-    def under(self, rows: Array, cols: Array) -> Array:
-        """Each env's height at its own (row, col) of its map's grid."""
-        return self.interior[self.entry, rows, cols]
+    def under(self, rows: Array, cols: Array, envs: Array | None = None) -> Array:
+        """Each env's height at its own (row, col) of its map's grid (the envs ``envs`` only, where given)."""
+        return self.interior[self.entry if envs is None else self.entry[envs], rows, cols]
 
 
 def _rings(cells: int, pad: int, inner: int) -> np.ndarray:
