@@ -4,6 +4,7 @@ The configs are every ``configs/evo`` and ``configs/eval`` file; a task without 
 ``test_every_registered_task_has_a_config``, so a new task is tested by registering it with a config.
 """
 
+import itertools
 import math
 from pathlib import Path
 
@@ -342,6 +343,31 @@ def test_bowl_is_the_2d_spline_zoom_of_its_bumps():
     rho = np.clip(np.hypot(axis[:, None], axis[None, :]), BOWL_MIN_RADIUS, 1.0)
     expected = np.clip(ndimage.zoom(bumps, n / cells), 0.0, 1.0)[:n, :n] * (0.5 - np.cos(2 * np.pi * rho) / 2) * max_z
     np.testing.assert_allclose(heights, expected, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("side", [7.3, 10.0])
+def test_bowl_tile_rows_hold_the_whole_draws_values_bitwise(side):
+    """Any run of a tile row's tiles, computed alone, holds the whole draw's values bitwise, also where the
+    grid's last tile is partial and rises (side 7.3: 147 vertices, the last tile 47 wide); a run beyond the
+    circle is None."""
+    from derl.envs.arenas import BowlShape
+    from derl.envs.lazy_terrain import TILE
+
+    shape = BowlShape(side, 10, 1.3)
+    n = shape.shape[0]
+    heights = shape.draw(np.random.default_rng(4))
+    bumps = shape.bumps(np.random.default_rng(4))
+    tiles = -(-n // TILE)
+    for r0, first, end in itertools.product(range(0, n, TILE), range(tiles), range(1, tiles + 1)):
+        run = shape.tile_row(bumps, r0, first * TILE, min(end * TILE, n))
+        if run is None:
+            assert first >= end or not heights[r0:r0 + TILE, first * TILE:end * TILE].any()
+            continue
+        a, b, block = run
+        assert first * TILE <= a < b <= min(end * TILE, n)
+        np.testing.assert_array_equal(block, heights[r0:r0 + TILE, a:b])
+        assert not heights[r0:r0 + TILE, first * TILE:a].any() and not heights[r0:r0 + TILE, b:end * TILE].any()
+    assert heights[:, (tiles - 1) * TILE:].any() == (side == 7.3)  # the partial last tile rises at 7.3 only
 
 
 def test_bowl_episode_drawn_whole_is_the_full_grid_product_bitwise():
