@@ -394,8 +394,9 @@ class BowlShape:
     def tile_row(self, bumps: np.ndarray, r0: int, c0: int, c1: int) -> tuple[int, int, np.ndarray] | None:
         """The map of ``bumps`` over the rising tiles of the tile row from row ``r0`` within columns ``[c0, c1)``
         (tile edges): (first column, end column, heights in metres ``[rows, end - first]``; valid until the
-        next call: one buffer), or None where no tile there rises. One call for the whole run of tiles (a
-        loop over them cost ~4 us of Python per tile, 12,800 tiles per 640 resets)."""
+        next call: one buffer), or None where no tile there rises. One stacked product, clip and multiply for
+        the whole run: escape_bowl's reset (16 tiles per env, 4 runs) spent 260 us in a loop over the tiles,
+        180 us so."""
         n = self.shape[0]
         first, end = self._rising[r0 // TILE]
         t0, t1 = max(c0 // TILE, first), min(-(-c1 // TILE), end)
