@@ -370,6 +370,33 @@ def test_bowl_tile_rows_hold_the_whole_draws_values_bitwise(side):
     assert heights[:, (tiles - 1) * TILE:].any() == (side == 7.3)  # the partial last tile rises at 7.3 only
 
 
+def test_bowl_reset_writes_its_start_tiles_once_and_sets_the_rest_back_to_0():
+    """A reset writes the tiles at the bowl's centre once, not set to 0 first (the map edited once per run
+    written), and sets back to 0, in one edit, the last episode's tiles that the new one does not write: the
+    map and height field hold the whole draw's values where written, 0 elsewhere."""
+    from tests.test_envs_lazy_terrain import ENVS, _batch, _check_maps
+
+    lazy, whole = _batch("escape_bowl", whole=False), _batch("escape_bowl", whole=True)
+    start = lazy.arena.lazy.written[0].copy()
+    extent, heights = whole.arena.extent, whole.arena.heights.interior[0]
+    row, col = extent.cell(20.0, 0.0)
+    for sim in (lazy, whole):  # env 0's head put down 20 m out: the tiles there written too
+        sim.scene.qpos[0, 0] += 20.0
+        sim.scene.qpos[0, 2] += heights[row, col]
+        sim.step(np.zeros((ENVS, lazy.model.nu)))
+    assert (lazy.arena.lazy.written[0] & ~start).any()
+    edits = []
+    editing = lazy.arena.heights.editing
+    lazy.arena.heights.editing = lambda env: (edits.append(env), editing(env))[1]
+    everyone = np.arange(ENVS)
+    lazy.reset(everyone), whole.reset(everyone)
+    _check_maps(lazy, whole, everywhere=True)
+    runs = [len(cells) for cells in lazy.arena.lazy._cells_written]
+    assert edits.count(1) == runs[1]  # its start tiles written again, nothing set to 0 first
+    assert edits.count(0) == runs[0] + 1  # and the tiles 20 m out set back to 0
+    np.testing.assert_array_equal(lazy.arena.lazy.written[0], start)
+
+
 def test_bowl_episode_drawn_whole_is_the_full_grid_product_bitwise():
     """The per-episode bowl (BANK_SIZE 0) drawn whole (as for a renderer) is computed in tiles over the
     circle where the rise is not 0: map and height field equal the full-grid product bitwise; the
