@@ -398,10 +398,10 @@ class BowlShape:
             return None
         r1 = min(r0 + TILE, n)
         rows = self._zoom[r0:r1] @ bumps
-        tiles = self._buffer[:(r1 - r0) * (t1 - t0) * TILE].reshape(r1 - r0, t1 - t0, TILE)
-        np.matmul(rows, self._zoom_tiles[t0:t1], out=tiles.transpose(1, 0, 2))  # tile by tile, in place
+        products = self._buffer[:(r1 - r0) * (t1 - t0) * TILE].reshape(r1 - r0, t1 - t0, TILE)
+        np.matmul(rows, self._zoom_tiles[t0:t1], out=products.transpose(1, 0, 2))  # tile by tile, side by side
         a, b = t0 * TILE, min(t1 * TILE, n)
-        block = tiles.reshape(r1 - r0, -1)[:, :b - a]
+        block = products.reshape(r1 - r0, -1)[:, :b - a]
         np.clip(block, 0.0, 1.0, out=block)
         block *= self._rise[r0:r1, a:b]
         block *= self._max_z
