@@ -4,6 +4,7 @@ The configs are every ``configs/evo`` and ``configs/eval`` file; a task without 
 ``test_every_registered_task_has_a_config``, so a new task is tested by registering it with a config.
 """
 
+import itertools
 import math
 from pathlib import Path
 
@@ -342,6 +343,58 @@ def test_bowl_is_the_2d_spline_zoom_of_its_bumps():
     rho = np.clip(np.hypot(axis[:, None], axis[None, :]), BOWL_MIN_RADIUS, 1.0)
     expected = np.clip(ndimage.zoom(bumps, n / cells), 0.0, 1.0)[:n, :n] * (0.5 - np.cos(2 * np.pi * rho) / 2) * max_z
     np.testing.assert_allclose(heights, expected, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("side", [7.3, 10.0])
+def test_bowl_tile_rows_hold_the_whole_draws_values_bitwise(side):
+    """Any run of a tile row's tiles, computed alone, holds the whole draw's values bitwise, also where the
+    grid's last tile is partial and rises (side 7.3: 147 vertices, the last tile 47 wide); a run beyond the
+    circle is None."""
+    from derl.envs.arenas import BowlShape
+    from derl.envs.lazy_terrain import TILE
+
+    shape = BowlShape(side, 10, 1.3)
+    n = shape.shape[0]
+    heights = shape.draw(np.random.default_rng(4))
+    bumps = shape.bumps(np.random.default_rng(4))
+    tiles = -(-n // TILE)
+    for r0, first, end in itertools.product(range(0, n, TILE), range(tiles), range(1, tiles + 1)):
+        run = shape.tile_row(bumps, r0, first * TILE, min(end * TILE, n))
+        if run is None:
+            assert first >= end or not heights[r0:r0 + TILE, first * TILE:end * TILE].any()
+            continue
+        a, b, block = run
+        assert first * TILE <= a < b <= min(end * TILE, n)
+        np.testing.assert_array_equal(block, heights[r0:r0 + TILE, a:b])
+        assert not heights[r0:r0 + TILE, first * TILE:a].any() and not heights[r0:r0 + TILE, b:end * TILE].any()
+    assert heights[:, (tiles - 1) * TILE:].any() == (side == 7.3)  # the partial last tile rises at 7.3 only
+
+
+def test_bowl_reset_writes_its_start_tiles_once_and_sets_the_rest_back_to_0():
+    """A reset writes the tiles at the bowl's centre once, not set to 0 first (the map edited once per run
+    written), and sets back to 0, in one edit, the last episode's tiles that the new one does not write: the
+    map and height field hold the whole draw's values where written, 0 elsewhere."""
+    from tests.test_envs_lazy_terrain import ENVS, _batch, _check_maps
+
+    lazy, whole = _batch("escape_bowl", whole=False), _batch("escape_bowl", whole=True)
+    start = lazy.arena.lazy.written[0].copy()
+    extent, heights = whole.arena.extent, whole.arena.heights.interior[0]
+    row, col = extent.cell(20.0, 0.0)
+    for sim in (lazy, whole):  # env 0's head put down 20 m out: the tiles there written too
+        sim.scene.qpos[0, 0] += 20.0
+        sim.scene.qpos[0, 2] += heights[row, col]
+        sim.step(np.zeros((ENVS, lazy.model.nu)))
+    assert (lazy.arena.lazy.written[0] & ~start).any()
+    edits = []
+    editing = lazy.arena.heights.editing
+    lazy.arena.heights.editing = lambda env: (edits.append(env), editing(env))[1]
+    everyone = np.arange(ENVS)
+    lazy.reset(everyone), whole.reset(everyone)
+    _check_maps(lazy, whole, everywhere=True)
+    runs = [len(cells) for cells in lazy.arena.lazy._cells_written]
+    assert edits.count(1) == runs[1]  # its start tiles written again, nothing set to 0 first
+    assert edits.count(0) == runs[0] + 1  # and the tiles 20 m out set back to 0
+    np.testing.assert_array_equal(lazy.arena.lazy.written[0], start)
 
 
 def test_bowl_episode_drawn_whole_is_the_full_grid_product_bitwise():
