@@ -275,6 +275,40 @@ def test_obstacle_episode_writes_the_boxes_into_the_model_and_only_them_into_the
         np.testing.assert_array_equal(heights.interior[0], grid)
 
 
+# Recorded from f17293c (before the reset was made cheaper): per seed, the boxes placed, sha256 of their
+# (x, y, half-length, half-width) in tenths of a metre; sha256 of env 0's height map (float32, only 0 and 2);
+# the generator's next ``integers(2**30)``; the sum of the boxes' geom_pos, geom_size, geom_rbound, geom_aabb.
+OBSTACLE_EPISODES = {
+    3: (50, "e6c7bda531870752", "5a88d901b3a3c9aa", 663766992, 4495.391553901339),
+    11: (50, "c439cf587ef1da22", "a75b86b30214e6b1", 153282005, 4094.48047458336),
+    2024: (50, "f78ff474c59749ad", "4d3ce08688c4353f", 648335287, 3969.0750303818145),
+}
+
+
+def test_obstacle_episodes_are_the_ones_recorded():
+    """Three episodes in a row on one env (each clears the last one's boxes from the map): the same boxes,
+    the same height map bitwise, the generator left where it was, as recorded before the reset was sped up."""
+    import hashlib
+
+    from derl.envs.tasks.locomotion import Obstacle
+
+    env = task_env("obstacle")
+    env.reset(seed=0)
+    task, model, geoms = env.task, env.model, env.task._boxes.geoms
+    for seed, (count, boxes_hash, map_hash, next_draw, fields_sum) in OBSTACLE_EPISODES.items():
+        rng = np.random.default_rng(seed)
+        Obstacle.initialize_episode(task, env.scene, 0, rng)
+        boxes = [tuple(round(v * 10) for v in box) for box in task.placed[0]]
+        assert len(boxes) == count
+        assert hashlib.sha256(str(boxes).encode()).hexdigest()[:16] == boxes_hash
+        heights = np.ascontiguousarray(env.arena.heights.interior[0])
+        assert hashlib.sha256(heights.tobytes()).hexdigest()[:16] == map_hash
+        assert int(rng.integers(1 << 30)) == next_draw
+        fields = (model.geom_pos[geoms].sum() + model.geom_size[geoms].sum() + model.geom_rbound[geoms].sum()
+                  + model.geom_aabb[geoms].sum())
+        assert fields == pytest.approx(fields_sum, rel=1e-12)
+
+
 def test_exploration_rewards_only_new_cells():
     env = task_env("exploration")
     env.reset(seed=0)
