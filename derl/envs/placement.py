@@ -26,7 +26,8 @@ class PlacementGrid:
         self.divs = extent.divs
         self.rows = round(2 * extent.half_width * self.divs)
         self.cols = round((extent.x_max - extent.x_min) * self.divs)
-        self.taken = np.zeros((self.rows, self.cols), dtype=bool)
+        self._footprints = Footprints(self.cols)
+        self._taken: np.ndarray | None = None  # ``taken`` as last rendered
         self.buffer_len = round(2 * float(cfg.OBJECT.PLACEMENT_BUFFER_LEN) * self.divs)
         self.buffer_width = round(2 * float(cfg.OBJECT.PLACEMENT_BUFFER_WIDTH) * self.divs)
         self._box_bounds: dict[tuple[float, float], tuple[int, int, int, int, int, int]] = {}  # by half-sizes
@@ -52,18 +53,31 @@ class PlacementGrid:
         """(x, y) of the cell (row, col)."""
         return self.extent.x_min + col / self.divs, -self.extent.half_width + row / self.divs
 
+    @property
+    def taken(self) -> np.ndarray:
+        """The cells taken, as DERL's bool grid ``(rows, cols)``: rendered from the footprints when read (for
+        tests and inspection; placement reads the footprints, and writing this array places nothing)."""
+        if self._taken is None:
+            self._taken = np.zeros((self.rows, self.cols), dtype=bool)
+            for r0, r1, c0, c1 in self._footprints.all():
+                self._taken[r0:r1, c0:c1] = True
+        return self._taken
+
     def _place(self, bounds: tuple[int, int, int, int, int, int],
                integers: Callable[[int, int], int]) -> tuple[int, int] | None:
         """A free centre cell (row, col) for a footprint of ``bounds`` (``bounds``), marked taken; None after
         10 tries. Each try draws the row, then the column (DERL's order) with ``integers(low, high)``."""
         sx, sy, row_lo, row_hi, col_lo, col_hi = bounds
-        taken = self.taken
+        footprints = self._footprints
         for _ in range(TRIES):
             row, col = int(integers(row_lo, row_hi)), int(integers(col_lo, col_hi))
-            window = taken[row - sy:row + sy, col - sx:col + sx]
-            if window.any():
+            if sx <= 0 or sy <= 0:  # an empty footprint: always free, takes nothing (as an empty window)
+                return row, col
+            window = (row - sy, row + sy, col - sx, col + sx)
+            if footprints.overlaps(*window):
                 continue
-            window[:] = True
+            footprints.add(*window)
+            self._taken = None
             return row, col
         return None
 
@@ -74,7 +88,8 @@ class PlacementGrid:
         half-width) of those placed, on a cleared grid (DERL's obstacle task: the same draws in the same
         order as ``place_uniform`` box by box, read from the generator's raw outputs: ``RawIntegers``).
         """
-        self.taken.fill(False)
+        self._footprints.clear()
+        self._taken = None
         draws = RawIntegers(rng)
         integers, nl, nw = draws.integers, len(lengths), len(widths)
         placed = []
@@ -90,6 +105,41 @@ class PlacementGrid:
         finally:
             draws.close()
         return placed
+
+
+class Footprints:
+    """Rectangles of cells ``[r0, r1) x [c0, c1)`` (none empty), indexed by strips of ``STRIP`` columns: whether
+    a window overlaps one is asked of the few footprints in the strips it spans, in Python (0.4 us a
+    window for the obstacle task's 50 boxes, where NumPy's ``taken[window].any()`` on a grid took 1.4-2.4 us,
+    plus 0.5 us a box to mark the grid and 10 us an episode to clear it)."""
+
+    STRIP = 64  # columns per strip: a box of the obstacle task (at most 60 cells long) spans one or two
+
+    def __init__(self, cols: int):
+        self._strips: list[list[tuple[int, int, int, int]]] = [[] for _ in range(cols // self.STRIP + 1)]
+
+    def clear(self) -> None:
+        """No footprint."""
+        for strip in self._strips:
+            strip.clear()
+
+    def overlaps(self, r0: int, r1: int, c0: int, c1: int) -> bool:
+        """Whether the (non-empty) window ``[r0, r1) x [c0, c1)`` shares a cell with a footprint."""
+        for strip in self._strips[c0 // self.STRIP:(c1 - 1) // self.STRIP + 1]:
+            for a0, a1, b0, b1 in strip:
+                if a0 < r1 and r0 < a1 and b0 < c1 and c0 < b1:
+                    return True
+        return False
+
+    def add(self, r0: int, r1: int, c0: int, c1: int) -> None:
+        """The (non-empty) footprint ``[r0, r1) x [c0, c1)``."""
+        rect = (r0, r1, c0, c1)
+        for strip in self._strips[c0 // self.STRIP:(c1 - 1) // self.STRIP + 1]:
+            strip.append(rect)
+
+    def all(self) -> set[tuple[int, int, int, int]]:
+        """Every footprint."""
+        return {rect for strip in self._strips for rect in strip}
 
 
 class RawIntegers:
