@@ -228,6 +228,30 @@ def test_obstacle_boxes_are_the_draws_of_rng_choice_and_ten_tries_per_box():
     assert left_out > 0
 
 
+def test_footprints_overlap_where_a_grid_of_them_has_a_taken_cell():
+    """Footprints answer a window's overlap as ``taken[window].any()`` on the grid they mark, across strip
+    edges and for windows wider than a strip; ``PlacementGrid.taken`` renders them."""
+    from derl.envs.placement import Footprints, PlacementGrid
+    from derl.envs.terrain import Corridor
+
+    rng = np.random.default_rng(0)
+    footprints, taken = Footprints(300), np.zeros((100, 300), dtype=bool)
+    for _ in range(400):
+        r0, c0 = (int(v) for v in rng.integers(0, (99, 299)))
+        r1, c1 = r0 + int(rng.integers(1, 100 - r0 + 1)), c0 + int(rng.integers(1, min(300 - c0, 150) + 1))
+        assert footprints.overlaps(r0, r1, c0, c1) == taken[r0:r1, c0:c1].any()
+        if rng.random() < 0.05:
+            footprints.add(r0, r1, c0, c1)
+            taken[r0:r1, c0:c1] = True
+    cfg = load_config(CONFIGS["obstacle"])
+    grid = PlacementGrid(Corridor.terrain(cfg), cfg)
+    assert not grid.taken.any()
+    spot = grid.place_uniform((0.5, 1.0), np.random.default_rng(1))
+    row, col = round((spot[1] + grid.extent.half_width) * 10), round((spot[0] - grid.extent.x_min) * 10)
+    window = [[r, c] for r in range(row - 10, row + 10) for c in range(col - 5, col + 5)]
+    assert np.argwhere(grid.taken).tolist() == window
+
+
 def test_raw_integers_are_rng_integers_and_leave_the_stream_where_they_would():
     """Ranges of one (no draw), small, large with frequent rejections (3 * 2**30: a quarter of the
     outputs are rejected), 2**32, over more than one block; the generator continues as after the calls."""

@@ -92,10 +92,11 @@ class PlacementGrid:
         self._taken = None
         draws = RawIntegers(rng)
         integers, nl, nw = draws.integers, len(lengths), len(widths)
+        lengths, widths = [float(v) for v in lengths], [float(v) for v in widths]  # no NumPy scalar per draw
         placed = []
         try:
             for k in range(count):
-                half = (float(lengths[integers(0, nl)]), float(widths[integers(0, nw)]))
+                half = (lengths[integers(0, nl)], widths[integers(0, nw)])
                 bounds = self._box_bounds.get(half)
                 if bounds is None:
                     bounds = self._box_bounds[half] = self.bounds(half)
@@ -162,22 +163,27 @@ class RawIntegers:
 
     def _output(self) -> int:
         if self._next == len(self._block):
-            self._used += len(self._block)
-            self._block = self._rng.integers(0, 1 << 32, size=self.BLOCK, dtype=np.uint64).tolist()
-            self._next = 0
+            self._refill()
         self._next += 1
         return self._block[self._next - 1]
+
+    def _refill(self) -> None:
+        self._used += len(self._block)
+        self._block = self._rng.integers(0, 1 << 32, size=self.BLOCK, dtype=np.uint64).tolist()
+        self._next = 0
 
     def integers(self, low: int, high: int) -> int:
         """A uniform integer in [low, high), as ``rng.integers(low, high)`` would draw it."""
         span = high - low
-        if not 0 < span <= 1 << 32:
-            raise ValueError(f"RawIntegers draws ranges of 1 to 2**32 integers, not [{low}, {high})")
-        if span == 1:
-            return low
-        if span == 1 << 32:
-            return low + self._output()
-        product = self._output() * span
+        if not 1 < span < 1 << 32:
+            if not 0 < span <= 1 << 32:
+                raise ValueError(f"RawIntegers draws ranges of 1 to 2**32 integers, not [{low}, {high})")
+            return low if span == 1 else low + self._output()
+        # the common case reads the block inline (no _output call: 0.25 instead of 0.33 us a draw)
+        if self._next == len(self._block):
+            self._refill()
+        product = self._block[self._next] * span
+        self._next += 1
         if product & 0xFFFFFFFF < span:
             threshold = ((1 << 32) - span) % span
             while product & 0xFFFFFFFF < threshold:
