@@ -236,13 +236,23 @@ def test_footprints_overlap_where_a_grid_of_them_has_a_taken_cell():
 
     rng = np.random.default_rng(0)
     footprints, taken = Footprints(300), np.zeros((100, 300), dtype=bool)
-    for _ in range(400):
+    answers = []
+    for _ in range(2000):
         r0, c0 = (int(v) for v in rng.integers(0, (99, 299)))
-        r1, c1 = r0 + int(rng.integers(1, 100 - r0 + 1)), c0 + int(rng.integers(1, min(300 - c0, 150) + 1))
-        assert footprints.overlaps(r0, r1, c0, c1) == taken[r0:r1, c0:c1].any()
-        if rng.random() < 0.05:
+        long = rng.random() < 0.1  # mostly small windows: many only touch a footprint's edge
+        r1 = r0 + int(rng.integers(1, (100 - r0 if long else min(100 - r0, 8)) + 1))
+        c1 = c0 + int(rng.integers(1, (min(300 - c0, 150) if long else min(300 - c0, 8)) + 1))
+        answers.append(footprints.overlaps(r0, r1, c0, c1))
+        assert answers[-1] == taken[r0:r1, c0:c1].any()
+        if rng.random() < 0.1 and not answers[-1]:
             footprints.add(r0, r1, c0, c1)
             taken[r0:r1, c0:c1] = True
+    assert 0.2 < np.mean(answers) < 0.8
+    footprints = Footprints(300)
+    footprints.add(10, 20, 60, 70)  # across the first strip's edge (64)
+    assert not any(footprints.overlaps(*w) for w in ((20, 30, 60, 70), (0, 10, 60, 70), (10, 20, 70, 80),
+                                                     (10, 20, 50, 60)))
+    assert all(footprints.overlaps(*w) for w in ((19, 20, 69, 70), (0, 11, 0, 61), (15, 16, 64, 65)))
     cfg = load_config(CONFIGS["obstacle"])
     grid = PlacementGrid(Corridor.terrain(cfg), cfg)
     assert not grid.taken.any()
