@@ -86,7 +86,7 @@ class Obstacle(Locomotion):
         # per env, the boxes placed: (x, y, half-length, half-width)
         self.placed: list[list[tuple[float, float, float, float]]] = [[] for _ in range(num_envs)]
         self._grid = PlacementGrid(self.arena.extent, cfg)  # one grid, cleared per episode (no 1500 x 600 per reset)
-        self._rects: list[list[tuple[int, int, int, int]]] = [[] for _ in range(num_envs)]  # their map cells
+        self._rects: list[list[list[int]]] = [[] for _ in range(num_envs)]  # their map cells: r0, r1, c0, c1
 
     def make_arena(self) -> Arena:
         return CorridorArena(self.cfg, self.num_envs, need_map=True, observe_hfield=self.observe_hfield)
@@ -126,7 +126,7 @@ class Obstacle(Locomotion):
     def _map_rects(self, boxes: np.ndarray) -> list[list[int]]:
         """The height map's cells of boxes ``(x, y, half-length, half-width)``: rows ``[r0, r1)`` and columns
         ``[c0, c1)`` from the nearest vertices of their corners (``Corridor.cell``'s arithmetic on the
-        whole episode at once: 25 us an episode of 50 boxes where a call per corner took 60)."""
+        whole episode at once: 23 us an episode of 50 boxes where a call per corner took 39)."""
         x, y, half_len, half_width = boxes.T
         (r0, r1), (c0, c1) = self.arena.extent.cells(np.stack([x - half_len, x + half_len]),
                                                      np.stack([y - half_width, y + half_width]))
