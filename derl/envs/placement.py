@@ -179,7 +179,7 @@ class RawIntegers:
             if not 0 < span <= 1 << 32:
                 raise ValueError(f"RawIntegers draws ranges of 1 to 2**32 integers, not [{low}, {high})")
             return low if span == 1 else low + self._output()
-        # the common case reads the block inline (no _output call: 0.25 instead of 0.33 us a draw)
+        # the common case reads the block inline (no _output call: 0.24 instead of 0.30 us a draw)
         if self._next == len(self._block):
             self._refill()
         product = self._block[self._next] * span
