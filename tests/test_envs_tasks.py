@@ -229,6 +229,40 @@ def test_obstacle_boxes_are_the_draws_of_rng_choice_and_ten_tries_per_box():
     assert left_out > 0
 
 
+def test_footprints_overlap_where_a_grid_of_them_has_a_taken_cell():
+    """Footprints answer a window's overlap as ``taken[window].any()`` on the grid they mark, across strip
+    edges and for windows wider than a strip; ``PlacementGrid.taken`` renders them."""
+    from derl.envs.placement import Footprints, PlacementGrid
+    from derl.envs.terrain import Corridor
+
+    rng = np.random.default_rng(0)
+    footprints, taken = Footprints(300), np.zeros((100, 300), dtype=bool)
+    answers = []
+    for _ in range(2000):
+        r0, c0 = (int(v) for v in rng.integers(0, (99, 299)))
+        long = rng.random() < 0.1  # mostly small windows: many only touch a footprint's edge
+        r1 = r0 + int(rng.integers(1, (100 - r0 if long else min(100 - r0, 8)) + 1))
+        c1 = c0 + int(rng.integers(1, (min(300 - c0, 150) if long else min(300 - c0, 8)) + 1))
+        answers.append(footprints.overlaps(r0, r1, c0, c1))
+        assert answers[-1] == taken[r0:r1, c0:c1].any()
+        if rng.random() < 0.1 and not answers[-1]:
+            footprints.add(r0, r1, c0, c1)
+            taken[r0:r1, c0:c1] = True
+    assert 0.2 < np.mean(answers) < 0.8
+    footprints = Footprints(300)
+    footprints.add(10, 20, 60, 70)  # across the first strip's edge (64)
+    assert not any(footprints.overlaps(*w) for w in ((20, 30, 60, 70), (0, 10, 60, 70), (10, 20, 70, 80),
+                                                     (10, 20, 50, 60)))
+    assert all(footprints.overlaps(*w) for w in ((19, 20, 69, 70), (0, 11, 0, 61), (15, 16, 64, 65)))
+    cfg = load_config(CONFIGS["obstacle"])
+    grid = PlacementGrid(Corridor.terrain(cfg), cfg)
+    assert not grid.taken.any()
+    spot = grid.place_uniform((0.5, 1.0), np.random.default_rng(1))
+    row, col = round((spot[1] + grid.extent.half_width) * 10), round((spot[0] - grid.extent.x_min) * 10)
+    window = [[r, c] for r in range(row - 10, row + 10) for c in range(col - 5, col + 5)]
+    assert np.argwhere(grid.taken).tolist() == window
+
+
 def test_raw_integers_are_rng_integers_and_leave_the_stream_where_they_would():
     """Ranges of one (no draw), small, large with frequent rejections (3 * 2**30: a quarter of the
     outputs are rejected), 2**32, over more than one block; the generator continues as after the calls."""
@@ -274,6 +308,40 @@ def test_obstacle_episode_writes_the_boxes_into_the_model_and_only_them_into_the
                 r1, c1 = extent.cell(box[0] + box[2], box[1] + box[3])
                 grid[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = 2.0
         np.testing.assert_array_equal(heights.interior[0], grid)
+
+
+# Recorded from f17293c (before the reset was made cheaper): per seed, the boxes placed, sha256 of their
+# (x, y, half-length, half-width) in tenths of a metre; sha256 of env 0's height map (float32, only 0 and 2);
+# the generator's next ``integers(2**30)``; the sum of the boxes' geom_pos, geom_size, geom_rbound, geom_aabb.
+OBSTACLE_EPISODES = {
+    3: (50, "e6c7bda531870752", "5a88d901b3a3c9aa", 663766992, 4495.391553901339),
+    11: (50, "c439cf587ef1da22", "a75b86b30214e6b1", 153282005, 4094.48047458336),
+    2024: (50, "f78ff474c59749ad", "4d3ce08688c4353f", 648335287, 3969.0750303818145),
+}
+
+
+def test_obstacle_episodes_are_the_ones_recorded():
+    """Three episodes in a row on one env (each clears the last one's boxes from the map): the same boxes,
+    the same height map bitwise, the generator left where it was, as recorded before the reset was sped up."""
+    import hashlib
+
+    from derl.envs.tasks.locomotion import Obstacle
+
+    env = task_env("obstacle")
+    env.reset(seed=0)
+    task, model, geoms = env.task, env.model, env.task._boxes.geoms
+    for seed, (count, boxes_hash, map_hash, next_draw, fields_sum) in OBSTACLE_EPISODES.items():
+        rng = np.random.default_rng(seed)
+        Obstacle.initialize_episode(task, env.scene, 0, rng)
+        boxes = [tuple(round(v * 10) for v in box) for box in task.placed[0]]
+        assert len(boxes) == count
+        assert hashlib.sha256(str(boxes).encode()).hexdigest()[:16] == boxes_hash
+        heights = np.ascontiguousarray(env.arena.heights.interior[0])
+        assert hashlib.sha256(heights.tobytes()).hexdigest()[:16] == map_hash
+        assert int(rng.integers(1 << 30)) == next_draw
+        fields = (model.geom_pos[geoms].sum() + model.geom_size[geoms].sum() + model.geom_rbound[geoms].sum()
+                  + model.geom_aabb[geoms].sum())
+        assert fields == pytest.approx(fields_sum, rel=1e-12)
 
 
 def test_exploration_rewards_only_new_cells():

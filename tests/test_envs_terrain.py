@@ -32,6 +32,18 @@ def test_corridor_grid_matches_mujoco_vertex_spacing():
     assert corridor.cell(0.0, 0.0) == (500, 30)
 
 
+def test_cells_of_arrays_are_cell_of_each_point():
+    """``Corridor.cells`` (a whole episode's box corners at once) gives ``cell``'s vertex for every point,
+    points half-way between two vertices (rounded half to even) and points off the grid included."""
+    corridor = Corridor(-3.0, 147.0, 30.0, 1.0, 10, True)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-5, 150, 500), -3.0 + (np.arange(40) + 0.5) / 10, [-3.25, -2.95, 147.05]])
+    y = np.concatenate([rng.uniform(-32, 32, 500), -30.0 + (np.arange(40) + 0.5) / 10, [-30.25, 0.05, 30.05]])
+    rows, cols = corridor.cells(x, y)
+    assert list(zip(rows.tolist(), cols.tolist(), strict=True)) == [corridor.cell(a, b) for a, b in
+                                                                    zip(x.tolist(), y.tolist(), strict=True)]
+
+
 def test_heights_keep_the_start_flat_and_stay_within_the_hfield_scale():
     cfg = vt_cfg()
     corridor = Corridor.from_cfg(cfg)

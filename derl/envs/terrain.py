@@ -81,6 +81,12 @@ class Corridor:
         """The nearest vertex (row, col); may lie outside the grid."""
         return round((y + self.half_width) * self.divs), round((x - self.x_min) * self.divs)
 
+    def cells(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``cell`` of arrays of points at once: (rows, cols), integer arrays (the same arithmetic, rounded
+        half to even as ``round``)."""
+        return (np.rint((y + self.half_width) * self.divs).astype(np.intp),
+                np.rint((x - self.x_min) * self.divs).astype(np.intp))
+
 
 @dataclass(frozen=True)
 class Block:

@@ -86,7 +86,7 @@ class Obstacle(Locomotion):
         # per env, the boxes placed: (x, y, half-length, half-width)
         self.placed: list[list[tuple[float, float, float, float]]] = [[] for _ in range(num_envs)]
         self._grid = PlacementGrid(self.arena.extent, cfg)  # one grid, cleared per episode (no 1500 x 600 per reset)
-        self._rects: list[list[tuple[int, int, int, int]]] = [[] for _ in range(num_envs)]  # their map cells
+        self._rects: list[list[list[int]]] = [[] for _ in range(num_envs)]  # their map cells: r0, r1, c0, c1
 
     def make_arena(self) -> Arena:
         return CorridorArena(self.cfg, self.num_envs, need_map=True, observe_hfield=self.observe_hfield)
@@ -107,26 +107,30 @@ class Obstacle(Locomotion):
 
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
-        extent = self.arena.extent
         placed = self._grid.place_boxes(self._lengths, self._widths, self._boxes.count, rng)
-        rects, cell = self._rects[env], extent.cell
+        boxes = np.array(placed, dtype=float).reshape(-1, 5)  # k, x, y, half-length, half-width
+        rects = self._map_rects(boxes[:, 1:])
         with self.arena.heights.editing(env) as interior:
-            for r0, r1, c0, c1 in rects:  # only the last episode's boxes: no 1501 x 601 fill
+            for r0, r1, c0, c1 in self._rects[env]:  # only the last episode's boxes: no 1501 x 601 fill
                 interior[r0:r1, c0:c1] = 0.0
-            rects.clear()
-            for _, x, y, half_len, half_width in placed:
-                r0, c0 = cell(x - half_len, y - half_width)
-                r1, c1 = cell(x + half_len, y + half_width)
-                rects.append((max(r0, 0), r1 + 1, max(c0, 0), c1 + 1))
-                interior[max(r0, 0):r1 + 1, max(c0, 0):c1 + 1] = OBSTACLE_HALF_HEIGHT
+            for r0, r1, c0, c1 in rects:
+                interior[r0:r1, c0:c1] = OBSTACLE_HALF_HEIGHT
+        self._rects[env] = rects
         centres, half_sizes = self._boxes.hidden()
-        if placed:
-            boxes = np.array(placed)
-            shown = boxes[:, 0].astype(np.intp)
-            centres[shown] = np.column_stack([boxes[:, 1:3], np.full(len(boxes), extent.ground_z)])
-            half_sizes[shown] = np.column_stack([boxes[:, 3:5], np.full(len(boxes), OBSTACLE_HALF_HEIGHT)])
+        shown = boxes[:, 0].astype(np.intp)
+        centres[shown, :2], centres[shown, 2] = boxes[:, 1:3], self.arena.extent.ground_z
+        half_sizes[shown, :2], half_sizes[shown, 2] = boxes[:, 3:5], OBSTACLE_HALF_HEIGHT
         self._boxes.set_all(env, centres, half_sizes)
         self.placed[env] = [box[1:] for box in placed]
+
+    def _map_rects(self, boxes: np.ndarray) -> list[list[int]]:
+        """The height map's cells of boxes ``(x, y, half-length, half-width)``: rows ``[r0, r1)`` and columns
+        ``[c0, c1)`` from the nearest vertices of their corners (``Corridor.cell``'s arithmetic on the
+        whole episode at once: 23 us an episode of 50 boxes where a call per corner took 39)."""
+        x, y, half_len, half_width = boxes.T
+        (r0, r1), (c0, c1) = self.arena.extent.cells(np.stack([x - half_len, x + half_len]),
+                                                     np.stack([y - half_width, y + half_width]))
+        return np.stack([np.maximum(r0, 0), r1 + 1, np.maximum(c0, 0), c1 + 1], axis=1).tolist()
 
 
 @register("incline")
