@@ -1,8 +1,9 @@
 """Lazy terrain: an episode's terrain written only where something can touch or see it.
 
 A terrain redrawn per episode (``TERRAIN.BANK_SIZE`` 0 on MuJoCo C: VT's and MVT's corridor, the
-escape_bowl bowl) is a 1001 x 1001 grid, and writing all of it into the env's height map and its
-model's height-field data took 1.5-4.4 ms per reset, while an episode's bodies touch a few metres
+escape_bowl bowl, and the obstacle task's 50 boxes in its map: ``derl.envs.arenas.Overlay``) is a 1001 x
+1001 grid, and writing all of it into the env's height map and its model's height-field data took 1.5-4.4
+ms per reset, while an episode's bodies touch a few metres
 around their start. The arena draws the episode's whole *plan* from the env's generator at the reset,
 as before (the same draws in the same order, so everything drawn after it is unchanged), and
 ``LazyTerrain`` writes the plan's cells tile by tile (``TILE`` x ``TILE`` vertices), only the tiles
@@ -118,23 +119,26 @@ class LazyTerrain:
 
     def start(self, env: int) -> None:
         """A new episode in env ``env`` (its plan drawn): the last one's tiles back to 0 if not yet
-        (``clear``), nothing written yet (or the whole plan when ``whole``)."""
+        (``clear``), nothing written yet (the episode's first ``cover`` writes, after every draw of the reset:
+        a task's own, ``overlay``'s, come after the arena's)."""
         self.clear(env)
         self._lo[env], self._hi[env] = np.inf, -np.inf
-        if self.whole:
-            self.ensure(env, 0, self._shape[0], 0, self._shape[1])
 
     def draw_whole(self) -> None:
-        """Every env's whole plan written, now and at every episode (a renderer shows all of it)."""
+        """Every env's whole plan written, now and at every episode's first ``cover`` (a renderer shows all of it)."""
         self.whole = True
         for env in range(len(self.written)):
-            self.ensure(env, 0, self._shape[0], 0, self._shape[1])
+            self._write_whole(env)
+
+    def _write_whole(self, env: int) -> None:
+        self.ensure(env, 0, self._shape[0], 0, self._shape[1])
+        self._lo[env], self._hi[env] = -np.inf, np.inf  # nothing left to write: never near an edge
 
     def reveal(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float | None:
         """Before a host read of env ``env``'s map over rows ``[r0, r1)`` and columns ``[c0, c1)`` (the grid's
         vertices; the padding beyond never changes): the plan's highest height there where the arena reads
         its plan (the cells not written hold 0 in the map), else None once those tiles are written (drawn
-        whole, the map is read as it is: the obstacle task writes its boxes into it)."""
+        whole, the map is read as it is)."""
         if self._highest is None or self.whole:
             self.ensure(env, r0, r1, c0, c1)
             return None
@@ -179,6 +183,9 @@ class LazyTerrain:
     def _extend(self, env: int, xy: np.ndarray, bodies: np.ndarray) -> None:
         """Writes the tiles around the ``bodies`` (a mask) of env ``env`` at ``xy`` ``[M, 2]`` and records the
         written rectangle (whole tiles) of each; a body at a non-finite place (an unstable step) is left."""
+        if self.whole:
+            self._write_whole(env)
+            return
         extent, divs, (rows, cols) = self._extent, self._extent.divs, self._shape
         for body in np.flatnonzero(bodies).tolist():
             (x, y), need = xy[body], self._reach[body] + TRAVEL
