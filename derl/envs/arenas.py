@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+import array_api_compat
 import mujoco
 import numpy as np
 from lxml import etree
@@ -83,9 +84,6 @@ class Overlay(Protocol):
         """Writes env ``env``'s episode into its map's grid ``interior`` over rows ``[r0, r1)`` and columns
         ``[c0, c1)`` (over the terrain written there)."""
 
-    def highest_over(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float:
-        """The highest height it adds there (-inf where nothing)."""
-
 
 class Arena:
     """The ground: ``extent`` (where it lies), ``heights`` (its map, or None for a flat box), ``bank``
@@ -134,7 +132,12 @@ class Arena:
             self.bank.set_model_rows(physics, envs)
 
     def bind_step(self, scene: Scene) -> None:
-        """``clearance``'s bounds as 0-d arrays of the scene (``derl.envs.tasks.base.Task.bind`` says why)."""
+        """``clearance``'s bounds as 0-d arrays of the scene (``derl.envs.tasks.base.Task.bind`` says why). On a
+        device, what a static model's arena draws lazily (the obstacle task's boxes, in the map only) is drawn
+        whole at each episode: the check of the bodies' places before each step would read them back to the
+        host (a terrain redrawn in the model does not run there: ``Task.shared_model_refusal``)."""
+        if self.lazy is not None and self.model_is_static and not array_api_compat.is_numpy_namespace(scene.xp):
+            self.lazy.whole = True
         extent = self.extent
         self._bounds = tuple(scene.asarray(bound) for bound in (extent.ground_z, extent.x_min, extent.x_max,
                                                                  -extent.half_width, extent.half_width))
@@ -266,7 +269,9 @@ class CorridorArena(Arena):
         if self._obstacles:
             self._hfields = _hfield_views(models, "terrain")
             self._scale = 1.0 / models[0].hfield("terrain").size[2]
-        self.lazy = _lazy(self.heights, models[0], self._write, self._flatten, self._patch_cells, self._highest)
+        # a host read reads the plan where there is no overlay; under one it writes what it reads, then reads it
+        highest = self._highest if self._overlay is None else None
+        self.lazy = _lazy(self.heights, models[0], self._write, self._flatten, self._patch_cells, highest)
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if self.bank is not None:
@@ -345,8 +350,6 @@ class CorridorArena(Arena):
                 profiles = self._maps(planned)[0]
                 part = profiles if len(profiles) == 1 else profiles[planned.block.row_of[r0:r1]]
                 highest = max(highest, float(part[:, a - first:b - first].max()))
-        if self._overlay is not None:
-            highest = max(highest, self._overlay.highest_over(env, r0, r1, c0, c1))
         return highest
 
 

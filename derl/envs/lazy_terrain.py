@@ -89,6 +89,7 @@ class LazyTerrain:
         self._cells_written: list[list[tuple[int, int, int, int]]] = [[] for _ in self.written]  # per env, per write
         self._patch = (patch_cells + 1) / extent.divs
         self.whole = False
+        self._started: set[int] = set()  # the envs whose episode started since the last cover
         heights.reveal = self.reveal
 
     def bind(self, model: mujoco.MjModel, head_qpos: int) -> None:
@@ -123,16 +124,14 @@ class LazyTerrain:
         a task's own, ``overlay``'s, come after the arena's)."""
         self.clear(env)
         self._lo[env], self._hi[env] = np.inf, -np.inf
+        self._started.add(env)
 
     def draw_whole(self) -> None:
-        """Every env's whole plan written, now and at every episode's first ``cover`` (a renderer shows all of it)."""
+        """Every env's whole plan written, now and at every episode's first ``cover`` (a renderer shows all of it;
+        on a device, where the bodies' places stay there, ``derl.envs.arenas.Arena.bind_step`` sets it)."""
         self.whole = True
-        for env in range(len(self.written)):
-            self._write_whole(env)
-
-    def _write_whole(self, env: int) -> None:
-        self.ensure(env, 0, self._shape[0], 0, self._shape[1])
-        self._lo[env], self._hi[env] = -np.inf, np.inf  # nothing left to write: never near an edge
+        self._started.update(range(len(self.written)))
+        self.cover(None)
 
     def reveal(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float | None:
         """Before a host read of env ``env``'s map over rows ``[r0, r1)`` and columns ``[c0, c1)`` (the grid's
@@ -168,7 +167,14 @@ class LazyTerrain:
 
     def cover(self, qpos: np.ndarray, envs: np.ndarray | None = None) -> None:
         """Writes the tiles that the free bodies of the envs ``envs`` (host indices; None: every env) can
-        reach in the next step, where a body came within ``TRAVEL`` of its written rectangle's edge."""
+        reach in the next step, where a body came within ``TRAVEL`` of its written rectangle's edge; drawn
+        ``whole``, the whole plan of the episodes started since the last call (``qpos`` is not read)."""
+        if self.whole:
+            for env in sorted(self._started):
+                self.ensure(env, 0, self._shape[0], 0, self._shape[1])
+            self._started.clear()
+            return
+        self._started.clear()
         xy = qpos[:, self._xy].reshape(len(qpos), -1, 2)
         lo, hi = self._lo, self._hi
         if envs is not None:
@@ -183,9 +189,6 @@ class LazyTerrain:
     def _extend(self, env: int, xy: np.ndarray, bodies: np.ndarray) -> None:
         """Writes the tiles around the ``bodies`` (a mask) of env ``env`` at ``xy`` ``[M, 2]`` and records the
         written rectangle (whole tiles) of each; a body at a non-finite place (an unstable step) is left."""
-        if self.whole:
-            self._write_whole(env)
-            return
         extent, divs, (rows, cols) = self._extent, self._extent.divs, self._shape
         for body in np.flatnonzero(bodies).tolist():
             (x, y), need = xy[body], self._reach[body] + TRAVEL

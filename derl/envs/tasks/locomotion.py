@@ -120,17 +120,11 @@ class Obstacle(Locomotion):
 
     def write_over(self, env: int, interior: np.ndarray, r0: int, r1: int, c0: int, c1: int) -> None:
         """The boxes' cells in rows ``[r0, r1)`` and columns ``[c0, c1)`` of env ``env``'s map (``Overlay``)."""
-        for a0, a1, b0, b1 in self._over(env, r0, r1, c0, c1).tolist():
+        rects = self._rects[env]
+        over = (rects[:, 0] < r1) & (rects[:, 1] > r0) & (rects[:, 2] < c1) & (rects[:, 3] > c0)
+        for a0, a1, b0, b1 in rects[over].tolist():
             interior[max(a0, r0):min(a1, r1), max(b0, c0):min(b1, c1)] = OBSTACLE_HALF_HEIGHT
 
-    def highest_over(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float:
-        """The boxes' height where one lies in those cells, else -inf (``Overlay``)."""
-        return OBSTACLE_HALF_HEIGHT if len(self._over(env, r0, r1, c0, c1)) else -math.inf
-
-    def _over(self, env: int, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
-        """The map cells of env ``env``'s boxes that overlap rows ``[r0, r1)`` and columns ``[c0, c1)``."""
-        rects = self._rects[env]
-        return rects[(rects[:, 0] < r1) & (rects[:, 1] > r0) & (rects[:, 2] < c1) & (rects[:, 3] > c0)]
 
     def _map_rects(self, boxes: np.ndarray) -> np.ndarray:
         """The height map's cells of boxes ``(x, y, half-length, half-width)``: rows ``[r0, r1)`` and columns
