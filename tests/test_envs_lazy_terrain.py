@@ -296,3 +296,22 @@ def test_rectangles_cover_the_set_tiles_once_and_a_block_in_one_write():
     block = np.zeros((5, 6), bool)
     block[1:4, 2:5] = True
     assert _rectangles(block) == [(1, 4, 2, 5)]
+
+
+def test_a_lazy_map_bound_to_a_device_holds_its_padding_whole():
+    """On a device nothing writes the padding lazily (``derl.envs.arenas.Arena.bind_step`` draws whole there):
+    binding writes it first."""
+    import array_api_compat.torch as xtorch
+
+    class DeviceScene:
+        xp = xtorch
+
+        @staticmethod
+        def asarray(values, dtype=None):
+            return xtorch.asarray(values, dtype=dtype)
+
+    extent = Corridor(-1.0, 2.0, 1.0, 0.0, 10, True)
+    lazy = HeightMap(extent, 5, 2, -3.0, 2, lazy=True)
+    lazy.bind(DeviceScene())
+    np.testing.assert_array_equal(lazy.padded.numpy(), HeightMap(extent, 5, 2, -3.0, 2).padded)
+    assert not lazy.lazy
