@@ -287,6 +287,7 @@ def test_obstacle_episode_writes_the_boxes_into_the_model_and_only_them_into_the
     from derl.envs.props import HIDDEN_Z
 
     env = task_env("obstacle")
+    env.arena.draw_whole()  # the boxes are written where the agent reaches them: here all of them
     env.reset(seed=0)
     task, model, extent, heights = env.task, env.model, env.arena.extent, env.arena.heights
     for seed in range(4):
@@ -294,6 +295,7 @@ def test_obstacle_episode_writes_the_boxes_into_the_model_and_only_them_into_the
         Locomotion.initialize_episode(task, env.scene, 0, old)
         expected = _boxes_as_before(env.cfg, extent, old)
         task.initialize_episode(env.scene, 0, new)
+        env.arena.cover(env.scene.qpos)  # as a reset does after its draws
         assert new.random() == old.random()
         grid = np.zeros(extent.shape, np.float32)
         for k, box in enumerate(expected):
@@ -328,11 +330,13 @@ def test_obstacle_episodes_are_the_ones_recorded():
     from derl.envs.tasks.locomotion import Obstacle
 
     env = task_env("obstacle")
+    env.arena.draw_whole()  # the boxes are written where the agent reaches them: here all of them
     env.reset(seed=0)
     task, model, geoms = env.task, env.model, env.task._boxes.geoms
     for seed, (count, boxes_hash, map_hash, next_draw, fields_sum) in OBSTACLE_EPISODES.items():
         rng = np.random.default_rng(seed)
         Obstacle.initialize_episode(task, env.scene, 0, rng)
+        env.arena.cover(env.scene.qpos)  # as a reset does after its draws
         boxes = [tuple(round(v * 10) for v in box) for box in task.placed[0]]
         assert len(boxes) == count
         assert hashlib.sha256(str(boxes).encode()).hexdigest()[:16] == boxes_hash
@@ -478,6 +482,7 @@ def test_bowl_episode_drawn_whole_is_the_full_grid_product_bitwise():
     for seed in range(3):
         new, old = np.random.default_rng(seed), np.random.default_rng(seed)
         arena.initialize_episode(0, new)
+        arena.cover(env.scene.qpos)  # as a reset does after its draws
         bumps = old.uniform(BOWL_SMOOTHNESS, 1.0, (shape._bump_cells, shape._bump_cells))
         expected = np.clip(shape._zoom @ bumps @ shape._zoom.T, 0.0, 1.0) * shape._rise * arena._max_z
         np.testing.assert_array_equal(interior, expected.astype(np.float32))

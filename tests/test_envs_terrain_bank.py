@@ -225,6 +225,7 @@ def test_obstacle_maps_hold_exactly_this_episodes_boxes():
                       "OBJECT.NUM_OBSTACLES": 8, "OBJECT.PLACEMENT_BUFFER_LEN": 1})
     sim = UnimalBatch(FIXTURE.read_text(), cfg, 2)
     heights, task = sim.task.arena.heights, sim.task
+    sim.arena.draw_whole()  # the boxes are written where the agent reaches them: here all of them
     sim.seed(0)
     for _ in range(5):
         sim.reset(np.arange(2))
@@ -267,6 +268,7 @@ def test_a_per_episode_redraw_writes_only_the_obstacles_and_equals_a_fresh_draw(
     arena.draw_whole()
     for seed in range(8):
         arena.initialize_episode(0, np.random.default_rng(seed))
+        arena.cover(sim.scene.qpos)  # as a reset does after its draws
         expected = draw_heights(cfg, corridor, np.random.default_rng(seed)).astype(np.float32)
         np.testing.assert_array_equal(arena.heights.interior[0], expected)
         elevation = (expected + HFIELD_SINK) * (expected > 0)

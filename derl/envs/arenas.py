@@ -20,7 +20,9 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
+import array_api_compat
 import mujoco
 import numpy as np
 from lxml import etree
@@ -74,6 +76,15 @@ def _hfield_views(models: list[mujoco.MjModel], name: str) -> list[np.ndarray]:
     return [model.hfield_data[adr:adr + rows * cols].reshape(rows, cols) for model in models]
 
 
+class Overlay(Protocol):
+    """What a task adds to a corridor's height map each episode (the obstacle task's boxes), written with the
+    terrain, tile by tile, where the bodies reach (``CorridorArena``, ``derl.envs.lazy_terrain``)."""
+
+    def write_over(self, env: int, interior: np.ndarray, r0: int, r1: int, c0: int, c1: int) -> None:
+        """Writes env ``env``'s episode into its map's grid ``interior`` over rows ``[r0, r1)`` and columns
+        ``[c0, c1)`` (over the terrain written there)."""
+
+
 class Arena:
     """The ground: ``extent`` (where it lies), ``heights`` (its map, or None for a flat box), ``bank``
     (the terrains episodes pick from, or None: ``derl.envs.terrain_bank``)."""
@@ -121,7 +132,12 @@ class Arena:
             self.bank.set_model_rows(physics, envs)
 
     def bind_step(self, scene: Scene) -> None:
-        """``clearance``'s bounds as 0-d arrays of the scene (``derl.envs.tasks.base.Task.bind`` says why)."""
+        """``clearance``'s bounds as 0-d arrays of the scene (``derl.envs.tasks.base.Task.bind`` says why). On a
+        device, what a static model's arena draws lazily (the obstacle task's boxes, in the map only) is drawn
+        whole at each episode: the check of the bodies' places before each step would read them back to the
+        host (a terrain redrawn in the model does not run there: ``Task.shared_model_refusal``)."""
+        if self.lazy is not None and self.model_is_static and not array_api_compat.is_numpy_namespace(scene.xp):
+            self.lazy.whole = True
         extent = self.extent
         self._bounds = tuple(scene.asarray(bound) for bound in (extent.ground_z, extent.x_min, extent.x_max,
                                                                  -extent.half_width, extent.half_width))
@@ -158,14 +174,14 @@ class CorridorArena(Arena):
         cfg: the config (TERRAIN, HFIELD).
         num_envs: the envs that share the arena's layout (each draws its own terrain).
         layout: ``corridor`` or ``arena``.
-        need_map: keep a height map even when the ground is flat: the task writes into it (the obstacle
-            task's boxes), so a redrawn terrain is written whole, not lazily (``derl.envs.lazy_terrain``).
+        overlay: what the task adds to the map each episode (the obstacle task's boxes: ``Overlay``), written
+            with the terrain as far as the bodies reach (``derl.envs.lazy_terrain``); the map is kept for it.
         observe_hfield: the height-field observation is kept (the map is padded for it).
         bank: obstacles come from a terrain bank of ``TERRAIN.BANK_SIZE`` (when > 0), for tasks whose
             model is otherwise static (``derl.envs.terrain_bank``); else each episode draws its own.
     """
 
-    def __init__(self, cfg, num_envs: int, layout: str = "corridor", need_map: bool = False,
+    def __init__(self, cfg, num_envs: int, layout: str = "corridor", overlay: Overlay | None = None,
                  observe_hfield: bool = False, bank: bool = False):
         if layout not in ("corridor", "arena"):
             raise ValueError(f"unknown arena layout {layout!r}")
@@ -176,16 +192,17 @@ class CorridorArena(Arena):
         if self.incline and self._obstacles:
             raise ValueError("TERRAIN.INCLINE_ANGLE needs a corridor without obstacles "
                              "(START_FLAT = SIZE[0], as DERL's incline tasks)")
-        keep = self._obstacles or bool(self.incline) or need_map or observe_hfield
+        keep = self._obstacles or bool(self.incline) or overlay is not None or observe_hfield
         banked = bank_size(cfg) if self._obstacles and bank else 0
-        self.heights = (height_map(self.extent, cfg, observe_hfield, num_envs, banked or None,
-                                   lazy=self._obstacles and not banked) if keep else None)  # bind's LazyTerrain
+        self._overlay = overlay
+        self._redrawn = (self._obstacles and not banked) or overlay is not None  # each episode, lazily (bind)
+        self.heights = (height_map(self.extent, cfg, observe_hfield, num_envs, banked or None, lazy=self._redrawn)
+                        if keep else None)
         self._hfields: list[np.ndarray] = []
         self._draws = CorridorObstacles(cfg, self.extent)
         self._plans: list[list[_Planned]] = [[] for _ in range(num_envs)]  # each env's episode plan
         self._ends: list[list[int]] = [[] for _ in range(num_envs)]  # its blocks' end columns (_overlapping)
         self._patch_cells = patch_cells(cfg, observe_hfield)
-        self._whole = need_map  # the obstacle task writes its boxes into the map: the terrain is drawn whole
         if self.incline and self.heights is not None:
             self.heights.interior[:] = self._incline_heights()[None, None, :]
         if banked:
@@ -247,21 +264,25 @@ class CorridorArena(Arena):
         super().fill_model(model)
 
     def bind(self, models: list[mujoco.MjModel]) -> None:
-        if not self._obstacles or self.bank is not None:
+        if not self._redrawn:
             return
-        self._hfields = _hfield_views(models, "terrain")
-        self._scale = 1.0 / models[0].hfield("terrain").size[2]
-        self.lazy = _lazy(self.heights, models[0], self._write, self._flatten, self._patch_cells, self._whole,
-                          self._highest)
+        if self._obstacles:
+            self._hfields = _hfield_views(models, "terrain")
+            self._scale = 1.0 / models[0].hfield("terrain").size[2]
+        # a host read reads the plan where there is no overlay; under one it writes what it reads, then reads it
+        highest = self._highest if self._overlay is None else None
+        self.lazy = _lazy(self.heights, models[0], self._write, self._flatten, self._patch_cells, highest)
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if self.bank is not None:
             self.bank.choose(env, rng)
             return
-        if not self._hfields:
+        if self.lazy is None:
             return
-        # The whole plan drawn (every draw as before), written as far as the bodies reach (LazyTerrain).
-        plan = [_Planned(first, first + block.columns, block) for first, block in self._draws.blocks(rng)]
+        # The whole plan drawn (every draw as before), written as far as the bodies reach (LazyTerrain); the
+        # overlay's draws come after (the task's).
+        blocks = self._draws.blocks(rng) if self._obstacles else ()
+        plan = [_Planned(first, first + block.columns, block) for first, block in blocks]
         for planned, after in itertools.pairwise(plan):  # a column two blocks share is the later one's
             planned.end = min(planned.end, after.first)
         self.lazy.clear(env)  # the last episode's blocks back to 0 while its plan says where they are
@@ -288,11 +309,11 @@ class CorridorArena(Arena):
         return planned.maps
 
     def _write(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
-        """Env ``env``'s plan over rows ``[r0, r1)`` and columns ``[c0, c1)`` into its map and height-field data."""
-        hfield = self._hfields[env]
+        """Env ``env``'s plan over rows ``[r0, r1)`` and columns ``[c0, c1)`` into its map and height-field data,
+        then the overlay into the map."""
         with self.heights.editing(env) as interior:
             for planned, a, b in self._overlapping(env, c0, c1):
-                first, row_of = planned.first, planned.block.row_of
+                first, row_of, hfield = planned.first, planned.block.row_of, self._hfields[env]
                 if a >= b:
                     continue
                 profiles, elevations = self._maps(planned)
@@ -303,16 +324,20 @@ class CorridorArena(Arena):
                     rows = row_of[r0:r1]
                     interior[r0:r1, a:b] = profiles[rows, a - first:b - first]
                     hfield[r0:r1, a:b] = elevations[rows, a - first:b - first]
+            if self._overlay is not None:
+                self._overlay.write_over(env, interior, r0, r1, c0, c1)
 
     def _flatten(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
         """Env ``env``'s plan back to 0 over rows ``[r0, r1)`` and columns ``[c0, c1)``: only the columns of the
-        blocks written there (the rest is flat already; a block never written or read has no ``maps``)."""
-        hfield = self._hfields[env]
+        blocks written there (the rest is flat already; a block never written or read has no ``maps``), and
+        the whole map there under an overlay."""
         with self.heights.editing(env) as interior:
+            if self._overlay is not None:
+                interior[r0:r1, c0:c1] = 0.0
             for planned, a, b in self._overlapping(env, c0, c1):
                 if a < b and planned.maps is not None:
                     interior[r0:r1, a:b] = 0.0
-                    hfield[r0:r1, a:b] = 0.0
+                    self._hfields[env][r0:r1, a:b] = 0.0
 
     def _highest(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float:
         """The highest height of env ``env``'s plan over its obstacles' vertices in rows ``[r0, r1)`` and columns
@@ -339,13 +364,11 @@ class _Planned:
     maps: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def _lazy(heights: HeightMap, model: mujoco.MjModel, write, flatten, patch: int, whole: bool,
-          highest=None) -> LazyTerrain:
+def _lazy(heights: HeightMap, model: mujoco.MjModel, write, flatten, patch: int, highest=None) -> LazyTerrain:
     """The lazy writes of an arena that draws its terrain per episode: ``write(env, r0, r1, c0, c1)`` its
     plan, ``flatten`` back to 0; ``highest``: reads its plan (``LazyTerrain``)."""
     lazy = LazyTerrain(heights, write, flatten, patch, highest)
     lazy.bind(model, int(model.joint("root").qposadr[0]))
-    lazy.whole = whole
     return lazy
 
 
@@ -470,7 +493,7 @@ class BowlArena(Arena):
     def bind(self, models: list[mujoco.MjModel]) -> None:
         if self.bank is None:
             self._hfields = _hfield_views(models, "terrain")
-            self.lazy = _lazy(self.heights, models[0], self._write, self._flatten, self._patch_cells, False)
+            self.lazy = _lazy(self.heights, models[0], self._write, self._flatten, self._patch_cells)
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
         if self.bank is not None:

@@ -1,8 +1,9 @@
 """Lazy terrain: an episode's terrain written only where something can touch or see it.
 
 A terrain redrawn per episode (``TERRAIN.BANK_SIZE`` 0 on MuJoCo C: VT's and MVT's corridor, the
-escape_bowl bowl) is a 1001 x 1001 grid, and writing all of it into the env's height map and its
-model's height-field data took 1.5-4.4 ms per reset, while an episode's bodies touch a few metres
+escape_bowl bowl, and the obstacle task's 50 boxes in its map: ``derl.envs.arenas.Overlay``) is a 1001 x
+1001 grid, and writing all of it into the env's height map and its model's height-field data took 1.5-4.4
+ms per reset, while an episode's bodies touch a few metres
 around their start. The arena draws the episode's whole *plan* from the env's generator at the reset,
 as before (the same draws in the same order, so everything drawn after it is unchanged), and
 ``LazyTerrain`` writes the plan's cells tile by tile (``TILE`` x ``TILE`` vertices), only the tiles
@@ -88,6 +89,7 @@ class LazyTerrain:
         self._cells_written: list[list[tuple[int, int, int, int]]] = [[] for _ in self.written]  # per env, per write
         self._patch = (patch_cells + 1) / extent.divs
         self.whole = False
+        self._started: set[int] = set()  # the envs whose episode started since the last cover
         heights.reveal = self.reveal
 
     def bind(self, model: mujoco.MjModel, head_qpos: int) -> None:
@@ -118,23 +120,24 @@ class LazyTerrain:
 
     def start(self, env: int) -> None:
         """A new episode in env ``env`` (its plan drawn): the last one's tiles back to 0 if not yet
-        (``clear``), nothing written yet (or the whole plan when ``whole``)."""
+        (``clear``), nothing written yet (the episode's first ``cover`` writes, after every draw of the reset:
+        a task's own, ``overlay``'s, come after the arena's)."""
         self.clear(env)
         self._lo[env], self._hi[env] = np.inf, -np.inf
-        if self.whole:
-            self.ensure(env, 0, self._shape[0], 0, self._shape[1])
+        self._started.add(env)
 
     def draw_whole(self) -> None:
-        """Every env's whole plan written, now and at every episode (a renderer shows all of it)."""
+        """Every env's whole plan written, now and at every episode's first ``cover`` (a renderer shows all of it;
+        on a device, where the bodies' places stay there, ``derl.envs.arenas.Arena.bind_step`` sets it)."""
         self.whole = True
-        for env in range(len(self.written)):
-            self.ensure(env, 0, self._shape[0], 0, self._shape[1])
+        self._started.update(range(len(self.written)))
+        self.cover(None)
 
     def reveal(self, env: int, r0: int, r1: int, c0: int, c1: int) -> float | None:
         """Before a host read of env ``env``'s map over rows ``[r0, r1)`` and columns ``[c0, c1)`` (the grid's
         vertices; the padding beyond never changes): the plan's highest height there where the arena reads
         its plan (the cells not written hold 0 in the map), else None once those tiles are written (drawn
-        whole, the map is read as it is: the obstacle task writes its boxes into it)."""
+        whole, the map is read as it is)."""
         if self._highest is None or self.whole:
             self.ensure(env, r0, r1, c0, c1)
             return None
@@ -164,7 +167,14 @@ class LazyTerrain:
 
     def cover(self, qpos: np.ndarray, envs: np.ndarray | None = None) -> None:
         """Writes the tiles that the free bodies of the envs ``envs`` (host indices; None: every env) can
-        reach in the next step, where a body came within ``TRAVEL`` of its written rectangle's edge."""
+        reach in the next step, where a body came within ``TRAVEL`` of its written rectangle's edge; drawn
+        ``whole``, the whole plan of the episodes started since the last call (``qpos`` is not read)."""
+        if self.whole:
+            for env in sorted(self._started):
+                self.ensure(env, 0, self._shape[0], 0, self._shape[1])
+            self._started.clear()
+            return
+        self._started.clear()
         xy = qpos[:, self._xy].reshape(len(qpos), -1, 2)
         lo, hi = self._lo, self._hi
         if envs is not None:

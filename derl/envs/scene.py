@@ -80,7 +80,11 @@ class HeightMap:
 
     def bind(self, scene: Scene) -> None:
         """Moves the maps and the entries into the scene's namespace and device (once: NumPy stays the
-        same array)."""
+        same array). On a device the padding is written whole first (a lazy one is written by NumPy)."""
+        if self.lazy and not array_api_compat.is_numpy_namespace(scene.xp):
+            rows, cols = self.padded.shape[1:]
+            self._write_padding(slice(None), 0, rows, 0, cols)
+            self.lazy = False
         self.padded = scene.asarray(self.padded, dtype=scene.xp.float32)
         self.entry = scene.asarray(self.host_entry, dtype=scene.xp.int64)
         self._last = scene.asarray(self._last)

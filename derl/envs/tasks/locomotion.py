@@ -72,7 +72,8 @@ class Obstacle(Locomotion):
     ``2 * PLACEMENT_BUFFER_LEN`` m from both ends of the corridor (DERL: 10 m) and
     ``2 * PLACEMENT_BUFFER_WIDTH`` m from the sides; a box that finds no free spot in 10 tries is
     left out. The boxes are written into the height map (2 m high), which the ``hfield``
-    observation reads.
+    observation reads, as the arena's overlay (``CorridorArena``): only in the tiles the agent reaches
+    (``derl.envs.lazy_terrain``), where writing and clearing all 50 boxes took 0.2 of a reset's 0.55 ms.
     """
 
     grounds = ("Terrain",)
@@ -86,10 +87,10 @@ class Obstacle(Locomotion):
         # per env, the boxes placed: (x, y, half-length, half-width)
         self.placed: list[list[tuple[float, float, float, float]]] = [[] for _ in range(num_envs)]
         self._grid = PlacementGrid(self.arena.extent, cfg)  # one grid, cleared per episode (no 1500 x 600 per reset)
-        self._rects: list[list[list[int]]] = [[] for _ in range(num_envs)]  # their map cells: r0, r1, c0, c1
+        self._rects = [np.zeros((0, 4), np.intp)] * num_envs  # their map cells: [r0, r1, c0, c1] per box
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, self.num_envs, need_map=True, observe_hfield=self.observe_hfield)
+        return CorridorArena(self.cfg, self.num_envs, overlay=self, observe_hfield=self.observe_hfield)
 
     def static_model(self) -> bool:
         return False  # the boxes move in the model every episode
@@ -109,13 +110,7 @@ class Obstacle(Locomotion):
         super().initialize_episode(scene, env, rng)
         placed = self._grid.place_boxes(self._lengths, self._widths, self._boxes.count, rng)
         boxes = np.array(placed, dtype=float).reshape(-1, 5)  # k, x, y, half-length, half-width
-        rects = self._map_rects(boxes[:, 1:])
-        with self.arena.heights.editing(env) as interior:
-            for r0, r1, c0, c1 in self._rects[env]:  # only the last episode's boxes: no 1501 x 601 fill
-                interior[r0:r1, c0:c1] = 0.0
-            for r0, r1, c0, c1 in rects:
-                interior[r0:r1, c0:c1] = OBSTACLE_HALF_HEIGHT
-        self._rects[env] = rects
+        self._rects[env] = self._map_rects(boxes[:, 1:])  # written into the map as the agent reaches them
         centres, half_sizes = self._boxes.hidden()
         shown = boxes[:, 0].astype(np.intp)
         centres[shown, :2], centres[shown, 2] = boxes[:, 1:3], self.arena.extent.ground_z
@@ -123,14 +118,22 @@ class Obstacle(Locomotion):
         self._boxes.set_all(env, centres, half_sizes)
         self.placed[env] = [box[1:] for box in placed]
 
-    def _map_rects(self, boxes: np.ndarray) -> list[list[int]]:
+    def write_over(self, env: int, interior: np.ndarray, r0: int, r1: int, c0: int, c1: int) -> None:
+        """The boxes' cells in rows ``[r0, r1)`` and columns ``[c0, c1)`` of env ``env``'s map (``Overlay``)."""
+        rects = self._rects[env]
+        over = (rects[:, 0] < r1) & (rects[:, 1] > r0) & (rects[:, 2] < c1) & (rects[:, 3] > c0)
+        for a0, a1, b0, b1 in rects[over].tolist():
+            interior[max(a0, r0):min(a1, r1), max(b0, c0):min(b1, c1)] = OBSTACLE_HALF_HEIGHT
+
+
+    def _map_rects(self, boxes: np.ndarray) -> np.ndarray:
         """The height map's cells of boxes ``(x, y, half-length, half-width)``: rows ``[r0, r1)`` and columns
         ``[c0, c1)`` from the nearest vertices of their corners (``Corridor.cell``'s arithmetic on the
         whole episode at once: 23 us an episode of 50 boxes where a call per corner took 39)."""
         x, y, half_len, half_width = boxes.T
         (r0, r1), (c0, c1) = self.arena.extent.cells(np.stack([x - half_len, x + half_len]),
                                                      np.stack([y - half_width, y + half_width]))
-        return np.stack([np.maximum(r0, 0), r1 + 1, np.maximum(c0, 0), c1 + 1], axis=1).tolist()
+        return np.stack([np.maximum(r0, 0), r1 + 1, np.maximum(c0, 0), c1 + 1], axis=1)
 
 
 @register("incline")
