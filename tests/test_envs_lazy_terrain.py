@@ -2,8 +2,6 @@
 bodies reach, and nothing a task or the physics reads differs from the terrain drawn whole, bitwise."""
 
 import itertools
-import os
-from pathlib import Path
 
 import mujoco
 import numpy as np
@@ -317,21 +315,3 @@ def test_a_lazy_map_bound_to_a_device_holds_its_padding_whole():
     lazy.bind(DeviceScene())
     np.testing.assert_array_equal(lazy.padded.numpy(), HeightMap(extent, 5, 2, -3.0, 2).padded)
     assert not lazy.lazy
-
-
-def test_a_lazy_map_holds_memory_only_where_it_is_written():
-    """32 maps of VT's size (166 MB), a 5 m tile written in each: a few MB resident, not 2 MB pages per map."""
-    statm = Path("/proc/self/statm")
-    if not statm.exists():
-        pytest.skip("needs Linux's /proc")
-    page = os.sysconf("SC_PAGE_SIZE")
-
-    def resident() -> int:
-        return int(statm.read_text().split()[1]) * page
-
-    extent = Corridor(-3.0, 97.0, 50.0, 1.0, 10, True)
-    before = resident()
-    heights = HeightMap(extent, 68, 10, -10.0, 32, lazy=True)
-    for env in range(32):
-        heights.interior[env, 500:550, 0:50] = 1.0
-    assert heights.padded.nbytes > 160e6 and resident() - before < 16e6

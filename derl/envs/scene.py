@@ -11,8 +11,6 @@ the grid stays inside the array.
 
 from __future__ import annotations
 
-import math
-import mmap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -55,10 +53,8 @@ class HeightMap:
         self.host_entry = np.arange(num_envs) if maps is None else np.zeros(num_envs, dtype=np.int64)
         self.entry = self.host_entry
         # zeros: the operating system's zero pages, memory that costs nothing until written (a 1001 x 1001 map
-        # padded for VT's patch is 5.2 MB, 166 MB for 32 envs, which filling took 0.3 s and kept resident); drawn
-        # lazily, 4 KB pages (_zero_pages)
-        shape = (num_envs if maps is None else maps, rows + 2 * pad, cols + 2 * pad)
-        self.padded = _zero_pages(shape) if lazy else np.zeros(shape, np.float32)
+        # padded for VT's patch is 4.6 MB, 146 MB for 32 envs, which filling took 0.3 s and kept resident)
+        self.padded = np.zeros((num_envs if maps is None else maps, rows + 2 * pad, cols + 2 * pad), np.float32)
         self.width = self.padded.shape[2]
         self.last_cell = (rows - 1, cols - 1)
         self._last = np.array([[rows - 1], [cols - 1]], dtype=float)  # grid_cells' upper bounds, (row, col)
@@ -174,17 +170,6 @@ class HeightMap:
     def under(self, rows: Array, cols: Array, envs: Array | None = None) -> Array:
         """Each env's height at its own (row, col) of its map's grid (the envs ``envs`` only, where given)."""
         return self.interior[self.entry if envs is None else self.entry[envs], rows, cols]
-
-
-def _zero_pages(shape: tuple[int, ...]) -> np.ndarray:
-    """A float32 zero array on an anonymous memory map: each 4 KB page is the system's zero page until first
-    written. NumPy asks for 2 MB pages for arrays of 4 MB and more (``madvise``), and a lazily drawn map's first
-    tile would fault in, and zero, 2 MB of it: VT's 32 maps held ~110 MB that way, ~20 MB so."""
-    count = math.prod(shape)
-    memory = mmap.mmap(-1, max(4 * count, 1))
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux: small pages also where the system gives 2 MB ones by default
-        memory.madvise(mmap.MADV_NOHUGEPAGE)
-    return np.frombuffer(memory, np.float32, count).reshape(shape)
 
 
 def _rings(cells: int, pad: int, inner: int) -> np.ndarray:
