@@ -3,7 +3,7 @@ episode picks one of them (``TERRAIN.BANK_SIZE``).
 
 Why: a VT corridor or an escape_bowl bowl is a 1001 x 1001 height field. Drawing one per episode
 cost 3-5 ms, more than the physics of all the steps between two episodes of a batch (issue 33; drawn
-lazily, only where the bodies reach, a reset costs 0.2 (VT) to 0.7 ms (escape_bowl) since:
+lazily, only where the bodies reach, a reset costs 0.16 (VT) to 0.35 ms (escape_bowl) since:
 ``derl.envs.lazy_terrain``), and a GPU, where every world steps one model, cannot hold a height field
 per world. The bank puts K height-field assets ``terrain/k`` of one size in the one model, and a single
 terrain geom whose height field (``geom_dataid``) each simulation sets at its episode's start: a
