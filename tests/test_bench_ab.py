@@ -29,13 +29,22 @@ def test_a_against_itself(tmp_path):
     if shutil.which("git") is None or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                                                      capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")
-    result = run(argparse.Namespace(base="HEAD", xml=None, iters=2))
+    result = run(argparse.Namespace(base="HEAD", xml=None, iters=2, env="ft"))
     assert result["base"] == "HEAD" and result["iters"] == 2
     assert 0.2 < result["speedup_paired_median"] < 5.0
+
+
+def test_a_against_itself_on_vt(tmp_path):
+    """``--env vt``: both revisions train the VT preset (its terrain and height-map input)."""
+    if shutil.which("git") is None or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
+                                                     capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    result = run(argparse.Namespace(base="HEAD", xml=None, iters=2, env="vt"))
+    assert result["env"] == "vt" and 0.2 < result["speedup_paired_median"] < 5.0
 
 
 def test_an_unknown_revision_is_one_line():
     if shutil.which("git") is None:
         pytest.skip("no git")
     with pytest.raises(SystemExit, match="error: git archive 'no-such-rev' failed"):
-        run(argparse.Namespace(base="no-such-rev", xml=None, iters=2))
+        run(argparse.Namespace(base="no-such-rev", xml=None, iters=2, env="ft"))

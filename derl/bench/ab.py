@@ -6,9 +6,9 @@ median of the per-pair speed ratios resolves changes of a few percent (A/A runs,
 on a clean checkout, 30-40 iterations on the 2-core development machine: 0.97, 1.02, 1.01). The
 other revision's ``derl`` package and ``configs`` are taken with ``git archive`` into a temporary
 folder and imported as ``derl_base`` (its ``derl`` imports rewritten). Both train the same body on
-the FT preset from the same seed, with DERL's PPO defaults (32 envs x 128 steps), one torch
-thread, envs in the process. Each keeps its own torch generator state between its iterations (the
-global one is swapped in and out), so each is the training it would be alone.
+the preset of ``--env`` (FT by default; VT, MVT) from the same seed, with DERL's PPO defaults (32 envs
+x 128 steps), one torch thread, envs in the process. Each keeps its own torch generator state between
+its iterations (the global one is swapped in and out), so each is the training it would be alone.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", required=True, help="git revision to compare against (e.g. HEAD~3, a tag)")
     parser.add_argument("--xml", type=Path, help="unimal MJCF (default: the ppo benchmark's seeded genome)")
     parser.add_argument("--iters", type=int, default=30, help="PPO iterations of each, alternating")
+    parser.add_argument("--env", default="ft", choices=("ft", "vt", "mvt"),
+                        help="the task preset both train (configs/evo/<env>.yml of each revision)")
 
 
 def rename_imports(source: str) -> str:
@@ -88,10 +90,10 @@ def _config_loader(package: str):
 class _Training:
     """One PPO of a package (``derl`` or ``derl_base``), stepped an iteration at a time."""
 
-    def __init__(self, package: str, xml: Path, iters: int):
+    def __init__(self, package: str, preset: str, xml: Path, iters: int):
         envs = importlib.import_module(f"{package}.training.envs")
         trainer = importlib.import_module(f"{package}.ppo.trainer")
-        cfg = _config_loader(package).load_preset("ft", speed_overrides(iters))
+        cfg = _config_loader(package).load_preset(preset, speed_overrides(iters))
         self.ppo = trainer.PPO(cfg, envs.UnimalEnvFactory(cfg, str(xml)), seed=0)
         self.ppo.collector.reset(0)
         self.rng_state = torch.get_rng_state()
@@ -122,12 +124,12 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         extract_revision(args.base, folder)
-        xml = Path(unimal_case(env_configs()["ft"], args.xml, FT_GENOME_SEED, folder)["xml"])
+        xml = Path(unimal_case(env_configs()[args.env], args.xml, FT_GENOME_SEED, folder)["xml"])
         _load_package(folder / BASE_PACKAGE)
         trainings: dict[str, _Training] = {}
         try:
-            trainings["base"] = _Training(BASE_PACKAGE, xml, args.iters)
-            trainings["new"] = _Training("derl", xml, args.iters)
+            trainings["base"] = _Training(BASE_PACKAGE, args.env, xml, args.iters)
+            trainings["new"] = _Training("derl", args.env, xml, args.iters)
             for i in range(args.iters):
                 for name in ("base", "new") if i % 2 == 0 else ("new", "base"):
                     trainings[name].iterate()
@@ -135,5 +137,5 @@ def run(args: argparse.Namespace) -> dict:
             for training in trainings.values():
                 training.close()
     body = str(args.xml) if args.xml else f"random_genome seed {FT_GENOME_SEED}"
-    return {"base": args.base, "body": body, "iters": args.iters,
+    return {"base": args.base, "env": args.env, "body": body, "iters": args.iters,
             **compare(trainings["base"].seconds, trainings["new"].seconds)}
