@@ -89,7 +89,7 @@ class LazyTerrain:
         self._cells_written: list[list[tuple[int, int, int, int]]] = [[] for _ in self.written]  # per env, per write
         self._patch = (patch_cells + 1) / extent.divs
         self.whole = False
-        self._started: set[int] = set()  # the envs whose episode started since the last cover
+        self._started: set[int] = set()  # drawn whole, the envs whose episode started since the last cover
         heights.reveal = self.reveal
 
     def bind(self, model: mujoco.MjModel, head_qpos: int) -> None:
@@ -124,7 +124,8 @@ class LazyTerrain:
         a task's own, ``overlay``'s, come after the arena's)."""
         self.clear(env)
         self._lo[env], self._hi[env] = np.inf, -np.inf
-        self._started.add(env)
+        if self.whole:
+            self._started.add(env)
 
     def draw_whole(self) -> None:
         """Every env's whole plan written, now and at every episode's first ``cover`` (a renderer shows all of it;
@@ -174,7 +175,6 @@ class LazyTerrain:
                 self.ensure(env, 0, self._shape[0], 0, self._shape[1])
             self._started.clear()
             return
-        self._started.clear()
         xy = qpos[:, self._xy].reshape(len(qpos), -1, 2)
         lo, hi = self._lo, self._hi
         if envs is not None:
