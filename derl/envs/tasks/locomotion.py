@@ -125,7 +125,6 @@ class Obstacle(Locomotion):
         for a0, a1, b0, b1 in rects[over].tolist():
             interior[max(a0, r0):min(a1, r1), max(b0, c0):min(b1, c1)] = OBSTACLE_HALF_HEIGHT
 
-
     def _map_rects(self, boxes: np.ndarray) -> np.ndarray:
         """The height map's cells of boxes ``(x, y, half-length, half-width)``: rows ``[r0, r1)`` and columns
         ``[c0, c1)`` from the nearest vertices of their corners (``Corridor.cell``'s arithmetic on the
