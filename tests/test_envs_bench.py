@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mujoco
+import numpy as np
 import pytest
 
 from derl.bench import env as bench
@@ -61,7 +63,9 @@ def test_single_env_bench_pairs_gym_make_with_mj_step_alone():
         for row in rows:
             assert row["episodes"] >= 1
             assert abs(row["ratio"] - row["env_steps_per_sec"] / row["physics_steps_per_sec"]) < 1e-2
+            assert row["floor_ratio"] > 0
         assert result[name]["median_ratio"] > 0 and "median_batch_physics_steps_per_sec" not in result[name]
+        assert result[name]["median_floor_ratio"] > 0
     json.dumps(result)
 
 
@@ -89,3 +93,25 @@ def test_single_env_bench_measures_given_mjcf_files():
     missing = parser.parse_args(["--single", "--envs", "ft", "--xml", str(fixture.with_name("none.xml"))])
     with pytest.raises(SystemExit, match="unimal MJCF .*none.xml not found"):
         bench.run(missing)
+
+
+def test_floor_env_plays_the_physics_of_the_episode_it_is_given():
+    """The floor of a Python env (``floor_ratio``) plays the same trajectory as mj_step alone: a reset
+    loads the start state given, a step is FRAME_SKIP substeps of the action."""
+    model = mujoco.MjModel.from_xml_path(str(ROOT / "tests" / "assets" / "envs" / "quadruped.xml"))
+    data = mujoco.MjData(model)
+    data.qpos[2] += 0.1
+    data.qvel[0] = 0.3
+    state = np.empty(mujoco.mj_stateSize(model, bench._SIGNATURE))
+    mujoco.mj_getState(model, data, state, bench._SIGNATURE)
+    actions = np.random.default_rng(0).uniform(-1, 1, (5, model.nu))
+    env = bench._FloorEnv(model)
+    obs, _ = env.reset(options={"state": state})
+    assert np.array_equal(obs, np.concatenate([data.qpos, data.qvel]))
+    for action in actions:
+        data.ctrl[:] = action
+        mujoco.mj_step(model, data, bench.FRAME_SKIP)
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert np.array_equal(obs, np.concatenate([data.qpos, data.qvel]))
+        assert (reward, terminated, truncated, info) == (0.0, False, False, {})
+    assert bench._floor_seconds(model, [(state, 0, 5)], actions) > 0

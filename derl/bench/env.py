@@ -17,7 +17,10 @@ into other RL libraries): it plays ``--steps`` random actions, resetting where a
 (resets timed with the env), and after each episode replays that episode's actions from its start
 state through ``mujoco.mj_step`` x FRAME_SKIP alone on the same model (*physics*: the same
 trajectory, as the physics is deterministic). Both in CPU time of this process, paired episode by
-episode; ``ratio`` is physics time over env time (1.0: the env's Python costs nothing).
+episode; ``ratio`` is physics time over env time (1.0: the env's Python costs nothing). Beside it,
+``floor_ratio``: the same episodes through the least a Python env can be (``_FloorEnv``, made by
+``gym.make`` with the same wrappers: ``ctrl``, the physics and ``[qpos, qvel]`` out, nothing else),
+the ceiling of ``ratio`` for any env written in Python on that body.
 """
 
 from __future__ import annotations
@@ -154,6 +157,47 @@ def _measure(cfg, xml_path: Path, seed: int, args) -> dict:
     }
 
 
+class _FloorEnv(gym.Env):
+    """A Gymnasium env with nothing but the physics: a step writes ``ctrl``, runs ``mj_step`` x FRAME_SKIP
+    and returns ``[qpos, qvel]``, reward 0 and no flags; a reset loads ``options["state"]`` (mjSTATE_INTEGRATION)
+    after ``mj_resetData`` and runs ``mj_forward``, as any env's reset does after its draws. What it costs
+    on top of the physics is the least any env written in Python pays (``floor_ratio``)."""
+
+    def __init__(self, model: mujoco.MjModel):
+        self.model, self.data = model, mujoco.MjData(model)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (model.nq + model.nv,), np.float64)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (model.nu,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        mujoco.mj_resetData(self.model, self.data)
+        mujoco.mj_setState(self.model, self.data, options["state"], _SIGNATURE)
+        mujoco.mj_forward(self.model, self.data)
+        return np.concatenate([self.data.qpos, self.data.qvel]), {}
+
+    def step(self, action) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.data.ctrl[:] = action
+        mujoco.mj_step(self.model, self.data, FRAME_SKIP)
+        return np.concatenate([self.data.qpos, self.data.qvel]), 0.0, False, False, {}
+
+
+def _floor_seconds(model: mujoco.MjModel, episodes: list[tuple[np.ndarray, int, int]], actions: np.ndarray) -> float:
+    """CPU seconds ``_FloorEnv`` (through ``gym.make``'s wrappers) takes to play ``episodes`` (start state,
+    first and end step of ``actions``): the resets after the first timed, as the env's are."""
+    env = gym.make(gym.envs.registration.EnvSpec("derl-floor", entry_point=_FloorEnv), model=model)
+    seconds = 0.0
+    for k, (state, first, end) in enumerate(episodes):
+        t0 = time.process_time()
+        env.reset(options={"state": state})
+        if k:
+            seconds += time.process_time() - t0
+        for action in actions[first:end]:
+            t0 = time.process_time()
+            env.step(action)
+            seconds += time.process_time() - t0
+    return seconds
+
+
 def _measure_single(cfg, xml_path: Path, seed: int, args) -> dict:
     """The single env's steps and resets against ``mj_step`` alone, paired episode by episode."""
     env = gym.make(ENV_ID, xml_path=xml_path, cfg=cfg, seed=seed)
@@ -163,7 +207,8 @@ def _measure_single(cfg, xml_path: Path, seed: int, args) -> dict:
     actions = np.random.default_rng(seed).uniform(-1, 1, (args.steps, *env.action_space.shape)).astype(np.float32)
     env.reset()
     env_time = physics_time = 0.0
-    episodes, first = 0, 0
+    episodes: list[tuple[np.ndarray, int, int]] = []  # (start state, first step, end step)
+    first = 0
     for step in range(args.steps):
         if step == first:  # the episode's start state, untimed
             mujoco.mj_getState(model, env.unwrapped.data, state, _SIGNATURE)
@@ -178,25 +223,28 @@ def _measure_single(cfg, xml_path: Path, seed: int, args) -> dict:
                 data.ctrl[:] = action
                 mujoco.mj_step(model, data, FRAME_SKIP)
             physics_time += time.process_time() - t0
-            episodes, first = episodes + 1, step + 1
+            episodes.append((state.copy(), first, step + 1))
+            first = step + 1
         if ended:
             t0 = time.process_time()
             env.reset()
             env_time += time.process_time() - t0
     env.close()
+    floor_time = _floor_seconds(model, episodes, actions)
     return {
         "num_actuators": int(model.nu),
-        "episodes": episodes,
+        "episodes": len(episodes),
         "env_steps_per_sec": round(args.steps / env_time, 1),
         "physics_steps_per_sec": round(args.steps / physics_time, 1),
         "ratio": round(physics_time / env_time, 3),
+        "floor_ratio": round(physics_time / floor_time, 3),
     }
 
 
 def _summary(rows: list[dict]) -> dict:
     keys = [key for key in ("env_steps_per_sec", "wall_env_steps_per_sec", "batch_physics_steps_per_sec",
-                            "loop_physics_steps_per_sec", "physics_steps_per_sec", "ratio", "ratio_to_loop",
-                            "reset_ms", "compile_ms") if key in rows[0]]
+                            "loop_physics_steps_per_sec", "physics_steps_per_sec", "ratio", "floor_ratio",
+                            "ratio_to_loop", "reset_ms", "compile_ms") if key in rows[0]]
     return {f"median_{key}": round(statistics.median(row[key] for row in rows), 3) for key in keys}
 
 
