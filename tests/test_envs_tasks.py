@@ -405,7 +405,7 @@ def test_escape_bowl_ends_with_100_at_radius_42():
 def test_bowl_is_the_2d_spline_zoom_of_its_bumps():
     from scipy import ndimage
 
-    from derl.envs.arenas import BOWL_MIN_RADIUS, BOWL_SMOOTHNESS, BowlShape
+    from derl.envs.bowl import BOWL_MIN_RADIUS, BOWL_SMOOTHNESS, BowlShape
 
     side, divs, max_z = 10.0, 10, 1.3
     heights = BowlShape(side, divs, max_z).draw(np.random.default_rng(3))
@@ -422,7 +422,7 @@ def test_bowl_tile_rows_hold_the_whole_draws_values_bitwise(side):
     """Any run of a tile row's tiles, computed alone, holds the whole draw's values bitwise, also where the
     grid's last tile is partial and rises (side 7.3: 147 vertices, the last tile 47 wide); a run beyond the
     circle is None."""
-    from derl.envs.arenas import BowlShape
+    from derl.envs.bowl import BowlShape
     from derl.envs.lazy_terrain import TILE
 
     shape = BowlShape(side, 10, 1.3)
@@ -473,7 +473,7 @@ def test_bowl_episode_drawn_whole_is_the_full_grid_product_bitwise():
     """The per-episode bowl (BANK_SIZE 0) drawn whole (as for a renderer) is computed in tiles over the
     circle where the rise is not 0: map and height field equal the full-grid product bitwise; the
     stream is the same."""
-    from derl.envs.arenas import BOWL_SMOOTHNESS
+    from derl.envs.bowl import BOWL_SMOOTHNESS
 
     env = task_env("escape_bowl")
     arena = env.arena

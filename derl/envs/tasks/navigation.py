@@ -7,7 +7,8 @@ import math
 import numpy as np
 from lxml import etree
 
-from derl.envs.arenas import Arena, BowlArena, CorridorArena, FloorArena
+from derl.envs.arenas import Arena, CorridorArena, FloorArena
+from derl.envs.bowl import BowlArena
 from derl.envs.mjcf import fmt
 from derl.envs.placement import PlacementGrid
 from derl.envs.props import GoalMarker
