@@ -120,7 +120,10 @@ class _Replay:
     """One env's recorded trajectory: its model, substeps per step and a log of full physics states
     (after each reset, warm start included) and actions. Replaying them through ``mj_step`` from the
     same states reproduces the simulated trajectory exactly, without the env's Python or the learner (a
-    terrain redrawn per episode aside: every episode replays on its env's last terrain, drawn whole)."""
+    terrain redrawn per episode aside: every episode replays on its env's last terrain, drawn whole, as
+    keeping each episode's 4 MB map would take GBs. Against each episode replayed on its own terrain and
+    props (300 random-action steps of 32 envs, 2026-11-26): VT's physics costs the same within 2.5%, MVT's
+    8-12% less, so MVT's ``vs_physics_alone`` reads about 10% low)."""
 
     SIGNATURE = mujoco.mjtState.mjSTATE_INTEGRATION
 
