@@ -174,6 +174,6 @@ def test_a_sigkilled_nodes_private_folder_is_removed_by_the_next_coordinator(tmp
         _wait_for(lambda: not left.exists() and list(tmp.iterdir()), "new private folder in place of the dead one's")
     finally:
         second.send_signal(signal.SIGINT)
-        assert second.wait(timeout=60) == 128 + signal.SIGINT
+        assert second.wait(timeout=60) in (0, 128 + signal.SIGINT)  # 0: it finished the search first
     assert list(tmp.iterdir()) == []  # its own, removed on its way out
     assert f"removed {left}, the private folder of a dead coordinator" in (tmp_path / "run-coordinator.log").read_text()
