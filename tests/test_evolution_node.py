@@ -86,6 +86,16 @@ def test_a_preparing_coordinator_never_holds_its_workers_slots(tmp_path):
                         r"preparing \(waiting for node 0's initial population\), last heartbeat \d s ago", line), line
 
 
+def test_only_regular_files_named_for_a_node_are_preparing_beats(tmp_path):
+    run, beat = _preparing_run(tmp_path)
+    (tmp_path / "nodes" / "2-planted.preparing").mkdir()
+    (tmp_path / "nodes" / "3-link.preparing").symlink_to(run.preparing_path(1))
+    (tmp_path / "nodes" / "notes.txt").touch()
+    assert run.preparing_beats() == {1: beat}
+    run.end_preparing(1)
+    assert run.preparing_beats() == {}
+
+
 def test_the_state_line_names_each_preparing_node_and_only_while_no_worker_runs():
     def state(running: int, preparing: list[int], ever_started: bool = False) -> str:
         return progress_lines(0, 10, running, ever_started, preparing, False, {}, 600.0)[0]

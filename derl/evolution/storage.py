@@ -543,10 +543,11 @@ class RunDir(SharedFolder):
             os.unlink(path.name, dir_fd=folder)
 
     def preparing_beats(self) -> dict[int, float]:
-        """The newest preparing heartbeat (mtime) of each node, fresh or stale."""
+        """The newest preparing heartbeat (mtime of a regular file) of each node, fresh or stale."""
         beats: dict[int, float] = {}
         for stem in self._names("nodes", ".preparing"):
-            if (found := self._lstat(self.root / "nodes" / f"{stem}.preparing")) is not None:
+            found = self._lstat(self.root / "nodes" / f"{stem}.preparing")
+            if found is not None and stat.S_ISREG(found.st_mode):
                 node = int(stem.split("-")[0])
                 beats[node] = max(beats.get(node, found.st_mtime), found.st_mtime)
         return beats
