@@ -7,7 +7,8 @@ slots with ``slot % 7 == 5`` at attempts below ``DERL_FAKE_FAILING_ATTEMPTS`` (d
 exercise ``error_metadata/``).
 Every training start is logged as ``<OUT_DIR>/fake_starts/<id>.<pid>`` (holding the iteration it
 starts from) so tests can check that no morphology is trained by two processes, and that a resumed
-one continues from its checkpoint.
+one continues from its checkpoint. While the file ``DERL_FAKE_HOLD_INIT`` names exists, drawing the
+initial population waits.
 """
 
 import json
@@ -44,6 +45,8 @@ class Result:
 
 class FakeBackend:
     def initial_population(self, cfg, seed, ids, num_workers):
+        while os.path.exists(os.environ.get("DERL_FAKE_HOLD_INIT", "")):  # a long draw, as on a 72-core node
+            time.sleep(0.05)
         return [_files(genome_id, None, None, 1.0 + k) for k, genome_id in enumerate(ids)]
 
     def random_genome(self, cfg, rng, genome_id):

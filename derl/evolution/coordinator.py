@@ -2,9 +2,11 @@
 
 It prepares ``OUT_DIR`` (the first node creates ``config.yaml``, every node
 must match it: ``search_config``; node 0 writes the initial population, other
-nodes wait for it), starts ``EVO.NUM_PROCESSES`` worker processes (refused above what the node's
-cores and memory hold: ``resolve_num_processes``), each in its own session (process group) and
-loading this node's config from a node-private file (``node_config_file``), restarts one that
+nodes wait for it, each beating ``nodes/<node>-<token>.preparing`` meanwhile: ``preparing``),
+starts ``EVO.NUM_PROCESSES`` worker processes (refused above what the node's cores and memory
+hold: ``resolve_num_processes``), each in its own session (process group) and
+loading this node's config from a node-private file (``node_config_file``, in a ``private_folder``
+that the next coordinator on this host removes if this one is SIGKILLed), restarts one that
 dies after a back-off that doubles while it keeps failing (``derl.evolution.failures``; the node stops once one has
 failed for ``EVO.LEASE_SECONDS``, after which other nodes take its slots over
 anyway), rewrites ``summary.json`` every few seconds (node 0 also the search's TensorBoard curves,
@@ -16,13 +18,18 @@ coordinator itself is killed (``PR_SET_PDEATHSIG``), so none is left orphaned.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -32,6 +39,7 @@ from derl.config import CfgNode, ConfigError, dump_config, with_values
 from derl.evolution.backend import Backend, load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
+from derl.evolution.lease import Heartbeat, heartbeat_interval
 from derl.evolution.population import num_initial_slots, slot_id
 from derl.evolution.process import (
     COORDINATOR_PID_VARIABLE,
@@ -70,6 +78,8 @@ SUMMARY_SECONDS = 10.0
 RETRY_SECONDS = 10.0
 INIT_POLL_SECONDS = 1.0
 GRACE_SECONDS = 10.0
+# A node's private config folder in the temporary folder: derl-node<NODE_ID>-<coordinator pid>-<mkdtemp's suffix>.
+_PRIVATE_FOLDER = re.compile(r"^derl-node\d+-(\d+)-[a-z0-9_]+\Z")
 
 
 def usable_cores() -> int:
@@ -170,6 +180,22 @@ def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
         if not run.has_genome(morphology_id):  # init_population.json lost, genomes kept: never rewrite one
             run.write_genome(morphology_id, files.genome_json, files.mjcf)
     run.mark_init_population(ids)
+
+
+@contextlib.contextmanager
+def preparing(run: RunDir, node: int, lease_seconds: float) -> Iterator[None]:
+    """Beats ``nodes/<node>-<token>.preparing`` while the body prepares the run, and removes it after.
+
+    ``tools/status.py`` then tells a node drawing (or waiting for) the initial population from a run
+    nobody runs; a beat older than ``lease_seconds`` (a node killed meanwhile) counts for nothing.
+    """
+    heartbeat = Heartbeat(lambda: run.beat_preparing(node), heartbeat_interval(lease_seconds)).start()
+    try:
+        yield
+    finally:
+        heartbeat.stop()
+        with contextlib.suppress(OSError):  # left behind, it goes stale: never worth the node's error
+            run.end_preparing(node)
 
 
 def _wait_for_initial_population(cfg: CfgNode, run: RunDir) -> None:
@@ -397,6 +423,58 @@ def _worker_count(cfg: CfgNode, run: RunDir) -> int:
     return num
 
 
+@contextlib.contextmanager
+def private_folder(node: int) -> Iterator[Path]:
+    """A folder of this node's own in the temporary folder, removed on exit; the folders of this user's
+    dead coordinators first (``remove_dead_private_folders``: SIGKILL skips a coordinator's cleanup).
+
+    Named for this process's pid, it holds ``lock``, locked (``flock``) while this coordinator lives:
+    the kernel drops the lock when the process dies, however it dies.
+    """
+    tmp = Path(tempfile.gettempdir())
+    for path in remove_dead_private_folders(tmp):
+        log(f"removed {path}, the private folder of a dead coordinator")
+    with tempfile.TemporaryDirectory(prefix=f"derl-node{node}-{os.getpid()}-", dir=tmp) as folder:
+        fd = os.open(Path(folder) / "lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)  # not inherited
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield Path(folder)
+        finally:
+            os.close(fd)
+
+
+def remove_dead_private_folders(tmp: Path) -> list[Path]:
+    """Removes the private folders (``private_folder``) in ``tmp`` that dead coordinators left; returns them.
+
+    Only a real folder (never a link) named ``derl-node<N>-<pid>-...``, owned by this user, whose pid
+    runs no process on this host and whose ``lock`` it can lock: a live coordinator holds its lock,
+    also one whose pid this host does not see (another pid namespace sharing ``tmp``). A folder without
+    ``lock`` is left alone (its coordinator may be creating it). One that vanishes meanwhile (another
+    node's sweep) is skipped; one that cannot be removed is logged, never the node's error.
+    """
+    removed = []
+    with os.scandir(tmp) as entries:
+        candidates = [entry for entry in entries if _PRIVATE_FOLDER.match(entry.name)]
+    for entry in candidates:
+        try:
+            info = entry.stat(follow_symlinks=False)
+            pid = int(_PRIVATE_FOLDER.match(entry.name)[1])
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or psutil.pid_exists(pid):
+                continue
+            fd = os.open(Path(entry.path) / "lock", os.O_RDWR | os.O_NOFOLLOW)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: its coordinator lives
+                shutil.rmtree(entry.path)
+            finally:
+                os.close(fd)
+            removed.append(Path(entry.path))
+        except (FileNotFoundError, BlockingIOError):  # gone meanwhile (another node's sweep), or its owner lives
+            continue
+        except OSError as err:
+            log(f"could not remove {entry.path}, the private folder of a dead coordinator: {err}")
+    return removed
+
+
 def node_config_file(cfg: CfgNode, folder: Path) -> Path:
     """Writes ``cfg`` (this node's resolved config) into ``folder``, private to this node; returns the file.
 
@@ -437,9 +515,10 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     # Workers run this node's config, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
     cfg = with_values(cfg, {"OUT_DIR": str(run.root), "EVO.NUM_PROCESSES": num})
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops preparation like Ctrl-C, exit 143
-    prepare_run(cfg, run, load_backend())
-    with tempfile.TemporaryDirectory(prefix=f"derl-node{cfg.NODE_ID}-") as private:
-        code = Coordinator(cfg, run, ["--cfg", str(node_config_file(cfg, Path(private)))], devices).run_workers()
+    with preparing(run, cfg.NODE_ID, cfg.EVO.LEASE_SECONDS):
+        prepare_run(cfg, run, load_backend())
+    with private_folder(cfg.NODE_ID) as private:
+        code = Coordinator(cfg, run, ["--cfg", str(node_config_file(cfg, private))], devices).run_workers()
     published = len(run.published_ids())
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
         log(f"search complete: {published} morphologies in {run.root} (see summary.json)")

@@ -9,7 +9,8 @@ slot is free to take over when its owner's heartbeat is older than
 result was quarantined, say). The takeover itself is an exclusive creation of the
 slot's next lease (``RunDir.take_over_slot``): one taker wins; the old owner, if it
 comes back, sees the later lease and yields the slot without publishing (``StopSignal``
-raises ``SlotLost``).
+raises ``SlotLost``). A coordinator beats too while it prepares the run (``nodes/<node>-<token>.preparing``,
+for ``tools/status.py``), but holds no slot: no takeover reads its heartbeat.
 """
 
 from __future__ import annotations
@@ -74,15 +75,16 @@ def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, l
 
 
 class Heartbeat:
-    """A daemon thread that touches this worker's heartbeat file every ``interval`` seconds."""
+    """A daemon thread that calls ``beat`` every ``interval`` seconds: it touches a heartbeat file, a
+    worker's (``RunDir.beat``) or, while it prepares the run, a coordinator's (``RunDir.beat_preparing``)."""
 
-    def __init__(self, run: RunDir, node: int, worker: int, interval: float):
-        self.run, self.node, self.worker, self.interval = run, node, worker, interval
+    def __init__(self, beat: Callable[[], object], interval: float):
+        self.beat, self.interval = beat, interval
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="derl-heartbeat", daemon=True)
 
     def start(self) -> Heartbeat:
-        self.run.beat(self.node, self.worker)
+        self.beat()
         self._thread.start()
         return self
 
@@ -93,7 +95,7 @@ class Heartbeat:
     def _loop(self) -> None:
         while not self._done.wait(self.interval):
             try:
-                self.run.beat(self.node, self.worker)
+                self.beat()
             except OSError:
                 pass  # a full or flaky filesystem: the next beat retries; a long outage costs the lease
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 
 from derl.checked_config import load_run_config
 from derl.config import CfgNode
@@ -21,13 +22,28 @@ def _filesystem_now(run: RunDir) -> float:
         return time.time()
 
 
+def preparing_ages(run: RunDir, now: float, lease_seconds: float) -> dict[int, float]:
+    """How long ago each node whose coordinator prepares the run beat (``RunDir.preparing_beats``).
+
+    A beat older than ``lease_seconds`` is left out: that coordinator was killed while preparing.
+    """
+    return {node: now - beat for node, beat in run.preparing_beats().items() if now - beat < lease_seconds}
+
+
+def preparing_text(node: int) -> str:
+    """What a preparing node does: node 0 draws the initial population, the others wait for it."""
+    return "drawing the initial population" if node == 0 else "waiting for node 0's initial population"
+
+
 def node_lines(cfg: CfgNode, run: RunDir, results: PublishedResults) -> list[str]:
-    """One line per node: its workers' states, its last heartbeat and the unfinished slots it holds.
+    """One line per node: its workers' states, its last heartbeat and the unfinished slots it holds,
+    or that its coordinator prepares the run (``preparing_ages``).
 
     Heartbeat ages compare file times on the shared folder. A node whose newest heartbeat is
     older than ``EVO.LEASE_SECONDS`` is stale: other nodes take its slots over.
     """
     now = _filesystem_now(run)
+    preparing = preparing_ages(run, now, cfg.EVO.LEASE_SECONDS)
     done = {parse_id(morphology_id)[0] for morphology_id in results.by_id}
     held: dict[int, list[int]] = defaultdict(list)
     for slot in run.claimed_slots():
@@ -37,7 +53,12 @@ def node_lines(cfg: CfgNode, run: RunDir, results: PublishedResults) -> list[str
     for state in run.worker_states():
         states[state["node"]].append(state)
     lines = []
-    for node in sorted(set(states) | set(held)):
+    for node in sorted(set(states) | set(held) | set(preparing)):
+        prepares = f"preparing ({preparing_text(node)}), last heartbeat {preparing[node]:.0f} s ago" \
+            if node in preparing else ""
+        if not states[node] and not held[node]:
+            lines.append(f"  node {node}: {prepares}")
+            continue
         beats = [run.heartbeat_time(node, s["worker"]) for s in states[node]]
         beats = [b for b in beats if b is not None]
         age = now - max(beats) if beats else None
@@ -49,7 +70,8 @@ def node_lines(cfg: CfgNode, run: RunDir, results: PublishedResults) -> list[str
         slots = ", ".join(map(str, held[node])) or "none"
         flag = f" STALE (older than EVO.LEASE_SECONDS {cfg.EVO.LEASE_SECONDS:g}: its slots are taken over)" \
             if stale else ""
-        lines.append(f"  node {node}: last heartbeat {heartbeat}, holds slots {slots}; workers {statuses}{flag}")
+        also = f"; its coordinator is {prepares}" if prepares else ""
+        lines.append(f"  node {node}: last heartbeat {heartbeat}, holds slots {slots}; workers {statuses}{flag}{also}")
     return lines
 
 
@@ -84,26 +106,29 @@ def status_lines(out_dir: str) -> list[str]:
         best = ranked[0]
         values = ", ".join(f"{key}={best[key]:.3f}" for key in evo.SELECTION_CRITERIA)
         lines.append(f"best: {best['id']} {values} (lineage {best['lineage']})")
-    lines.extend(progress_lines(done, total, len(running), bool(run.worker_states()), run.stop_requested(),
-                                run.read_summary() or {}, evo.LEASE_SECONDS))
+    preparing = sorted(preparing_ages(run, now, evo.LEASE_SECONDS))
+    lines.extend(progress_lines(done, total, len(running), bool(run.worker_states()), preparing,
+                                run.stop_requested(), run.read_summary() or {}, evo.LEASE_SECONDS))
     return lines
 
 
-def progress_lines(done: int, total: int, running: int, ever_started: bool, stop_file: bool, summary: dict,
-                   lease_seconds: float) -> list[str]:
+def progress_lines(done: int, total: int, running: int, ever_started: bool, preparing: Sequence[int],
+                   stop_file: bool, summary: dict, lease_seconds: float) -> list[str]:
     """The run's state, and its rate and ETA while workers run: no ETA for a run nothing advances.
 
     A worker that has not beaten within ``lease_seconds`` counts as gone (Ctrl-C, a crash, a lost
-    node); the coordinator leaves no heartbeat of its own, so a node still drawing the initial
-    population looks like one that never started.
+    node). ``preparing``: the nodes whose coordinator beat within ``lease_seconds`` while it prepares
+    the run (``preparing_ages``); with no worker running the run is preparing, not stopped.
     """
     if done >= total:
         return ["state: done"]
     if stop_file:
         return ["state: stopped; STOP file present: delete it and rerun the same command to resume"]
+    if not running and preparing:
+        return [f"state: preparing ({'; '.join(f'node {node} {preparing_text(node)}' for node in preparing)})"]
     if not running:
         if not ever_started:
-            return ["state: no worker has started yet (a node may still be drawing the initial population); "
+            return ["state: no worker has started yet and no node is preparing the run; "
                     "if no evo_single_proc.py runs, rerun the same command to resume"]
         return [f"state: stopped (no worker beat in the last {lease_seconds:g} s); rerun the same command to resume"]
     lines = [f"state: running ({running} workers)"]

@@ -30,6 +30,9 @@ Layout::
     error_metadata/<id>.json    failed morphology: {id, slot, attempt, reason, node, worker}
     retired/<id>.json           removed from the vanilla-tournament population
     workers/<node>-<worker>.json  worker state; .lock: held while it runs; .alive: heartbeat (its mtime)
+    nodes/<node>-<token>.preparing  heartbeat (its mtime) of a node's coordinator while it prepares the run
+                                (node 0 draws the initial population, others wait for it); removed once
+                                its workers start; <token> is the coordinator's Identity token
     videos/<id>.mp4             policy video of one of the last EVO.VIDEOS_LAST_N morphologies (.gif fallback)
     tensorboard/search/         TensorBoard event files of the search's curves (node 0; append-only, as
                                 TensorBoard writes them); tensorboard/morphologies/<id>/: per morphology, if asked
@@ -43,6 +46,7 @@ Layout::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -55,7 +59,7 @@ from derl.fileio import JsonFileError, NotAFolder, read_bytes, read_json
 from derl.shared_folder import SharedFolder
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
-            "retired", "workers", "videos", "manifest", "tmp", "quarantine")
+            "retired", "workers", "nodes", "videos", "manifest", "tmp", "quarantine")
 _ID = schema.ID_PATTERN.pattern
 # The only names the listed folders may hold; anything else is foreign.
 _NAMES = {
@@ -66,6 +70,7 @@ _NAMES = {
     "error_metadata": re.compile(rf"^{_ID}\.json\Z"),
     "retired": re.compile(rf"^{_ID}\.json\Z"),
     "workers": re.compile(r"^\d+-\d+\.(json|lock|alive)\Z"),
+    "nodes": re.compile(r"^\d+-[0-9A-Za-z_]+\.preparing\Z"),
     "manifest": re.compile(r"^\d+\.json\Z"),
 }
 
@@ -507,7 +512,10 @@ class RunDir(SharedFolder):
 
     def beat(self, node: int, worker: int) -> float:
         """Touches the heartbeat of ``node-worker``; returns its new mtime (the filesystem's "now")."""
-        fd = self.open_own_file(self.heartbeat_path(node, worker))
+        return self._touch(self.heartbeat_path(node, worker))
+
+    def _touch(self, path: Path) -> float:
+        fd = self.open_own_file(path)
         try:
             os.utime(fd)  # no explicit time: the file server's clock (NFS SET_TO_SERVER_TIME)
             return os.fstat(fd).st_mtime
@@ -518,3 +526,28 @@ class RunDir(SharedFolder):
         """The last heartbeat of ``node-worker`` (file mtime), None if it never beat."""
         found = self._lstat(self.heartbeat_path(node, worker))
         return None if found is None else found.st_mtime
+
+    # A node's coordinator while it prepares the run: a heartbeat of its own, never a worker's.
+    def preparing_path(self, node: int) -> Path:
+        """``nodes/<node>-<token>.preparing`` of this process: the token keeps two hosts' names apart."""
+        return self.root / "nodes" / f"{node}-{self.identity.token}.preparing"
+
+    def beat_preparing(self, node: int) -> float:
+        """Touches this coordinator's preparing heartbeat; returns its new mtime."""
+        return self._touch(self.preparing_path(node))
+
+    def end_preparing(self, node: int) -> None:
+        """Removes this coordinator's preparing heartbeat (its workers beat from now on)."""
+        path = self.preparing_path(node)
+        with contextlib.suppress(FileNotFoundError), self._folders(path.parent) as (folder,):
+            os.unlink(path.name, dir_fd=folder)
+
+    def preparing_beats(self) -> dict[int, float]:
+        """The newest preparing heartbeat (mtime of a regular file) of each node, fresh or stale."""
+        beats: dict[int, float] = {}
+        for stem in self._names("nodes", ".preparing"):
+            found = self._lstat(self.root / "nodes" / f"{stem}.preparing")
+            if found is not None and stat.S_ISREG(found.st_mode):
+                node = int(stem.split("-")[0])
+                beats[node] = max(beats.get(node, found.st_mtime), found.st_mtime)
+        return beats
