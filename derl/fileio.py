@@ -262,14 +262,19 @@ def open_file(path: str | Path, flags: int = os.O_RDONLY, mode: int = FILE_MODE,
     return fd
 
 
-def read_bytes(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> bytes:
+def read_bytes(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | None = None) -> bytes:
     """The content of the regular file ``path`` (``open_file``), at most ``max_bytes`` long.
+
+    Args:
+        dir_fd: a descriptor of ``path``'s folder (``open_folder``): the file is opened by its name in
+            that folder, so a folder swapped for a link after it was opened is never read through;
+            ``path`` still names the file in errors.
 
     Raises:
         NotRegularFile: not a regular file, or larger than ``max_bytes``.
         OSError: it cannot be read (FileNotFoundError included).
     """
-    with os.fdopen(open_file(path), "rb") as f:
+    with os.fdopen(open_file(path if dir_fd is None else Path(path).name, dir_fd=dir_fd), "rb") as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise NotRegularFile(path, f"is larger than {max_bytes} bytes")
@@ -287,8 +292,9 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """The JSON content of the regular file ``path``: at most ``max_bytes``, ``MAX_JSON_DEPTH`` deep.
+def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | None = None) -> Any:
+    """The JSON content of the regular file ``path``: at most ``max_bytes``, ``MAX_JSON_DEPTH`` deep
+    (``dir_fd``: as ``read_bytes``).
 
     Raises:
         JsonFileError: not a regular file, too large, not UTF-8, not JSON or nested too deep
@@ -296,7 +302,7 @@ def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
         OSError: the file cannot be read (FileNotFoundError included).
     """
     try:
-        data = json.loads(read_bytes(path, max_bytes).decode())
+        data = json.loads(read_bytes(path, max_bytes, dir_fd).decode())
     except NotRegularFile as err:
         raise JsonFileError(path, err.reason) from None
     except UnicodeDecodeError:
