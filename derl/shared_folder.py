@@ -33,7 +33,7 @@ import re
 import secrets
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -64,6 +64,22 @@ class Identity(NamedTuple):
 
     def as_dict(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "token": self.token}
+
+
+class _OpenFolder:
+    """``with`` gives the descriptor of an open folder and closes it (a class: a generator's context
+    manager costs as much as the open itself, on every read)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __enter__(self) -> int:
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
 
 
 class SharedFolder:
@@ -103,8 +119,7 @@ class SharedFolder:
         for folder in self.FOLDERS:
             make_folders(self.root / folder, self.root)
 
-    @contextlib.contextmanager
-    def _folder(self, folder: Path) -> Iterator[int]:
+    def _folder(self, folder: Path) -> _OpenFolder:
         """A descriptor of ``folder`` (``root`` or below it), every folder from ``root`` down opened
         without following a symbolic link (``open_folder``); closed on exit. Every read and write
         below ``root`` goes through one: the check that a folder is real and its use are one open, so
@@ -114,11 +129,7 @@ class SharedFolder:
             NotAFolder: ``folder`` (or one on the way) is a symbolic link or a file.
             FileNotFoundError: it is missing.
         """
-        fd = open_folder(folder, self.root)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
+        return _OpenFolder(open_folder(folder, self.root))
 
     def _refuse(self, err: NotAFolder) -> None:
         """A folder that is a link or a file holds nothing of the folder's: the search (``quarantine``)
