@@ -18,7 +18,8 @@ they accept (and YAML's aliases, which can multiply a small file into a huge tre
 A write goes through its folder's descriptor and the temporary file and the rename are relative to
 it; below a shared folder (a ``root``, or one that ``confine_writes`` named for the process) every
 folder from there down is opened without following a symbolic link (``open_folder``): a folder
-swapped for a link, at any moment, is refused (``NotAFolder``), never written through.
+swapped for a link, at any moment, is refused (``NotAFolder``), never written through. A read takes
+such a descriptor too (``read_bytes``/``read_json``'s ``dir_fd``): the folder checked is the one read.
 """
 
 from __future__ import annotations
