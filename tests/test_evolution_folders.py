@@ -341,9 +341,13 @@ def test_a_video_is_published_and_a_failed_encoder_leaves_nothing(tmp_path):
         path.write_bytes(b"half a video")
         raise RuntimeError("encoder failed")
 
+    def gif_fallback(path):
+        path.with_suffix(".gif").write_bytes(b"GIF89a")
+        return path.with_suffix(".gif")
+
     with pytest.raises(RuntimeError, match="encoder failed"):
         run.save_video("000001", fail)
     assert os.listdir(run.root / "tmp") == [] and os.listdir(run.root / "videos") == []
-    assert run.save_video("000001", lambda path: path.with_suffix(".gif").write_bytes(b"GIF89a") and
-                          path.with_suffix(".gif")) == run.video_path("000001", ".gif")
+    assert run.save_video("000001", gif_fallback) == run.video_path("000001", ".gif")
     assert run.videos() == {"000001": run.video_path("000001", ".gif")} and os.listdir(run.root / "tmp") == []
+    assert run.video_path("000001", ".gif").read_bytes() == b"GIF89a"
