@@ -10,11 +10,12 @@ the evolution's protocol, docs/reference/output-folder.md):
   namespaces) or calls share one;
 - an exclusive creation links the complete staged file to its target with ``os.link``, which fails
   if the target exists: the file is complete from the first moment it is seen;
-- every write, rename, link and move goes through descriptors of its folders, each opened without
-  following a symbolic link (``derl.fileio.open_folder``), at each use: a folder of the layout swapped
-  for a link (or a file) while a node runs is refused (``NotAFolder``: the node's problem, never a
-  morphology's), never written through; an existence check or a read looks at the folder first
-  (``_usable_folder``): the search stops on such a folder, a read-only tool warns once and skips it;
+- every read, listing, existence check, write, rename, link and move goes through descriptors of its
+  folders, each opened from the root down without following a symbolic link (``_folder``), at each
+  use: the check that a folder is real and its use are one open, so a folder of the layout swapped
+  for a link (or a file) at any moment, even between two calls, is refused, never read or written
+  through; the search stops on it (``NotAFolder``: the node's problem, never a morphology's), a
+  read-only tool warns once and skips it;
 - the folder is untrusted input (docs/design/run-folder.md#the-output-folder-is-untrusted-input): files are opened
   without following links or blocking on FIFOs (``derl.fileio``), every JSON read is checked by a
   function of its content, and a folder holds only the names its pattern allows;
@@ -31,9 +32,8 @@ import os
 import re
 import secrets
 import socket
-import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -41,7 +41,9 @@ from derl.fileio import (
     JsonFileError,
     NotAFolder,
     NotRegularFile,
+    atomic_write_bytes,
     atomic_write_text,
+    make_folders,
     open_file,
     open_folder,
     read_json,
@@ -62,6 +64,22 @@ class Identity(NamedTuple):
 
     def as_dict(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "token": self.token}
+
+
+class _OpenFolder:
+    """``with`` gives the descriptor of an open folder and closes it (a class: a generator's context
+    manager costs as much as the open itself, on every read)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __enter__(self) -> int:
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
 
 
 class SharedFolder:
@@ -92,62 +110,49 @@ class SharedFolder:
         self._counter = itertools.count()
 
     def create(self) -> None:
-        """Makes the layout's folders; one that is a symbolic link or a file is refused (``NotRegularFile``):
+        """Makes the layout's folders; one that is a symbolic link or a file is refused (``NotAFolder``):
         files written or moved through it would land outside the folder."""
         self.root.mkdir(parents=True, exist_ok=True)
         for folder in self.FOLDERS:  # every one checked before any is made
-            if os.path.lexists(self.root / folder):
-                self._real_folder(folder)
+            with contextlib.suppress(FileNotFoundError), self._folder(self.root / folder):
+                pass
         for folder in self.FOLDERS:
-            (self.root / folder).mkdir(exist_ok=True)
+            make_folders(self.root / folder, self.root)
 
-    def _real_folder(self, folder: str) -> Path:
-        """``root/folder``, a real folder; else ``NotAFolder`` (an OSError: the node's problem,
-        never a morphology's)."""
-        path = self.root / folder
-        if not stat.S_ISDIR(os.lstat(path).st_mode):
-            raise NotAFolder(path)
-        return path
+    def _folder(self, folder: Path) -> _OpenFolder:
+        """A descriptor of ``folder`` (``root`` or below it), every folder from ``root`` down opened
+        without following a symbolic link (``open_folder``); closed on exit. Every read and write
+        below ``root`` goes through one: the check that a folder is real and its use are one open, so
+        a folder swapped for a link (or a file) at any moment is refused, never read or written through.
 
-    def _usable_folder(self, folder: Path) -> bool:
-        """False if ``folder`` (``root`` or one of its folders) is a symbolic link or a file: its
-        entries lie elsewhere. The search (``quarantine``) stops on it (``NotAFolder``); a reader is
-        warned once. A missing folder is usable: it holds nothing."""
-        if folder == self.root:
-            return True
-        try:
-            if stat.S_ISDIR(os.lstat(folder).st_mode):
-                return True
-        except FileNotFoundError:
-            return True
+        Raises:
+            NotAFolder: ``folder`` (or one on the way) is a symbolic link or a file.
+            FileNotFoundError: it is missing.
+        """
+        return _OpenFolder(open_folder(folder, self.root))
+
+    def _refuse(self, err: NotAFolder) -> None:
+        """A folder that is a link or a file holds nothing of the folder's: the search (``quarantine``)
+        stops on it (raises ``err``: the node's problem, never a morphology's); a reader is warned once."""
         if self.quarantine_bad_files:
-            raise NotAFolder(folder)
-        self._warn_once(folder, "is a link or a file, not a folder; its files are not read")
-        return False
+            raise err
+        self._warn_once(err.path, "is a link or a file, not a folder; its files are not read")
 
     def _lexists(self, path: Path) -> bool:
-        """Whether the entry ``path`` exists (a link counts), in a folder that is one (``_usable_folder``)."""
-        return self._usable_folder(path.parent) and os.path.lexists(path)
+        """Whether the entry ``path`` exists (a link counts), as ``_lstat``."""
+        return self._lstat(path) is not None
 
     def _lstat(self, path: Path) -> os.stat_result | None:
-        """``os.lstat(path)`` in a folder that is one (``_usable_folder``); None if missing or not."""
+        """The entry ``path`` (a link itself), looked up in its folder's descriptor (``_folder``); None if
+        missing, or if its folder is a link or a file (``_refuse``)."""
         try:
-            return os.lstat(path) if self._usable_folder(path.parent) else None
+            with self._folder(path.parent) as folder:
+                return os.lstat(path.name, dir_fd=folder)
         except FileNotFoundError:
             return None
-
-    @contextlib.contextmanager
-    def _folders(self, *paths: Path) -> Iterator[list[int]]:
-        """Descriptors of the folders ``paths`` (``root`` or inside it), none reached through a link
-        (``NotAFolder``); closed on exit."""
-        fds: list[int] = []
-        try:
-            for path in paths:
-                fds.append(open_folder(path, self.root))
-            yield fds
-        finally:
-            for fd in fds:
-                os.close(fd)
+        except NotAFolder as err:
+            self._refuse(err)
+            return None
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root))
@@ -158,8 +163,11 @@ class SharedFolder:
         return self.root / "tmp" / f"{me.host}-{me.pid}-{me.token}-{call}-{target.parent.name}-{target.name}"
 
     def _write_text(self, target: Path, text: str) -> None:
+        self._write_bytes(target, text.encode())
+
+    def _write_bytes(self, target: Path, data: bytes) -> None:
         staged = self._staged(target)
-        atomic_write_text(staged, text, self.root)
+        atomic_write_bytes(staged, data, self.root)
         self._move_staged(staged, target)
 
     def _write_json(self, target: Path, obj: Any) -> None:
@@ -171,7 +179,7 @@ class SharedFolder:
         """Renames a staged file into place; if that fails (I/O error, full disk, a folder that is a
         link), removes it."""
         try:
-            with self._folders(staged.parent, target.parent) as (source, folder):
+            with self._folder(staged.parent) as source, self._folder(target.parent) as folder:
                 os.replace(staged.name, target.name, src_dir_fd=source, dst_dir_fd=folder)
         except BaseException:
             self._drop_staged(staged)
@@ -179,7 +187,7 @@ class SharedFolder:
 
     def _drop_staged(self, staged: Path) -> None:
         """Removes a staged file, never through a ``tmp/`` that became a link."""
-        with contextlib.suppress(OSError), self._folders(staged.parent) as (source,):
+        with contextlib.suppress(OSError), self._folder(staged.parent) as source:
             os.unlink(staged.name, dir_fd=source)
 
     def _create_json(self, target: Path, obj: Any) -> bool:
@@ -196,7 +204,7 @@ class SharedFolder:
     def _link_staged(self, staged: Path, target: Path) -> bool:
         """Links the complete ``staged`` file to ``target`` unless it exists (then False), and drops ``staged``."""
         try:
-            with self._folders(staged.parent, target.parent) as (source, folder):
+            with self._folder(staged.parent) as source, self._folder(target.parent) as folder:
                 os.link(staged.name, target.name, src_dir_fd=source, dst_dir_fd=folder, follow_symlinks=False)
         except FileExistsError:
             return False
@@ -220,8 +228,9 @@ class SharedFolder:
             folder.mkdir(exist_ok=True)
         target = folder / "-".join(relative.parts)
         try:
-            with self._folders(path.parent, folder) as (source, destination):
-                if os.path.lexists(target):
+            with self._folder(path.parent) as source, self._folder(folder) as destination:
+                with contextlib.suppress(FileNotFoundError):  # the name is taken: this one made unique
+                    os.lstat(target.name, dir_fd=destination)
                     target = target.with_name(f"{target.name}.{self.identity.token}-{next(self._counter)}")
                 os.rename(path.name, target.name, src_dir_fd=source, dst_dir_fd=destination)
         except FileNotFoundError:
@@ -248,13 +257,14 @@ class SharedFolder:
         a file whose folder is a link (its content lies outside the folder: never read).
         """
         try:
-            if path.parent != self.root and not stat.S_ISDIR(os.lstat(path.parent).st_mode):
-                if self.quarantine_bad_files:
-                    raise NotAFolder(path.parent)  # the search stops on it (the node's problem)
-                self._bad_file(path, f"is in {path.parent.name}/, which is a link or a file, not a folder")
-                return None
-            data = read_json(path)
+            with self._folder(path.parent) as folder:
+                data = read_json(path, dir_fd=folder)
         except FileNotFoundError:
+            return None
+        except NotAFolder:
+            if self.quarantine_bad_files:
+                raise  # the search stops on it (the node's problem)
+            self._bad_file(path, f"is in {path.parent.name}/, which is a link or a file, not a folder")
             return None
         except JsonFileError as err:
             self._bad_file(path, err.reason)
@@ -271,22 +281,28 @@ class SharedFolder:
         Hidden names are ignored: NFS keeps deleted open files as ``.nfsXXXX``.
         """
         names = []
+        for name in self._entries(self.root / folder):
+            if name.startswith("."):
+                continue
+            if not self.NAMES[folder].match(name):
+                if self.quarantine_bad_files:
+                    self.quarantine(self.root / folder / name, f"is not a {folder}/ file name")
+                continue
+            if name.endswith(suffix):
+                names.append(name[: -len(suffix)])
+        return names
+
+    def _entries(self, folder: Path) -> list[str]:
+        """The names in ``folder``, listed through its descriptor (``_folder``); none if it is missing, or
+        a link or a file (``_refuse``: its entries lie outside)."""
         try:
-            if not self._usable_folder(self.root / folder):  # a link: its entries lie outside
-                return []
-            entries = list(os.scandir(self.root / folder))
+            with self._folder(folder) as fd, os.scandir(fd) as entries:
+                return [entry.name for entry in entries]
         except FileNotFoundError:
             return []
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if not self.NAMES[folder].match(entry.name):
-                if self.quarantine_bad_files:
-                    self.quarantine(Path(entry.path), f"is not a {folder}/ file name")
-                continue
-            if entry.name.endswith(suffix):
-                names.append(entry.name[: -len(suffix)])
-        return names
+        except NotAFolder as err:
+            self._refuse(err)
+            return []
 
     def open_own_file(self, path: Path) -> int:
         """A writable descriptor of the regular file ``path`` (a lock, a heartbeat), created if missing.
@@ -294,7 +310,7 @@ class SharedFolder:
         Something else planted there (a symbolic link to a file outside the folder, a FIFO) is
         never followed: it is moved to ``quarantine/`` and a regular file created in its place.
         """
-        with self._folders(path.parent) as (folder,):
+        with self._folder(path.parent) as folder:
             try:
                 return open_file(path.name, os.O_CREAT | os.O_RDWR, dir_fd=folder)
             except NotRegularFile as err:
@@ -304,7 +320,7 @@ class SharedFolder:
     def filesystem_now(self) -> float:
         """The shared filesystem's clock: the mtime of a probe file created now in ``tmp/``."""
         probe = f"clock-{self.identity.host}-{self.identity.pid}-{self.identity.token}"
-        with self._folders(self.root / "tmp") as (folder,):
+        with self._folder(self.root / "tmp") as folder:
             fd = open_file(probe, os.O_CREAT | os.O_WRONLY, dir_fd=folder)
             try:
                 os.utime(fd)

@@ -281,3 +281,73 @@ def test_train_ppo_resume_refuses_a_saved_config_that_is_a_link(tmp_path, sentin
     done = tool("tools/train_ppo.py", "--out", str(out), "--resume", "--quiet")
     assert done.returncode == 2 and "config.yaml: is a symbolic link, not a regular file" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("use", ["read", "list"])
+@pytest.mark.parametrize("quarantine", [True, False], ids=["search", "read-only tool"])
+def test_a_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read_through(tmp_path, sentinel,
+                                                                                         monkeypatch, use, quarantine):
+    """The check-then-use race: ``error_metadata/`` becomes a link to a folder outside right before
+    the file is opened (``read_json``) or the folder listed (``os.scandir``), after any check of the
+    folder by path. Before: the record planted outside was read, or listed, as the run's own."""
+    from derl import shared_folder
+    from derl.evolution.storage import RunDir
+
+    run = RunDir(search_run(tmp_path).root, quarantine=quarantine, skip=not quarantine)
+    failure = {"id": "000001", "slot": 1, "attempt": 0, "reason": "the run's own", "node": 0, "worker": 0}
+    run.record_failure(failure)
+    outside = sentinel / "error_metadata"
+    name, real = ("read_json", shared_folder.read_json) if use == "read" else ("scandir", os.scandir)
+    swapped = []
+
+    def swap_then_use(*args, **kwargs):
+        if not swapped:  # once (copytree lists folders too)
+            swapped.append(True)
+            swap_for_link(run.root / "error_metadata", outside)
+            (outside / "000001.json").write_text(json.dumps({**failure, "reason": "planted outside"}))
+            (outside / "000002.json").write_text(json.dumps({**failure, "id": "000002"}))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shared_folder if use == "read" else os, name, swap_then_use)
+    if use == "read":
+        assert run.read_failure("000001") == failure  # from the folder opened, never through the link
+    else:
+        assert run.failed_ids() == ["000001"]
+    assert (run.root / "error_metadata").is_symlink()  # the swap did happen
+
+
+def test_a_tmp_folder_swapped_for_a_link_while_a_video_is_encoded_gets_nothing(tmp_path, sentinel):
+    """The encoder writes by path: ``tmp/`` becomes a link to a folder outside while it runs. Before
+    (tmp/ checked, then the video staged there by path), the video was written outside ``OUT_DIR``."""
+    from derl.fileio import NotAFolder
+
+    run = search_run(tmp_path)
+    outside = sentinel / "tmp"
+
+    def encode(path):
+        swap_for_link(run.root / "tmp", outside)
+        path.write_bytes(b"video")
+        return path
+
+    with pytest.raises(NotAFolder, match="tmp is not a folder"):
+        run.save_video("000001", encode)
+    assert snapshot(outside) == {} and not os.path.lexists(run.video_path("000001"))
+
+
+def test_a_video_is_published_and_a_failed_encoder_leaves_nothing(tmp_path):
+    run = search_run(tmp_path)
+
+    def fail(path):
+        path.write_bytes(b"half a video")
+        raise RuntimeError("encoder failed")
+
+    def gif_fallback(path):
+        path.with_suffix(".gif").write_bytes(b"GIF89a")
+        return path.with_suffix(".gif")
+
+    with pytest.raises(RuntimeError, match="encoder failed"):
+        run.save_video("000001", fail)
+    assert os.listdir(run.root / "tmp") == [] and os.listdir(run.root / "videos") == []
+    assert run.save_video("000001", gif_fallback) == run.video_path("000001", ".gif")
+    assert run.videos() == {"000001": run.video_path("000001", ".gif")} and os.listdir(run.root / "tmp") == []
+    assert run.video_path("000001", ".gif").read_bytes() == b"GIF89a"

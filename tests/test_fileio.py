@@ -102,3 +102,27 @@ def test_json_reads_are_bounded_in_size_and_depth(tmp_path):
         read_json(digits)
     nested.write_text("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)
     assert read_json(nested)
+
+
+def test_a_read_through_a_folder_descriptor_reads_that_folder_bounded_and_names_the_file(tmp_path):
+    from derl.fileio import NotRegularFile, open_folder, read_bytes
+
+    folder, elsewhere = tmp_path / "run" / "metadata", tmp_path / "elsewhere"
+    folder.mkdir(parents=True)
+    elsewhere.mkdir()
+    (folder / "a.json").write_text('{"x": 1}')
+    (folder / "edge").write_bytes(b"1" * 50)
+    (folder / "big").write_bytes(b"1" * 51)
+    (elsewhere / "a.json").write_text('{"x": "planted"}')
+    with pytest.raises(ValueError, match="is not below"):
+        open_folder(folder / ".." / ".." / "..", tmp_path / "run")
+    fd = open_folder(folder, tmp_path / "run")
+    try:
+        os.rename(folder, tmp_path / "aside")
+        folder.symlink_to(elsewhere)  # swapped after the open: the descriptor still reads the folder it opened
+        assert read_json(folder / "a.json", dir_fd=fd) == {"x": 1}
+        assert read_bytes(folder / "edge", max_bytes=50, dir_fd=fd) == b"1" * 50
+        with pytest.raises(NotRegularFile, match=f"^{folder}/big is larger than 50 bytes$"):
+            read_bytes(folder / "big", max_bytes=50, dir_fd=fd)
+    finally:
+        os.close(fd)

@@ -50,12 +50,13 @@ import contextlib
 import os
 import re
 import stat
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from derl.evolution import schema
-from derl.fileio import JsonFileError, NotAFolder, read_bytes, read_json
+from derl.fileio import JsonFileError, NotAFolder, make_folders, read_bytes, read_json
 from derl.shared_folder import SharedFolder
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
@@ -209,10 +210,14 @@ class RunDir(SharedFolder):
         """Whether ``path``, below ``root``, is reached through real folders only (no link, no file on
         the way): where a reader may open it. The search stops on such a folder (``NotAFolder``); a
         reader is warned once and should skip the file."""
-        for folder in reversed(path.parents):
-            if folder.is_relative_to(self.root) and folder != self.root and not self._usable_folder(folder):
-                return False
-        return True
+        try:
+            with self._folder(path.parent):
+                return True
+        except FileNotFoundError:
+            return True  # a missing folder holds nothing
+        except NotAFolder as err:
+            self._refuse(err)
+            return False
 
     def read_xml(self, morphology_id: str) -> str:
         """The MJCF text of ``morphology_id``, never read through a link or from a FIFO.
@@ -222,9 +227,12 @@ class RunDir(SharedFolder):
             FileNotFoundError: it is missing.
         """
         path = self.xml_path(morphology_id)
-        if not self._usable_folder(path.parent):
-            raise NotAFolder(path.parent)
-        return read_bytes(path).decode(errors="replace")
+        try:
+            with self._folder(path.parent) as folder:
+                return read_bytes(path, dir_fd=folder).decode(errors="replace")
+        except NotAFolder as err:
+            self._refuse(err)
+            raise
 
     def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
         return self._read_checked(self.genome_path(morphology_id),
@@ -292,11 +300,13 @@ class RunDir(SharedFolder):
         lease = leases[0] if leases else 0
         path = self._lease_path(slot, lease)
         try:
-            if not self._usable_folder(path.parent):
-                return None
-            claim = read_json(path)
+            with self._folder(path.parent) as folder:
+                claim = read_json(path, dir_fd=folder)
             reason = schema.claim_problem(claim, slot)
         except FileNotFoundError:
+            return None
+        except NotAFolder as err:
+            self._refuse(err)
             return None
         except JsonFileError as err:
             reason = err.reason
@@ -368,17 +378,20 @@ class RunDir(SharedFolder):
 
     def _metadata_files_problem(self, data: dict[str, Any]) -> str | None:
         for relative in data["files"].values():
-            try:
-                if not stat.S_ISREG(os.lstat(self.root / relative).st_mode):
-                    return f"lists {relative}, which is not a regular file"
-            except FileNotFoundError:
+            if (found := self._lstat(self.root / relative)) is None:
                 return f"lists {relative}, which is missing"
+            if not stat.S_ISREG(found.st_mode):
+                return f"lists {relative}, which is not a regular file"
         number = data["publication"]
         path = self.root / "published" / f"{number:08d}.json"
         try:
-            taken = read_json(path)
+            with self._folder(path.parent) as folder:
+                taken = read_json(path, dir_fd=folder)
         except FileNotFoundError:
             return f"has publication {number}, which was never taken (no {self.relative(path)})"
+        except NotAFolder as err:
+            self._refuse(err)
+            return f"has publication {number}, whose folder {self.relative(err.path)}/ is a link or a file"
         except JsonFileError as err:
             return f"has publication {number}, whose record {self.relative(path)} {err.reason}"
         if schema.published_problem(taken) or taken["id"] != data["id"]:
@@ -450,28 +463,24 @@ class RunDir(SharedFolder):
     def save_video(self, morphology_id: str, write: Callable[[Path], Path]) -> Path:
         """Publishes ``videos/<id>.<ext>`` atomically.
 
-        ``write(staged)`` writes the video to the staged ``.mp4`` path and returns the file it
-        wrote (its suffix may differ: the GIF fallback), which is then renamed into place.
+        ``write(path)`` writes the video to a ``.mp4`` path in a private temporary folder of this
+        node and returns the file it wrote (its suffix may differ: the GIF fallback), which is then
+        staged and renamed into place (``_write_bytes``). The encoder writes by path, so it never
+        writes in ``OUT_DIR``, where a folder swapped for a link would take its file outside; a
+        failed encoder leaves nothing behind.
         """
-        self.video_path(morphology_id).parent.mkdir(exist_ok=True)
-        staged = self._staged(self.video_path(morphology_id))
-        self._real_folder("tmp")  # the encoder writes by path: tmp/ is checked right before
-        try:
-            written = write(staged)
-        except BaseException:  # no half-written video left in tmp/ (a full disk, a failed encoder)
-            for leftover in staged.parent.glob(f"{staged.stem}.*"):
-                leftover.unlink(missing_ok=True)
-            raise
-        target = self.video_path(morphology_id, written.suffix)
-        self._move_staged(written, target)
+        make_folders(self.video_path(morphology_id).parent, self.root)
+        with tempfile.TemporaryDirectory(prefix="derl-video-") as private:
+            written = write(Path(private) / f"{morphology_id}.mp4")
+            target = self.video_path(morphology_id, written.suffix)
+            self._write_bytes(target, written.read_bytes())
         return target
 
     def videos(self) -> dict[str, Path]:
         """The published videos by morphology id."""
-        folder = self.root / "videos"
-        found = folder.glob("*") if os.path.isdir(folder) and self._usable_folder(folder) else []
+        found = [self.root / "videos" / name for name in self._entries(self.root / "videos")]
         return {p.stem: p for p in found if schema.is_id(p.stem) and p.suffix in (".mp4", ".gif")
-                and stat.S_ISREG(os.lstat(p).st_mode)}
+                and (kind := self._lstat(p)) is not None and stat.S_ISREG(kind.st_mode)}
 
     def eval_summary_path(self) -> Path:
         return self.root / "eval" / "summary.json"
