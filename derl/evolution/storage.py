@@ -548,7 +548,7 @@ class RunDir(SharedFolder):
     def end_preparing(self, node: int) -> None:
         """Removes this coordinator's preparing heartbeat (its workers beat from now on)."""
         path = self.preparing_path(node)
-        with contextlib.suppress(FileNotFoundError), self._folders(path.parent) as (folder,):
+        with contextlib.suppress(FileNotFoundError), self._folder(path.parent) as folder:
             os.unlink(path.name, dir_fd=folder)
 
     def preparing_beats(self) -> dict[int, float]:
