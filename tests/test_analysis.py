@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -230,8 +231,6 @@ def test_videos_are_mp4_with_every_frame_or_gif_when_mp4_fails(tmp_path, monkeyp
 def test_a_report_of_a_run_with_planted_files_never_hangs_or_fails(tmp_path, synthetic_run):
     """A FIFO as a curve and as eval/summary.json, a failure record of the wrong type and a genome
     whose numbers overflow: the report is written, each named as a problem or skipped."""
-    import os
-
     run = tmp_path / "run"
     shutil.copytree(synthetic_run, run)
     (run / "metrics" / "000003.jsonl").unlink()
@@ -247,3 +246,47 @@ def test_a_report_of_a_run_with_planted_files_never_hangs_or_fails(tmp_path, syn
     report = write_report(view, tmp_path / "report", ReportOptions(top_k=2, media=False))
     assert str(run / "error_metadata" / "000004.json") in view.unreadable
     assert any("eval/summary.json" in problem for problem in report.problems)
+
+
+def swap_before(monkeypatch, module, names, folder, outside, plant):
+    """Replaces ``module.<name>`` (each of ``names``) by a call that first swaps ``folder`` for a link to
+    ``outside`` (once) and writes ``plant`` (file name: text) there: the swap lands between any check of
+    the folder by path and its use."""
+    from tests.test_evolution_folders import swap_for_link
+
+    swapped = []
+
+    def swapping(real):
+        def swap_then_use(*args, **kwargs):
+            if not swapped:  # once (copytree lists folders too)
+                swapped.append(True)
+                swap_for_link(folder, outside)
+                for name, text in plant.items():
+                    (outside / name).write_text(text)
+            return real(*args, **kwargs)
+        return swap_then_use
+
+    for name in names:
+        monkeypatch.setattr(module, name, swapping(getattr(module, name)))
+
+
+
+def test_a_metrics_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read_through(tmp_path,
+                                                                                               monkeypatch):
+    """``metrics/`` becomes a link to a folder outside right before a curve is read. Before: the folder was
+    checked by path (``in_real_folder``), then the curve planted outside read as the morphology's."""
+    from derl.analysis import run as run_module
+    from derl.checked_config import load_config
+    from derl.config import dump_config
+    from derl.evolution.storage import RunDir
+
+    folder = RunDir(tmp_path / "run")
+    folder.create()
+    folder.config_path().write_text(dump_config(load_config(None, [])))
+    folder.metrics_path("000001").write_text('{"iteration": 1, "return": 5.0}\n')
+    view = RunView(folder.root)
+    swap_before(monkeypatch, run_module, ["read_curve"], folder.root / "metrics", tmp_path / "outside",
+                {"000001.jsonl": '{"iteration": 1, "return": 99.0}\n{"iteration": 2, "return": 99.0}\n'})
+    curve = view.curve("000001", ("return",))
+    assert list(curve.values["return"]) == [5.0]  # from the folder opened, never through the link
+    assert (folder.root / "metrics").is_symlink()

@@ -37,6 +37,7 @@ from derl.evolution.schema import eval_claim_problem, eval_result_problem
 from derl.evolution.storage import RunDir
 from derl.fileio import (
     JsonFileError,
+    NotAFolder,
     atomic_write_text,
     create_exclusive,
     make_folders,
@@ -71,11 +72,9 @@ class EvalDir:
         file rewritten.
         """
         path = self.cell_dir(cell) / FINAL_METRICS_FILE
-        if not self.run.in_real_folder(path):  # eval/ or a folder of it swapped for a link: warned once
-            return None
         try:
-            result = read_json(path)
-        except FileNotFoundError:
+            result = self.run.read_in_folder(path, read_json)
+        except (FileNotFoundError, NotAFolder):  # eval/ or a folder of it swapped for a link: warned once
             return None
         except JsonFileError as err:
             print(f"warning: {err}; the cell counts as unfinished", file=sys.stderr, flush=True)
@@ -92,12 +91,12 @@ class EvalDir:
 
     def _generation(self, cell: Cell) -> int | None:
         """The latest claim's number, or None if the cell was never claimed."""
-        folder = self.root / "claims" / cell.task
-        prefix = f"{cell.name}-"
-        readable = folder.is_dir() and self.run.in_real_folder(folder / "claim")
-        numbers = [int(path.stem[len(prefix):]) for path in folder.glob(f"{cell.name}-*.json")
-                   if path.stem[len(prefix):].isdigit()] if readable else []
-        return max(numbers, default=None)
+        try:  # listed through the folder's descriptor: never a folder swapped for a link (warned once)
+            names = self.run.read_in_folder(self._claim_path(cell, 0), lambda _, dir_fd: os.listdir(dir_fd))
+        except (FileNotFoundError, NotAFolder):
+            return None
+        claim = re.compile(rf"{re.escape(cell.name)}-(\d+)\.json")
+        return max((int(found[1]) for name in names if (found := claim.fullmatch(name))), default=None)
 
     def _is_stale(self, path: Path) -> bool:
         try:
