@@ -222,7 +222,7 @@ def test_videos_are_mp4_with_every_frame_or_gif_when_mp4_fails(tmp_path, monkeyp
     def broken(*args, **kwargs):
         raise RuntimeError("no ffmpeg here")
 
-    monkeypatch.setattr(media, "_write_mp4", broken)
+    monkeypatch.setattr(media, "_mp4", broken)
     path = media.write_video(_frames(5), tmp_path / "b.mp4", fps=50)
     assert path == tmp_path / "b.gif" and media.read_video(path).shape == (5, 48, 64, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.gif"]  # nothing staged left
@@ -290,3 +290,29 @@ def test_a_metrics_folder_swapped_for_a_link_between_its_check_and_its_use_is_ne
     curve = view.curve("000001", ("return",))
     assert list(curve.values["return"]) == [5.0]  # from the folder opened, never through the link
     assert (folder.root / "metrics").is_symlink()
+
+
+@pytest.mark.parametrize("folder, module, name", [
+    ("plots", "derl.analysis.plots", "new_figure"),  # right before a figure is saved
+    ("media", "derl.analysis.report", "render_body"),  # right before a body's picture is written
+    ("media", "derl.analysis.replay", "run_policy"),  # right before a policy's video is written
+], ids=["figure", "picture", "video"])
+def test_a_report_folder_swapped_for_a_link_between_its_check_and_a_write_gets_nothing(
+        tmp_path, synthetic_run, monkeypatch, folder, module, name):
+    """The report makes ``OUT_DIR/report/plots/`` and ``media/`` (each folder from ``OUT_DIR`` down
+    checked), then writes into them: the folder becomes a link to a folder outside right before a figure,
+    a picture or a video is written. Before: written by path, through the link, outside ``OUT_DIR``."""
+    import importlib
+
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    frame = np.zeros((32, 48, 3), np.uint8)
+    monkeypatch.setattr("derl.analysis.report.render_body", lambda *args: frame)
+    monkeypatch.setattr("derl.analysis.replay.run_policy", lambda *args, **kwargs: (
+        [{"return": 1.0, "length": 2}], [frame, frame], 50.0))
+    outside = tmp_path / "outside"
+    swap_before(monkeypatch, importlib.import_module(module), [name], run / "report" / folder, outside, {})
+    report = write_report(RunView(run), options=ReportOptions(top_k=1))
+    assert (run / "report" / folder).is_symlink()  # the swap did happen
+    assert sorted(os.listdir(outside)) == sorted(os.listdir(tmp_path / "outside.aside"))  # nothing written through
+    assert any(f"report/{folder} is not a folder" in problem for problem in report.problems), report.problems

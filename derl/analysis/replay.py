@@ -29,6 +29,7 @@ import numpy as np
 from derl.analysis.run import RunError, RunView
 from derl.config import CfgNode
 from derl.envs.media import VIDEO_SIZE, write_video
+from derl.fileio import make_folders
 from derl.metrics import RETURN, REWARD_PREFIX
 from derl.training.play import run_policy
 
@@ -138,8 +139,9 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
         spreads["published"] = {key: float(published.fitness.get(key, math.nan)) for key in criteria}
     written = None
     if video is not None:
-        Path(video).parent.mkdir(parents=True, exist_ok=True)
-        written = str(write_video(frames, Path(video), fps))
+        root = run.root_above(video)  # the report's media/: no folder on the way a link
+        make_folders(Path(video).parent, root)
+        written = str(write_video(frames, Path(video), fps, root))
     terms = {k: float(v) for k, v in episode.items() if k.startswith(REWARD_PREFIX)}
     return ReplayResult(
         id=morphology_id, seed=seed, episode_return=float(episode["return"]), terms=terms,

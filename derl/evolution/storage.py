@@ -489,6 +489,12 @@ class RunDir(SharedFolder):
     def report_dir(self) -> Path:
         return self.root / "report"
 
+    def root_above(self, path: str | Path) -> Path | None:
+        """``root`` if ``path`` lies below it, else None (a user's own folder): the ``root`` that
+        ``derl.fileio``'s writes take, so that every folder between it and ``path`` is opened without
+        following a link."""
+        return self.root if Path(os.path.abspath(path)).is_relative_to(self.root) else None
+
     # Workers.
     def worker_name(self, node: int, worker: int) -> str:
         return f"{node}-{worker}"
