@@ -316,3 +316,31 @@ def test_a_report_folder_swapped_for_a_link_between_its_check_and_a_write_gets_n
     assert (run / "report" / folder).is_symlink()  # the swap did happen
     assert sorted(os.listdir(outside)) == sorted(os.listdir(tmp_path / "outside.aside"))  # nothing written through
     assert any(f"report/{folder} is not a folder" in problem for problem in report.problems), report.problems
+
+
+@pytest.mark.parametrize("folder", ["xml", "models"])
+def test_a_folder_swapped_for_a_link_between_the_replays_check_and_its_use_is_never_read_through(
+        tmp_path, synthetic_run, monkeypatch, folder):
+    """``xml/`` or ``models/`` becomes a link to a folder outside right before the policy is played.
+    Before: both files were checked by path (lstat), then ``run_policy`` opened them by path, through
+    the link: the body or the policy planted outside was played as the morphology's."""
+    from derl.analysis import replay as replay_module
+
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    view = RunView(run)
+    best = view.top(1)[0].id
+    name = f"{best}.xml" if folder == "xml" else f"{best}.pt"
+    own = (run / folder / name).read_bytes()
+    played = []
+
+    def run_policy(cfg, xml_path, checkpoint, seed, **kwargs):
+        played.append((Path(xml_path).read_bytes(), Path(checkpoint).read_bytes()))
+        return [{"return": 1.0, "length": 2}], [], 50.0
+
+    monkeypatch.setattr(replay_module, "run_policy", run_policy)
+    swap_before(monkeypatch, replay_module, ["run_policy"], run / folder, tmp_path / "outside",
+                {name: "planted outside\n"})
+    replay_module.replay(view, best)
+    assert (run / folder).is_symlink()  # the swap did happen
+    assert played[0][0 if folder == "xml" else 1] == own  # from the folder opened, never through the link
