@@ -344,3 +344,13 @@ def test_a_folder_swapped_for_a_link_between_the_replays_check_and_its_use_is_ne
     replay_module.replay(view, best)
     assert (run / folder).is_symlink()  # the swap did happen
     assert played[0][0 if folder == "xml" else 1] == own  # from the folder opened, never through the link
+
+
+def test_a_replay_names_the_runs_file_not_its_private_copy(tmp_path, synthetic_run):
+    """A replay plays private copies (the test above); a checkpoint that does not load is named as the run's file."""
+    from derl.analysis.replay import replay
+
+    view = RunView(synthetic_run)
+    best = view.top(1)[0].id
+    with pytest.raises(RunError, match=f"^{view.run.checkpoint_path(best)}: not a readable checkpoint"):
+        replay(view, best)

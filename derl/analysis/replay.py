@@ -111,10 +111,12 @@ def _private_copies(run: RunDir, morphology_id: str) -> Iterator[tuple[Path, Pat
     through, and a link or a FIFO in its place is refused.
 
     Raises:
-        RunError: one is missing, or is not a regular file in a real folder.
+        RunError: one is missing, or is not a regular file in a real folder; or, from the ``with`` body,
+            an ``OSError`` or ``ValueError`` (``CheckpointError``, a malformed MJCF), its message naming the
+            run's file, never the copy.
     """
     with tempfile.TemporaryDirectory(prefix="derl-replay-") as private:
-        copies = []
+        originals = {}  # copy -> the run's file
         for path in (run.xml_path(morphology_id), run.checkpoint_path(morphology_id)):
             try:
                 data = run.read_in_folder(path, partial(read_bytes, max_bytes=MAX_FILE_BYTES))
@@ -123,9 +125,16 @@ def _private_copies(run: RunDir, morphology_id: str) -> Iterator[tuple[Path, Pat
             except NotRegularFile:
                 raise RunError(f"{path} is not a regular file in a folder (a link, FIFO or folder): cannot replay "
                                f"{morphology_id}") from None
-            copies.append(Path(private) / path.name)
-            copies[-1].write_bytes(data)
-        yield copies[0], copies[1]
+            (Path(private) / path.name).write_bytes(data)
+            originals[str(Path(private) / path.name)] = str(path)
+        xml, checkpoint = (Path(copy) for copy in originals)
+        try:
+            yield xml, checkpoint
+        except (OSError, ValueError) as err:
+            message = str(err)
+            for copy, path in originals.items():
+                message = message.replace(copy, path)
+            raise RunError(message) from None
 
 
 def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps: int | None = None,
