@@ -354,3 +354,20 @@ def test_a_replay_names_the_runs_file_not_its_private_copy(tmp_path, synthetic_r
     best = view.top(1)[0].id
     with pytest.raises(RunError, match=f"^{view.run.checkpoint_path(best)}: not a readable checkpoint"):
         replay(view, best)
+
+
+def test_an_eval_folder_swapped_for_a_link_before_its_summary_is_read_is_never_read_through(tmp_path, synthetic_run,
+                                                                                            monkeypatch):
+    """``eval/`` becomes a link right before ``eval/summary.json`` is read (the report's transfer table).
+    Before: read by path, through the link: the summary planted outside."""
+    from derl.analysis import run as run_module
+
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    (run / "eval").mkdir()
+    (run / "eval" / "summary.json").write_text(json.dumps({"rows": []}))
+    view = RunView(run)
+    swap_before(monkeypatch, run_module, ["read_json"], run / "eval", tmp_path / "outside",
+                {"summary.json": json.dumps({"rows": [{"task": "planted", "id": "000001"}]})})
+    assert view.eval_summary() == {"rows": []}
+    assert (run / "eval").is_symlink()

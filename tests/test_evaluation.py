@@ -312,3 +312,26 @@ def test_a_claims_folder_swapped_for_a_link_between_its_check_and_its_listing_is
     swap_before(monkeypatch, os, ["scandir", "listdir"], claims, tmp_path / "outside", {f"{cell.name}-7.json": owner})
     assert evaluation._generation(cell) == 0
     assert claims.is_symlink()
+
+
+@pytest.mark.parametrize("use", ["stale", "lost"])
+def test_a_claims_folder_swapped_for_a_link_before_a_claim_is_judged_is_never_read_through(tmp_path, monkeypatch,
+                                                                                           use):
+    """``eval/claims/<task>/`` becomes a link right before a claim is read (is it stale?) or looked up
+    (is there a later one?). Before: read by path, through the link: a claim planted outside made a live
+    owner's claim stale (its pid, another start time), or the owner think it lost the cell."""
+    from derl.evaluation import store
+
+    (tmp_path / "tmp").mkdir()
+    cell = Cell(tmp_path, "point_nav", "000001", 0)
+    evaluation = EvalDir(tmp_path, 600, identity=Identity(socket.gethostname(), os.getpid(), "a"))
+    assert evaluation.claim(cell) == 0
+    dead = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": "b", "started": 1.0})
+    plant = {f"{cell.name}-0.json": dead} if use == "stale" else {f"{cell.name}-1.json": dead}
+    swap_before(monkeypatch, store if use == "stale" else os, ["read_json" if use == "stale" else "lstat"],
+                evaluation.root / "claims" / "point_nav", tmp_path / "outside", plant)
+    if use == "stale":
+        assert not evaluation._is_stale(evaluation._claim_path(cell, 0))  # its own claim, alive
+    else:
+        assert not evaluation.lost(cell, 0)
+    assert (evaluation.root / "claims" / "point_nav").is_symlink()

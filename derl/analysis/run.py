@@ -215,10 +215,9 @@ class RunView:
 
     def eval_summary(self) -> dict[str, Any] | list | None:
         """``eval/summary.json`` of the transfer evaluation, or None where there is none."""
-        path = self.run.eval_summary_path()
         try:
-            return read_json(path)
-        except FileNotFoundError:
+            return self.run.read_in_folder(self.run.eval_summary_path(), read_json)
+        except (FileNotFoundError, NotAFolder):  # none, or eval/ is a link or a file: warned once
             return None
         except JsonFileError as err:  # not a regular file, too large or deep, not JSON
             raise RunError(str(err)) from None

@@ -100,12 +100,9 @@ class EvalDir:
 
     def _is_stale(self, path: Path) -> bool:
         try:
-            mtime = os.lstat(path).st_mtime
-            owner = read_json(path)
+            mtime, owner = self.run.read_in_folder(path, _claim_time_and_owner)
         except FileNotFoundError:
             return False  # replaced meanwhile: judge again later
-        except JsonFileError:
-            owner = {}  # being written right now (create_exclusive writes after creating), or not a file
         if eval_claim_problem(owner):
             owner = {}  # a damaged claim: judged by its time alone
         if owner.get("host") == self.identity.host and isinstance(owner.get("pid"), int):
@@ -135,8 +132,14 @@ class EvalDir:
             os.close(folder)
 
     def lost(self, cell: Cell, generation: int) -> bool:
-        """True once another process holds a later claim of ``cell``."""
-        return os.path.lexists(self._claim_path(cell, generation + 1))
+        """True once another process holds a later claim of ``cell`` (looked up in the claims folder's
+        descriptor: one swapped for a link raises ``NotAFolder``, as ``beat``)."""
+        try:
+            self.run.read_in_folder(self._claim_path(cell, generation + 1),
+                                    lambda path, dir_fd: os.lstat(path.name, dir_fd=dir_fd))
+        except FileNotFoundError:
+            return False
+        return True
 
     # The summary.
     def rows(self) -> list[dict[str, Any]]:
@@ -216,6 +219,17 @@ def write_comparison(runs: list[Path], path: Path | None) -> list[str]:
 def _mean(values) -> float | None:
     numbers = [float(v) for v in values if isinstance(v, int | float)]
     return sum(numbers) / len(numbers) if numbers else None
+
+
+def _claim_time_and_owner(path: Path, dir_fd: int) -> tuple[float, Any]:
+    """A claim's mtime and content, both in its folder's descriptor (``RunDir.read_in_folder``); the
+    content ``{}`` where it does not parse: being written right now (``create_exclusive`` writes after
+    creating), or not a file."""
+    mtime = os.lstat(path.name, dir_fd=dir_fd).st_mtime
+    try:
+        return mtime, read_json(path, dir_fd=dir_fd)
+    except JsonFileError:
+        return mtime, {}
 
 
 def _process_started(pid: int) -> float | None:
