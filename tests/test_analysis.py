@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -221,7 +222,7 @@ def test_videos_are_mp4_with_every_frame_or_gif_when_mp4_fails(tmp_path, monkeyp
     def broken(*args, **kwargs):
         raise RuntimeError("no ffmpeg here")
 
-    monkeypatch.setattr(media, "_write_mp4", broken)
+    monkeypatch.setattr(media, "_mp4", broken)
     path = media.write_video(_frames(5), tmp_path / "b.mp4", fps=50)
     assert path == tmp_path / "b.gif" and media.read_video(path).shape == (5, 48, 64, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.gif"]  # nothing staged left
@@ -230,8 +231,6 @@ def test_videos_are_mp4_with_every_frame_or_gif_when_mp4_fails(tmp_path, monkeyp
 def test_a_report_of_a_run_with_planted_files_never_hangs_or_fails(tmp_path, synthetic_run):
     """A FIFO as a curve and as eval/summary.json, a failure record of the wrong type and a genome
     whose numbers overflow: the report is written, each named as a problem or skipped."""
-    import os
-
     run = tmp_path / "run"
     shutil.copytree(synthetic_run, run)
     (run / "metrics" / "000003.jsonl").unlink()
@@ -247,3 +246,128 @@ def test_a_report_of_a_run_with_planted_files_never_hangs_or_fails(tmp_path, syn
     report = write_report(view, tmp_path / "report", ReportOptions(top_k=2, media=False))
     assert str(run / "error_metadata" / "000004.json") in view.unreadable
     assert any("eval/summary.json" in problem for problem in report.problems)
+
+
+def swap_before(monkeypatch, module, names, folder, outside, plant):
+    """Replaces ``module.<name>`` (each of ``names``) by a call that first swaps ``folder`` for a link to
+    ``outside`` (once) and writes ``plant`` (file name: text) there: the swap lands between any check of
+    the folder by path and its use."""
+    from tests.test_evolution_folders import swap_for_link
+
+    swapped = []
+
+    def swapping(real):
+        def swap_then_use(*args, **kwargs):
+            if not swapped:  # once (copytree lists folders too)
+                swapped.append(True)
+                swap_for_link(folder, outside)
+                for name, text in plant.items():
+                    (outside / name).write_text(text)
+            return real(*args, **kwargs)
+        return swap_then_use
+
+    for name in names:
+        monkeypatch.setattr(module, name, swapping(getattr(module, name)))
+
+
+
+def test_a_metrics_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read_through(tmp_path,
+                                                                                               monkeypatch):
+    """``metrics/`` becomes a link to a folder outside right before a curve is read. Before: the folder was
+    checked by path (``in_real_folder``), then the curve planted outside read as the morphology's."""
+    from derl.analysis import run as run_module
+    from derl.checked_config import load_config
+    from derl.config import dump_config
+    from derl.evolution.storage import RunDir
+
+    folder = RunDir(tmp_path / "run")
+    folder.create()
+    folder.config_path().write_text(dump_config(load_config(None, [])))
+    folder.metrics_path("000001").write_text('{"iteration": 1, "return": 5.0}\n')
+    view = RunView(folder.root)
+    swap_before(monkeypatch, run_module, ["read_curve"], folder.root / "metrics", tmp_path / "outside",
+                {"000001.jsonl": '{"iteration": 1, "return": 99.0}\n{"iteration": 2, "return": 99.0}\n'})
+    curve = view.curve("000001", ("return",))
+    assert list(curve.values["return"]) == [5.0]  # from the folder opened, never through the link
+    assert (folder.root / "metrics").is_symlink()
+
+
+@pytest.mark.parametrize("folder, module, name", [
+    ("plots", "derl.analysis.plots", "new_figure"),  # right before a figure is saved
+    ("media", "derl.analysis.report", "render_body"),  # right before a body's picture is written
+    ("media", "derl.analysis.replay", "run_policy"),  # right before a policy's video is written
+], ids=["figure", "picture", "video"])
+def test_a_report_folder_swapped_for_a_link_between_its_check_and_a_write_gets_nothing(
+        tmp_path, synthetic_run, monkeypatch, folder, module, name):
+    """The report makes ``OUT_DIR/report/plots/`` and ``media/`` (each folder from ``OUT_DIR`` down
+    checked), then writes into them: the folder becomes a link to a folder outside right before a figure,
+    a picture or a video is written. Before: written by path, through the link, outside ``OUT_DIR``."""
+    import importlib
+
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    frame = np.zeros((32, 48, 3), np.uint8)
+    monkeypatch.setattr("derl.analysis.report.render_body", lambda *args: frame)
+    monkeypatch.setattr("derl.analysis.replay.run_policy", lambda *args, **kwargs: (
+        [{"return": 1.0, "length": 2}], [frame, frame], 50.0))
+    outside = tmp_path / "outside"
+    swap_before(monkeypatch, importlib.import_module(module), [name], run / "report" / folder, outside, {})
+    report = write_report(RunView(run), options=ReportOptions(top_k=1))
+    assert (run / "report" / folder).is_symlink()  # the swap did happen
+    assert sorted(os.listdir(outside)) == sorted(os.listdir(tmp_path / "outside.aside"))  # nothing written through
+    assert any(f"report/{folder} is not a folder" in problem for problem in report.problems), report.problems
+
+
+@pytest.mark.parametrize("folder", ["xml", "models"])
+def test_a_folder_swapped_for_a_link_between_the_replays_check_and_its_use_is_never_read_through(
+        tmp_path, synthetic_run, monkeypatch, folder):
+    """``xml/`` or ``models/`` becomes a link to a folder outside right before the policy is played.
+    Before: both files were checked by path (lstat), then ``run_policy`` opened them by path, through
+    the link: the body or the policy planted outside was played as the morphology's."""
+    from derl.analysis import replay as replay_module
+
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    view = RunView(run)
+    best = view.top(1)[0].id
+    name = f"{best}.xml" if folder == "xml" else f"{best}.pt"
+    own = (run / folder / name).read_bytes()
+    played = []
+
+    def run_policy(cfg, xml_path, checkpoint, seed, **kwargs):
+        played.append((Path(xml_path).read_bytes(), Path(checkpoint).read_bytes()))
+        return [{"return": 1.0, "length": 2}], [], 50.0
+
+    monkeypatch.setattr(replay_module, "run_policy", run_policy)
+    swap_before(monkeypatch, replay_module, ["run_policy"], run / folder, tmp_path / "outside",
+                {name: "planted outside\n"})
+    replay_module.replay(view, best)
+    assert (run / folder).is_symlink()  # the swap did happen
+    assert played[0][0 if folder == "xml" else 1] == own  # from the folder opened, never through the link
+
+
+def test_a_replay_names_the_runs_file_not_its_private_copy(tmp_path, synthetic_run):
+    """A replay plays private copies (the test above); a checkpoint that does not load is named as the run's file."""
+    from derl.analysis.replay import replay
+
+    view = RunView(synthetic_run)
+    best = view.top(1)[0].id
+    with pytest.raises(RunError, match=f"^{view.run.checkpoint_path(best)}: not a readable checkpoint"):
+        replay(view, best)
+
+
+def test_an_eval_folder_swapped_for_a_link_before_its_summary_is_read_is_never_read_through(tmp_path, synthetic_run,
+                                                                                            monkeypatch):
+    """``eval/`` becomes a link right before ``eval/summary.json`` is read (the report's transfer table).
+    Before: read by path, through the link: the summary planted outside."""
+    from derl.analysis import run as run_module
+
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    (run / "eval").mkdir()
+    (run / "eval" / "summary.json").write_text(json.dumps({"rows": []}))
+    view = RunView(run)
+    swap_before(monkeypatch, run_module, ["read_json"], run / "eval", tmp_path / "outside",
+                {"summary.json": json.dumps({"rows": [{"task": "planted", "id": "000001"}]})})
+    assert view.eval_summary() == {"rows": []}
+    assert (run / "eval").is_symlink()

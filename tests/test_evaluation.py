@@ -21,6 +21,7 @@ from derl.evaluation import Cell, EvalError, plan_cells, task_names
 from derl.evaluation.cell import PARENT_PID_VARIABLE, orphaned
 from derl.evaluation.store import EvalDir, compare_runs, ranking
 from derl.shared_folder import Identity
+from tests.test_analysis import swap_before
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("patrol", "point_nav")
@@ -278,3 +279,59 @@ def test_a_result_or_claim_of_the_wrong_type_counts_as_unfinished_or_stale(tmp_p
     claim.write_text(text)
     os.utime(claim, (time.time() - 700, time.time() - 700))
     assert store.claim(cell) == 1  # judged by its time alone
+
+
+def test_a_cell_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read_through(tmp_path,
+                                                                                            monkeypatch):
+    """``eval/<task>/`` becomes a link to a folder outside right before ``metrics.json`` is read.
+    Before: the folder was checked by path (``in_real_folder``), then the result planted outside read."""
+    from derl.evaluation import store
+
+    cell = Cell(tmp_path / "run", "point_nav", "000001", 0)
+    evaluation = EvalDir(cell.run, 600)
+    own = {"summary": {"return": 1.0, "metric": 0.5}, "env_steps": 64, "iterations": 1}
+    evaluation.cell_dir(cell).mkdir(parents=True)
+    (evaluation.cell_dir(cell) / "metrics.json").write_text(json.dumps(own))
+    planted = {**own, "summary": {"return": 99.0, "metric": 9.0}}
+    swap_before(monkeypatch, store, ["read_json"], evaluation.root / "point_nav", tmp_path / "outside",
+                 {f"{cell.name}/metrics.json": json.dumps(planted)})
+    assert evaluation.result(cell) == own  # from the folder opened, never through the link
+    assert (evaluation.root / "point_nav").is_symlink()  # the swap did happen
+
+
+def test_a_claims_folder_swapped_for_a_link_between_its_check_and_its_listing_is_never_listed(tmp_path,
+                                                                                             monkeypatch):
+    """``eval/claims/<task>/`` becomes a link right before it is listed. Before: checked by path, then
+    listed through the link: a claim planted outside (a later number) made the cell look held elsewhere."""
+    (tmp_path / "tmp").mkdir()
+    cell = Cell(tmp_path, "point_nav", "000001", 0)
+    evaluation = EvalDir(tmp_path, 600, identity=Identity("node-a", os.getpid(), "a"))
+    assert evaluation.claim(cell) == 0
+    claims = evaluation.root / "claims" / "point_nav"
+    owner = json.dumps({"host": "node-b", "pid": 1, "token": "b"})
+    swap_before(monkeypatch, os, ["scandir", "listdir"], claims, tmp_path / "outside", {f"{cell.name}-7.json": owner})
+    assert evaluation._generation(cell) == 0
+    assert claims.is_symlink()
+
+
+@pytest.mark.parametrize("use", ["stale", "lost"])
+def test_a_claims_folder_swapped_for_a_link_before_a_claim_is_judged_is_never_read_through(tmp_path, monkeypatch,
+                                                                                           use):
+    """``eval/claims/<task>/`` becomes a link right before a claim is read (is it stale?) or looked up
+    (is there a later one?). Before: read by path, through the link: a claim planted outside made a live
+    owner's claim stale (its pid, another start time), or the owner think it lost the cell."""
+    from derl.evaluation import store
+
+    (tmp_path / "tmp").mkdir()
+    cell = Cell(tmp_path, "point_nav", "000001", 0)
+    evaluation = EvalDir(tmp_path, 600, identity=Identity(socket.gethostname(), os.getpid(), "a"))
+    assert evaluation.claim(cell) == 0
+    dead = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": "b", "started": 1.0})
+    plant = {f"{cell.name}-0.json": dead} if use == "stale" else {f"{cell.name}-1.json": dead}
+    swap_before(monkeypatch, store if use == "stale" else os, ["read_json" if use == "stale" else "lstat"],
+                evaluation.root / "claims" / "point_nav", tmp_path / "outside", plant)
+    if use == "stale":
+        assert not evaluation._is_stale(evaluation._claim_path(cell, 0))  # its own claim, alive
+    else:
+        assert not evaluation.lost(cell, 0)
+    assert (evaluation.root / "claims" / "point_nav").is_symlink()

@@ -63,8 +63,9 @@ def parse_curve(text: str, keys: tuple[str, ...] | None = None) -> Curve:
 MAX_CURVE_BYTES = 256 * 2**20
 
 
-def read_curve(path: Path, keys: tuple[str, ...] | None = None) -> Curve:
-    """The curve in ``path``; an absent file (nothing checkpointed yet) is an empty curve.
+def read_curve(path: Path, keys: tuple[str, ...] | None = None, dir_fd: int | None = None) -> Curve:
+    """The curve in ``path``; an absent file (nothing checkpointed yet) is an empty curve (``dir_fd``:
+    a descriptor of its folder, as ``derl.fileio.read_bytes``).
 
     With a few ``keys`` the values are picked out of the text by a pattern (a tenth of the cost
     of parsing every record, which matters for thousands of 1,220-line curves); the pattern's
@@ -73,7 +74,7 @@ def read_curve(path: Path, keys: tuple[str, ...] | None = None) -> Curve:
     that does not parse as records counts as empty too: a damaged curve has no points.
     """
     try:
-        text = read_bytes(path, MAX_CURVE_BYTES).decode(errors="replace")
+        text = read_bytes(path, MAX_CURVE_BYTES, dir_fd).decode(errors="replace")
     except (FileNotFoundError, NotRegularFile):
         return EMPTY
     if keys is not None:

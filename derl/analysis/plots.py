@@ -6,6 +6,7 @@ saves with ``save_png``. Fixed-size figures are ``FIGSIZE`` inches at ``DPI`` (8
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from matplotlib.figure import Figure
 
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.stats import window_mean
+from derl.fileio import atomic_write_bytes
 
 FIGSIZE = (8.0, 4.5)
 DPI = 100
@@ -28,9 +30,14 @@ def new_figure(size: tuple[float, float] = FIGSIZE) -> Figure:
     return figure
 
 
-def save_png(figure: Figure, path: str | Path) -> tuple[int, int]:
-    """Saves at ``DPI`` (no tight cropping, so the pixel size is the figure's); returns (width, height)."""
-    figure.savefig(path, dpi=DPI, format="png")
+def save_png(figure: Figure, path: str | Path, root: str | Path | None = None) -> tuple[int, int]:
+    """Saves at ``DPI`` (no tight cropping, so the pixel size is the figure's); returns (width, height).
+
+    Written atomically through its folder's descriptor (``root``: as ``derl.fileio.atomic_write_bytes``).
+    """
+    png = io.BytesIO()
+    figure.savefig(png, dpi=DPI, format="png")
+    atomic_write_bytes(path, png.getvalue(), root)
     width, height = figure.get_size_inches() * DPI
     return round(width), round(height)
 

@@ -17,10 +17,12 @@ selection criterion (``criteria``, the per-episode sums of the same terms) next 
 
 from __future__ import annotations
 
+import contextlib
 import math
-import os
-import stat
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,13 @@ import numpy as np
 from derl.analysis.run import RunError, RunView
 from derl.config import CfgNode
 from derl.envs.media import VIDEO_SIZE, write_video
+from derl.evolution.storage import RunDir
+from derl.fileio import NotRegularFile, make_folders, read_bytes
 from derl.metrics import RETURN, REWARD_PREFIX
 from derl.training.play import run_policy
 
+# A body or a policy larger than this is refused as not a regular file (a derl checkpoint is a few MB at most).
+MAX_FILE_BYTES = 256 * 2**20
 FITNESS_NOTE = ("a published value (the fitness: a selection criterion such as __reward__forward, or the return) "
                 "is DERL's training statistic: the mean over the last 100 PPO iterations of the mean of that "
                 "value over the last 10 finished training episodes, with stochastic (sampled) actions; "
@@ -97,6 +103,40 @@ def with_episode_length(cfg: CfgNode, steps: int) -> CfgNode:
     return CfgNode(tree)
 
 
+@contextlib.contextmanager
+def _private_copies(run: RunDir, morphology_id: str) -> Iterator[tuple[Path, Path]]:
+    """The body (``xml/<id>.xml``) and the policy (``models/<id>.pt``) of ``morphology_id``, copied into a
+    private temporary folder, where ``run_policy`` opens them by path. Each is read through a descriptor
+    of its folder (``RunDir.read_in_folder``): a folder swapped for a link at any moment is never read
+    through, and a link or a FIFO in its place is refused.
+
+    Raises:
+        RunError: one is missing, or is not a regular file in a real folder; or, from the ``with`` body,
+            an ``OSError`` or ``ValueError`` (``CheckpointError``, a malformed MJCF), its message naming the
+            run's file, never the copy.
+    """
+    with tempfile.TemporaryDirectory(prefix="derl-replay-") as private:
+        originals = {}  # copy -> the run's file
+        for path in (run.xml_path(morphology_id), run.checkpoint_path(morphology_id)):
+            try:
+                data = run.read_in_folder(path, partial(read_bytes, max_bytes=MAX_FILE_BYTES))
+            except FileNotFoundError:
+                raise RunError(f"{path} is missing: cannot replay {morphology_id}") from None
+            except NotRegularFile:
+                raise RunError(f"{path} is not a regular file in a folder (a link, FIFO or folder): cannot replay "
+                               f"{morphology_id}") from None
+            (Path(private) / path.name).write_bytes(data)
+            originals[str(Path(private) / path.name)] = str(path)
+        xml, checkpoint = (Path(copy) for copy in originals)
+        try:
+            yield xml, checkpoint
+        except (OSError, ValueError) as err:
+            message = str(err)
+            for copy, path in originals.items():
+                message = message.replace(copy, path)
+            raise RunError(message) from None
+
+
 def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps: int | None = None,
            video: str | Path | None = None, video_steps: int | None = None,
            size: tuple[int, int] = VIDEO_SIZE, episodes: int = 0) -> ReplayResult:
@@ -111,25 +151,20 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
     """
     published = view.require_published(morphology_id)
     run = view.run
-    checkpoint, xml_path = run.checkpoint_path(morphology_id), run.xml_path(morphology_id)
-    for path in (checkpoint, xml_path):
-        if not os.path.lexists(path):
-            raise RunError(f"{path} is missing: cannot replay {morphology_id}")
-        if not stat.S_ISREG(os.lstat(path).st_mode) or not stat.S_ISDIR(os.lstat(path.parent).st_mode):
-            raise RunError(f"{path} is not a regular file in a folder (a link, FIFO or folder): cannot replay "
-                           f"{morphology_id}")
     if steps is not None and steps < 1:
         raise RunError(f"--steps must be at least 1, got {steps}")
     cfg = view.cfg if steps is None else with_episode_length(view.cfg, steps)
     seed = cfg.RNG_SEED if seed is None else seed
     frames_wanted = 0 if video is None else (video_steps or cfg.ENV.EPISODE_LENGTH)
-    played, frames, fps = run_policy(cfg, xml_path, checkpoint, seed, video_frames=frames_wanted, size=size,
-                                     episodes=max(episodes, 1))
+    with _private_copies(run, morphology_id) as (xml_path, checkpoint):
+        played, frames, fps = run_policy(cfg, xml_path, checkpoint, seed, video_frames=frames_wanted, size=size,
+                                         episodes=max(episodes, 1))
+        sampled = [] if episodes == 0 else run_policy(cfg, xml_path, checkpoint, seed, deterministic=False,
+                                                      episodes=episodes)[0]
     episode = played[0]
     spreads: dict[str, Any] = {}
     if episodes > 0:
         criteria = (*cfg.EVO.SELECTION_CRITERIA, *((RETURN,) if RETURN not in cfg.EVO.SELECTION_CRITERIA else ()))
-        sampled, _, _ = run_policy(cfg, xml_path, checkpoint, seed, deterministic=False, episodes=episodes)
         for name, records in (("deterministic", played), ("stochastic", sampled)):
             spreads[name] = Spread([float(r["return"]) for r in records],
                                    [float(r.get("metric", math.nan)) for r in records],
@@ -138,8 +173,9 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
         spreads["published"] = {key: float(published.fitness.get(key, math.nan)) for key in criteria}
     written = None
     if video is not None:
-        Path(video).parent.mkdir(parents=True, exist_ok=True)
-        written = str(write_video(frames, Path(video), fps))
+        root = run.root_above(video)  # the report's media/: no folder on the way a link
+        make_folders(Path(video).parent, root)
+        written = str(write_video(frames, Path(video), fps, root))
     terms = {k: float(v) for k, v in episode.items() if k.startswith(REWARD_PREFIX)}
     return ReplayResult(
         id=morphology_id, seed=seed, episode_return=float(episode["return"]), terms=terms,

@@ -86,8 +86,9 @@ class _Writer:
         self.parts: list[str] = []
         rows = min(options.top_k, len(view)) if options.media else 0  # a picture and a video each
         self.bar = progress_bar(len(_BUILDERS) + rows, "report", unit="step")
-        for folder in ("plots", "media"):  # inside OUT_DIR, no folder on the way a link
-            make_folders(out / folder, view.run.root if out.is_relative_to(view.run.root) else None)
+        self.root = view.run.root_above(out)  # inside OUT_DIR: no folder on the way a link, at each write
+        for folder in ("plots", "media"):
+            make_folders(out / folder, self.root)
 
     def link(self, path: Path) -> str:
         """``path`` relative to the report folder, with forward slashes (a URL)."""
@@ -109,7 +110,7 @@ class _Writer:
         path = self.out / "plots" / f"{name}.png"
         try:
             figure = build()
-            width, height = plots.save_png(figure, path)
+            width, height = plots.save_png(figure, path, self.root)
         except Exception as err:  # noqa: BLE001 - one bad figure must not cost the whole report
             return self.problem(f"plot {name}", err)
         self.report.plots[name] = (width, height)
@@ -133,7 +134,7 @@ def write_report(view: RunView, out: str | Path | None = None, options: ReportOp
             writer.timed(name, lambda build=build: build(writer))
     page = _PAGE.format(title=_esc(f"derl report: {view.run.root.name}"), body="\n".join(writer.parts),
                         generated=_esc(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
-    atomic_write_text(writer.report.index, page, view.run.root if out.is_relative_to(view.run.root) else None)
+    atomic_write_text(writer.report.index, page, writer.root)
     writer.report.seconds["total"] = round(time.perf_counter() - started, 3)
     return writer.report
 
@@ -343,7 +344,7 @@ def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
     image_path = w.out / "media" / f"{record.id}.png"
     try:
         if not image_path.exists():
-            write_png(render_body(view.run.read_xml(record.id), view.cfg), image_path)
+            write_png(render_body(view.run.read_xml(record.id), view.cfg), image_path, w.root)
         w.report.media[f"{record.id}.png"] = str(image_path)
         image = f'<img src="{w.link(image_path)}" width="240" alt="{_esc(record.id)}">'
     except Exception as err:  # noqa: BLE001 - a body that cannot be rendered keeps its row

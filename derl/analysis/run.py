@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.evolution.schema import RecordRules
 from derl.evolution.storage import RunDir
-from derl.fileio import JsonFileError, read_json
+from derl.fileio import JsonFileError, NotAFolder, read_json
 
 
 class RunError(ValueError):
@@ -150,8 +151,10 @@ class RunView:
     def curve(self, morphology_id: str, keys: tuple[str, ...] | None = None) -> Curve:
         """The learning curve of a morphology (``keys``: only these columns). Read anew at each call:
         a curve of a running training grows, and thousands of full curves would not fit in memory."""
-        path = self.run.metrics_path(morphology_id)
-        return read_curve(path, keys) if self.run.in_real_folder(path) else EMPTY  # a link: warned once
+        try:
+            return self.run.read_in_folder(self.run.metrics_path(morphology_id), partial(read_curve, keys=keys))
+        except (FileNotFoundError, NotAFolder):  # no metrics/ yet, or a link or a file: warned once
+            return EMPTY
 
     def learning_speed(self, fraction: float, key: str | None = None) -> dict[str, int | None]:
         """Per published morphology, the iterations to reach ``fraction`` of its final ``key``
@@ -212,10 +215,9 @@ class RunView:
 
     def eval_summary(self) -> dict[str, Any] | list | None:
         """``eval/summary.json`` of the transfer evaluation, or None where there is none."""
-        path = self.run.eval_summary_path()
         try:
-            return read_json(path)
-        except FileNotFoundError:
+            return self.run.read_in_folder(self.run.eval_summary_path(), read_json)
+        except (FileNotFoundError, NotAFolder):  # none, or eval/ is a link or a file: warned once
             return None
         except JsonFileError as err:  # not a regular file, too large or deep, not JSON
             raise RunError(str(err)) from None

@@ -1,13 +1,15 @@
 """Pictures and videos: headless MuJoCo rendering (``MUJOCO_GL=egl``), PNG, MP4 with a GIF fallback.
 
 Videos are MP4 (H.264, yuv420p) through imageio-ffmpeg's bundled ffmpeg binary; where that is not
-usable they are written as GIF next to the requested path. Every file is written to a temporary
-name in its folder and renamed into place.
+usable they are written as GIF next to the requested path. Every file is encoded in memory (ffmpeg,
+which writes by path: in a private temporary folder) and written atomically through a descriptor of
+its folder (``derl.fileio.atomic_write_bytes``): below ``root`` (``OUT_DIR``: the report's media), a
+folder swapped for a symbolic link at any moment is refused, never written through.
 """
 
 from __future__ import annotations
 
-import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from derl.config import CfgNode, parse_config
 from derl.envs.unimal_env import UnimalEnv
+from derl.fileio import atomic_write_bytes
 
 IMAGE_SIZE = (480, 360)  # width, height of a body picture
 VIDEO_SIZE = (320, 240)  # width, height of a policy video; multiples of 16 for MP4
@@ -23,60 +26,55 @@ VIDEO_SIZE = (320, 240)  # width, height of a policy video; multiples of 16 for 
 AZIMUTH, ELEVATION = 135.0, -20.0
 
 
-def _staged(path: Path) -> Path:
-    return path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-
-
-def write_png(frame: np.ndarray, path: str | Path) -> Path:
-    """Writes an ``[H, W, 3]`` uint8 frame as PNG, atomically."""
+def write_png(frame: np.ndarray, path: str | Path, root: str | Path | None = None) -> Path:
+    """Writes an ``[H, W, 3]`` uint8 frame as PNG, atomically (``root``: as ``atomic_write_bytes``)."""
     import imageio.v3 as iio
 
     path = Path(path)
-    staged = _staged(path)
-    iio.imwrite(staged, np.ascontiguousarray(frame), extension=".png")
-    os.replace(staged, path)
+    atomic_write_bytes(path, iio.imwrite("<bytes>", np.ascontiguousarray(frame), extension=".png"), root)
     return path
 
 
-def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Path:
+def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float, root: str | Path | None = None) -> Path:
     """Writes ``frames`` as MP4 (or GIF if ``path`` ends in .gif, or if MP4 fails); returns the file written.
 
     Frame sizes should be multiples of 16 (MP4 blocks); others are padded by ffmpeg's scaler.
+    ``root``: as ``atomic_write_bytes`` (a folder that is a link is refused, MP4 or GIF alike).
     """
     if not frames:
         raise ValueError(f"no frames to write to {path}")
     path = Path(path)
     if path.suffix.lower() != ".gif":
         try:
-            return _write_mp4(frames, path, fps)
+            data = _mp4(frames, fps)
         except (ImportError, RuntimeError, OSError) as err:
             print(f"warning: MP4 unavailable ({type(err).__name__}: {err}); writing GIF", flush=True)
-    return _write_gif(frames, path.with_suffix(".gif"), fps)
+        else:
+            atomic_write_bytes(path, data, root)
+            return path
+    path = path.with_suffix(".gif")
+    atomic_write_bytes(path, _gif(frames, fps), root)
+    return path
 
 
-def _write_mp4(frames: Sequence[np.ndarray], path: Path, fps: float) -> Path:
+def _mp4(frames: Sequence[np.ndarray], fps: float) -> bytes:
+    """The MP4 of ``frames``; ffmpeg writes by path, so in a private temporary folder, removed after."""
     import imageio.v2 as imageio
     import imageio_ffmpeg  # noqa: F401 - the ffmpeg binary; ImportError selects the GIF fallback
 
-    staged = _staged(path)
-    try:
-        with imageio.get_writer(staged, format="FFMPEG", mode="I", fps=fps, codec="libx264",
+    with tempfile.TemporaryDirectory(prefix="derl-video-") as private:
+        encoded = Path(private) / "video.mp4"
+        with imageio.get_writer(encoded, format="FFMPEG", mode="I", fps=fps, codec="libx264",
                                 pixelformat="yuv420p", macro_block_size=16, ffmpeg_log_level="error") as writer:
             for frame in frames:
                 writer.append_data(np.ascontiguousarray(frame))
-        os.replace(staged, path)
-    finally:
-        staged.unlink(missing_ok=True)
-    return path
+        return encoded.read_bytes()
 
 
-def _write_gif(frames: Sequence[np.ndarray], path: Path, fps: float) -> Path:
+def _gif(frames: Sequence[np.ndarray], fps: float) -> bytes:
     import imageio.v3 as iio
 
-    staged = _staged(path)
-    iio.imwrite(staged, np.stack(frames), extension=".gif", duration=1000.0 / fps, loop=0)
-    os.replace(staged, path)
-    return path
+    return iio.imwrite("<bytes>", np.stack(frames), extension=".gif", duration=1000.0 / fps, loop=0)
 
 
 def read_video(path: str | Path) -> np.ndarray:

@@ -37,6 +37,7 @@ from derl.evolution.schema import eval_claim_problem, eval_result_problem
 from derl.evolution.storage import RunDir
 from derl.fileio import (
     JsonFileError,
+    NotAFolder,
     atomic_write_text,
     create_exclusive,
     make_folders,
@@ -71,11 +72,9 @@ class EvalDir:
         file rewritten.
         """
         path = self.cell_dir(cell) / FINAL_METRICS_FILE
-        if not self.run.in_real_folder(path):  # eval/ or a folder of it swapped for a link: warned once
-            return None
         try:
-            result = read_json(path)
-        except FileNotFoundError:
+            result = self.run.read_in_folder(path, read_json)
+        except (FileNotFoundError, NotAFolder):  # eval/ or a folder of it swapped for a link: warned once
             return None
         except JsonFileError as err:
             print(f"warning: {err}; the cell counts as unfinished", file=sys.stderr, flush=True)
@@ -92,21 +91,18 @@ class EvalDir:
 
     def _generation(self, cell: Cell) -> int | None:
         """The latest claim's number, or None if the cell was never claimed."""
-        folder = self.root / "claims" / cell.task
-        prefix = f"{cell.name}-"
-        readable = folder.is_dir() and self.run.in_real_folder(folder / "claim")
-        numbers = [int(path.stem[len(prefix):]) for path in folder.glob(f"{cell.name}-*.json")
-                   if path.stem[len(prefix):].isdigit()] if readable else []
-        return max(numbers, default=None)
+        try:  # listed through the folder's descriptor: never a folder swapped for a link (warned once)
+            names = self.run.read_in_folder(self._claim_path(cell, 0), lambda _, dir_fd: os.listdir(dir_fd))
+        except (FileNotFoundError, NotAFolder):
+            return None
+        claim = re.compile(rf"{re.escape(cell.name)}-(\d+)\.json")
+        return max((int(found[1]) for name in names if (found := claim.fullmatch(name))), default=None)
 
     def _is_stale(self, path: Path) -> bool:
         try:
-            mtime = os.lstat(path).st_mtime
-            owner = read_json(path)
+            mtime, owner = self.run.read_in_folder(path, _claim_time_and_owner)
         except FileNotFoundError:
             return False  # replaced meanwhile: judge again later
-        except JsonFileError:
-            owner = {}  # being written right now (create_exclusive writes after creating), or not a file
         if eval_claim_problem(owner):
             owner = {}  # a damaged claim: judged by its time alone
         if owner.get("host") == self.identity.host and isinstance(owner.get("pid"), int):
@@ -136,8 +132,14 @@ class EvalDir:
             os.close(folder)
 
     def lost(self, cell: Cell, generation: int) -> bool:
-        """True once another process holds a later claim of ``cell``."""
-        return os.path.lexists(self._claim_path(cell, generation + 1))
+        """True once another process holds a later claim of ``cell`` (looked up in the claims folder's
+        descriptor: one swapped for a link raises ``NotAFolder``, as ``beat``)."""
+        try:
+            self.run.read_in_folder(self._claim_path(cell, generation + 1),
+                                    lambda path, dir_fd: os.lstat(path.name, dir_fd=dir_fd))
+        except FileNotFoundError:
+            return False
+        return True
 
     # The summary.
     def rows(self) -> list[dict[str, Any]]:
@@ -217,6 +219,17 @@ def write_comparison(runs: list[Path], path: Path | None) -> list[str]:
 def _mean(values) -> float | None:
     numbers = [float(v) for v in values if isinstance(v, int | float)]
     return sum(numbers) / len(numbers) if numbers else None
+
+
+def _claim_time_and_owner(path: Path, dir_fd: int) -> tuple[float, Any]:
+    """A claim's mtime and content, both in its folder's descriptor (``RunDir.read_in_folder``); the
+    content ``{}`` where it does not parse: being written right now (``create_exclusive`` writes after
+    creating), or not a file."""
+    mtime = os.lstat(path.name, dir_fd=dir_fd).st_mtime
+    try:
+        return mtime, read_json(path, dir_fd=dir_fd)
+    except JsonFileError:
+        return mtime, {}
 
 
 def _process_started(pid: int) -> float | None:

@@ -53,11 +53,13 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from derl.evolution import schema
 from derl.fileio import JsonFileError, NotAFolder, make_folders, read_bytes, read_json
 from derl.shared_folder import SharedFolder
+
+T = TypeVar("T")
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
             "retired", "workers", "nodes", "videos", "manifest", "tmp", "quarantine")
@@ -206,18 +208,23 @@ class RunDir(SharedFolder):
         self._write_text(self.xml_path(morphology_id), mjcf)
         self._write_text(self.genome_path(morphology_id), genome_json)
 
-    def in_real_folder(self, path: Path) -> bool:
-        """Whether ``path``, below ``root``, is reached through real folders only (no link, no file on
-        the way): where a reader may open it. The search stops on such a folder (``NotAFolder``); a
-        reader is warned once and should skip the file."""
+    def read_in_folder(self, path: Path, read: Callable[..., T]) -> T:
+        """``read(path, dir_fd=folder)``: the file ``path``, below ``root``, looked up in a descriptor of
+        its folder (``_folder``), as ``derl.fileio.read_bytes`` and ``read_json`` take one. The check that
+        every folder on the way is real and the read are one open: a folder swapped for a link at any
+        moment is never read through.
+
+        Raises:
+            NotAFolder: a folder on the way is a link or a file (its entries lie outside): the search
+                stops on it; a reader is warned once (``_refuse``) and should skip the file.
+            FileNotFoundError: the folder is missing (or, from ``read``, the file).
+        """
         try:
-            with self._folder(path.parent):
-                return True
-        except FileNotFoundError:
-            return True  # a missing folder holds nothing
+            with self._folder(path.parent) as folder:
+                return read(path, dir_fd=folder)
         except NotAFolder as err:
             self._refuse(err)
-            return False
+            raise
 
     def read_xml(self, morphology_id: str) -> str:
         """The MJCF text of ``morphology_id``, never read through a link or from a FIFO.
@@ -226,13 +233,7 @@ class RunDir(SharedFolder):
             NotRegularFile: it (or ``xml/``) is a symbolic link, FIFO or folder, or over 16 MiB.
             FileNotFoundError: it is missing.
         """
-        path = self.xml_path(morphology_id)
-        try:
-            with self._folder(path.parent) as folder:
-                return read_bytes(path, dir_fd=folder).decode(errors="replace")
-        except NotAFolder as err:
-            self._refuse(err)
-            raise
+        return self.read_in_folder(self.xml_path(morphology_id), read_bytes).decode(errors="replace")
 
     def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
         return self._read_checked(self.genome_path(morphology_id),
@@ -487,6 +488,12 @@ class RunDir(SharedFolder):
 
     def report_dir(self) -> Path:
         return self.root / "report"
+
+    def root_above(self, path: str | Path) -> Path | None:
+        """``root`` if ``path`` lies below it, else None (a user's own folder): the ``root`` that
+        ``derl.fileio``'s writes take, so that every folder between it and ``path`` is opened without
+        following a link."""
+        return self.root if Path(os.path.abspath(path)).is_relative_to(self.root) else None
 
     # Workers.
     def worker_name(self, node: int, worker: int) -> str:
