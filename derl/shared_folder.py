@@ -281,7 +281,7 @@ class SharedFolder:
         Hidden names are ignored: NFS keeps deleted open files as ``.nfsXXXX``.
         """
         names = []
-        for name in self._entries(self.root / folder):
+        for name in self.entries(self.root / folder):
             if name.startswith("."):
                 continue
             if not self.NAMES[folder].match(name):
@@ -292,7 +292,7 @@ class SharedFolder:
                 names.append(name[: -len(suffix)])
         return names
 
-    def _entries(self, folder: Path) -> list[str]:
+    def entries(self, folder: Path) -> list[str]:
         """The names in ``folder``, listed through its descriptor (``_folder``); none if it is missing, or
         a link or a file (``_refuse``: its entries lie outside)."""
         try:

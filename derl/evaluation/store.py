@@ -91,10 +91,8 @@ class EvalDir:
 
     def _generation(self, cell: Cell) -> int | None:
         """The latest claim's number, or None if the cell was never claimed."""
-        try:  # listed through the folder's descriptor: never a folder swapped for a link (warned once)
-            names = self.run.read_in_folder(self._claim_path(cell, 0), lambda _, dir_fd: os.listdir(dir_fd))
-        except (FileNotFoundError, NotAFolder):
-            return None
+        # listed through the folder's descriptor: never a folder swapped for a link (warned once)
+        names = self.run.entries(self.root / "claims" / cell.task)
         claim = re.compile(rf"{re.escape(cell.name)}-(\d+)\.json")
         return max((int(found[1]) for name in names if (found := claim.fullmatch(name))), default=None)
 

@@ -479,7 +479,7 @@ class RunDir(SharedFolder):
 
     def videos(self) -> dict[str, Path]:
         """The published videos by morphology id."""
-        found = [self.root / "videos" / name for name in self._entries(self.root / "videos")]
+        found = [self.root / "videos" / name for name in self.entries(self.root / "videos")]
         return {p.stem: p for p in found if schema.is_id(p.stem) and p.suffix in (".mp4", ".gif")
                 and (kind := self._lstat(p)) is not None and stat.S_ISREG(kind.st_mode)}
 
