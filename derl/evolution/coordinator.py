@@ -454,11 +454,10 @@ def remove_dead_private_folders(tmp: Path) -> list[Path]:
     """
     removed = []
     with os.scandir(tmp) as entries:
-        candidates = [entry for entry in entries if _PRIVATE_FOLDER.match(entry.name)]
-    for entry in candidates:
+        candidates = [(entry, int(found[1])) for entry in entries if (found := _PRIVATE_FOLDER.match(entry.name))]
+    for entry, pid in candidates:
         try:
             info = entry.stat(follow_symlinks=False)
-            pid = int(_PRIVATE_FOLDER.match(entry.name)[1])
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or psutil.pid_exists(pid):
                 continue
             fd = os.open(Path(entry.path) / "lock", os.O_RDWR | os.O_NOFOLLOW)
