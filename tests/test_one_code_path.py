@@ -127,7 +127,8 @@ def _collect(envs: UnimalVectorEnv) -> tuple[Rollout, list[dict], list[dict]]:
                           TorchNoise(3, torch.device("cpu")))
     rollout = Rollout.allocate(STEPS, NUM_ENVS, layout.size, model.log_std.shape[0], device=device)
     collector.reset(seed=5)
-    return rollout, collector.collect(rollout), collector.episodes_so_far()
+    ended = [{"step": step, **episode} for step, episode in collector.collect(rollout)]  # compared as one record
+    return rollout, ended, collector.episodes_so_far()
 
 
 def test_numpy_and_torch_collect_the_same_episodes(on_torch):

@@ -86,8 +86,8 @@ def test_time_limits_bootstrap_from_the_true_final_observation():
     final = collector.obs_norm.normalize(np.array([[0, 3], [1, 3]], np.float32))
     np.testing.assert_allclose(rollout.final_values[2], collector.policy.value(final), rtol=1e-6)
     np.testing.assert_array_equal(collector._raw, [[0, 0], [1, 0]])  # already reset
-    assert finished == [{"return": 3.0, "__reward__forward": 3.0, "length": 3, "x_pos": 3.0},
-                        {"return": 6.0, "__reward__forward": 6.0, "length": 3, "x_pos": 3.0}]
+    assert finished == [(2, {"return": 3.0, "__reward__forward": 3.0, "length": 3, "x_pos": 3.0}),
+                        (2, {"return": 6.0, "__reward__forward": 6.0, "length": 3, "x_pos": 3.0})]
     assert collector.episodes_so_far() == [{"return": 0.0, "length": 0}] * 2
 
 
@@ -97,7 +97,8 @@ def test_a_fall_ends_one_env_and_the_other_goes_on():
     finished = collector.collect(rollout)
     np.testing.assert_array_equal(rollout.terminated, [[True, False], [True, False]])
     assert not rollout.final_values.any()  # a fall is not bootstrapped
-    assert finished == [{"return": 1.0, "__reward__forward": 1.0, "length": 1, "x_pos": 1.0}] * 2
+    # env 0 fell at both steps: each episode with the step it ended at
+    assert finished == [(t, {"return": 1.0, "__reward__forward": 1.0, "length": 1, "x_pos": 1.0}) for t in (0, 1)]
     assert collector.episodes_so_far() == [{"return": 0.0, "length": 0},
                                            {"return": 4.0, "__reward__forward": 4.0, "length": 2, "x_pos": 2.0}]
 

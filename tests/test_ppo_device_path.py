@@ -99,7 +99,7 @@ def test_collect_never_reads_a_value_back_per_step(monkeypatch):
     # meta has no generator of its own; a CPU one draws meta tensors too
     noise = TorchNoise(0, meta, generator=torch.Generator())
     finished = []
-    monkeypatch.setattr(EpisodeStatistics, "finished", lambda stats: finished.append(len(stats._ends)) or [])
+    monkeypatch.setattr(EpisodeStatistics, "finished_by_step", lambda stats: finished.append(len(stats._ends)) or [])
     start, stop = layout.normalized_columns()
     collector = Collector(envs, 0, ObsNormalizer(start, stop, meta), ReturnNormalizer(4, 0.99, meta), TorchActor(model),
                           noise)

@@ -73,6 +73,7 @@ def vector_step_values(infos: dict[str, Any], ended: Array) -> StepValues:
 class _Ends:
     """The running statistics at a step where episodes may have ended, and where (``ended``)."""
 
+    step: int  # the number of steps added before it since the last ``finished_by_step``
     ended: Array  # [N] bool
     returns: Array
     lengths: Array
@@ -86,7 +87,7 @@ class EpisodeStatistics:
     without a loop over the envs and without reading a value back: at a step where episodes may
     have ended (every step, for tensors; ``derl.arrays.any_set``) the running values are kept as
     they stand and the ended envs' are cleared. ``finished`` reads the episodes that ended out of
-    those in one copy to the host, by step then env.
+    those in one copy to the host, by step then env (``finished_by_step``: with the step of each).
     """
 
     def __init__(self, num_envs: int, device: Any = None):
@@ -96,6 +97,7 @@ class EpisodeStatistics:
         self.lengths = xp.zeros(num_envs, dtype=xp.int64, device=device)
         self._keys: dict[str, tuple[Array, Array]] = {}  # key -> (sum or last value, reported)
         self._ends: list[_Ends] = []
+        self._steps = 0  # steps added since the last read of the finished episodes
 
     def restart(self) -> None:
         """Every env starts a new episode (after the vector env's ``reset``)."""
@@ -135,23 +137,31 @@ class EpisodeStatistics:
                 seen[...] = False
         if any_set(ended):
             copy = self._copy
-            self._ends.append(_Ends(copy(ended), copy(self.returns), copy(self.lengths),
+            self._ends.append(_Ends(self._steps, copy(ended), copy(self.returns), copy(self.lengths),
                                     {key: (copy(value), copy(seen)) for key, (value, seen) in self._keys.items()}))
             self._clear(ended)
+        self._steps += 1
 
     def _copy(self, values: Array) -> Array:
         return self.xp.asarray(values, copy=True)
 
     def finished(self) -> list[dict[str, float]]:
         """The episodes that ended since the last call, by step then env (one copy to the host)."""
-        ends, self._ends = self._ends, []
+        return [episode for _, episode in self.finished_by_step()]
+
+    def finished_by_step(self) -> list[tuple[int, dict[str, float]]]:
+        """``finished``, each episode with the step at which it ended: 0 for the first step added since
+        the last read of the finished episodes."""
+        ends, self._ends, self._steps = self._ends, [], 0
         if not ends:
             return []
         xp = self.xp
         ended = xp.stack([end.ended for end in ends])  # [S, N]
         keys = list(self._keys)
         zeros = xp.zeros(self.returns.shape, dtype=xp.float64, device=self.device)
-        columns = [xp.stack([end.returns for end in ends]),
+        columns = [xp.stack([xp.full(ended.shape[1:], float(end.step), dtype=xp.float64, device=self.device)
+                             for end in ends]),
+                   xp.stack([end.returns for end in ends]),
                    xp.astype(xp.stack([end.lengths for end in ends]), xp.float64)]
         for key in keys:
             pairs = [end.keys.get(key, (zeros, zeros)) for end in ends]
@@ -159,8 +169,9 @@ class EpisodeStatistics:
                         xp.stack([xp.astype(seen, xp.float64) for _, seen in pairs])]
         steps, envs = xp.nonzero(ended)  # waits for a device: once per call
         host = to_host(xp.stack(columns)[:, steps, envs])  # [columns, episodes]
-        parts = {key: (host[2 + 2 * i], host[3 + 2 * i] > 0) for i, key in enumerate(keys)}
-        return _records(host[0], host[1].astype(np.int64), parts)
+        parts = {key: (host[3 + 2 * i], host[4 + 2 * i] > 0) for i, key in enumerate(keys)}
+        episodes = _records(host[1], host[2].astype(np.int64), parts)
+        return list(zip(host[0].astype(np.int64).tolist(), episodes, strict=True))
 
     def so_far(self) -> list[dict[str, float]]:
         """Every env's current episode up to its last step (an episode's dict, as if it ended)."""

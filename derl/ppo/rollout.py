@@ -186,9 +186,10 @@ class Collector:
         """Restores ``rng_state``'s JSON (another kind of generator's is left: the noise stays fresh)."""
         self.noise.load_state(text)
 
-    def collect(self, rollout: Rollout) -> list[dict[str, float]]:
-        """Fills ``rollout`` with ``T`` steps of every env; returns the episodes that ended (read back
-        to the host once, at the end)."""
+    def collect(self, rollout: Rollout) -> list[tuple[int, dict[str, float]]]:
+        """Fills ``rollout`` with ``T`` steps of every env; returns the episodes that ended, each with the
+        step ``t`` of the rollout at which it ended, by step then env (read back to the host once, at
+        the end)."""
         policy, noise, xp, raw, obs_norm = self.policy, self.noise, self.xp, self._raw, self.obs_norm
         policy.sync()
         for t in range(rollout.obs.shape[0]):
@@ -209,7 +210,7 @@ class Collector:
             rollout.rewards[t] = self.ret_norm.normalize(rewards, ended)
             self.stats.add(rewards, ended, vector_step_values(infos, ended))
         rollout.bootstrap_value[:] = policy.value(self._obs)
-        return self.stats.finished()
+        return self.stats.finished_by_step()
 
     def episodes_so_far(self) -> list[dict[str, float]]:
         """Every env's episode in progress, as far as it went (``EpisodeStatistics.so_far``)."""

@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainResult:
-    summary: dict[str, float]  # fitness: mean of the last 100 per-iteration means of the last 10 episodes
+    summary: dict[str, float]  # fitness (derl.ppo.episodes): the last 409,600 env steps' points
     env_steps: int  # total over all ranks, including steps before a resume
     iterations: int  # total, including iterations before a resume
     wall_time: float  # seconds spent in this call
@@ -156,8 +156,9 @@ class PPO:
         """Remembers the normaliser statistics all ranks share now (the base of the next merge)."""
         self._shared = (self.obs_norm.state_dict(), self.ret_norm.state_dict())
 
-    def share_across_ranks(self, episodes: list[dict[str, float]]) -> list[dict[str, float]]:
-        """Merges the ranks' normaliser statistics; returns every rank's finished episodes."""
+    def share_across_ranks(self, episodes: list[tuple[int, dict[str, float]]]) -> list[tuple[int, dict[str, float]]]:
+        """Merges the ranks' normaliser statistics; returns every rank's finished episodes with the step
+        at which each ended, by step, then rank and env (as one process with every rank's envs)."""
         comm = self.comm
         if comm.world_size == 1:
             return episodes
@@ -166,14 +167,16 @@ class PPO:
         self.ret_norm.load_state_dict(merge_statistics(self.ret_norm.state_dict(), ret_base, comm))
         self._mark_shared_statistics()
         self.collector.renormalize()
-        return [episode for part in comm.gather_objects(episodes) for episode in part]
+        return sorted((episode for part in comm.gather_objects(episodes) for episode in part), key=lambda e: e[0])
 
     def iterate(self) -> dict:
         """One collection + update; returns the iteration's metrics record."""
         lr = self.optimizer.lr = learning_rate(self.cfg, self.iteration, self.comm.world_size)
         started = time.perf_counter()
-        self.episode_log.add_iteration(self.share_across_ranks(self.collector.collect(self.rollout)))
+        ended = self.share_across_ranks(self.collector.collect(self.rollout))
+        start, per_step = self.env_steps, self.pool.num_envs * self.comm.world_size
         self.env_steps += self.steps_per_iteration
+        self.episode_log.add_iteration([(start + (t + 1) * per_step, episode) for t, episode in ended], self.env_steps)
         collected = time.perf_counter()
         stats = self.learner.update(self.learner.batch(self.rollout))
         updated = time.perf_counter()
@@ -221,9 +224,9 @@ class PPO:
         self.learner.load_state_dict(state["optimizer"])
         self.obs_norm.load_state_dict(state["obs_norm"])
         self.ret_norm.load_state_dict(state["ret_norm"])
-        self.episode_log.load_state_dict(state["episode_log"])
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
+        self.episode_log.load_state_dict(state["episode_log"], self.env_steps)
         torch.set_rng_state(state["torch_rng"].cpu())
         rngs = state.get("action_rngs") or [state["action_rng"]]
         if self.comm.rank < len(rngs):
