@@ -25,6 +25,7 @@ from derl.checked_config import load_preset
 from derl.evolution.record import fitness_terms
 from derl.evolution.results import rank
 from derl.morphology import random_genome, to_mjcf
+from derl.ppo.episodes import FITNESS_STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,10 +66,13 @@ def test_fitness_terms_are_the_numeric_results_only():
 
 
 def test_iterations_to_fraction_worked_example():
-    # values 1, 2, 4, 4; final = mean of the last 2 = 4; 50% -> 2, first reached at iteration 2.
-    curve = Curve(np.array([1, 2, 3, 4]), {"f": np.array([1.0, 2.0, 4.0, 4.0])})
-    assert iterations_to_fraction(curve, "f", 0.5, window=2) == 2
-    assert iterations_to_fraction(curve, "f", 1.0, window=2) == 3
+    # values 1, 2, 4, 4, the last 2 in the fitness's 409,600 env steps; final = 4; 50% -> 2, first at iteration 2.
+    steps = np.array([1.0, 2.0, 3.0, 4.0]) * FITNESS_STEPS / 2
+    curve = Curve(np.array([1, 2, 3, 4]), {"f": np.array([1.0, 2.0, 4.0, 4.0]), "env_steps": steps})
+    assert iterations_to_fraction(curve, "f", 0.5) == 2
+    assert iterations_to_fraction(curve, "f", 1.0) == 3
+    # Without env steps, the last 100 records (DERL's iterations): here all four, final 2.75.
+    assert iterations_to_fraction(Curve(curve.iterations, {"f": curve.values["f"]}), "f", 1.0) == 3
     negative = Curve(np.array([1, 2]), {"f": np.array([-3.0, -1.0])})
     assert iterations_to_fraction(negative, "f", 0.5) is None
     assert iterations_to_fraction(curve, "missing", 0.5) is None

@@ -93,7 +93,7 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
                 if len({r.fitness.get(t) for r in view.records}) == 1]
     top_table = html.split('<table class="top">', 1)[1].split("</table>", 1)[0]
     assert all(f"<th>{t}</th>" not in top_table for t in constant)
-    assert "std of the last 100 iterations" in top_table and top_table.count(" ± ") >= 3
+    assert "std of its curve over the last 409,600 env steps" in top_table and top_table.count(" ± ") >= 3
     # The fitness is one column (it was two: its spread and its value); picture and video share a
     # cell, limbs, DoF, mass and files sit under the id: 5 columns and the other varying terms.
     header = top_table.split("</tr>", 1)[0]

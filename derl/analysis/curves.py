@@ -2,8 +2,8 @@
 
 DERL's morphological Baldwin effect: descendants learn faster. Learning speed is measured per
 morphology as the PPO iterations it needed to first reach a fixed fraction of its final fitness,
-the final fitness being the mean of its last ``FINAL_WINDOW`` per-iteration values (as the
-published fitness).
+the final fitness being the mean of its per-iteration values over the stretch the published fitness
+averages (``fitness_window``: the last 409,600 env steps, DERL's last 100 iterations).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from derl.fileio import NotRegularFile, read_bytes
-
-FINAL_WINDOW = 100
+from derl.ppo.episodes import FITNESS_STEPS, POINTS
 
 
 @dataclass(frozen=True)
@@ -108,25 +107,34 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
 
 
-def final_value(values: np.ndarray, window: int = FINAL_WINDOW) -> float:
-    """Mean of the last ``window`` finite values (NaN when there are none)."""
-    finite = values[np.isfinite(values)]
-    return float(finite[-window:].mean()) if len(finite) else math.nan
+def fitness_window(curve: Curve) -> np.ndarray:
+    """``[T]`` bool: the records of the stretch the published fitness averages, the last ``FITNESS_STEPS``
+    env steps (``derl.ppo.episodes``); the last ``POINTS`` records of a curve without ``env_steps``."""
+    steps = curve.get("env_steps")
+    if steps is None or not np.isfinite(steps).any():
+        return np.arange(len(curve)) >= len(curve) - POINTS
+    return steps > np.nanmax(steps) - FITNESS_STEPS
 
 
-def iterations_to_fraction(curve: Curve, key: str, fraction: float, window: int = FINAL_WINDOW) -> int | None:
+def final_value(values: np.ndarray, window: np.ndarray) -> float:
+    """Mean of the finite values inside ``window`` (NaN when there are none)."""
+    finite = values[np.isfinite(values) & window]
+    return float(finite.mean()) if len(finite) else math.nan
+
+
+def iterations_to_fraction(curve: Curve, key: str, fraction: float) -> int | None:
     """The first iteration whose ``key`` reaches ``fraction`` of the final value.
 
     None when the curve lacks ``key`` or the final value is not positive (a fraction of a
     non-positive fitness is no target to reach).
 
-    Example: values 1, 2, 4, 4 with ``window`` 2: final = 4; fraction 0.5 -> target 2, first
-    reached at the 2nd iteration.
+    Example: values 1, 2, 4, 4, the last two in the fitness window: final = 4; fraction 0.5 -> target
+    2, first reached at the 2nd iteration.
     """
     values = curve.get(key)
     if values is None or not len(values):
         return None
-    final = final_value(values, window)
+    final = final_value(values, fitness_window(curve))
     if not math.isfinite(final) or final <= 0:
         return None
     reached = np.flatnonzero(values >= fraction * final)

@@ -39,8 +39,9 @@ from derl.training.play import run_policy
 # A body or a policy larger than this is refused as not a regular file (a derl checkpoint is a few MB at most).
 MAX_FILE_BYTES = 256 * 2**20
 FITNESS_NOTE = ("a published value (the fitness: a selection criterion such as __reward__forward, or the return) "
-                "is DERL's training statistic: the mean over the last 100 PPO iterations of the mean of that "
-                "value over the last 10 finished training episodes, with stochastic (sampled) actions; "
+                "is DERL's training statistic: the mean, over the last 409,600 env steps of training (DERL's last 100 "
+                "PPO iterations), of that value's mean over the last 10 finished training episodes, with "
+                "stochastic (sampled) actions; "
                 "a deterministic replay uses the policy's mean action instead and can differ a lot")
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from derl.analysis import plots
+from derl.analysis.curves import Curve, fitness_window
 from derl.analysis.lineage import tree_layout
 from derl.analysis.records import Morphology
 from derl.analysis.replay import FITNESS_NOTE, replay
@@ -44,7 +45,6 @@ SECTIONS = ("summary", "fitness", "distribution", "morphology", "lineage", "bald
 SMALL_RUN_MORPHOLOGIES = 300
 SMALL_RUN_STEPS = 1_000_000
 # The iterations DERL's fitness averages over (``derl.ppo.episodes``): the spread shown per top morphology.
-FITNESS_POINTS = 100
 
 
 @dataclass(frozen=True)
@@ -256,7 +256,8 @@ def _baldwin(w: _Writer) -> None:
         "learning later in the search)")
     w.section("baldwin", "Learning speed (Baldwin effect)",
               f"<p>PPO iterations each morphology needed to first reach {fraction:.0%} of its final "
-              f"{_esc(view.fitness_key)} (mean of its last 100 iterations), for the {len(points)} morphologies "
+              f"{_esc(view.fitness_key)} (mean of its curve over the last 409,600 env steps), for the "
+              f"{len(points)} morphologies "
               f"with a positive final value: {slope}.</p>{img}")
 
 
@@ -266,12 +267,13 @@ def _top(w: _Writer) -> None:
     terms, constant = _varying_terms(view)
     key = view.fitness_key
     terms = [t for t in terms if t != key]  # the fitness has its own column, with its spread
-    curves = {r.id: (c.iterations, c.values[key]) for r in top if key in (c := view.curve(r.id, (key,))).values}
+    curves = {r.id: c for r in top if key in (c := view.curve(r.id, (key, "env_steps"))).values}
     videos = view.videos()
     # Narrow enough for a 1,400 px window: the picture above the video, the files and the body's
     # size under the id, term names that may wrap after their prefix.
     head = ("<tr><th>rank</th><th>morphology</th><th>body and policy</th>"
-            + f"<th>{_term_name(key)}<br><small>published ± std of the last {FITNESS_POINTS} iterations</small></th>"
+            + f"<th>{_term_name(key)}<br><small>published ± std of its curve over the last 409,600 env steps"
+            + "</small></th>"
             + "".join(f"<th>{_term_name(t)}</th>" for t in terms)
             + "<th>lineage</th></tr>")
     rows = []
@@ -290,7 +292,7 @@ def _top(w: _Writer) -> None:
             f'<tr id="m{_esc(record.id)}"><td>{rank}</td><td><b>{_esc(record.id)}</b><br>'
             f'{_esc(record.mutation or "initial")}<br><small>{_num(record.limbs)} limbs, {_num(record.dof)} DoF, '
             f'mass {_num(record.mass, 2)}</small><br><small>{files}</small></td><td class="media">{image}{video}</td>'
-            + f"<td>{_spread(record.fitness.get(key), curves.get(record.id))}</td>"
+            + f"<td>{_spread(record.fitness.get(key), curves.get(record.id), key)}</td>"
             + "".join(f"<td>{_num(record.fitness.get(t))}</td>" for t in terms)
             + f'<td class="lineage">{lineage}</td></tr>')
     body = f'<table class="top">{head}{"".join(rows)}</table>' if rows else "<p>nothing published yet</p>"
@@ -298,7 +300,8 @@ def _top(w: _Writer) -> None:
         body += ("<p><small>Not shown, the same for every morphology of this run: "
                  + ", ".join(f"{_esc(t)} = {_num(v)}" for t, v in sorted(constant.items())) + ".</small></p>")
     if rows:
-        body += w.figure("top_curves", lambda: plots.learning_curves(curves, key))
+        body += w.figure("top_curves", lambda: plots.learning_curves(
+            {name: (curve.iterations, curve.values[key]) for name, curve in curves.items()}, key))
         body += f'<p class="caption">{_esc(staircase_note(view.cfg))}</p>'
     w.section("top", f"Top {len(top)} by {', '.join(view.criteria)}", body)
 
@@ -319,12 +322,13 @@ def _term_name(term: str) -> str:
     return _esc(term).replace(REWARD_PREFIX, f"{REWARD_PREFIX}<wbr>")
 
 
-def _spread(published: float | None, curve: tuple[np.ndarray, np.ndarray] | None) -> str:
-    """The published fitness ± the std of the last ``FITNESS_POINTS`` points of its learning curve (the
-    points it averages)."""
-    if curve is None or not np.isfinite(curve[1]).any():
+def _spread(published: float | None, curve: Curve | None, key: str) -> str:
+    """The published fitness ± the std of its learning curve over the stretch the fitness averages
+    (``fitness_window``)."""
+    values = None if curve is None else curve.get(key)
+    if values is None or not np.isfinite(values).any():
         return f"<b>{_num(published, 2)}</b>"
-    tail = curve[1][np.isfinite(curve[1])][-FITNESS_POINTS:]
+    tail = values[np.isfinite(values) & fitness_window(curve)]
     return f"<b>{_num(published, 2)}</b> ± {_num(float(tail.std()), 2)}<br><small>n={len(tail)}</small>"
 
 

@@ -12,11 +12,11 @@ steps its own envs on its own core, so the ideal is N.
 
 Returns (``--return-steps B``): for each of ``--seeds`` seeds, 1 rank and N ranks each train for
 B env steps in total (``PPO.MAX_STATE_ACTION_PAIRS`` is the total over the ranks) and report the
-run's return (``metrics.json``'s summary: DERL's fitness, the mean of the last 100 learning-curve
-points). With the same per-rank settings N ranks learn from an N times
-larger batch, so they make N times fewer updates; ``--return-split`` instead gives each of the N
-ranks ``--envs / N`` envs and ``PPO.BATCH_SIZE / N`` rows per minibatch: the one-rank batch,
-minibatches and number of updates (what to use when the aim is the same learning, faster).
+run's return (``metrics.json``'s summary: DERL's fitness, ``derl.ppo.episodes``). With the same
+per-rank settings N ranks learn from an N times larger batch, so they make N times fewer updates;
+``--return-split`` instead gives each of the N ranks ``--envs / N`` envs and ``PPO.BATCH_SIZE / N``
+rows per minibatch: the one-rank batch, minibatches and number of updates (what to use when the aim
+is the same learning, faster).
 Trailing ``KEY VALUE`` pairs (e.g. ``PPO.LR_SCALING sqrt``) apply to every run.
 """
 

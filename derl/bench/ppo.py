@@ -161,8 +161,8 @@ class _StateRecorder(gym.vector.VectorWrapper):
 class _EpisodeReturns(gym.vector.VectorWrapper):
     """Appends the raw return of every finished episode to ``returns``, as SB3's ``Monitor`` records it.
 
-    derl's own ``summary["return"]`` is DERL's fitness (the mean of the last 100 learning-curve
-    points, each the mean of 10 episodes): over a short run that averages the whole curve, so the
+    derl's own ``summary["return"]`` is DERL's fitness (``derl.ppo.episodes``: the last 409,600
+    env steps of the curve): over a short run that averages the whole curve, so the
     return comparison takes the last 100 episodes of both trainers instead.
     """
 

@@ -5,8 +5,8 @@ Output folder layout (every file but TensorBoard's append-only event files writt
 - ``config.yaml``: the resolved config; ``run.json``: the env source (``xml`` or ``env_id``);
 - ``<id>.xml``: the unimal MJCF when training from a genome file;
 - ``model.pt``: checkpoint (``torch.load(weights_only=True)``), ``metrics.jsonl``: one record per
-  iteration, ``metrics.json``: the final ``TrainResult`` (``summary`` = means of the last 100
-  episodes of ``return``, every ``__reward__*``, ``x_pos``, ``metric``), env steps and wall time
+  iteration, ``metrics.json``: the final ``TrainResult`` (``summary`` = the fitness of ``derl.ppo.episodes``
+  for ``return``, every ``__reward__*``, ``x_pos``, ``metric``), env steps and wall time
   of all ranks together; written once the training has run its whole budget;
 - ``tensorboard/``: TensorBoard event files of the curves (``TENSORBOARD.ENABLED``;
   ``derl.ppo.callbacks.TensorBoard``).
