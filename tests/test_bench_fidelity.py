@@ -1,0 +1,92 @@
+"""tools/bench.py fidelity: the agreement statistics on hand-made fitnesses, bad input, and a tiny study."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from derl.bench.agreement import agreement, kendall, seed_agreement, spearman, tournament_agreement, tournaments
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_rank_correlations_of_hand_made_orders():
+    a = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert spearman(a, [10, 20, 30, 40, 50]) == pytest.approx(1.0)
+    assert spearman(a, [5, 4, 3, 2, 1]) == pytest.approx(-1.0)
+    # one swap of neighbours among 5: rho = 1 - 6 * 2 / (5 * 24) = 0.9; tau = (9 - 1) / 10 = 0.8
+    assert spearman(a, [1, 3, 2, 4, 5]) == pytest.approx(0.9)
+    assert kendall(a, [1, 3, 2, 4, 5]) == pytest.approx(0.8)
+    assert math.isnan(spearman(a, [1, 1, 1, 1, 1])) and math.isnan(spearman([1, 2], [2, 1]))
+    with pytest.raises(ValueError, match="5 and 4 bodies"):
+        spearman(a, [1, 2, 3, 4])
+
+
+def test_tournaments_are_every_four_body_draw_or_a_sample():
+    assert tournaments(5).tolist() == [[0, 1, 2, 3], [0, 1, 2, 4], [0, 1, 3, 4], [0, 2, 3, 4], [1, 2, 3, 4]]
+    many = tournaments(40)  # C(40, 4) = 91,390 > 5,000: a sample, four distinct bodies each
+    assert many.shape == (5000, 4) and all(len(set(row)) == 4 for row in many.tolist())
+
+
+def test_tournament_agreement_counts_the_draws_with_the_same_winner():
+    reference = [1.0, 2.0, 3.0, 4.0, 5.0]
+    # The best body (4) demoted below body 3: of the 5 draws, the 4 that hold body 4 change winner
+    # (4 -> 3, or -> the best of the others); the one without it, [0, 1, 2, 3], keeps 3.
+    assert tournament_agreement(reference, [1.0, 2.0, 3.0, 4.0, 0.0]) == pytest.approx(1 / 5)
+    assert tournament_agreement(reference, reference) == 1.0
+    # Smaller is better: the winners are the smallest.
+    assert tournament_agreement(reference, [0.0, 2.0, 3.0, 4.0, 5.0], larger_is_better=False) == 1.0
+    assert tournament_agreement(reference, [9.0, 2.0, 3.0, 4.0, 5.0], larger_is_better=False) == pytest.approx(1 / 5)
+
+
+def test_agreement_is_against_each_reference_seed_and_the_ceiling_between_seeds():
+    seeds = [[1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 3.0, 2.0, 4.0, 5.0]]
+    ceiling = seed_agreement(seeds)
+    assert ceiling["seed_spearman"] == pytest.approx(0.9) and ceiling["seed_kendall"] == pytest.approx(0.8)
+    candidate = [2.0, 4.0, 6.0, 8.0, 10.0]  # seed 1's order, twice its fitness
+    result = agreement(candidate, seeds)
+    assert result["spearman"] == pytest.approx((1.0 + 0.9) / 2)
+    assert result["fitness_ratio"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="two seeds"):
+        seed_agreement(seeds[:1])
+
+
+def test_help_exits_0_and_bad_input_is_one_line_exit_2(tmp_path):
+    command = [sys.executable, "tools/bench.py", "fidelity"]
+    assert subprocess.run([*command, "--help"], cwd=ROOT, capture_output=True).returncode == 0
+    for args, message in ((["--seeds", "1"], "--seeds >= 2"),
+                          (["--cpu", "--genomes", str(tmp_path)], "need at least 4 genome JSON files"),
+                          (["--candidate", "nowhere.yml"], "preset file not found: nowhere.yml"),
+                          (["--candidate", "configs/evo/ft_gpu.yml:PPO.EPOCHS"], "is not KEY=VALUE"),
+                          *([([], "this machine has no GPU: add --cpu")] if not torch.cuda.is_available() else [])):
+        done = subprocess.run([*command, "--work", str(tmp_path / "w"), *args], cwd=ROOT, capture_output=True,
+                              text=True)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_a_tiny_study_reports_every_figure_and_reuses_its_trainings(tmp_path):
+    """4 bodies, 2 reference seeds and 1 candidate of a few dozen env steps each, on the CPU."""
+    work, out = tmp_path / "work", tmp_path / "study.json"
+    command = [sys.executable, "tools/bench.py", "fidelity", "--sample", "4", "--cpu", "--work", str(work),
+               "--out", str(out), "--plot", str(tmp_path / "study.png"), "--candidate",
+               "configs/evo/ft_gpu.yml:PPO.NUM_ENVS=4,PPO.TIMESTEPS=8,PPO.BATCH_SIZE=16",
+               "PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "16", "PPO.MAX_STATE_ACTION_PAIRS", "64",
+               "ENV.EPISODE_LENGTH", "20"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    study = json.loads(out.read_text())
+    assert len(study["bodies"]) == 4 and study["criterion"] == "__reward__forward"
+    assert set(study["reference"]) >= {"seed_spearman", "seed_kendall", "seed_tournament_agreement", "fitness"}
+    (candidate,) = study["candidates"].values()
+    assert set(candidate) >= {"spearman", "kendall", "tournament_agreement", "fitness_ratio", "env_steps",
+                              "seconds_per_training", "cpu_seconds_per_training"}
+    assert candidate["env_steps"] == 64 and np.isfinite(list(candidate["fitness"].values())).all()
+    assert (tmp_path / "study.png").read_bytes()[:4] == b"\x89PNG"
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and json.loads(out.read_text())["reference"] == study["reference"]
