@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from derl.ppo.episodes import FITNESS_STEPS, POINT_STEPS, EpisodeLog
+from derl.ppo.episodes import FITNESS_STEPS, POINT_STEPS, EpisodeLog, merge_ranks
 
 DERL = POINT_STEPS  # 32 envs x 128 steps: one point per iteration
 
@@ -124,3 +124,10 @@ def test_state_round_trip():
     _iteration(log, 5, per_iteration=3000)
     assert other.summary() == log.summary() and other.finished == log.finished == 4
     assert list(other.points) == list(log.points)
+
+
+def test_the_ranks_episodes_are_merged_by_step_then_rank():
+    rank0 = [(0, {"return": 0.0}), (3, {"return": 1.0}), (3, {"return": 2.0})]
+    rank1 = [(1, {"return": 10.0}), (3, {"return": 11.0})]
+    merged = merge_ranks([rank0, rank1])
+    assert [(step, ep["return"]) for step, ep in merged] == [(0, 0.0), (1, 10.0), (3, 1.0), (3, 2.0), (3, 11.0)]

@@ -44,6 +44,12 @@ def mean_fields(episodes: Iterable[dict[str, float]]) -> dict[str, float]:
     return {key: sums[key] / counts[key] for key in sorted(sums)}
 
 
+def merge_ranks(parts: Sequence[Sequence[tuple[int, dict[str, float]]]]) -> list[tuple[int, dict[str, float]]]:
+    """The finished episodes of every rank (``parts[r]``: rank r's, by step then env, each with its
+    step), by step, then rank and env: as one process stepping every rank's envs reports them."""
+    return sorted((episode for part in parts for episode in part), key=lambda ended: ended[0])
+
+
 class EpisodeLog:
     """The last ``EPISODES_PER_POINT`` finished episodes, the last ``POINTS`` points (one per
     ``POINT_STEPS`` env steps), and a count of all.

@@ -39,7 +39,7 @@ from derl.ppo.callbacks import Callback
 from derl.ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from derl.ppo.device import learner_device
 from derl.ppo.distributed import Comm, merge_statistics
-from derl.ppo.episodes import EpisodeLog
+from derl.ppo.episodes import EpisodeLog, merge_ranks
 from derl.ppo.fastpath import acting
 from derl.ppo.learner import Learner
 from derl.ppo.networks import ActorCritic
@@ -167,7 +167,7 @@ class PPO:
         self.ret_norm.load_state_dict(merge_statistics(self.ret_norm.state_dict(), ret_base, comm))
         self._mark_shared_statistics()
         self.collector.renormalize()
-        return sorted((episode for part in comm.gather_objects(episodes) for episode in part), key=lambda e: e[0])
+        return merge_ranks(comm.gather_objects(episodes))
 
     def iterate(self) -> dict:
         """One collection + update; returns the iteration's metrics record."""
