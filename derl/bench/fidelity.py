@@ -158,7 +158,9 @@ class Training:
         keys = {**EVERY_RUN, **self.preset.overrides, "RNG_SEED": self.seed, "PPO.MAX_STATE_ACTION_PAIRS": self.budget,
                 **(ON_CPU if self.cpu else {})}
         pairs = [str(item) for key, value in keys.items() for item in (key, value)]
-        return [sys.executable, str(ROOT / "tools" / "train_ppo.py"), "--cfg", str(self.preset.path),
+        # Through derl.bench.gpu_training's launcher: the training dies with this process.
+        return [sys.executable, "-m", "derl.bench.gpu_training", str(os.getpid()), str(ROOT / "tools" / "train_ppo.py"),
+                "--cfg", str(self.preset.path),
                 "--genome", str(self.genome), "--out", str(self.folder), "--resume", "--quiet", *common, *pairs]
 
 
