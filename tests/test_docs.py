@@ -41,7 +41,8 @@ def test_the_config_reference_lists_every_key_with_its_default():
 # A docs reference in the code: `docs/<page>.md` or `docs/<page>.md#<anchor>`, the anchor being the
 # slug mkdocs gives a heading of that page.
 REFERENCE = re.compile(r"docs/([\w/.-]+?\.md)(?:#([\w-]+))?")
-SCANNED = ("derl", "tools", "tests", "evo_single_proc.py", "Makefile", "pyproject.toml")
+SCANNED = ("derl", "tools", "tests", "evo_single_proc.py", "Makefile", "pyproject.toml", "requirements.txt",
+           "requirements-gpu.txt", "requirements-docs.txt", "requirements-bench.txt")
 # A reference to a README section: the README is a door now, every section lives in docs/.
 OLD_STYLE = re.compile(r"README\W{0,3}[\"(A-Z]")
 
