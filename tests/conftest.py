@@ -8,15 +8,34 @@ code even when the virtual environment's editable install points at another chec
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 ROOT = Path(__file__).resolve().parents[1]
 # The defaults of derl/config.py as a --cfg file: evo_single_proc.py requires one; tests override keys.
 DEFAULT_CFG = ROOT / "tests" / "assets" / "evolution" / "defaults.yml"
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 os.environ.setdefault("MUJOCO_GL", "egl")
+
+# check_env's advice on unbounded Box spaces. derl's observations (positions, velocities, contact forces)
+# are unbounded by design, as are those of Gymnasium's MuJoCo envs, whose own check_env test expects
+# these two warnings too (Gymnasium tests/envs/test_envs.py, CHECK_ENV_IGNORE_WARNINGS).
+UNBOUNDED_OBSERVATIONS = ("A Box observation space minimum value is -infinity",
+                          "A Box observation space maximum value is infinity")
+
+
+def check_env_strictly(env: gym.Env) -> None:
+    """Gymnasium's ``check_env``, with every warning it gives a failure but the two on unbounded observations."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env, skip_render_check=True)
+    unexpected = [str(w.message) for w in caught if not any(text in str(w.message) for text in UNBOUNDED_OBSERVATIONS)]
+    assert not unexpected, unexpected
+
 
 # The shared tiny real run (tests/test_report.py): its overrides, read by the tests.
 TINY_RUN = {"search": 6, "init": 4, "iterations": 20, "episode_length": 100, "video_length": 24}

@@ -21,9 +21,11 @@ from derl.analysis.report import ReportOptions, eval_rows, transfer_table, write
 from derl.analysis.run import RunError, RunView
 from derl.analysis.stats import running_best, trend, window_mean
 from derl.bench.report import build_synthetic_run
-from derl.checked_config import load_preset
+from derl.checked_config import load_preset, load_run_config
+from derl.config import dump_config, with_values
 from derl.evolution.record import fitness_terms
 from derl.evolution.results import rank
+from derl.evolution.status import status_lines
 from derl.morphology import random_genome, to_mjcf
 from derl.ppo.episodes import FITNESS_STEPS
 
@@ -175,6 +177,21 @@ def test_unreadable_claims_are_reported_and_skipped(tmp_path, synthetic_run):
     assert sorted(view.unreadable) == [str(run / "leases" / "000031-1.json"), str(run / "slots" / "000030.json")]
     report = write_report(view, tmp_path / "report", ReportOptions(top_k=2, media=False))
     assert report.problems == [] and "unreadable files" in report.index.read_text()
+
+
+def test_status_and_report_name_the_search_random_search_included(tmp_path, synthetic_run):
+    """With EVO.IS_EVO false both said "aging_num on __reward__forward (window 30, ...)"."""
+    report = write_report(RunView(synthetic_run), tmp_path / "evolution", ReportOptions(top_k=2, media=False))
+    row = "<tr><th>search</th><td>evolution: aging_num tournaments on __reward__forward (window 30, initial"
+    assert row in report.index.read_text()
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    cfg = load_run_config(run / "config.yaml")
+    (run / "config.yaml").write_text(dump_config(with_values(cfg, {"EVO.IS_EVO": False})))
+    said = "search: random search (EVO.IS_EVO false): 30 morphologies drawn like an initial population, no tournament"
+    assert status_lines(str(run))[1].startswith(said)
+    report = write_report(RunView(run), tmp_path / "random", ReportOptions(top_k=2, media=False))
+    assert f"<tr><th>{said.replace(': ', '</th><td>', 1)}" in report.index.read_text()
 
 
 def test_transfer_table_means_over_seeds():

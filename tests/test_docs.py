@@ -1,12 +1,13 @@
 """The documentation stays true to the code: every config key is declared once with a meaning and
 appears in the generated reference (docs/reference/config.md, filled by docs/hooks.py when
-`make docs` builds the site)."""
+`make docs` builds the site); the Python API page's examples run."""
 
 import importlib.util
 import re
 import unicodedata
 from pathlib import Path
 
+from derl.bench.report import build_synthetic_run
 from derl.config import _defaults, declared_keys, flatten
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,8 @@ def test_the_config_reference_lists_every_key_with_its_default():
 # A docs reference in the code: `docs/<page>.md` or `docs/<page>.md#<anchor>`, the anchor being the
 # slug mkdocs gives a heading of that page.
 REFERENCE = re.compile(r"docs/([\w/.-]+?\.md)(?:#([\w-]+))?")
-SCANNED = ("derl", "tools", "tests", "evo_single_proc.py", "Makefile", "pyproject.toml")
+SCANNED = ("derl", "tools", "tests", "evo_single_proc.py", "Makefile", "pyproject.toml", "requirements.txt",
+           "requirements-gpu.txt", "requirements-docs.txt", "requirements-bench.txt")
 # A reference to a README section: the README is a door now, every section lives in docs/.
 OLD_STYLE = re.compile(r"README\W{0,3}[\"(A-Z]")
 
@@ -90,3 +92,17 @@ def test_no_readme_section_is_referred_to():
     old = {str(path.relative_to(ROOT)) for path in _scanned_files() if path.name != "test_docs.py"
            and OLD_STYLE.search(path.read_text(errors="ignore"))}
     assert not old, sorted(old)
+
+
+def test_the_api_examples_run_on_a_synthetic_run(tmp_path, monkeypatch):
+    """Each Python block of docs/reference/api.md, in order and in one namespace, from a folder
+    holding a run in output/quick (as the page says); the training ones write output/one."""
+    page = ROOT / "docs" / "reference" / "api.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert len(blocks) >= 4
+    build_synthetic_run(tmp_path / "output" / "quick", morphologies=12, iterations=20, genomes=3)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, str(page), "exec"), namespace)  # the page's own examples, as written
+    assert {"metrics.json", "model.pt"} <= {path.name for path in (tmp_path / "output" / "one").iterdir()}

@@ -6,12 +6,12 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 from derl.checked_config import load_config, load_preset
 from derl.envs import ENV_ID, UnimalEnv, make_env, make_genome_env
 from derl.morphology import random_genome, to_mjcf
 from derl.ppo.episode_stats import EpisodeStats
+from tests.conftest import check_env_strictly
 
 FIXTURE = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
 ENVS = ("ft", "vt", "mvt")
@@ -53,7 +53,7 @@ def test_check_env_on_the_fixture_and_sampled_morphologies(name, folder):
     cfg = env_cfg(name)
     for xml in (FIXTURE, sampled_xml(folder, 0), sampled_xml(folder, 1)):
         env = UnimalEnv(xml, cfg)
-        check_env(env, skip_render_check=True)
+        check_env_strictly(env)
         env.close()
 
 
@@ -62,7 +62,7 @@ def test_check_env_on_the_fixture_and_sampled_morphologies(name, folder):
 def test_check_env_on_twenty_sampled_morphologies(name, folder):
     cfg = env_cfg(name)
     for seed in range(20):
-        check_env(UnimalEnv(sampled_xml(folder, seed), cfg), skip_render_check=True)
+        check_env_strictly(UnimalEnv(sampled_xml(folder, seed), cfg))
 
 
 def test_observation_layout_matches_the_morphology():

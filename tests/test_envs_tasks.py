@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.envs import TASKS, UnimalEnv, UnimalVectorEnv
 from derl.envs.tasks.locomotion import Locomotion
 from derl.morphology import random_genome, to_mjcf
+from tests.conftest import check_env_strictly
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
@@ -71,7 +71,7 @@ def _rollout(env: UnimalEnv, seed: int, steps: int):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_rules_hold_for_every_task(name, folder):
     env = task_env(name, sampled_xml(folder, 0), **{"ENV.EPISODE_LENGTH": 40})
-    check_env(env, skip_render_check=True)
+    check_env_strictly(env)
     task = env.task
     declared = {"proprioceptive": env.observation_space["proprioceptive"].shape[0], **task.obs_sizes()}
     assert set(env.observation_space.spaces) == set(env.cfg.ENV.KEYS_TO_KEEP)

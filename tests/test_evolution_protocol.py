@@ -136,7 +136,9 @@ def test_random_search_draws_every_slot_like_the_initial_population(tmp_path):
     assert all(r["parent_id"] is None and r["mutation"] is None for r in records.values())
     # The fake initial population gives slot k the size 1 + k; slot 5 fails once and is redrawn.
     assert all(r["return"] == 1.0 + r["slot"] for r in records.values() if r["id"] != "000005-1")
-    assert json.loads((out / "summary.json").read_text())["initial_population_size"] == 12
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["initial_population_size"] == 12 and summary["search"] == "random search"
+    assert "node 0: random search (EVO.IS_EVO false): 12 morphologies" in (tmp_path / "run-coordinator.log").read_text()
 
 
 def forge_record(out: Path, forged: str = "999999") -> None:
@@ -179,7 +181,7 @@ def test_a_forged_record_is_never_best_nor_a_parent_nor_counted(tmp_path, capsys
     # Planted again in the finished run: the read-only tools skip it with one line and never count it.
     forge_record(out)
     lines = status_lines(str(out))
-    assert lines[1].startswith("done: 8/8 (100.0%)") and "999999" not in "\n".join(lines)
+    assert lines[2].startswith("done: 8/8 (100.0%)") and "999999" not in "\n".join(lines)
     assert [line for line in capsys.readouterr().err.splitlines() if "999999" in line] == [
         f"warning: {out}/metadata/999999.json is in slot 999999, outside the search (EVO.SEARCH_SPACE_SIZE 8); "
         "skipped"]

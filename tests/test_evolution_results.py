@@ -7,9 +7,9 @@ import pytest
 
 from derl.checked_config import load_config
 from derl.evolution.failures import classify
-from derl.evolution.population import slot_id
+from derl.evolution.population import search_text, slot_id
 from derl.evolution.results import PublishedResults, rank, summarize
-from derl.evolution.schema import morphology_files
+from derl.evolution.schema import morphology_files, summary_problem
 from derl.evolution.storage import RunDir
 
 FORWARD = [5.0, 9.0, 1.0, 7.0, 3.0, 2.0, 8.0, 4.0, 6.0, 0.5]  # slot k has FORWARD[k]
@@ -143,3 +143,24 @@ def test_summary_ranks_by_the_criteria(tmp_path):
     assert summary["best"]["id"] == "000001"
     assert [r["id"] for r in summary["top_k"][:3]] == ["000001", "000006", "000003"]
     assert rank(list(results.by_id.values()), ("__reward__forward",), (1,))[0]["id"] == "000009"
+
+
+def test_summary_says_random_search_and_names_no_tournament(tmp_path):
+    """With EVO.IS_EVO false the summary, status, report and log said "aging_num on ... (window 8)"."""
+    run, results = published_run(tmp_path)
+    session = {"started": 0.0, "published_at_start": 0}
+    assert summarize(config(), run, results, session)["search"] == "evolution"
+    baseline = config(IS_EVO=False, SEARCH_SPACE_SIZE=20)
+    summary = summarize(baseline, run, results, session)
+    assert summary["search"] == "random search" and summary_problem(summary) is None
+    assert search_text(baseline.EVO) == ("random search (EVO.IS_EVO false): 20 morphologies drawn like an initial "
+                                         "population, no tournament, no mutation; ranked on __reward__forward")
+    assert search_text(config(TOURNAMENT_TYPE="aging_num", AGING_WINDOW_SIZE=8, INIT_POPULATION_SIZE=8).EVO) == (
+        "evolution: aging_num tournaments on __reward__forward (window 8, initial population 8)")
+    assert "window" not in search_text(config(TOURNAMENT_TYPE="vanilla_num").EVO)
+
+
+def test_summary_schema_knows_the_two_searches():
+    assert summary_problem({"search": "random search"}) is None and summary_problem({}) is None  # an older run's
+    assert summary_problem({"search": "tournament"}) == \
+        "has search 'tournament', expected evolution or random search"

@@ -226,7 +226,7 @@ def test_status_skips_a_fifo_a_folder_and_deep_nesting_in_one_line_each(tmp_path
         lines = status_lines(str(run.root))
     finally:
         signal.alarm(0)
-    assert lines[1].startswith("done: 0/")
+    assert lines[2].startswith("done: 0/")
     warnings = capsys.readouterr().err.splitlines()
     assert len(warnings) == 3 and all(line.startswith("warning: ") and "skipped" in line for line in warnings)
     assert os.path.exists(run.root / "metadata" / "000007.json")  # a read-only tool moves nothing

@@ -62,6 +62,15 @@ def test_tools_are_thin_and_their_help_says_each_thing_once():
         assert out.count(first[:60]) <= 1, (tool, out)
 
 
+def test_the_readme_and_the_configuration_guide_name_the_tools_that_take_cfg():
+    """The README said every command takes --cfg; tools/status.py and tools/evaluate.py refuse it (exit 2)."""
+    takes = {tool for tool in TOOLS if 'add_argument("--cfg"' in (ROOT / tool).read_text()}
+    assert "tools/train_ppo.py" in takes and "tools/status.py" not in takes
+    for page in ("README.md", "docs/guides/configuration.md"):
+        named = re.search(r"((?:`[\w/.]+`(?:, | and ))+`[\w/.]+`) take `--cfg", (ROOT / page).read_text())
+        assert named and set(re.findall(r"`([\w/.]+)`", named.group(1))) == takes, page
+
+
 def test_evo_single_proc_without_cfg_names_the_presets_and_starts_nothing(tmp_path):
     """No --cfg: not the paper-size search of the defaults into output/default, but one line and 2."""
     done = subprocess.run([sys.executable, str(ROOT / "evo_single_proc.py"), "EVO.NUM_PROCESSES", "1"], cwd=tmp_path,

@@ -25,6 +25,11 @@ class Curve:
     """Per-iteration series of one training: ``iterations [T]`` and every numeric field ``[T]``.
 
     A field missing from some records is NaN there. An empty curve has ``T = 0``.
+
+    Attributes:
+        iterations: the PPO iteration of each point, ``[T]`` ints.
+        values: each numeric field of the records (``return``, ``__reward__*``, ``env_steps``,
+            losses, ...) as a ``[T]`` float array; ``get(key)`` is None for a field it lacks.
     """
 
     iterations: np.ndarray

@@ -12,6 +12,10 @@ class LineageGraph:
 
     Lineages are complete chains from an initial ancestor, so the graph holds every ancestor
     of a published morphology even when the view is partial.
+
+    Attributes:
+        parent: each morphology's parent id (None for the initial population).
+        children: each morphology's children ids, sorted (empty for a leaf).
     """
 
     def __init__(self, records: Iterable[Morphology]):
@@ -29,6 +33,7 @@ class LineageGraph:
 
     @property
     def roots(self) -> list[str]:
+        """The initial ancestors, sorted."""
         return sorted(node for node, parent in self.parent.items() if parent is None)
 
     def ancestors(self, node: str) -> list[str]:

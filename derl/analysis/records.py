@@ -25,12 +25,33 @@ class BodyStats:
 
 @dataclass(frozen=True)
 class Morphology:
-    """One published morphology.
+    """One published morphology: its ``metadata/<id>.json`` and the body of its genome.
 
-    ``publication`` is its rank in publication order (0 = first published): the metadata's
-    ``publication`` number where every record has one, else the order of ``published_at``
-    (then slot). ``fitness`` holds every numeric result (``return``, ``__reward__*``,
-    ``x_pos``, ``metric``, ...); ``lineage`` runs from the initial ancestor to this id.
+    The results are in ``fitness``, by name: ``m.fitness["__reward__forward"]``, not
+    ``m.__reward__forward`` (no attribute has a result's name).
+
+    Attributes:
+        id: the morphology id: its slot in 6 digits (``000042``), ``-attempt`` for a replacement.
+        parent_id: the parent's id; None in the initial population.
+        lineage: ids from the initial ancestor down to this one (``("000003", "000011", id)``).
+        mutation: the operator that made it from its parent; None in the initial population.
+        publication: its rank in publication order (0 = first published): the metadata's
+            ``publication`` number where every record has one, else the order of ``published_at``
+            (then slot).
+        slot: its slot (the search's ``SEARCH_SPACE_SIZE`` slots; the first ``INIT_POPULATION_SIZE``
+            hold the initial population).
+        attempt: 0, or the replacement number of a morphology that failed in this slot.
+        seed: its PPO seed.
+        fitness: every numeric result of its training, DERL's statistic over the end of the learning
+            curve: ``return``, each reward term (``__reward__forward``, ...), ``energy``, ``x_pos``,
+            ``metric`` (docs/reference/output-folder.md#metadataidjson).
+        body: limb count, degrees of freedom and mass from the genome (also ``limbs``, ``dof``,
+            ``mass``); None each where the genome is missing.
+        wall_time: seconds its training took.
+        iterations: PPO iterations run.
+        env_steps: env steps run.
+        published_at: Unix time of publication.
+        files: ``genome``, ``xml``, ``checkpoint`` and ``metrics`` paths, relative to ``OUT_DIR``.
     """
 
     id: str

@@ -34,6 +34,7 @@ from derl.analysis.run import RunView
 from derl.analysis.stats import running_best, trend, window_mean
 from derl.config import CfgNode
 from derl.envs.media import render_body, write_png
+from derl.evolution.population import search_text
 from derl.fileio import atomic_write_text, make_folders
 from derl.metrics import REWARD_PREFIX
 from derl.ppo.episodes import EPISODES_PER_POINT
@@ -150,8 +151,7 @@ def _summary(w: _Writer) -> None:
         ("training now", str(len(view.in_progress()))),
         ("failed", str(len(view.run.failed_ids()))),
         ("task", f"{cfg.ENV.TASK} ({', '.join(cfg.ENV.MODULES)})"),
-        ("selection", f"{cfg.EVO.TOURNAMENT_TYPE} on {', '.join(view.criteria)} "
-                      f"(window {cfg.EVO.AGING_WINDOW_SIZE}, initial population {cfg.EVO.INIT_POPULATION_SIZE})"),
+        ("search", search_text(cfg.EVO)),
         ("PPO budget", f"{cfg.PPO.MAX_STATE_ACTION_PAIRS:,} env steps ({cfg.PPO.MAX_ITERS} iterations) per morphology"),
     ]
     if view.unreadable:

@@ -50,7 +50,18 @@ class Training:
 
 
 class RunView:
-    """Typed records, learning curves, lineage and replays of the run in ``out_dir``."""
+    """Typed records, learning curves, lineage and replays of the run in ``out_dir``.
+
+    Attributes:
+        cfg: the run's config (``OUT_DIR/config.yaml``).
+        run: the folder's reader (``derl.evolution.storage.RunDir``: paths such as ``xml_path(id)``).
+        records: the published morphologies (``Morphology``), in publication order.
+        by_id: the same records by id.
+        unreadable: files skipped because they did not parse or failed their schema: path -> reason.
+
+    Raises:
+        RunError: ``out_dir`` is not a run folder or its config does not load (one line).
+    """
 
     def __init__(self, out_dir: str | Path):
         self.run = RunDir(out_dir)
@@ -145,6 +156,7 @@ class RunView:
         return self.records[-self.cfg.EVO.AGING_WINDOW_SIZE:]
 
     def lineage(self) -> LineageGraph:
+        """The lineage graph of the published morphologies (and of all their ancestors)."""
         return LineageGraph(self.records)
 
     # ------------------------------------------------------------------ curves
@@ -233,6 +245,11 @@ class RunView:
         return len(self.records) >= self.total
 
     def require_published(self, morphology_id: str) -> Morphology:
+        """The record of ``morphology_id``, read anew if it was published since.
+
+        Raises:
+            RunError: not a morphology id, or not published (one line naming the metadata file).
+        """
         if morphology_id not in self.by_id:
             self.refresh()
         if morphology_id not in self.by_id:

@@ -36,7 +36,8 @@ def make_env(cfg, xml_path: str | Path, seed: int | None = None, render_mode: st
         seed: seeds the env's generator (the first ``reset()`` needs no seed).
         render_mode: None or "rgb_array".
         flat: observations as one float vector (the keys' values concatenated in name order).
-        width, height: size of rendered frames.
+        width: width of rendered frames, in pixels.
+        height: height of rendered frames, in pixels.
     """
     env: gym.Env = UnimalEnv(xml_path, cfg, seed=seed, render_mode=render_mode, width=width, height=height)
     return gym.wrappers.FlattenObservation(env) if flat else env

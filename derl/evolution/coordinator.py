@@ -40,7 +40,7 @@ from derl.evolution.backend import Backend, load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
 from derl.evolution.lease import Heartbeat, heartbeat_interval
-from derl.evolution.population import num_initial_slots, slot_id
+from derl.evolution.population import num_initial_slots, search_text, slot_id
 from derl.evolution.process import (
     COORDINATOR_PID_VARIABLE,
     EXIT_ENVIRONMENT,
@@ -507,6 +507,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     num = _worker_count(cfg, run)  # before anything is created: a count the node cannot hold is refused
     run.create()
     cfg = join_search(cfg, run, log)  # OUT_DIR/config.yaml plus this node's node-local keys
+    log(f"node {cfg.NODE_ID}: {search_text(cfg.EVO)}")
     limit_threads(cfg.TORCH_THREADS)  # the initial population is drawn here; workers set their own
     devices, num = worker_devices(cfg, run, num)
     if cfg.DEVICE != "cpu":

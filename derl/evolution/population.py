@@ -48,6 +48,30 @@ def num_initial_slots(evo: CfgNode) -> int:
     return evo.INIT_POPULATION_SIZE if evo.IS_EVO else evo.SEARCH_SPACE_SIZE
 
 
+# What a search is, as ``summary.json`` names it (``search_kind``): ``EVO.IS_EVO`` true, false.
+SEARCH_KINDS = ("evolution", "random search")
+
+
+def search_kind(evo: CfgNode) -> str:
+    """``evolution``, or ``random search`` with ``EVO.IS_EVO false`` (DERL's baseline)."""
+    return SEARCH_KINDS[0] if evo.IS_EVO else SEARCH_KINDS[1]
+
+
+def search_text(evo: CfgNode) -> str:
+    """The search in one line, as ``tools/status.py``, the report and the coordinator's log show it.
+
+    Random search has no tournament, window or mutation: its line names none of them, so a baseline
+    is never read as an evolution.
+    """
+    criteria = ", ".join(evo.SELECTION_CRITERIA)
+    if not evo.IS_EVO:
+        return (f"random search (EVO.IS_EVO false): {evo.SEARCH_SPACE_SIZE} morphologies drawn like an initial "
+                f"population, no tournament, no mutation; ranked on {criteria}")
+    window = f"window {evo.AGING_WINDOW_SIZE}, " if evo.TOURNAMENT_TYPE.startswith("aging") else ""
+    return (f"evolution: {evo.TOURNAMENT_TYPE} tournaments on {criteria} "
+            f"({window}initial population {evo.INIT_POPULATION_SIZE})")
+
+
 def slot_rng(rng_seed: int, slot: int, attempt: int) -> np.random.Generator:
     """The generator of tournament and mutation draws for ``(slot, attempt)``.
 

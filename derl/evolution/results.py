@@ -11,7 +11,7 @@ import numpy as np
 
 from derl.config import CfgNode
 from derl.evolution import selection
-from derl.evolution.population import num_initial_slots, parse_id
+from derl.evolution.population import num_initial_slots, parse_id, search_kind
 from derl.evolution.schema import RecordRules
 from derl.evolution.storage import RunDir
 
@@ -105,6 +105,7 @@ def summarize(
     return {
         "published": done,
         "total": total,
+        "search": search_kind(evo),
         "initial_population_size": num_initial_slots(evo),
         "claimed_slots": run.num_claimed_slots(),
         "failed": len(run.failed_ids()),

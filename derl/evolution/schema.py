@@ -16,7 +16,7 @@ import math
 from typing import Any, NamedTuple
 
 from derl.config import CfgNode
-from derl.evolution.population import ID_PATTERN, parse_id
+from derl.evolution.population import ID_PATTERN, SEARCH_KINDS, parse_id
 from derl.evolution.record import BOOKKEEPING, morphology_files
 
 
@@ -197,7 +197,8 @@ def summary_problem(data: Any) -> str | None:
     """Why ``data`` is not a ``summary.json``, or None (the fields ``tools/status.py`` shows)."""
     if not isinstance(data, dict):
         return "is not a JSON object"
-    return _typed(data, {"eta_hours": (lambda v: v is None or _is_number(v, 0), "a finite number or null"),
+    return _typed(data, {"search": (lambda v: v in SEARCH_KINDS, " or ".join(SEARCH_KINDS)),
+                         "eta_hours": (lambda v: v is None or _is_number(v, 0), "a finite number or null"),
                          "morphologies_per_hour": (_is_number, "a finite number"),
                          "updated": (lambda v: _is_number(v, 0), "a finite number >= 0")})
 

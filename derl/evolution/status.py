@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from derl.checked_config import load_run_config
 from derl.config import CfgNode
-from derl.evolution.population import parse_id
+from derl.evolution.population import parse_id, search_text
 from derl.evolution.results import PublishedResults, rank
 from derl.evolution.storage import RunDir
 
@@ -95,6 +95,7 @@ def status_lines(out_dir: str) -> list[str]:
                if _is_running(state, run.heartbeat_time(state["node"], state["worker"]), now, evo.LEASE_SECONDS)]
     lines = [
         f"run: {run.root}",
+        f"search: {search_text(evo)}",
         f"done: {done}/{total} ({100 * done / total:.1f}%), failed: {len(run.failed_ids())}, "
         f"claimed slots: {run.num_claimed_slots()}",
         f"running workers: {len(running)}",

@@ -1,4 +1,4 @@
-"""Picklable vector-env factories: ``factory(num_envs, first_index)`` builds a rank's envs.
+"""Picklable vector-env factories: ``factory(num_envs, first_index, device)`` builds a rank's envs.
 
 The trainer (``derl.ppo.trainer.train``) takes such a factory, calls it with its learner's device
 and steps what it builds, a vector env of ``derl.ppo.rollout.ArrayVectorEnv``'s contract. A
@@ -29,6 +29,11 @@ class UnimalEnvFactory:
 
     Env ``i`` seeds its generator with ``seed + i`` when built (the trainer seeds it again at its
     first reset).
+
+    Attributes:
+        cfg: the config of the envs (``ENV``, ``TERRAIN``, ``SIM``, ``VECENV``, ...).
+        xml_path: the unimal's MJCF file (``OUT_DIR/xml/<id>.xml`` for a morphology of a run).
+        seed: seeds env ``i``'s generator with ``seed + i``; None: unseeded until the first reset.
     """
 
     cfg: CfgNode
@@ -36,6 +41,8 @@ class UnimalEnvFactory:
     seed: int | None = None
 
     def __call__(self, num_envs: int, first_index: int = 0, device: Any = "cpu") -> VectorEnv:
+        """``num_envs`` envs, ``first_index`` the index of the first (``r * NUM_ENVS`` on rank ``r``), on the
+        learner's ``device`` (used by ``SIM.BACKEND warp`` only: MuJoCo C steps on the host)."""
         env = UnimalVectorEnv(self.xml_path, self.cfg, num_envs, device=device)
         if self.seed is not None:
             env.sim.seed(self.seed + first_index)

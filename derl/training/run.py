@@ -162,6 +162,14 @@ def train_to_folder(
 ) -> TrainResult:
     """Trains with ``seed = RNG_SEED`` and writes the output folder (module docstring).
 
+    Args:
+        cfg: the training's config (``PPO.*``, the env's keys, ``RNG_SEED``, ``DEVICE``).
+        source: the env, ``{"xml": MJCF path}`` (a unimal) or ``{"env_id": id}`` (a Gymnasium env).
+        out_dir: the output folder (created if missing).
+        resume: continue from ``out_dir/model.pt`` if it exists.
+        progress: draw a progress bar (on a terminal only).
+        callbacks: more hooks (``derl.ppo.callbacks``), called before the folder's own.
+
     Joins the ranks ``torchrun`` started, if any (``derl.ppo.distributed``); one rank otherwise.
     A resume of a finished training returns its saved result and writes nothing
     (``finished_result``); a run stopped by a callback keeps its checkpoint and gets no
