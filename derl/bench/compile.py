@@ -11,13 +11,13 @@ share ``~/.cache/warp``. A process builds the body's world (``--cfg``, default `
 puts ``--nworld`` worlds on warp's ``--device`` and takes one env step (``derl.bench.sim.WarpSim``);
 the modules that appeared in the cache meanwhile were compiled for that body.
 
-Per body: its model sizes (limbs, nv, nu, ngeom, nbody, njnt, nC: the mass matrix's nonzeros, the
-geom type pairs that may collide), the modules it compiled, by name, and the first step's seconds.
+Per body: its model sizes (limbs, nv, nu, ngeom, nbody, njnt, nv_pad, nC: the mass matrix's nonzeros,
+the geom type pairs that may collide), the modules it compiled, by name, and the first step's seconds.
 The summary: bodies, bodies that compiled anything, modules in all, the cumulative count against
-the body number, the shape classes (nv, nC, geom pairs: the sizes that the specialised kernels of
-these bodies read), for each candidate key of sizes the bodies that compiled exactly when their key
-was new to the cache, the kernels compiled again after the first body, and the share of the
-processes' wall time spent in first steps that compiled something.
+the body number, the shape classes (``SPECIALISED``: the sizes that the kernels specialised per model
+read on these bodies) and their cumulative count, for candidate keys of sizes the bodies that
+compiled exactly when one of their keys was new to the cache, the kernels compiled again after the
+first body, and the share of the processes' wall time spent in first steps that compiled something.
 """
 
 from __future__ import annotations
@@ -43,11 +43,13 @@ from derl.cli.morphology import InputError, load_genome, sample
 from derl.config import PRESET_DIR, ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-# The sizes of a shape class: what the kernels specialised per model read on FT bodies (nv, also
-# through nv_pad and the mass matrix's tile; nC; the collision kernel's geom type pairs).
-SHAPE_CLASS = ("nv", "nC", "geom_pairs")
-# Keys tested against the compilations: does a body compile exactly when its key is new to the cache?
-CANDIDATE_KEYS = (("nbody",), ("ngeom",), ("nu",), ("nv",), ("nv", "nC"), ("nv", "geom_pairs"), SHAPE_CLASS)
+# The model sizes that MuJoCo Warp 4.0's kernels specialised per model read on FT bodies, one key per
+# group of kernels: nv (the Newton solver's Cholesky and Jacobian kernels, the mass matrix's dense
+# tile), nv padded to the solver's tile with nC (the solver's J'DJ kernel), and the geom type pairs
+# that may collide (the narrow phase). Each key's values are a shape class.
+SPECIALISED = (("nv",), ("nv_pad", "nC"), ("geom_pairs",))
+# Predicates tested against the compilations: does a body compile exactly when one of its keys is new?
+CANDIDATES = ((("nbody",),), (("ngeom",),), (("nu",),), (("nv",),), (("nv", "nC"),), SPECIALISED)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class BodyCompile:
     ngeom: int
     nbody: int
     njnt: int
+    nv_pad: int  # nv padded to the Newton solver's tile (mujoco_warp's Model.nv_pad)
     nC: int  # nonzeros of the mass matrix's lower triangle (len(M_colind)): the tree's shape
     geom_pairs: tuple[str, ...]  # geom type pairs that may collide (MuJoCo Warp's geom_pair_type_count)
     new_modules: tuple[str, ...]  # warp modules that appeared in the cache during the first step
@@ -102,13 +105,19 @@ def kernel_name(module: str) -> str:
     return name.split("__locals__")[0]
 
 
-def _follows(bodies: Sequence[BodyCompile], fields: Sequence[str]) -> int:
-    """Bodies after the first that compiled something exactly when their ``fields`` were new to the cache."""
-    seen = {bodies[0].key(fields)}
+def _name(keys: Sequence[Sequence[str]]) -> str:
+    return " | ".join(", ".join(key) for key in keys)
+
+
+def _follows(bodies: Sequence[BodyCompile], keys: Sequence[Sequence[str]]) -> int:
+    """Bodies after the first that compiled something exactly when one of their ``keys`` was new to the cache."""
+    seen = [{bodies[0].key(key)} for key in keys]
     agree = 0
     for body in bodies[1:]:
-        agree += (body.key(fields) not in seen) == bool(body.new_modules)
-        seen.add(body.key(fields))
+        new = [body.key(key) not in values for key, values in zip(keys, seen, strict=True)]
+        agree += any(new) == bool(body.new_modules)
+        for key, values in zip(keys, seen, strict=True):
+            values.add(body.key(key))
     return agree
 
 
@@ -117,17 +126,9 @@ def summarise(bodies: Sequence[BodyCompile]) -> dict:
     if not bodies:
         raise ValueError("no bodies to summarise")
     counts = [len(body.new_modules) for body in bodies]
-    cumulative, classes_seen, cumulative_classes = [], set(), []
-    for body in bodies:
-        cumulative.append((cumulative[-1] if cumulative else 0) + len(body.new_modules))
-        classes_seen.add(body.key(SHAPE_CLASS))
-        cumulative_classes.append(len(classes_seen))
-    classes: dict[tuple, dict] = {}
-    for body in bodies:
-        entry = classes.setdefault(body.key(SHAPE_CLASS), {**dict(zip(SHAPE_CLASS, body.key(SHAPE_CLASS), strict=True)),
-                                                           "bodies": 0, "modules": 0})
-        entry["bodies"] += 1
-        entry["modules"] += len(body.new_modules)
+    cumulative = [sum(counts[:index + 1]) for index in range(len(bodies))]
+    classes = {_name([key]): [len({body.key(key) for body in bodies[:index + 1]}) for index in range(len(bodies))]
+               for key in SPECIALISED}
     later = bodies[1:]
     compiling = [body.first_step_seconds for body in later if body.new_modules]
     loading = [body.first_step_seconds for body in later if not body.new_modules]
@@ -144,13 +145,9 @@ def summarise(bodies: Sequence[BodyCompile]) -> dict:
         "cumulative_modules": cumulative,
         "last_body_compiling": compiled_at[-1] if compiled_at else None,
         "modules_in_second_half": cumulative[-1] - cumulative[len(bodies) // 2 - 1] if len(bodies) > 1 else 0,
-        "shape_class": list(SHAPE_CLASS),
-        "classes": len(classes),
-        "cumulative_classes": cumulative_classes,
-        "class_table": sorted(classes.values(), key=lambda row: (row["nv"], row["nC"], row["geom_pairs"])),
-        "distinct": {name: len({body.key((name,)) for body in bodies}) for name in ("nv", "nC", "geom_pairs")},
-        "compiles_follow": {", ".join(fields): {"agree": _follows(bodies, fields), "of": len(later)}
-                            for fields in CANDIDATE_KEYS},
+        "classes": {name: values[-1] for name, values in classes.items()},
+        "cumulative_classes": classes,
+        "compiles_follow": {_name(keys): {"agree": _follows(bodies, keys), "of": len(later)} for keys in CANDIDATES},
         "kernels_compiled_again": dict(Counter(kernel_name(module) for body in later for module in body.new_modules)
                                        .most_common()),
         "first_step_seconds": {"first_body": bodies[0].first_step_seconds,
@@ -174,10 +171,11 @@ def measure_body(genome_path: Path, cfg_file: Path, device: str, nworld: int) ->
     cost = warp.build_cost(model, nworld, cfg.SIM.NCONMAX, cfg.SIM.NJMAX)
     new = warp.modules() - before
     with warp.wp.ScopedDevice(warp.device):
-        pairs = warp.mjw.put_model(model).geom_pair_type_count
+        device_model = warp.mjw.put_model(model)
     names = [kind.name for kind in sorted(warp.mjw.GeomType, key=lambda kind: kind.value)]
     return BodyCompile(genome.id, genome.num_limbs, model.nv, model.nu, model.ngeom, model.nbody, model.njnt,
-                       len(model.M_colind), collision_pairs(pairs, names), tuple(sorted(new)),
+                       int(device_model.nv_pad), len(model.M_colind),
+                       collision_pairs(device_model.geom_pair_type_count, names), tuple(sorted(new)),
                        round(cost["put_model_seconds"] + cost["put_data_seconds"], 4), cost["first_step_seconds"])
 
 
@@ -191,6 +189,8 @@ def _genome_files(args: argparse.Namespace, work: Path) -> list[Path]:
         paths = sorted(args.genomes.glob("*.json"))
         if not paths:
             raise SystemExit(f"error: --genomes: no genome JSON files in {args.genomes}")
+        for path in paths:  # a bad file is one line here, before any process starts
+            load_genome(path)
         return paths
     try:
         mutations = [int(part) for part in args.mutations.split(",")]
