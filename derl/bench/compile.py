@@ -39,8 +39,8 @@ from importlib import metadata
 from pathlib import Path
 
 from derl.checked_config import load_config
-from derl.cli.morphology import InputError, load_genome, sample
 from derl.config import PRESET_DIR, ConfigError
+from derl.morphology.files import InputError, load_genome, sample
 
 ROOT = Path(__file__).resolve().parents[2]
 # The model sizes that MuJoCo Warp 4.0's kernels specialised per model read on FT bodies, one key per
