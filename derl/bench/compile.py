@@ -39,14 +39,14 @@ from importlib import metadata
 from pathlib import Path
 
 from derl.checked_config import load_config
-from derl.config import PRESET_DIR, ConfigError
+from derl.config import PRESET_DIR, CfgNode, ConfigError
 from derl.morphology.files import InputError, load_genome, sample
 
 ROOT = Path(__file__).resolve().parents[2]
 # The model sizes that MuJoCo Warp 4.0's kernels specialised per model read on FT bodies, one key per
-# group of kernels: nv (the Newton solver's Cholesky and Jacobian kernels, the mass matrix's dense
-# tile), nv padded to the solver's tile with nC (the solver's J'DJ kernel), and the geom type pairs
-# that may collide (the narrow phase). Each key's values are a shape class.
+# group of kernels: nv (the Newton solver's two Cholesky kernels and its residual kernel, the mass
+# matrix's dense tile), nv padded to a multiple of 4 with nC (the solver's J'DJ kernel), and the geom
+# type pairs that may collide (the narrow phase). Each key's values are a shape class.
 SPECIALISED = (("nv",), ("nv_pad", "nC"), ("geom_pairs",))
 # Predicates tested against the compilations: does a body compile exactly when one of its keys is new?
 CANDIDATES = ((("nbody",),), (("ngeom",),), (("nu",),), (("nv",),), (("nv", "nC"),), SPECIALISED)
@@ -179,7 +179,7 @@ def measure_body(genome_path: Path, cfg_file: Path, device: str, nworld: int) ->
                        round(cost["put_model_seconds"] + cost["put_data_seconds"], 4), cost["first_step_seconds"])
 
 
-def _genome_files(args: argparse.Namespace, work: Path) -> list[Path]:
+def _genome_files(args: argparse.Namespace, cfg: CfgNode, work: Path) -> list[Path]:
     """The bodies' genome files, in the order they run."""
     if (args.genomes is None) == (args.sample is None):
         raise SystemExit("error: give --genomes DIR or --sample N (one of them)")
@@ -198,7 +198,6 @@ def _genome_files(args: argparse.Namespace, work: Path) -> list[Path]:
         raise SystemExit(f"error: --mutations expects comma-separated integers, got {args.mutations!r}") from None
     if args.sample < 1 or args.seed < 0 or min(mutations) < 0:
         raise SystemExit("error: --sample must be >= 1, --seed and --mutations >= 0")
-    cfg = load_config(args.cfg)
     chains = []
     for turn, count in enumerate(mutations):
         num = len(range(turn, args.sample, len(mutations)))
@@ -217,9 +216,11 @@ def _fresh_cache(path: Path | None) -> Path:
 
 
 def _run_body(genome: Path, args: argparse.Namespace, cache: Path) -> BodyCompile:
-    """``measure_body`` in a child process with warp's cache in ``cache``."""
-    command = [sys.executable, "-m", __name__, str(genome), str(args.cfg), args.device, str(args.nworld)]
-    env = dict(os.environ, WARP_CACHE_PATH=str(cache))
+    """``measure_body`` in a child process (in the checkout's root, so paths are absolute) with warp's
+    cache in ``cache``."""
+    command = [sys.executable, "-m", __name__, str(genome.resolve()), str(args.cfg.resolve()), args.device,
+               str(args.nworld)]
+    env = dict(os.environ, WARP_CACHE_PATH=str(cache.resolve()))
     started = time.perf_counter()
     try:
         proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout,
@@ -256,7 +257,7 @@ def run(args: argparse.Namespace) -> dict:
     cache = _fresh_cache(args.cache)
     with tempfile.TemporaryDirectory(prefix="derl-bench-compile-") as work:
         try:
-            genomes = _genome_files(args, Path(work))
+            genomes = _genome_files(args, cfg, Path(work))
             bodies = [_run_body(path, args, cache) for path in genomes]
         except InputError as err:
             raise SystemExit(f"error: {err}") from None
