@@ -135,6 +135,7 @@ CASES = {
     "bench: unknown benchmark": ["tools/bench.py", "nonsense"],
     "bench env: unknown env": ["tools/bench.py", "env", "--envs", "nonsense"],
     "bench sim: unknown backend": ["tools/bench.py", "sim", "--backends", "mjx"],
+    "bench compile: no bodies": ["tools/bench.py", "compile", "--mutations", "2"],
     "bench ab: unknown revision": ["tools/bench.py", "ab", "--base", "no-such-rev"],
     "evaluate: missing run": ["tools/evaluate.py", "missing", "--tasks", "point_nav"],
     "evaluate: unknown task": ["tools/evaluate.py", "run", "--tasks", "nonsense"],

@@ -1,4 +1,4 @@
-"""Benchmarks, printed as JSON: `python tools/bench.py NAME [options]` (NAME: one of BENCHMARKS).
+"""Benchmarks, printed as JSON: `python tools/bench.py NAME [options]` (`--help` lists the names).
 
 Each benchmark lives in `derl/bench/<name>.py` with `add_arguments(parser)` and
 `run(args) -> dict`; ratios are measured side by side in one run.
@@ -14,7 +14,7 @@ from derl.cli import ArgumentParser, run
 from derl.fileio import atomic_write_text
 from derl.threads import limit_threads
 
-BENCHMARKS = ("env", "ppo", "ab", "evolve", "report", "learner", "ddp", "memory", "sim", "fidelity")
+BENCHMARKS = ("env", "ppo", "ab", "evolve", "report", "learner", "ddp", "memory", "sim", "compile", "fidelity")
 
 
 def main(argv: list[str]) -> int:

@@ -47,11 +47,12 @@ def main(argv: list[str]) -> None:
     # Imported after the arguments: --help and usage errors answer at once.
     from derl.checked_config import load_config_or_exit
     from derl.cli import morphology
+    from derl.morphology.files import sample
 
     cfg = load_config_or_exit(args.cfg, args.overrides)
     try:
         if args.command == "sample":
-            for path in morphology.sample(cfg, args.num, args.seed, args.out, args.mutations):
+            for path in sample(cfg, args.num, args.seed, args.out, args.mutations):
                 print(path)
         elif args.command == "xml":
             sys.stdout.write(morphology.genome_xml(cfg, args.genome))

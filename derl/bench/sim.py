@@ -33,12 +33,13 @@ import mujoco.batch
 import numpy as np
 
 from derl.checked_config import check_backend_here, load_config
-from derl.config import PRESET_DIR, ConfigError
+from derl.config import PRESET_DIR, CfgNode, ConfigError
 from derl.envs.batch import FRAME_SKIP
+from derl.envs.tasks import make_task
 from derl.envs.warp_log import quiet_warp
-from derl.envs.world import build_xml
+from derl.envs.world import compile_world
 from derl.evolution.coordinator import usable_cores
-from derl.morphology import random_genome, to_mjcf
+from derl.morphology import Genome, random_genome, to_mjcf
 
 DEFAULT_NWORLD = {"cpu": (8, 64), "cuda": (1024, 4096, 8192)}
 
@@ -68,11 +69,16 @@ class Rate:
     nonfinite_worlds: int  # worlds whose qpos went NaN/inf: a physics problem, not a speed one
 
 
+def world_model(genome: Genome, cfg: CfgNode) -> mujoco.MjModel:
+    """The compiled world of ``genome`` in ``cfg``'s task, as an env builds it."""
+    return compile_world(to_mjcf(genome, cfg), cfg, make_task(cfg))
+
+
 def ft_model(seed: int) -> tuple[mujoco.MjModel, dict]:
     """The FT world of ``random_genome`` seed ``seed`` and a description of its body."""
     cfg = load_config(PRESET_DIR / "ft.yml")
     genome = random_genome(cfg, np.random.default_rng(seed), f"bench-{seed}")
-    model = mujoco.MjModel.from_xml_string(build_xml(to_mjcf(genome, cfg), cfg))
+    model = world_model(genome, cfg)
     return model, {"seed": seed, "num_limbs": genome.num_limbs, "nv": model.nv, "nu": model.nu, "ngeom": model.ngeom}
 
 
@@ -123,9 +129,13 @@ class WarpSim:
         self.device = wp.get_device(device)
         self.cache_dir = Path(wp.config.kernel_cache_dir)
 
+    def modules(self) -> set[str]:
+        """The compiled modules in warp's kernel cache directory (its ``wp_*`` folders), by name."""
+        return {path.name for path in self.cache_dir.glob("wp_*")}
+
     def cached_modules(self) -> int:
-        """Compiled modules in warp's kernel cache directory (``wp_*`` folders)."""
-        return sum(1 for path in self.cache_dir.glob("wp_*"))
+        """How many compiled modules warp's kernel cache directory holds."""
+        return len(self.modules())
 
     def put(self, model: mujoco.MjModel, nworld: int, nconmax: int, njmax: int) -> tuple[object, object, float, float]:
         """The device model and data of ``nworld`` worlds, and the seconds each upload took."""
