@@ -90,3 +90,16 @@ def test_a_tiny_study_reports_every_figure_and_reuses_its_trainings(tmp_path):
     assert (tmp_path / "study.png").read_bytes()[:4] == b"\x89PNG"
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and json.loads(out.read_text())["reference"] == study["reference"]
+
+
+def test_sampled_bodies_take_the_mutation_counts_in_turn(tmp_path):
+    """``sample`` with a list mutates body k ``mutations[k % len]`` times; each body is the one a single
+    count would give (the same genome chain from the k-th seed)."""
+    from derl.checked_config import load_config
+    from derl.morphology.files import sample
+
+    cfg = load_config(ROOT / "configs" / "evo" / "ft.yml")
+    mixed = sample(cfg, 4, 3, tmp_path / "mixed", [0, 2])
+    assert [p.stem for p in mixed] == ["s3-0000-m0", "s3-0001-m2", "s3-0002-m0", "s3-0003-m2"]
+    twice = sample(cfg, 4, 3, tmp_path / "twice", 2)
+    assert mixed[1].read_text() == twice[1].read_text() and mixed[3].read_text() == twice[3].read_text()

@@ -48,7 +48,8 @@ from derl.bench.agreement import agreement, seed_agreement
 from derl.checked_config import ConfigError, load_config
 from derl.config import CfgNode
 from derl.fileio import atomic_write_text, read_json
-from derl.morphology import Genome, GenomeError, mutate, random_genome
+from derl.morphology import Genome, GenomeError
+from derl.morphology.files import sample
 
 ROOT = Path(__file__).resolve().parents[2]
 ON_CPU = {"SIM.BACKEND": "mujoco", "DEVICE": "cpu"}
@@ -112,21 +113,6 @@ def parse_preset(spec: str, extra: dict[str, str], common: list[str]) -> Preset:
         raise SystemExit(f"error: {spec}: {err}") from None
     label = path.stem + "".join(f" {key}={value}" for key, value in overrides.items())
     return Preset(label, path, overrides, cfg)
-
-
-def sampled_bodies(cfg: CfgNode, num: int, seed: int, mutations: list[int], folder: Path) -> list[Path]:
-    """``num`` random genomes of ``seed``, body k mutated ``mutations[k % len]`` times, written to ``folder``."""
-    paths = []
-    for k, child in enumerate(np.random.SeedSequence(seed).spawn(num)):
-        rng = np.random.default_rng(child)
-        genome = random_genome(cfg, rng, f"f{seed}-{k:03d}-m0")
-        for j in range(1, mutations[k % len(mutations)] + 1):
-            genome = mutate(genome, cfg, rng, f"f{seed}-{k:03d}-m{j}")
-        path = folder / f"{genome.id}.json"
-        if not path.is_file():
-            atomic_write_text(path, genome.to_json())
-        paths.append(path)
-    return paths
 
 
 def _limbs(path: Path) -> int:
@@ -236,11 +222,9 @@ def run(args: argparse.Namespace) -> dict:
         if len(genomes) < 4:
             raise SystemExit(f"error: {args.genomes}: need at least 4 genome JSON files, found {len(genomes)}")
     else:
-        if args.sample < 4 or not args.mutations or min(args.mutations) < 0:
-            raise SystemExit("error: need --sample >= 4 and --mutations of whole numbers >= 0")
-        bodies = args.work / "bodies"
-        bodies.mkdir(parents=True, exist_ok=True)
-        genomes = sampled_bodies(reference.cfg, args.sample, args.seed, args.mutations, bodies)
+        if args.sample < 4 or not args.mutations or min(args.mutations) < 0 or args.seed < 0:
+            raise SystemExit("error: need --sample >= 4, --mutations of whole numbers >= 0 and --seed >= 0")
+        genomes = sample(reference.cfg, args.sample, args.seed, args.work / "bodies", args.mutations)
     ids = [g.stem for g in genomes]
 
     jobs = [Training(reference, g, seed, _budget(reference, args.scale), args.work, False)

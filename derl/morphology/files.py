@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,19 +36,21 @@ def write_genome(out: Path, genome: Genome, cfg: CfgNode) -> Path:
     return path
 
 
-def sample(cfg: CfgNode, num: int, seed: int, out: Path, mutations: int = 0) -> list[Path]:
-    """``num`` random genomes, each mutated ``mutations`` times; genome k uses the k-th
-    child of ``SeedSequence(seed)``, so a larger ``num`` keeps the first genomes.
+def sample(cfg: CfgNode, num: int, seed: int, out: Path, mutations: int | Sequence[int] = 0) -> list[Path]:
+    """``num`` random genomes, each mutated ``mutations`` times (a list: genome k ``mutations[k % len]``
+    times, small to large bodies in turn); genome k uses the k-th child of ``SeedSequence(seed)``, so
+    a larger ``num`` keeps the first genomes.
 
     Ids are ``s<seed>-<k>-m<j>`` after j mutations; only the last of each chain is written.
     """
-    if num < 1 or mutations < 0 or seed < 0:
+    counts = [mutations] if isinstance(mutations, int) else list(mutations)
+    if num < 1 or not counts or min(counts) < 0 or seed < 0:
         raise InputError(f"need --num >= 1, --mutations >= 0 and --seed >= 0 (got {num}, {mutations}, {seed})")
     paths = []
     for k, child_seed in enumerate(np.random.SeedSequence(seed).spawn(num)):
         rng = np.random.default_rng(child_seed)
         genome = random_genome(cfg, rng, f"s{seed}-{k:04d}-m0")
-        for j in range(1, mutations + 1):
+        for j in range(1, counts[k % len(counts)] + 1):
             genome = mutate(genome, cfg, rng, f"s{seed}-{k:04d}-m{j}")
         paths.append(write_genome(out, genome, cfg))
     return paths
