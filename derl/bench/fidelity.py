@@ -104,7 +104,7 @@ def parse_preset(spec: str, extra: dict[str, str], common: list[str]) -> Preset:
         if not equals:
             raise SystemExit(f"error: --candidate {spec}: {pair!r} is not KEY=VALUE")
         overrides[key] = value
-    path = Path(path_text)
+    path = Path(path_text).resolve()  # the trainings run from the repository's root
     if not path.is_file():
         raise SystemExit(f"error: preset file not found: {path}")
     try:
@@ -167,11 +167,15 @@ def train(training: Training, common: list[str], criterion: str) -> dict:
         atomic_write_text(timing_path, json.dumps({"wall_seconds": time.perf_counter() - started,
                                                    "cpu_seconds": usage.ru_utime + usage.ru_stime}))
     timing, result = read_json(timing_path), read_json(training.folder / "metrics.json")
-    fitness = result["summary"].get(criterion)
-    if not isinstance(fitness, int | float):
-        raise RuntimeError(f"{training.folder}/metrics.json has no {criterion}")
-    return {"fitness": float(fitness), "env_steps": int(result["env_steps"]), "device": result.get("device", "cpu"),
-            **timing}
+    summary = result.get("summary") if isinstance(result, dict) else None
+    fitness = summary.get(criterion) if isinstance(summary, dict) else None
+    if not isinstance(fitness, int | float) or not isinstance(result.get("env_steps"), int):
+        raise RuntimeError(f"{training.folder}/metrics.json: no {criterion} or env_steps: not a finished training")
+    seconds = ("wall_seconds", "cpu_seconds")
+    if not (isinstance(timing, dict) and all(isinstance(timing.get(key), float) for key in seconds)):
+        raise RuntimeError(f"{timing_path}: not the timing this benchmark writes (remove it to train again)")
+    return {"fitness": float(fitness), "env_steps": result["env_steps"], "device": str(result.get("device", "cpu")),
+            "wall_seconds": timing["wall_seconds"], "cpu_seconds": timing["cpu_seconds"]}
 
 
 def _budget(preset: Preset, scale: float) -> int:
@@ -207,6 +211,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.seeds < 2 or args.scale <= 0 or args.jobs < 1 or args.gpu_jobs < 1:
         raise SystemExit("error: need --seeds >= 2, --scale > 0, --jobs >= 1 and --gpu-jobs >= 1")
     common = list(args.overrides)
+    work = args.work.resolve()  # the trainings run from the repository's root
     reference = parse_preset(str(args.reference), {}, common)
     candidates = [parse_preset(spec, ON_CPU if args.cpu else {}, common)
                   for spec in args.candidate or [str(ROOT / "configs" / "evo" / "ft_gpu.yml")]]
@@ -218,18 +223,18 @@ def run(args: argparse.Namespace) -> dict:
     criterion = reference.cfg.EVO.SELECTION_CRITERIA[0]
     larger_is_better = reference.cfg.EVO.SELECTION_CRITERIA_OBJ[0] == -1
     if args.genomes is not None:
-        genomes = sorted(args.genomes.glob("*.json"))
+        genomes = sorted(args.genomes.resolve().glob("*.json"))
         if len(genomes) < 4:
             raise SystemExit(f"error: {args.genomes}: need at least 4 genome JSON files, found {len(genomes)}")
     else:
         if args.sample < 4 or not args.mutations or min(args.mutations) < 0 or args.seed < 0:
             raise SystemExit("error: need --sample >= 4, --mutations of whole numbers >= 0 and --seed >= 0")
-        genomes = sample(reference.cfg, args.sample, args.seed, args.work / "bodies", args.mutations)
+        genomes = sample(reference.cfg, args.sample, args.seed, work / "bodies", args.mutations)
     ids = [g.stem for g in genomes]
 
-    jobs = [Training(reference, g, seed, _budget(reference, args.scale), args.work, False)
+    jobs = [Training(reference, g, seed, _budget(reference, args.scale), work, False)
             for g in genomes for seed in range(1, args.seeds + 1)]
-    jobs += [Training(c, g, 1, _budget(c, args.scale), args.work, args.cpu) for c in candidates for g in genomes]
+    jobs += [Training(c, g, 1, _budget(c, args.scale), work, args.cpu) for c in candidates for g in genomes]
     with ThreadPoolExecutor(args.jobs) as cpu_lanes, ThreadPoolExecutor(args.gpu_jobs) as gpu_lanes:
         futures = [(gpu_lanes if job.preset.on_gpu and not job.cpu else cpu_lanes).submit(
             train, job, common, criterion) for job in jobs]
