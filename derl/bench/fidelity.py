@@ -106,7 +106,7 @@ def parse_preset(spec: str, extra: dict[str, str], common: list[str]) -> Preset:
         overrides[key] = value
     path = Path(path_text).resolve()  # the trainings run from the repository's root
     if not path.is_file():
-        raise SystemExit(f"error: preset file not found: {path}")
+        raise SystemExit(f"error: preset file not found: {path_text}")
     try:
         cfg = load_config(path, [*common, *(item for kv in {**overrides, **extra}.items() for item in kv)])
     except ConfigError as err:
