@@ -2,7 +2,7 @@
 
 `python tools/gpu_check.py [--quick] [--out output/gpu_check.json]` (`make gpu-check`); see
 derl/bench/gpu_check.py for what each check measures. The report is rewritten after each row, so a
-check stopped midway leaves the rows it finished. Without a GPU: one line, exit 1.
+check stopped midway leaves the rows it finished. Without a GPU: one `error:` line, exit 1.
 """
 
 import argparse

@@ -16,15 +16,16 @@ with AMP off and on and its round-robin over the GPUs, DDP with two GPUs; last, 
 first step (the kernels MuJoCo Warp specialises per model). About 15 minutes on a GPU, ``--quick``
 about 5.
 
-On a machine without a GPU it says so in one line and exits non-zero. ``--device cpu`` runs the
-checks that apply on warp's CPU device (the capture path included: warp's CPU device captures
-too), tiny, for the tests.
+On a machine without a GPU it says so in one line (``error: ...``, before looking for warp) and
+exits 1. ``--device cpu`` runs the checks that apply on warp's CPU device (the capture path
+included: warp's CPU device captures too), tiny, for the tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,13 +84,25 @@ class Check:
     measured: dict = field(default_factory=dict)
 
 
-def no_gpu(torch_sees_cuda: bool, warp_installed: bool) -> str | None:
-    """The one line to print when this machine cannot run the check on ``cuda``, or None."""
-    if not warp_installed:
-        return "gpu_check: warp and mujoco_warp are not installed: run `make setup-gpu` on a GPU node"
+def no_gpu(torch_sees_cuda: bool, listed_gpus: int | None, warp_installed: bool) -> str | None:
+    """The one line to print when this machine cannot run the check on ``cuda``, or None.
+
+    No GPU comes first: on a machine without one, installing warp (``make setup-gpu``) would not
+    help. ``listed_gpus`` (what ``nvidia-smi -L`` lists, None without nvidia-smi) tells a machine
+    without a GPU from one whose GPU torch does not see."""
+    if not torch_sees_cuda and not listed_gpus:
+        return "error: no NVIDIA GPU on this machine (nvidia-smi / torch.cuda found none): gpu_check needs one"
     if not torch_sees_cuda:
-        return "gpu_check: no GPU on this machine (torch sees no CUDA device): run it on a node with an NVIDIA GPU"
+        return (f"error: nvidia-smi lists {listed_gpus} GPU(s) but torch.cuda sees none (CUDA_VISIBLE_DEVICES, "
+                "or a CPU-only torch build?): gpu_check needs torch on the GPU")
+    if not warp_installed:
+        return "error: warp and mujoco_warp are not installed: run `make setup-gpu` on this GPU node"
     return None
+
+
+def listed_gpus(text: str) -> int:
+    """The GPUs in ``nvidia-smi -L``'s output (``GPU 0: NVIDIA H100 ... (UUID: GPU-...)`` per GPU)."""
+    return sum(line.startswith("GPU ") for line in text.splitlines())
 
 
 def guarded(name: str, body: Callable[[], Check]) -> Check:
@@ -504,11 +517,22 @@ def run(args: argparse.Namespace, on_row: Callable[[dict], None] = lambda report
     return checks, report(checks, f"{device.alias} ({device.name})", versions)
 
 
+def _nvidia_smi_gpus() -> int | None:
+    """The GPUs ``nvidia-smi -L`` lists (0 when it fails: no driver), None without nvidia-smi."""
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return listed_gpus(done.stdout) if done.returncode == 0 else 0
+
+
 def gpu_missing(device: str) -> str | None:
-    """``no_gpu``'s line for this machine when ``device`` is CUDA (imports torch, not warp)."""
+    """``no_gpu``'s line for this machine when ``device`` is CUDA (asks torch, then nvidia-smi if torch sees
+    no GPU; looks for warp without importing it)."""
     if not device.startswith("cuda"):
         return None
-    installed = all(importlib.util.find_spec(name) is not None for name in ("warp", "mujoco_warp"))
     import torch
 
-    return no_gpu(torch.cuda.is_available(), installed)
+    sees = torch.cuda.is_available()
+    installed = all(importlib.util.find_spec(name) is not None for name in ("warp", "mujoco_warp"))
+    return no_gpu(sees, None if sees else _nvidia_smi_gpus(), installed)
