@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from derl.bench.gpu_check import (
+from derl.bench.gpu_training import (
+    RowError,
+    check_finished,
+    evolution_verdict,
+    loop_rate,
+    read_iterations,
+    run_at_once,
+    training_rates,
+)
+from derl.bench.gpu_verdicts import (
     FAIL,
     MEASURED,
     NOT_RUN,
@@ -33,15 +42,6 @@ from derl.bench.gpu_check import (
     table,
     task_on_device_verdict,
     workers_verdict,
-)
-from derl.bench.gpu_training import (
-    RowError,
-    check_finished,
-    evolution_verdict,
-    loop_rate,
-    read_iterations,
-    run_at_once,
-    training_rates,
 )
 from derl.envs.warp_overflow import Buffers
 from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
