@@ -58,8 +58,14 @@ evolve: setup
 	@echo "results: output/quick (summary.json, metadata/, models/); next: docs/getting-started.md#your-first-study"
 
 # `make gpu-check`: does SIM.BACKEND warp work on this machine's GPU? A verdict table and
-# output/gpu_check.json (tools/gpu_check.py); without a GPU it says so in one line and fails.
-gpu-check: setup-gpu
+# output/gpu_check.json (tools/gpu_check.py). warp (setup-gpu, ~149 MB) is installed only where
+# `nvidia-smi -L` lists a GPU (asked only when gpu-check is a goal); elsewhere the tool says in one line
+# that there is none. make exits 2 whenever the tool fails: `.venv/bin/python tools/gpu_check.py` exits
+# with the tool's own code (1: a check failed or no GPU, 2: bad input).
+ifneq ($(filter gpu-check,$(MAKECMDGOALS)),)
+GPU_LISTED := $(shell nvidia-smi -L 2>/dev/null | grep '^GPU ')
+endif
+gpu-check: setup $(if $(GPU_LISTED),setup-gpu)
 	MUJOCO_GL=egl $(PY) tools/gpu_check.py
 
 # Offline install for GPU nodes without internet: `make wheelhouse` (on a machine with internet)

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from derl.bench.gpu_check import (
+from derl.bench.gpu_training import (
+    RowError,
+    check_finished,
+    evolution_verdict,
+    loop_rate,
+    read_iterations,
+    run_at_once,
+    training_rates,
+)
+from derl.bench.gpu_verdicts import (
     FAIL,
     MEASURED,
     NOT_RUN,
@@ -23,6 +32,7 @@ from derl.bench.gpu_check import (
     ddp_not_run,
     guarded,
     learner_verdict,
+    listed_gpus,
     memory_verdict,
     no_gpu,
     overflow_verdict,
@@ -33,23 +43,37 @@ from derl.bench.gpu_check import (
     task_on_device_verdict,
     workers_verdict,
 )
-from derl.bench.gpu_training import (
-    RowError,
-    check_finished,
-    evolution_verdict,
-    loop_rate,
-    read_iterations,
-    run_at_once,
-    training_rates,
-)
 from derl.envs.warp_overflow import Buffers
 from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
 from tests.test_envs_tasks import ROOT
 
+# Run before the tool: warp made unimportable (as on a machine without requirements-gpu.txt).
+NO_WARP = "import sys\nsys.modules['warp'] = sys.modules['mujoco_warp'] = None\n"
+# Run before the tool: torch says there is a GPU (the fake's only effect: the check never gets that far).
+A_GPU = "import torch\ntorch.cuda.is_available = lambda: True\n"
 
-def _tool(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "tools/gpu_check.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env=env)
+
+def _tool(*args: str, env: dict | None = None, prelude: str = "") -> subprocess.CompletedProcess:
+    """``tools/gpu_check.py ARGS``; with ``prelude``, that code runs first in the tool's process."""
+    command = [sys.executable, "tools/gpu_check.py", *args]
+    if prelude:
+        command = [sys.executable, "-c", f"{prelude}import runpy, sys\nsys.argv = {command[1:]!r}\n"
+                                         "runpy.run_path('tools/gpu_check.py', run_name='__main__')"]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+
+def _nvidia_smi(folder: Path, output: str, code: int) -> dict:
+    """The environment with a fake ``nvidia-smi`` first on PATH (printing ``output``, exiting ``code``) and
+    no CUDA device visible to torch."""
+    folder.mkdir()
+    (folder / "nvidia-smi").write_text(f"#!/bin/sh\necho '{output}'\nexit {code}\n")
+    (folder / "nvidia-smi").chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": ""}
+
+
+# What nvidia-smi prints on a machine without the NVIDIA driver (exit 9), and with one GPU.
+NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", 9)
+ONE_GPU = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-9c6a1b0e-0d3c-4b1f-8f35-2f4d7a6c1e21)", 0)
 
 
 def test_each_verdict_follows_from_its_measurements():
@@ -96,13 +120,34 @@ def test_the_table_has_a_row_per_check_and_the_report_fails_on_any_failure():
     json.dumps(report(checks, "cuda:0", {"cuda_driver": (12, 8)}))
 
 
-def test_without_a_gpu_the_tool_says_so_in_one_line_and_exits_1():
-    assert no_gpu(False, True).startswith("gpu_check: no GPU") and no_gpu(True, False).startswith("gpu_check: warp")
-    assert no_gpu(True, True) is None
-    done = _tool("--out", "/nonexistent/never-written.json", env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    assert done.returncode == 1 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    assert _tool("--help").returncode == 0
+def test_no_gpu_is_said_before_a_missing_warp_and_a_gpu_torch_cannot_see_is_told_apart():
+    assert no_gpu(False, None, False).startswith("error: no NVIDIA GPU on this machine")
+    assert no_gpu(False, 0, True) == no_gpu(False, None, False)
+    assert "nvidia-smi lists 2 GPU(s) but torch.cuda sees none" in no_gpu(False, 2, False)
+    assert no_gpu(True, None, False).startswith("error: warp and mujoco_warp are not installed")
+    assert no_gpu(True, None, True) is None
+    assert listed_gpus(ONE_GPU[0] + "\n" + ONE_GPU[0].replace("GPU 0", "GPU 1") + "\n") == 2
+    assert listed_gpus(NO_DRIVER[0]) == 0
+
+
+def _one_error_line(done: subprocess.CompletedProcess, start: str) -> None:
+    assert done.returncode == 1 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr.startswith(f"error: {start}") and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_without_a_gpu_the_tool_says_so_in_one_error_line_and_exits_1_warp_installed_or_not(tmp_path):
+    env = _nvidia_smi(tmp_path / "no-driver", *NO_DRIVER)
+    out = tmp_path / "never-written.json"
+    _one_error_line(_tool("--out", str(out), env=env), "no NVIDIA GPU on this machine")  # warp as installed here
+    _one_error_line(_tool("--out", str(out), env=env, prelude=NO_WARP), "no NVIDIA GPU on this machine")
+    seen_by_smi = _tool("--out", str(out), env=_nvidia_smi(tmp_path / "one-gpu", *ONE_GPU), prelude=NO_WARP)
+    _one_error_line(seen_by_smi, "nvidia-smi lists 1 GPU(s) but torch.cuda sees none")
+    assert not out.exists() and _tool("--help").returncode == 0
+
+
+def test_with_a_gpu_but_without_warp_the_tool_says_what_to_install_in_one_error_line(tmp_path):
+    done = _tool("--out", str(tmp_path / "never.json"), prelude=NO_WARP + A_GPU)
+    _one_error_line(done, "warp and mujoco_warp are not installed: run `make setup-gpu`")
 
 
 def test_bad_rows_or_folders_are_refused_in_one_line_with_exit_2(tmp_path):
@@ -237,15 +282,24 @@ def test_the_checks_run_on_warps_cpu_device(tmp_path):
     assert checks["ft_gpu_evolution"]["verdict"] == PASS, checks["ft_gpu_evolution"]["note"]
 
 
-def _make_dry(tmp_path, *args: str) -> str:
+def _make_dry(tmp_path, *args: str, env: dict | None = None) -> str:
     """``make -n`` of a copy of the Makefile and requirements in ``tmp_path`` (nothing is downloaded)."""
     for name in ("Makefile", "requirements.txt", "requirements-gpu.txt", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     # --no-print-directory: under `make test` this make is a sub-make, which would print its directory
     done = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make here")
+def test_make_gpu_check_installs_warp_only_where_nvidia_smi_lists_a_gpu(tmp_path):
+    without = _make_dry(tmp_path, "gpu-check", env=_nvidia_smi(tmp_path / "no-driver", *NO_DRIVER))
+    assert "-r requirements.txt" in without and "tools/gpu_check.py" in without  # the base venv, then the tool
+    assert "requirements-gpu.txt" not in without
+    with_gpu = _make_dry(tmp_path, "gpu-check", env=_nvidia_smi(tmp_path / "one-gpu", *ONE_GPU))
+    assert "-r requirements-gpu.txt" in with_gpu.split("tools/gpu_check.py")[0]  # installed before the tool runs
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make here")

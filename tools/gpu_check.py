@@ -2,7 +2,7 @@
 
 `python tools/gpu_check.py [--quick] [--out output/gpu_check.json]` (`make gpu-check`); see
 derl/bench/gpu_check.py for what each check measures. The report is rewritten after each row, so a
-check stopped midway leaves the rows it finished. Without a GPU: one line, exit 1.
+check stopped midway leaves the rows it finished. Without a GPU: one `error:` line, exit 1.
 """
 
 import argparse
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from derl.bench import gpu_check
+from derl.bench import gpu_check, gpu_verdicts
 from derl.cli import ArgumentParser, run
 from derl.fileio import atomic_write_text
 
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
             raise
         print(err.code, file=sys.stderr)
         return 2
-    print(gpu_check.table(checks))
+    print(gpu_verdicts.table(checks))
     write(report)
     print(f"report: {args.out}")
     return 0 if report["passed"] else 1

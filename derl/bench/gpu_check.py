@@ -16,194 +16,57 @@ with AMP off and on and its round-robin over the GPUs, DDP with two GPUs; last, 
 first step (the kernels MuJoCo Warp specialises per model). About 15 minutes on a GPU, ``--quick``
 about 5.
 
-On a machine without a GPU it says so in one line and exits non-zero. ``--device cpu`` runs the
-checks that apply on warp's CPU device (the capture path included: warp's CPU device captures
-too), tiny, for the tests.
+On a machine without a GPU it says so in one line (``error: ...``, before looking for warp) and
+exits 1. ``--device cpu`` runs the checks that apply on warp's CPU device (the capture path
+included: warp's CPU device captures too), tiny, for the tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from derl.bench.gpu_training import (
-    FT_CONFIG,
-    FT_GPU_CONFIG,
-    GPU_SERVER_CONFIG,
-    ROOT,
-    RowError,
-    check_finished,
-    run_at_once,
-    tiny_evolution,
-    trainings_at_once,
+from derl.bench.gpu_rows import EndToEnd
+from derl.bench.gpu_verdicts import (
+    FAIL,
+    MEASURED,
+    NOT_RUN,
+    PASS,
+    SYNC_TASKS,
+    Check,
+    capture_verdict,
+    compile_verdict,
+    guarded,
+    listed_gpus,
+    memory_verdict,
+    no_gpu,
+    overflow_verdict,
+    report,
+    sync_verdict,
+    task_on_device_verdict,
 )
-from derl.bench.learner import ft_xml
 from derl.bench.sim import ft_model
 from derl.checked_config import check_warp_cuda_here, load_config
 from derl.config import PRESET_DIR, ConfigError
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.warp_log import quiet_warp
-from derl.envs.warp_overflow import COUNTED_BITS, Buffers
-from derl.envs.warp_overflow import describe as describe_overflow
-from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES, usable_cores
+from derl.envs.warp_overflow import Buffers
 from derl.evolution.failures import classify, describe
-from derl.fileio import read_json
 
-PASS, FAIL, MEASURED, NOT_RUN = "pass", "fail", "measured", "not run"
 # The rows after ft_physics_rate, in the order they run (what a check stopped at its limit misses first
 # comes last: a new morphology's cost also shows in any evolution); --skip takes these.
-# The host_syncs row's tasks: FT (nothing drawn per episode) and VT on a bank (entries picked on the device).
-SYNC_TASKS = {"ft": {}, "vt": {}}  # VT on warp: a terrain bank (derl.envs.terrain_bank.WARP_BANK_SIZE)
 LATER_ROWS = ("vt_on_device", "mvt_on_device", "ppo_vs_mujoco", "workers_per_gpu", "ft_gpu_evolution",
               "learner_modes", "learner_ddp", "new_morphology_compile")
 # The sizes of the end-to-end rows, full (<= 15 minutes on a GPU in all) and --quick (about 5).
 FULL = {"train_iters": 4, "new_morphologies": 2, "workers": (1, 2, 4), "row_seconds": 240.0}
 QUICK = {"train_iters": 2, "new_morphologies": 1, "workers": (1, 2, 4), "row_seconds": 150.0}
-# Env steps of one iteration of each preset: ft_gpu.yml (4096 x 24), ft.yml (32 x 128), gpu_server.yml (64 x 256).
-STEPS_PER_ITER = {"ft_gpu": 4096 * 24, "ft": 32 * 128, "gpu_server": 64 * 256}
-# On warp's CPU device (the tests) the trainings shrink to seconds: 8 envs x 16 steps.
-CPU_PPO = {"PPO.NUM_ENVS": 8, "PPO.TIMESTEPS": 16, "PPO.BATCH_SIZE": 64}
-
-
-@dataclass
-class Check:
-    """One row of the verdict table."""
-
-    name: str
-    verdict: str
-    note: str = ""
-    measured: dict = field(default_factory=dict)
-
-
-def no_gpu(torch_sees_cuda: bool, warp_installed: bool) -> str | None:
-    """The one line to print when this machine cannot run the check on ``cuda``, or None."""
-    if not warp_installed:
-        return "gpu_check: warp and mujoco_warp are not installed: run `make setup-gpu` on a GPU node"
-    if not torch_sees_cuda:
-        return "gpu_check: no GPU on this machine (torch sees no CUDA device): run it on a node with an NVIDIA GPU"
-    return None
-
-
-def guarded(name: str, body: Callable[[], Check]) -> Check:
-    """``body()``, or a failed row naming the error and whose it is (``derl.evolution.failures``)."""
-    try:
-        return body()
-    except RowError as err:  # an end-to-end row's processes failed: their own words
-        return Check(name, FAIL, str(err))
-    except Exception as err:  # noqa: BLE001 - a failed check is a row of the table, not a crash
-        return Check(name, FAIL, f"{describe(err)} ({classify(err)})")
-
-
-def capture_verdict(seconds: float, time_after: float, dt: float, finite: bool) -> Check:
-    """The first step: launched, one step on (the warm-up undone), the state finite."""
-    ok = finite and abs(time_after - dt) < dt / 100
-    note = "" if ok else f"time after the first step {time_after:.6f} s, expected {dt:.6f} s; finite {finite}"
-    return Check("capture_first_step", PASS if ok else FAIL, note, {"seconds": round(seconds, 4)})
-
-
-def sync_verdict(steps: int, error: str | None) -> Check:
-    """Zero host syncs: ``set_sync_debug_mode("error")`` raised nothing in ``steps`` env steps of each
-    of ``SYNC_TASKS``."""
-    return Check("host_syncs", PASS if error is None else FAIL, error or "",
-                 {"env_steps": steps, "tasks": list(SYNC_TASKS)})
-
-
-def overflow_verdict(counts: dict[str, int], steps: int, nworld: int, buffers: Buffers) -> Check:
-    """No buffer ran out (``derl.envs.warp_overflow``); solver limits and capped height-field contacts
-    are counted, not failed."""
-    ran_out = {name: count for name, count in counts.items() if count and name not in COUNTED_BITS}
-    return Check("overflow", FAIL if ran_out else PASS, describe_overflow(counts, steps, buffers) or "",
-                 {"steps": steps, "nworld": nworld, "world_steps": counts})
-
-
-def memory_verdict(measured_bytes: int, nworld: int) -> Check:
-    """The worlds, modules and graphs took no more than the coordinator reserves for them."""
-    estimate = nworld * WARP_WORLD_GPU_BYTES + WARP_MODEL_GPU_BYTES
-    ok = measured_bytes <= estimate
-    note = "" if ok else "raise WARP_WORLD_GPU_BYTES/WARP_MODEL_GPU_BYTES (derl/evolution/coordinator.py)"
-    return Check("memory", PASS if ok else FAIL, note,
-                 {"nworld": nworld, "measured_mib": round(measured_bytes / 2**20, 1),
-                  "estimate_mib": round(estimate / 2**20, 1)})
-
-
-def compile_verdict(costs: list[dict]) -> Check:
-    """What a new morphology's first env step cost (``derl.bench.sim.WarpSim.build_cost`` per body)."""
-    seconds = [cost["first_step_seconds"] for cost in costs]
-    cached = any(cost["modules_compiled"] == 0 for cost in costs)
-    note = (f"a new morphology's first env step: {min(seconds):.1f}-{max(seconds):.1f} s (the kernels MuJoCo Warp "
-            f"specialises per model{'; some were in the kernel cache' if cached else ''})")
-    return Check("new_morphology_compile", MEASURED, note, {"bodies": costs})
-
-
-def ppo_verdict(warp: dict, mujoco: dict, cores: int) -> Check:
-    """PPO end to end: one trainer on warp against ``cores`` MuJoCo C trainers at once (one per core)."""
-    loop = warp["loop_steps_per_sec"] / mujoco["loop_steps_per_sec"]
-    wall = warp["wall_steps_per_sec"] / mujoco["wall_steps_per_sec"]
-    note = (f"1 warp trainer (ft_gpu.yml) against {cores} MuJoCo C trainers (ft.yml, 1 thread each, all cores): "
-            f"{loop:.2f}x in the training loop, {wall:.2f}x wall (start-up and compiles included)")
-    return Check("ppo_vs_mujoco", MEASURED, note,
-                 {"warp": warp, "mujoco": mujoco, "mujoco_trainers": cores,
-                  "loop_speedup_warp_over_mujoco_node": round(loop, 3),
-                  "wall_speedup_warp_over_mujoco_node": round(wall, 3)})
-
-
-def workers_verdict(rates: dict[int, dict]) -> Check:
-    """Aggregate env steps/s of 1, 2, 4 trainers sharing the GPU, each with its own worlds."""
-    note = "loop env steps/s of all trainers: " + ", ".join(
-        f"{count}: {rate['loop_steps_per_sec']:,.0f}" for count, rate in rates.items())
-    return Check("workers_per_gpu", MEASURED, note, {str(count): rate for count, rate in rates.items()})
-
-
-def learner_verdict(amp: dict[str, dict], devices: list[str]) -> Check:
-    """gpu_server.yml's learner: AMP off against on, and the round-robin of 4 workers' learners over the GPUs."""
-    off, on = amp["off"]["update_seconds_per_iteration"], amp["on"]["update_seconds_per_iteration"]
-    note = f"update s/iteration AMP off {off:.3f}, on {on:.3f}; 4 workers' learners on {', '.join(devices)}"
-    return Check("learner_modes", MEASURED, note, {"amp": amp, "round_robin": devices})
-
-
-def ddp_not_run(device: str, gpus: int) -> Check | None:
-    """The ``learner_ddp`` row when it cannot run here (DDP over NCCL needs two GPUs), or None."""
-    if not device.startswith("cuda"):
-        return Check("learner_ddp", NOT_RUN, "CUDA only (NCCL)")
-    if gpus < 2:
-        return Check("learner_ddp", NOT_RUN, f"{gpus} GPU: DDP over NCCL needs >= 2 (tools/bench.py ddp --device cuda)")
-    return None
-
-
-def task_on_device_verdict(name: str, refusal: str | None, steps: int, nonfinite: int, rate: float) -> Check:
-    """A task's env on the warp backend: refused (not run), or stepped with every world finite."""
-    row = f"{name}_on_device"
-    if refusal is not None:
-        return Check(row, NOT_RUN, f"refused: {refusal}")
-    ok = nonfinite == 0
-    return Check(row, PASS if ok else FAIL, "" if ok else f"{nonfinite} worlds non-finite after {steps} env steps",
-                 {"env_steps": steps, "env_steps_per_sec": round(rate, 1)})
-
-
-def table(checks: list[Check]) -> str:
-    """The verdict table: one row per check (name, verdict, note)."""
-    width = max(len(check.name) for check in checks)
-    rows = [f"{'check':<{width}}  {'verdict':<8}  note", f"{'-' * width}  {'-' * 8}  ----"]
-    rows += [f"{check.name:<{width}}  {check.verdict:<8}  {check.note}".rstrip() for check in checks]
-    return "\n".join(rows)
-
-
-def passed(checks: list[Check]) -> bool:
-    return all(check.verdict != FAIL for check in checks)
-
-
-def report(checks: list[Check], device: str, versions: dict) -> dict:
-    """The JSON the tool writes: the device, the versions, every check."""
-    return {"device": device, "versions": versions, "passed": passed(checks),
-            "checks": [asdict(check) for check in checks]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -355,72 +218,6 @@ def _new_morphologies(device: str, count: int, nworld: int, buffers: Buffers) ->
     return compile_verdict(costs)
 
 
-def _training(preset: str, iters: int, device: str, tiny: bool) -> dict:
-    """The overrides of a training of ``iters`` iterations of ``preset`` on ``device`` (``tiny``: ``CPU_PPO``'s)."""
-    if tiny:
-        return {**CPU_PPO, "DEVICE": device, "PPO.MAX_STATE_ACTION_PAIRS": iters * 8 * 16}
-    return {"DEVICE": device, "PPO.MAX_STATE_ACTION_PAIRS": iters * STEPS_PER_ITER[preset]}
-
-
-class _EndToEnd:
-    """The end-to-end rows (``derl.bench.gpu_training``): trainings and an evolution in ``folder``."""
-
-    def __init__(self, device: str, sizes: dict, folder: Path):
-        self.device, self.sizes, self.folder = device, sizes, folder
-        self.tiny = device == "cpu"  # warp's CPU device: the tests
-        self.xml = ft_xml(folder)
-        self.per_gpu: dict[int, dict] = {}  # trainers sharing the GPU -> their rates
-
-    def _at_once(self, configs: list[Path], overrides: dict, count: int, label: str) -> dict:
-        return trainings_at_once(configs, self.xml, [overrides] * count, self.sizes["row_seconds"],
-                                 self.folder / label)
-
-    def _warp_trainers(self, count: int) -> dict:
-        if count not in self.per_gpu:
-            overrides = _training("ft_gpu", self.sizes["train_iters"], self.device, self.tiny)
-            self.per_gpu[count] = self._at_once([FT_GPU_CONFIG], overrides, count, f"warp-{count}")
-        return self.per_gpu[count]
-
-    def ppo_vs_mujoco(self) -> Check:
-        cores = usable_cores()
-        # One MuJoCo C trainer per core, as evo_single_proc.py runs them; more iterations: each is short.
-        overrides = _training("ft", 4 * self.sizes["train_iters"], "cpu", self.tiny)
-        mujoco = self._at_once([FT_CONFIG], overrides, cores, "mujoco")
-        return ppo_verdict(self._warp_trainers(1), mujoco, cores)
-
-    def workers_per_gpu(self) -> Check:
-        return workers_verdict({count: self._warp_trainers(count) for count in self.sizes["workers"]})
-
-    def learner_modes(self) -> Check:
-        from derl.ppo.device import assign_device, visible_gpu_count
-
-        overrides = _training("gpu_server", self.sizes["train_iters"], self.device, self.tiny)
-        amp = {mode: self._at_once([FT_CONFIG, GPU_SERVER_CONFIG], {**overrides, "PPO.AMP": mode == "on"}, 1,
-                                   f"amp-{mode}") for mode in ("off", "on")}
-        gpus = visible_gpu_count() if self.device.startswith("cuda") else 0
-        devices = [assign_device("cuda" if gpus else "cpu", worker, gpus) for worker in range(4)]
-        return learner_verdict(amp, devices)
-
-    def learner_ddp(self) -> Check:
-        from derl.ppo.device import visible_gpu_count
-
-        gpus = visible_gpu_count() if self.device.startswith("cuda") else 0
-        not_run = ddp_not_run(self.device, gpus)
-        if not_run is not None:
-            return not_run
-        out = self.folder / "ddp.json"
-        command = [sys.executable, str(ROOT / "tools" / "bench.py"), "ddp", "--device", "cuda", "--ranks", "2",
-                   "--iters", str(self.sizes["train_iters"]), "--repeats", "1", "--out", str(out)]
-        finished = run_at_once([command], self.sizes["row_seconds"], self.folder / "ddp")
-        check_finished(finished, self.sizes["row_seconds"], "tools/bench.py ddp")
-        return Check("learner_ddp", MEASURED, "tools/bench.py ddp --ranks 2: 2 GPUs against 1", read_json(out))
-
-    def ft_gpu_evolution(self) -> Check:
-        overrides = {**CPU_PPO, "PPO.MAX_STATE_ACTION_PAIRS": 256} if self.tiny else {}
-        counts = tiny_evolution(self.device, overrides, 2 * self.sizes["row_seconds"], self.folder)
-        return Check("ft_gpu_evolution", PASS, f"{counts['published']}/{counts['total']} published", counts)
-
-
 def _nworlds(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -490,7 +287,7 @@ def run(args: argparse.Namespace, on_row: Callable[[dict], None] = lambda report
     add(guarded("ft_physics_rate", lambda: _rates(model, args.device, nworlds, min(steps, 100))))
     sizes = QUICK if args.quick else FULL
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as folder:
-        rows = _EndToEnd(args.device, sizes, args.keep or Path(folder))
+        rows = EndToEnd(args.device, sizes, args.keep or Path(folder))
         later = {
             "vt_on_device": lambda: _on_device("vt", args.device, min(nworlds), 50),
             "mvt_on_device": lambda: _on_device("mvt", args.device, min(nworlds), 50),
@@ -504,11 +301,22 @@ def run(args: argparse.Namespace, on_row: Callable[[dict], None] = lambda report
     return checks, report(checks, f"{device.alias} ({device.name})", versions)
 
 
+def _nvidia_smi_gpus() -> int | None:
+    """The GPUs ``nvidia-smi -L`` lists (0 when it fails: no driver), None without nvidia-smi."""
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return listed_gpus(done.stdout) if done.returncode == 0 else 0
+
+
 def gpu_missing(device: str) -> str | None:
-    """``no_gpu``'s line for this machine when ``device`` is CUDA (imports torch, not warp)."""
+    """``no_gpu``'s line for this machine when ``device`` is CUDA (asks torch, then nvidia-smi if torch sees
+    no GPU; looks for warp without importing it)."""
     if not device.startswith("cuda"):
         return None
-    installed = all(importlib.util.find_spec(name) is not None for name in ("warp", "mujoco_warp"))
     import torch
 
-    return no_gpu(torch.cuda.is_available(), installed)
+    sees = torch.cuda.is_available()
+    installed = all(importlib.util.find_spec(name) is not None for name in ("warp", "mujoco_warp"))
+    return no_gpu(sees, None if sees else _nvidia_smi_gpus(), installed)

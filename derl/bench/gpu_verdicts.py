@@ -1,0 +1,166 @@
+"""The GPU check's verdicts (``derl.bench.gpu_check``): a row of the table from what a probe measured.
+
+Pure: each function takes measurements (numbers, the JSON a benchmark wrote, a training's rates) and
+returns a ``Check``; nothing here touches a device, a process or a file, so every verdict is tested
+on the CPU with made-up measurements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from derl.bench.gpu_training import RowError
+from derl.envs.warp_overflow import COUNTED_BITS, Buffers
+from derl.envs.warp_overflow import describe as describe_overflow
+from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
+from derl.evolution.failures import classify, describe
+
+PASS, FAIL, MEASURED, NOT_RUN = "pass", "fail", "measured", "not run"
+# The host_syncs row's tasks: FT (nothing drawn per episode) and VT on a bank (entries picked on the device).
+SYNC_TASKS = {"ft": {}, "vt": {}}  # VT on warp: a terrain bank (derl.envs.terrain_bank.WARP_BANK_SIZE)
+
+
+@dataclass
+class Check:
+    """One row of the verdict table."""
+
+    name: str
+    verdict: str
+    note: str = ""
+    measured: dict = field(default_factory=dict)
+
+
+def no_gpu(torch_sees_cuda: bool, listed_gpus: int | None, warp_installed: bool) -> str | None:
+    """The one line to print when this machine cannot run the check on ``cuda``, or None.
+
+    No GPU comes first: on a machine without one, installing warp (``make setup-gpu``) would not
+    help. ``listed_gpus`` (what ``nvidia-smi -L`` lists, None without nvidia-smi) tells a machine
+    without a GPU from one whose GPU torch does not see."""
+    if not torch_sees_cuda and not listed_gpus:
+        return "error: no NVIDIA GPU on this machine (nvidia-smi / torch.cuda found none): gpu_check needs one"
+    if not torch_sees_cuda:
+        return (f"error: nvidia-smi lists {listed_gpus} GPU(s) but torch.cuda sees none (CUDA_VISIBLE_DEVICES, "
+                "or a CPU-only torch build?): gpu_check needs torch on the GPU")
+    if not warp_installed:
+        return "error: warp and mujoco_warp are not installed: run `make setup-gpu` on this GPU node"
+    return None
+
+
+def listed_gpus(text: str) -> int:
+    """The GPUs in ``nvidia-smi -L``'s output (``GPU 0: NVIDIA H100 ... (UUID: GPU-...)`` per GPU)."""
+    return sum(line.startswith("GPU ") for line in text.splitlines())
+
+
+def guarded(name: str, body: Callable[[], Check]) -> Check:
+    """``body()``, or a failed row naming the error and whose it is (``derl.evolution.failures``)."""
+    try:
+        return body()
+    except RowError as err:  # an end-to-end row's processes failed: their own words
+        return Check(name, FAIL, str(err))
+    except Exception as err:  # noqa: BLE001 - a failed check is a row of the table, not a crash
+        return Check(name, FAIL, f"{describe(err)} ({classify(err)})")
+
+
+def capture_verdict(seconds: float, time_after: float, dt: float, finite: bool) -> Check:
+    """The first step: launched, one step on (the warm-up undone), the state finite."""
+    ok = finite and abs(time_after - dt) < dt / 100
+    note = "" if ok else f"time after the first step {time_after:.6f} s, expected {dt:.6f} s; finite {finite}"
+    return Check("capture_first_step", PASS if ok else FAIL, note, {"seconds": round(seconds, 4)})
+
+
+def sync_verdict(steps: int, error: str | None) -> Check:
+    """Zero host syncs: ``set_sync_debug_mode("error")`` raised nothing in ``steps`` env steps of each
+    of ``SYNC_TASKS``."""
+    return Check("host_syncs", PASS if error is None else FAIL, error or "",
+                 {"env_steps": steps, "tasks": list(SYNC_TASKS)})
+
+
+def overflow_verdict(counts: dict[str, int], steps: int, nworld: int, buffers: Buffers) -> Check:
+    """No buffer ran out (``derl.envs.warp_overflow``); solver limits and capped height-field contacts
+    are counted, not failed."""
+    ran_out = {name: count for name, count in counts.items() if count and name not in COUNTED_BITS}
+    return Check("overflow", FAIL if ran_out else PASS, describe_overflow(counts, steps, buffers) or "",
+                 {"steps": steps, "nworld": nworld, "world_steps": counts})
+
+
+def memory_verdict(measured_bytes: int, nworld: int) -> Check:
+    """The worlds, modules and graphs took no more than the coordinator reserves for them."""
+    estimate = nworld * WARP_WORLD_GPU_BYTES + WARP_MODEL_GPU_BYTES
+    ok = measured_bytes <= estimate
+    note = "" if ok else "raise WARP_WORLD_GPU_BYTES/WARP_MODEL_GPU_BYTES (derl/evolution/coordinator.py)"
+    return Check("memory", PASS if ok else FAIL, note,
+                 {"nworld": nworld, "measured_mib": round(measured_bytes / 2**20, 1),
+                  "estimate_mib": round(estimate / 2**20, 1)})
+
+
+def compile_verdict(costs: list[dict]) -> Check:
+    """What a new morphology's first env step cost (``derl.bench.sim.WarpSim.build_cost`` per body)."""
+    seconds = [cost["first_step_seconds"] for cost in costs]
+    cached = any(cost["modules_compiled"] == 0 for cost in costs)
+    note = (f"a new morphology's first env step: {min(seconds):.1f}-{max(seconds):.1f} s (the kernels MuJoCo Warp "
+            f"specialises per model{'; some were in the kernel cache' if cached else ''})")
+    return Check("new_morphology_compile", MEASURED, note, {"bodies": costs})
+
+
+def ppo_verdict(warp: dict, mujoco: dict, cores: int) -> Check:
+    """PPO end to end: one trainer on warp against ``cores`` MuJoCo C trainers at once (one per core)."""
+    loop = warp["loop_steps_per_sec"] / mujoco["loop_steps_per_sec"]
+    wall = warp["wall_steps_per_sec"] / mujoco["wall_steps_per_sec"]
+    note = (f"1 warp trainer (ft_gpu.yml) against {cores} MuJoCo C trainers (ft.yml, 1 thread each, all cores): "
+            f"{loop:.2f}x in the training loop, {wall:.2f}x wall (start-up and compiles included)")
+    return Check("ppo_vs_mujoco", MEASURED, note,
+                 {"warp": warp, "mujoco": mujoco, "mujoco_trainers": cores,
+                  "loop_speedup_warp_over_mujoco_node": round(loop, 3),
+                  "wall_speedup_warp_over_mujoco_node": round(wall, 3)})
+
+
+def workers_verdict(rates: dict[int, dict]) -> Check:
+    """Aggregate env steps/s of 1, 2, 4 trainers sharing the GPU, each with its own worlds."""
+    note = "loop env steps/s of all trainers: " + ", ".join(
+        f"{count}: {rate['loop_steps_per_sec']:,.0f}" for count, rate in rates.items())
+    return Check("workers_per_gpu", MEASURED, note, {str(count): rate for count, rate in rates.items()})
+
+
+def learner_verdict(amp: dict[str, dict], devices: list[str]) -> Check:
+    """gpu_server.yml's learner: AMP off against on, and the round-robin of 4 workers' learners over the GPUs."""
+    off, on = amp["off"]["update_seconds_per_iteration"], amp["on"]["update_seconds_per_iteration"]
+    note = f"update s/iteration AMP off {off:.3f}, on {on:.3f}; 4 workers' learners on {', '.join(devices)}"
+    return Check("learner_modes", MEASURED, note, {"amp": amp, "round_robin": devices})
+
+
+def ddp_not_run(device: str, gpus: int) -> Check | None:
+    """The ``learner_ddp`` row when it cannot run here (DDP over NCCL needs two GPUs), or None."""
+    if not device.startswith("cuda"):
+        return Check("learner_ddp", NOT_RUN, "CUDA only (NCCL)")
+    if gpus < 2:
+        return Check("learner_ddp", NOT_RUN, f"{gpus} GPU: DDP over NCCL needs >= 2 (tools/bench.py ddp --device cuda)")
+    return None
+
+
+def task_on_device_verdict(name: str, refusal: str | None, steps: int, nonfinite: int, rate: float) -> Check:
+    """A task's env on the warp backend: refused (not run), or stepped with every world finite."""
+    row = f"{name}_on_device"
+    if refusal is not None:
+        return Check(row, NOT_RUN, f"refused: {refusal}")
+    ok = nonfinite == 0
+    return Check(row, PASS if ok else FAIL, "" if ok else f"{nonfinite} worlds non-finite after {steps} env steps",
+                 {"env_steps": steps, "env_steps_per_sec": round(rate, 1)})
+
+
+def table(checks: list[Check]) -> str:
+    """The verdict table: one row per check (name, verdict, note)."""
+    width = max(len(check.name) for check in checks)
+    rows = [f"{'check':<{width}}  {'verdict':<8}  note", f"{'-' * width}  {'-' * 8}  ----"]
+    rows += [f"{check.name:<{width}}  {check.verdict:<8}  {check.note}".rstrip() for check in checks]
+    return "\n".join(rows)
+
+
+def passed(checks: list[Check]) -> bool:
+    return all(check.verdict != FAIL for check in checks)
+
+
+def report(checks: list[Check], device: str, versions: dict) -> dict:
+    """The JSON the tool writes: the device, the versions, every check."""
+    return {"device": device, "versions": versions, "passed": passed(checks),
+            "checks": [asdict(check) for check in checks]}
