@@ -2,6 +2,7 @@
 without a GPU (one line, exit 1), and its checks on warp's CPU device (slow)."""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -12,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from derl.bench import gpu_rows
+from derl.bench.gpu_check import FULL, QUICK
 from derl.bench.gpu_training import (
+    FT_CONFIG,
+    FT_GPU_CONFIG,
     RowError,
     check_finished,
     evolution_verdict,
@@ -21,6 +26,7 @@ from derl.bench.gpu_training import (
     run_at_once,
     training_rates,
 )
+from derl.bench.gpu_utilisation import SMI_QUERY, Sampling, parse_samples, sampler_args
 from derl.bench.gpu_verdicts import (
     FAIL,
     MEASURED,
@@ -28,21 +34,29 @@ from derl.bench.gpu_verdicts import (
     PASS,
     Check,
     capture_verdict,
+    compile_share_verdict,
     compile_verdict,
     ddp_not_run,
+    fidelity_verdict,
     guarded,
     learner_verdict,
     listed_gpus,
     memory_verdict,
+    morphologies_per_hour,
     no_gpu,
     overflow_verdict,
     ppo_verdict,
     report,
+    startup_seconds,
     sync_verdict,
     table,
     task_on_device_verdict,
+    throughput_verdict,
+    utilisation_summary,
+    utilisation_verdict,
     workers_verdict,
 )
+from derl.cli import ArgumentParser
 from derl.envs.warp_overflow import Buffers
 from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
 from tests.test_envs_tasks import ROOT
@@ -266,12 +280,19 @@ def test_a_task_refused_on_the_device_is_not_run_and_one_that_runs_must_stay_fin
 
 @pytest.mark.slow
 def test_the_checks_run_on_warps_cpu_device(tmp_path):
-    """Every row on warp's CPU device, tiny (about 2 minutes on 2 cores)."""
+    """Every row on warp's CPU device, tiny (about 5 minutes on 2 cores; preset_fidelity's 12 trainings of
+    64 env steps, whose Spearman is noise, pass or fail)."""
     pytest.importorskip("mujoco_warp", reason="the warp backend is an optional install (requirements-gpu.txt)")
     out = tmp_path / "gpu_check.json"
     done = _tool("--device", "cpu", "--nworld", "4", "--steps", "5", "--quick", "--out", str(out))
-    assert done.returncode == 0, done.stdout + done.stderr
     checks = {check["name"]: check for check in json.loads(out.read_text())["checks"]}
+    failed = [name for name, check in checks.items() if check["verdict"] == FAIL]
+    assert failed in ([], ["preset_fidelity"]) and done.returncode == (1 if failed else 0), done.stdout + done.stderr
+    assert checks["preset_fidelity"]["measured"]["candidates"]["ft_gpu DEVICE=cpu PPO.NUM_ENVS=4 PPO.TIMESTEPS=8 "
+                                                               "PPO.BATCH_SIZE=16"]["env_steps"] == 64
+    assert checks["gpu_utilisation"]["verdict"] == NOT_RUN and checks["compile_share"]["verdict"] == MEASURED
+    assert len(checks["compile_share"]["measured"]["trainings"]) == 4
+    assert set(checks["morphologies_per_hour"]["measured"]["per_hour"]) == {"1", "2", "4"}
     assert checks["capture_first_step"]["verdict"] == PASS and checks["overflow"]["verdict"] == PASS
     assert checks["ft_physics_rate"]["measured"]["4"] > 0 and checks["host_syncs"]["verdict"] == NOT_RUN
     assert checks["new_morphology_compile"]["measured"]["bodies"][0]["first_step_seconds"] > 0
@@ -319,3 +340,165 @@ def test_wheelhouse_downloads_every_wheel_for_the_named_python_and_platform_and_
     assert [line for line in offline if "-r requirements" in line or "--upgrade pip" in line] == \
         [line for line in offline if "--no-index --find-links wheelhouse" in line]
     assert any("requirements-gpu.txt" in line for line in offline)
+
+
+def _study(candidate_spearman: float) -> dict:
+    """bench fidelity's JSON, the fields the row reads: 6 bodies, the reference's seeds agree at 0.8."""
+    return {"bodies": [f"b{k}" for k in range(6)], "scale": 1.0,
+            "reference": {"config": "ft", "seed_spearman": 0.8, "seed_kendall": 0.6, "fitness": {}},
+            "candidates": {"ft_gpu": {"config": "configs/evo/ft_gpu.yml", "spearman": candidate_spearman,
+                                      "kendall": 0.5, "tournament_agreement": 0.7, "fitness_ratio": 1.3,
+                                      "env_steps": 20_000_000, "seconds_per_training": 95.0, "fitness": {}}}}
+
+
+def test_preset_fidelity_passes_within_0_1_of_the_references_own_seeds():
+    assert fidelity_verdict(_study(0.7)).verdict == PASS  # 0.8 - 0.1, on the line
+    row = fidelity_verdict(_study(0.69))
+    assert row.verdict == FAIL and row.note.startswith("Spearman below 0.70: ft_gpu")
+    assert "6 bodies at 1x budget" in row.note and "20,000,000 env steps, 95 s/training" in row.note
+    assert row.measured["margin"] == 0.1 and row.measured["candidates"]["ft_gpu"]["spearman"] == 0.69
+    assert fidelity_verdict(_study(math.nan)).verdict == FAIL  # a constant fitness ranks nothing
+
+
+def test_the_fidelity_row_calls_bench_fidelity_as_its_parser_reads_it(tmp_path):
+    from derl.bench import fidelity
+
+    parser = ArgumentParser(prog="tools/bench.py fidelity")
+    parser.add_argument("--out", type=Path)
+    fidelity.add_arguments(parser)
+    for device, candidate in (("cuda", str(FT_GPU_CONFIG)), ("cuda:1", f"{FT_GPU_CONFIG}:DEVICE=cuda:1")):
+        command = gpu_rows.fidelity_command(device, FULL["fidelity"], 15, tmp_path)
+        assert command[1:3] == [str(ROOT / "tools" / "bench.py"), "fidelity"]
+        args = parser.parse_args(command[3:])
+        assert (args.sample, args.scale, args.jobs, args.seeds) == (6, 1.0, 15, 2)
+        assert args.candidate == [candidate] and args.reference == FT_CONFIG and args.overrides == []
+        assert args.out == tmp_path / "fidelity.json" and args.plot == tmp_path / "fidelity.png"
+    tiny = parser.parse_args(gpu_rows.fidelity_command("cpu", QUICK["fidelity"], 1, tmp_path)[3:])
+    assert tiny.scale == 1.0 and ":DEVICE=cpu," in tiny.candidate[0] and "PPO.MAX_STATE_ACTION_PAIRS" in tiny.overrides
+
+
+# Two trainings of a search, 300k env steps each: 20 s each beyond their loop rate (40 - 300k / 15k, 50 - 300k / 10k).
+TRAININGS = [{"id": "a", "wall_seconds": 40.0, "env_steps": 300_000, "loop_steps_per_sec": 15_000.0},
+             {"id": "b", "wall_seconds": 50.0, "env_steps": 300_000, "loop_steps_per_sec": 10_000.0}]
+
+
+def test_compile_share_is_the_start_up_beyond_the_loop_rate_over_the_wall_time():
+    assert [startup_seconds(training) for training in TRAININGS] == [20.0, 20.0]
+    assert startup_seconds({**TRAININGS[0], "wall_seconds": 10.0}) == 0.0  # faster than its loop: none
+    row = compile_share_verdict(TRAININGS, 11, 20_000_000)
+    assert row.verdict == MEASURED and row.measured["modules_compiled"] == 11
+    assert row.measured["share_of_training_wall"] == round(40 / 90, 4)
+    # 20M env steps at the median 12,500/s: 1,600 s, and the median 20 s start-up: 20 / 1,620
+    assert row.measured["share_at_budget"] == round(20 / 1620, 4) and row.measured["loop_steps_per_sec_median"] == 12500
+    assert "2 morphologies added 11 kernel modules" in row.note and "44% of their trainings' wall" in row.note
+    assert [training["startup_seconds"] for training in row.measured["trainings"]] == [20.0, 20.0]
+
+
+def test_morphologies_per_hour_per_gpu_from_the_loop_rates_and_the_start_up():
+    # 20M env steps at 500k/s: 40 s, + 20 s start-up = 60 s a morphology: 60 an hour
+    assert morphologies_per_hour([500_000.0], 20.0, 20_000_000) == 60.0
+    assert morphologies_per_hour([500_000.0, 0.0], 20.0, 20_000_000) == 60.0  # a trainer that measured nothing
+    rates = {1: {"loop_steps_per_sec_each": [500_000.0]}, 2: {"loop_steps_per_sec_each": [400_000.0, 400_000.0]}}
+    row = throughput_verdict(rates, TRAININGS, 20_000_000)
+    # 2 trainers at 400k/s each: 50 + 20 = 70 s a morphology each, 2 x 3600 / 70 an hour
+    assert row.measured["per_hour"] == {"1": 60.0, "2": round(7200 / 70, 2)} and row.measured["best_trainers"] == 2
+    assert row.measured["startup_seconds"] == 20.0 and row.note.endswith("morphologies/hour/GPU (best: 2)")
+
+
+def test_gpu_utilisation_is_read_from_nvidia_smi_lines_and_summarised():
+    text = "37, 1200\n[N/A], 1200\n\n 90 , 1300\nWARNING: infoROM is corrupted at gpu 0000:01:00.0\n"
+    assert parse_samples(text) == [(37.0, 1200.0), (90.0, 1300.0)]
+    samples = [(float(util), 1000.0 + util) for util in range(0, 101, 10)]  # 0, 10, ..., 100 %
+    assert utilisation_summary(samples) == {"samples": 11, "mean": 50.0, "p10": 10.0, "p90": 90.0,
+                                            "memory_mib_max": 1100.0}
+    row = utilisation_verdict({1: samples, 2: samples[5:]})
+    assert row.verdict == MEASURED and row.note.endswith("1: 50 (10-90), 2: 75 (55-95)")
+    assert set(row.measured) == {"1", "2"} and row.measured["2"]["samples"] == 6
+    empty = utilisation_verdict({1: samples, 4: []})
+    assert empty.verdict == FAIL and "while 4 trainer(s)" in empty.note
+    assert utilisation_verdict({}).verdict == FAIL
+
+
+def test_the_sampler_is_nvml_where_pynvml_imports_else_nvidia_smi_else_none():
+    assert sampler_args("GPU-1", True, "/usr/bin/nvidia-smi") == ["--nvml", "GPU-1"]
+    assert sampler_args("GPU-1", False, "/usr/bin/nvidia-smi") == ["/usr/bin/nvidia-smi", *SMI_QUERY, "-i", "GPU-1"]
+    assert sampler_args("GPU-1", False, None) is None
+
+
+def _sampled(args: list[str], path: Path) -> list[tuple[float, float]]:
+    """What ``Sampling`` collected until it had 2 samples (30 s at most); its process is gone afterwards."""
+    with Sampling(args, path) as sampling:
+        deadline = time.monotonic() + 30
+        while len(parse_samples(path.read_text())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert sampling.proc.poll() is not None
+    return sampling.samples
+
+
+def test_sampling_runs_a_fake_nvidia_smi_or_a_fake_pynvml_in_the_background(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\nwhile true; do echo '42, 2048'; echo '[N/A], 2048'; "
+                   "sleep 0.2; done\n")
+    smi.chmod(0o755)
+    assert _sampled(sampler_args("GPU-7", False, str(smi)), tmp_path / "smi.csv")[:2] == [(42.0, 2048.0)] * 2
+    assert (tmp_path / "args").read_text().split() == [*SMI_QUERY, "-i", "GPU-7"]
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(
+        "from types import SimpleNamespace\nimport time\ntime.sleep = lambda seconds: None\n"
+        "def nvmlInit(): pass\n"
+        "def nvmlDeviceGetHandleByUUID(uuid): assert uuid == b'GPU-7'; return 0\n"
+        "def nvmlDeviceGetUtilizationRates(handle): return SimpleNamespace(gpu=55)\n"
+        "def nvmlDeviceGetMemoryInfo(handle): return SimpleNamespace(used=3 * 2**30)\n")
+    monkeypatch.setenv("PYTHONPATH", f"{fake}{os.pathsep}{os.environ['PYTHONPATH']}")
+    assert _sampled(sampler_args("GPU-7", True, None), tmp_path / "nvml.csv")[:2] == [(55.0, 3072.0)] * 2
+
+
+def _fake_rows(tmp_path, monkeypatch, trainings_at_once) -> gpu_rows.EndToEnd:
+    monkeypatch.setattr(gpu_rows, "trainings_at_once", trainings_at_once)
+    monkeypatch.setattr(gpu_rows, "ft_xml", lambda folder: folder / "ft.xml")
+    return gpu_rows.EndToEnd("cuda", {**QUICK, "row_seconds": 1.0}, tmp_path, None)
+
+
+def test_rows_that_share_the_trainers_run_them_once_and_fail_alike(tmp_path, monkeypatch):
+    started = []
+
+    def trainings_at_once(configs, xml, overrides, timeout, folder):
+        started.append(len(overrides))
+        if len(overrides) == 4:
+            raise RowError("training 3 exited 1: CUDA out of memory")
+        return {"loop_steps_per_sec": 1000.0 * len(overrides), "loop_steps_per_sec_each": [1000.0] * len(overrides)}
+
+    rows = _fake_rows(tmp_path, monkeypatch, trainings_at_once)
+    failed = [guarded(name, getattr(rows, name)) for name in ("workers_per_gpu", "morphologies_per_hour")]
+    assert [row.verdict for row in failed] == [FAIL, FAIL] and all("CUDA out of memory" in row.note for row in failed)
+    assert started == [1, 2, 4]  # not again for the second row
+    assert rows.gpu_utilisation().note == "neither pynvml nor nvidia-smi on this machine"  # no GPU UUID: no sampler
+
+
+def test_rows_that_share_the_evolution_run_it_once_and_read_its_trainings(tmp_path, monkeypatch):
+    from derl.bench import sim
+    from derl.bench.report import build_synthetic_run
+
+    build_synthetic_run(tmp_path / "evolution", morphologies=3, iterations=5, genomes=2)
+    # Each synthetic training: 5 iterations of 4,096 env steps, 0.5 s each (8,192/s), 3,600 s of wall time.
+    assert gpu_rows.search_trainings(tmp_path / "evolution") == [
+        {"id": f"00000{k}", "wall_seconds": 3600.0, "env_steps": 20480, "loop_steps_per_sec": 8192.0} for k in range(3)]
+    searches, modules = [], iter([100, 112])
+
+    class Cache:
+        def __init__(self, device):
+            pass
+
+        def cached_modules(self):
+            return next(modules)
+
+    monkeypatch.setattr(sim, "WarpSim", Cache)
+    monkeypatch.setattr(gpu_rows, "tiny_evolution", lambda device, overrides, timeout, folder: searches.append(
+        folder) or {"published": 3, "failed": 0, "total": 3, "wall_seconds": 60.0})
+    rows = _fake_rows(tmp_path, monkeypatch, lambda configs, xml, overrides, timeout, folder: {
+        "loop_steps_per_sec": 1000.0, "loop_steps_per_sec_each": [1000.0] * len(overrides)})
+    assert rows.ft_gpu_evolution().measured == {"published": 3, "failed": 0, "total": 3, "wall_seconds": 60.0}
+    share = rows.compile_share()
+    assert share.measured["modules_compiled"] == 12 and share.measured["startup_seconds_median"] == 3597.5
+    assert rows.morphologies_per_hour().measured["startup_seconds"] == 3597.5 and searches == [tmp_path]

@@ -10,11 +10,16 @@ the overflow tally over ``--steps`` steps at the largest ``--nworld``; the GPU m
 against the coordinator's estimate; physics steps/s against ``nworld`` for an FT body. Then
 (``LATER_ROWS``): VT and MVT stepped on the device (``not run`` with the refusal while a task cannot
 run there); end to end, in processes started as a user starts them (``derl.bench.gpu_training``):
-PPO on the GPU against MuJoCo C on all the node's cores, 1, 2 and 4 trainers sharing the GPU,
-a tiny ``configs/evo/ft_gpu.yml`` evolution that must publish, ``configs/gpu_server.yml``'s learner
-with AMP off and on and its round-robin over the GPUs, DDP with two GPUs; last, a new morphology's
-first step (the kernels MuJoCo Warp specialises per model). About 15 minutes on a GPU, ``--quick``
-about 5.
+PPO on the GPU against MuJoCo C on all the node's cores, 1, 2 and 4 trainers sharing the GPU and
+the GPU's utilisation meanwhile (``derl.bench.gpu_utilisation``), a tiny ``configs/evo/ft_gpu.yml``
+evolution that must publish, the share of its trainings spent starting up (kernel compiles
+included), the morphologies per hour a GPU would train at ``ft_gpu.yml``'s budget,
+``configs/gpu_server.yml``'s learner with AMP off and on and its round-robin over the GPUs, DDP with
+two GPUs, a new morphology's first step (the kernels MuJoCo Warp specialises per model); last,
+``tools/bench.py fidelity``: does ``ft_gpu.yml`` on the GPU rank bodies as DERL's ``ft.yml`` on the
+CPU cores does, trained at the same time (``derl.bench.gpu_rows``). About 15 minutes on a GPU
+without that last row (measured on an H200), ``--quick`` about 5; ``preset_fidelity`` adds some 15
+and 5 (estimated: it has not run on a GPU yet).
 
 On a machine without a GPU it says so in one line (``error: ...``, before looking for warp) and
 exits 1. ``--device cpu`` runs the checks that apply on warp's CPU device (the capture path
@@ -61,12 +66,18 @@ from derl.envs.warp_overflow import Buffers
 from derl.evolution.failures import classify, describe
 
 # The rows after ft_physics_rate, in the order they run (what a check stopped at its limit misses first
-# comes last: a new morphology's cost also shows in any evolution); --skip takes these.
-LATER_ROWS = ("vt_on_device", "mvt_on_device", "ppo_vs_mujoco", "workers_per_gpu", "ft_gpu_evolution",
-              "learner_modes", "learner_ddp", "new_morphology_compile")
-# The sizes of the end-to-end rows, full (<= 15 minutes on a GPU in all) and --quick (about 5).
-FULL = {"train_iters": 4, "new_morphologies": 2, "workers": (1, 2, 4), "row_seconds": 240.0}
-QUICK = {"train_iters": 2, "new_morphologies": 1, "workers": (1, 2, 4), "row_seconds": 150.0}
+# comes last: preset_fidelity takes longest; a new morphology's cost also shows in any evolution); --skip
+# takes these.
+LATER_ROWS = ("vt_on_device", "mvt_on_device", "ppo_vs_mujoco", "workers_per_gpu", "gpu_utilisation",
+              "ft_gpu_evolution", "compile_share", "morphologies_per_hour", "learner_modes", "learner_ddp",
+              "new_morphology_compile", "preset_fidelity")
+# The sizes of the end-to-end rows, full (about 30 minutes on a GPU in all, half of it preset_fidelity) and
+# --quick (about 10). preset_fidelity: bench fidelity's bodies, the share of each preset's budget (full: DERL's
+# 5M env steps for ft.yml, 20M for ft_gpu.yml), its time limit.
+FULL = {"train_iters": 4, "new_morphologies": 2, "workers": (1, 2, 4), "row_seconds": 240.0,
+        "fidelity": {"sample": 6, "scale": 1.0, "seconds": 1500.0}}
+QUICK = {"train_iters": 2, "new_morphologies": 1, "workers": (1, 2, 4), "row_seconds": 150.0,
+         "fidelity": {"sample": 4, "scale": 0.1, "seconds": 420.0}}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,10 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sync-steps", type=int, default=None, help="env steps watched for host syncs (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="the FT body's seed")
     parser.add_argument("--quick", action="store_true",
-                        help="about 5 minutes on a GPU (default about 15): shorter trainings, one new morphology; "
+                        help="about 10 minutes on a GPU (default about 30; see the description): shorter "
+                             "trainings, one new morphology, bench fidelity on 4 bodies at 0.1 of the budgets; "
                              "with it --steps defaults to 200 and --sync-steps to 50")
     parser.add_argument("--skip", default="", help="comma-separated rows not to run, of those after ft_physics_rate "
-                                                   "(e.g. learner_modes,new_morphology_compile)")
+                                                   "(e.g. learner_modes,preset_fidelity)")
     parser.add_argument("--keep", type=Path, help="keep the trainings, the evolution and their logs in this new "
                                                    "folder (default: a temporary folder, removed)")
 
@@ -287,15 +299,17 @@ def run(args: argparse.Namespace, on_row: Callable[[dict], None] = lambda report
     add(guarded("ft_physics_rate", lambda: _rates(model, args.device, nworlds, min(steps, 100))))
     sizes = QUICK if args.quick else FULL
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as folder:
-        rows = EndToEnd(args.device, sizes, args.keep or Path(folder))
+        rows = EndToEnd(args.device, sizes, args.keep or Path(folder), device.uuid if cuda else None)
         later = {
             "vt_on_device": lambda: _on_device("vt", args.device, min(nworlds), 50),
             "mvt_on_device": lambda: _on_device("mvt", args.device, min(nworlds), 50),
-            "ppo_vs_mujoco": rows.ppo_vs_mujoco, "workers_per_gpu": rows.workers_per_gpu,
-            "ft_gpu_evolution": rows.ft_gpu_evolution, "learner_modes": rows.learner_modes,
-            "learner_ddp": rows.learner_ddp,
             "new_morphology_compile": lambda: _new_morphologies(args.device, sizes["new_morphologies"], min(nworlds),
-                                                                buffers)}
+                                                                buffers),
+            "ppo_vs_mujoco": rows.ppo_vs_mujoco, "workers_per_gpu": rows.workers_per_gpu,
+            "gpu_utilisation": rows.gpu_utilisation, "ft_gpu_evolution": rows.ft_gpu_evolution,
+            "compile_share": rows.compile_share, "morphologies_per_hour": rows.morphologies_per_hour,
+            "learner_modes": rows.learner_modes, "learner_ddp": rows.learner_ddp,
+            "preset_fidelity": rows.preset_fidelity}
         for name in LATER_ROWS:
             add(Check(name, NOT_RUN, "--skip") if name in skip else guarded(name, later[name]))
     return checks, report(checks, f"{device.alias} ({device.name})", versions)

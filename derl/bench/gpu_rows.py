@@ -1,9 +1,16 @@
 """The GPU check's end-to-end rows: trainings, an evolution and benchmarks, each a process started as a
-user starts it (``derl.bench.gpu_training``), on the device the check runs on."""
+user starts it (``derl.bench.gpu_training``), on the device the check runs on.
+
+Rows that share a measurement run it once (``EndToEnd._once``): the ``ft_gpu.yml`` trainers sharing the
+GPU (``ppo_vs_mujoco``, ``workers_per_gpu``, ``gpu_utilisation``, ``morphologies_per_hour``), sampled
+for utilisation while they run, and the tiny evolution (``ft_gpu_evolution``, ``compile_share``,
+``morphologies_per_hour``), with the kernel modules it added to warp's cache.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from derl.bench.gpu_training import (
@@ -12,12 +19,29 @@ from derl.bench.gpu_training import (
     GPU_SERVER_CONFIG,
     ROOT,
     check_finished,
+    loop_rate,
+    read_iterations,
     run_at_once,
     tiny_evolution,
     trainings_at_once,
 )
-from derl.bench.gpu_verdicts import MEASURED, PASS, Check, ddp_not_run, learner_verdict, ppo_verdict, workers_verdict
+from derl.bench.gpu_utilisation import Sampling, sampler_here
+from derl.bench.gpu_verdicts import (
+    MEASURED,
+    NOT_RUN,
+    PASS,
+    Check,
+    compile_share_verdict,
+    ddp_not_run,
+    fidelity_verdict,
+    learner_verdict,
+    ppo_verdict,
+    throughput_verdict,
+    utilisation_verdict,
+    workers_verdict,
+)
 from derl.bench.learner import ft_xml
+from derl.checked_config import load_config
 from derl.evolution.coordinator import usable_cores
 from derl.fileio import read_json
 
@@ -25,6 +49,11 @@ from derl.fileio import read_json
 STEPS_PER_ITER = {"ft_gpu": 4096 * 24, "ft": 32 * 128, "gpu_server": 64 * 256}
 # On warp's CPU device (the tests) the trainings shrink to seconds: 8 envs x 16 steps.
 CPU_PPO = {"PPO.NUM_ENVS": 8, "PPO.TIMESTEPS": 16, "PPO.BATCH_SIZE": 64}
+# bench fidelity on warp's CPU device: bench fidelity's own tiny study (tests/test_bench_fidelity.py), the
+# candidate's overrides and those of every training.
+CPU_FIDELITY = ("PPO.NUM_ENVS=4,PPO.TIMESTEPS=8,PPO.BATCH_SIZE=16",
+                ["PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "16", "PPO.MAX_STATE_ACTION_PAIRS", "64", "ENV.EPISODE_LENGTH",
+                 "20"])
 
 
 def _training(preset: str, iters: int, device: str, tiny: bool) -> dict:
@@ -34,24 +63,93 @@ def _training(preset: str, iters: int, device: str, tiny: bool) -> dict:
     return {"DEVICE": device, "PPO.MAX_STATE_ACTION_PAIRS": iters * STEPS_PER_ITER[preset]}
 
 
-class EndToEnd:
-    """The end-to-end rows (``derl.bench.gpu_training``): trainings and an evolution in ``folder``."""
+def fidelity_command(device: str, size: dict, jobs: int, folder: Path) -> list[str]:
+    """``tools/bench.py fidelity`` on ``size["sample"]`` bodies at ``size["scale"]`` of each preset's budget:
+    DERL's ``ft.yml`` (two seeds, MuJoCo C on ``jobs`` CPU lanes) and, at the same time, ``ft_gpu.yml`` on
+    ``device`` (its own lane); its JSON, plot and trainings in ``folder``. On warp's CPU device (the tests)
+    every training is tiny: ``CPU_FIDELITY``'s, at scale 1."""
+    candidate, common, scale = str(FT_GPU_CONFIG), [], size["scale"]
+    if device == "cpu":
+        candidate, common, scale = f"{candidate}:DEVICE=cpu,{CPU_FIDELITY[0]}", CPU_FIDELITY[1], 1.0
+    elif device != "cuda":
+        candidate = f"{candidate}:DEVICE={device}"
+    return [sys.executable, str(ROOT / "tools" / "bench.py"), "fidelity", "--sample", str(size["sample"]),
+            "--seed", "1", "--mutations", "0,2,4,6", "--reference", str(FT_CONFIG), "--candidate", candidate,
+            "--scale", str(scale), "--jobs", str(jobs), "--work", str(folder / "work"),
+            "--out", str(folder / "fidelity.json"), "--plot", str(folder / "fidelity.png"), *common]
 
-    def __init__(self, device: str, sizes: dict, folder: Path):
+
+def search_trainings(out: Path) -> list[dict]:
+    """Each published morphology of the search in ``out``: its training's wall seconds, env steps and loop
+    rate (``loop_rate`` of its ``metrics/<id>.jsonl``)."""
+    from derl.analysis.run import RunView
+
+    view = RunView(out)
+    return [{"id": record.id, "wall_seconds": record.wall_time, "env_steps": record.env_steps,
+             "loop_steps_per_sec": round(loop_rate(read_iterations(view.run.metrics_path(record.id))), 1)}
+            for record in view.records]
+
+
+class EndToEnd:
+    """The end-to-end rows (``derl.bench.gpu_training``): trainings and an evolution in ``folder``;
+    ``gpu_uuid``: the GPU whose utilisation is sampled (None on warp's CPU device)."""
+
+    def __init__(self, device: str, sizes: dict, folder: Path, gpu_uuid: str | None):
         self.device, self.sizes, self.folder = device, sizes, folder
         self.tiny = device == "cpu"  # warp's CPU device: the tests
         self.xml = ft_xml(folder)
-        self.per_gpu: dict[int, dict] = {}  # trainers sharing the GPU -> their rates
+        self.sampler = sampler_here(gpu_uuid) if gpu_uuid is not None else None
+        self.utilisation: dict[int, list[tuple[float, float]]] = {}  # trainers sharing the GPU -> samples
+        self._done: dict[str, tuple[object, Exception | None]] = {}
+
+    def _once(self, key: str, measure: Callable[[], dict]) -> dict:
+        """``measure()``, or the error it raised, once: the rows that read it fail alike if it failed."""
+        if key not in self._done:
+            try:
+                self._done[key] = (measure(), None)
+            except Exception as err:  # noqa: BLE001 - raised again to each row that reads it
+                self._done[key] = (None, err)
+        value, error = self._done[key]
+        if error is not None:
+            raise error
+        return value
+
+    @property
+    def budget(self) -> int:
+        """``ft_gpu.yml``'s env steps per morphology (20M): what the projections assume."""
+        return int(load_config(FT_GPU_CONFIG).PPO.MAX_STATE_ACTION_PAIRS)
 
     def _at_once(self, configs: list[Path], overrides: dict, count: int, label: str) -> dict:
         return trainings_at_once(configs, self.xml, [overrides] * count, self.sizes["row_seconds"],
                                  self.folder / label)
 
     def _warp_trainers(self, count: int) -> dict:
-        if count not in self.per_gpu:
-            overrides = _training("ft_gpu", self.sizes["train_iters"], self.device, self.tiny)
-            self.per_gpu[count] = self._at_once([FT_GPU_CONFIG], overrides, count, f"warp-{count}")
-        return self.per_gpu[count]
+        return self._once(f"warp-{count}", lambda: self._sampled_trainers(count))
+
+    def _sampled_trainers(self, count: int) -> dict:
+        """``count`` ``ft_gpu.yml`` trainers at once, the GPU sampled meanwhile where a sampler is at hand."""
+        overrides = _training("ft_gpu", self.sizes["train_iters"], self.device, self.tiny)
+        if self.sampler is None:
+            return self._at_once([FT_GPU_CONFIG], overrides, count, f"warp-{count}")
+        with Sampling(self.sampler, self.folder / f"utilisation-{count}.csv") as sampling:
+            rates = self._at_once([FT_GPU_CONFIG], overrides, count, f"warp-{count}")
+        self.utilisation[count] = sampling.samples
+        return rates
+
+    def _search(self) -> dict:
+        """The tiny ``ft_gpu.yml`` evolution: its counts, the modules it added to warp's kernel cache (the
+        cache this process and its children share) and its ``search_trainings``."""
+        from derl.bench.sim import WarpSim
+
+        def search() -> dict:
+            cache = WarpSim(self.device)
+            before = cache.cached_modules()
+            overrides = {**CPU_PPO, "PPO.MAX_STATE_ACTION_PAIRS": 256} if self.tiny else {}
+            counts = tiny_evolution(self.device, overrides, 2 * self.sizes["row_seconds"], self.folder)
+            return {**counts, "modules_compiled": cache.cached_modules() - before,
+                    "trainings": search_trainings(self.folder / "evolution")}  # tiny_evolution's OUT_DIR
+
+        return self._once("search", search)
 
     def ppo_vs_mujoco(self) -> Check:
         cores = usable_cores()
@@ -62,6 +160,27 @@ class EndToEnd:
 
     def workers_per_gpu(self) -> Check:
         return workers_verdict({count: self._warp_trainers(count) for count in self.sizes["workers"]})
+
+    def gpu_utilisation(self) -> Check:
+        if self.tiny:
+            return Check("gpu_utilisation", NOT_RUN, "CUDA only (NVML)")
+        if self.sampler is None:
+            return Check("gpu_utilisation", NOT_RUN, "neither pynvml nor nvidia-smi on this machine")
+        self._warp_trainers(1)  # ppo_vs_mujoco's trainer, if that row was skipped
+        return utilisation_verdict(self.utilisation)
+
+    def ft_gpu_evolution(self) -> Check:
+        search = self._search()
+        counts = {key: search[key] for key in ("published", "failed", "total", "wall_seconds")}
+        return Check("ft_gpu_evolution", PASS, f"{counts['published']}/{counts['total']} published", counts)
+
+    def compile_share(self) -> Check:
+        search = self._search()
+        return compile_share_verdict(search["trainings"], search["modules_compiled"], self.budget)
+
+    def morphologies_per_hour(self) -> Check:
+        rates = {count: self._warp_trainers(count) for count in self.sizes["workers"]}
+        return throughput_verdict(rates, self._search()["trainings"], self.budget)
 
     def learner_modes(self) -> Check:
         from derl.ppo.device import assign_device, visible_gpu_count
@@ -87,7 +206,9 @@ class EndToEnd:
         check_finished(finished, self.sizes["row_seconds"], "tools/bench.py ddp")
         return Check("learner_ddp", MEASURED, "tools/bench.py ddp --ranks 2: 2 GPUs against 1", read_json(out))
 
-    def ft_gpu_evolution(self) -> Check:
-        overrides = {**CPU_PPO, "PPO.MAX_STATE_ACTION_PAIRS": 256} if self.tiny else {}
-        counts = tiny_evolution(self.device, overrides, 2 * self.sizes["row_seconds"], self.folder)
-        return Check("ft_gpu_evolution", PASS, f"{counts['published']}/{counts['total']} published", counts)
+    def preset_fidelity(self) -> Check:
+        size, folder = self.sizes["fidelity"], self.folder / "fidelity"
+        jobs = max(1, usable_cores() - 1)  # a core for the GPU's trainer
+        finished = run_at_once([fidelity_command(self.device, size, jobs, folder)], size["seconds"], folder / "logs")
+        check_finished(finished, size["seconds"], "tools/bench.py fidelity")
+        return fidelity_verdict(read_json(folder / "fidelity.json"))

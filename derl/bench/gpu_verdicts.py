@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from derl.bench.gpu_training import RowError
 from derl.envs.warp_overflow import COUNTED_BITS, Buffers
 from derl.envs.warp_overflow import describe as describe_overflow
@@ -19,6 +21,8 @@ from derl.evolution.failures import classify, describe
 PASS, FAIL, MEASURED, NOT_RUN = "pass", "fail", "measured", "not run"
 # The host_syncs row's tasks: FT (nothing drawn per episode) and VT on a bank (entries picked on the device).
 SYNC_TASKS = {"ft": {}, "vt": {}}  # VT on warp: a terrain bank (derl.envs.terrain_bank.WARP_BANK_SIZE)
+# preset_fidelity passes when each candidate's Spearman is at most this far below the reference's seed-to-seed one.
+FIDELITY_MARGIN = 0.1
 
 
 @dataclass
@@ -164,3 +168,96 @@ def report(checks: list[Check], device: str, versions: dict) -> dict:
     """The JSON the tool writes: the device, the versions, every check."""
     return {"device": device, "versions": versions, "passed": passed(checks),
             "checks": [asdict(check) for check in checks]}
+
+
+def utilisation_summary(samples: list[tuple[float, float]]) -> dict:
+    """Mean, 10th and 90th percentiles of the utilisation % of ``(utilisation %, memory MiB)`` samples, and
+    the most memory used."""
+    utilisation = np.array([sample[0] for sample in samples])
+    return {"samples": len(samples), "mean": round(float(utilisation.mean()), 1),
+            "p10": round(float(np.percentile(utilisation, 10)), 1),
+            "p90": round(float(np.percentile(utilisation, 90)), 1),
+            "memory_mib_max": max(sample[1] for sample in samples)}
+
+
+def utilisation_verdict(samples: dict[int, list[tuple[float, float]]]) -> Check:
+    """The GPU's utilisation while 1, 2, 4 ``ft_gpu.yml`` trainers shared it (``samples`` by trainer count,
+    one a second: ``derl.bench.gpu_utilisation``); fails when the sampler recorded nothing."""
+    empty = [str(count) for count, taken in samples.items() if not taken]
+    if empty or not samples:
+        return Check("gpu_utilisation", FAIL, f"the sampler recorded nothing while {', '.join(empty) or 'no'} "
+                                              "trainer(s) ran")
+    summaries = {count: utilisation_summary(taken) for count, taken in sorted(samples.items())}
+    note = "GPU utilisation % while trainers ran, mean (p10-p90): " + ", ".join(
+        f"{count}: {row['mean']:.0f} ({row['p10']:.0f}-{row['p90']:.0f})" for count, row in summaries.items())
+    return Check("gpu_utilisation", MEASURED, note, {str(count): row for count, row in summaries.items()})
+
+
+def startup_seconds(training: dict) -> float:
+    """A training's seconds beyond its env steps at its loop rate (``derl.bench.gpu_training.loop_rate``):
+    its env built, warp's kernels compiled or loaded, its graphs captured, the first iteration's extra."""
+    rate = training["loop_steps_per_sec"]
+    if rate <= 0:
+        return training["wall_seconds"]
+    return max(0.0, training["wall_seconds"] - training["env_steps"] / rate)
+
+
+def compile_share_verdict(trainings: list[dict], modules: int, budget: int) -> Check:
+    """What a search's new morphologies paid before training at speed: the kernel modules the search added
+    to warp's cache, each training's ``startup_seconds`` (compiling included: an upper bound on it), their
+    share of the trainings' wall time at the search's budget, and projected at ``budget`` env steps
+    (the median start-up over the median start-up plus ``budget`` at the median loop rate)."""
+    startups = [startup_seconds(training) for training in trainings]
+    share = sum(startups) / sum(training["wall_seconds"] for training in trainings)
+    startup = float(np.median(startups))
+    rate = float(np.median([training["loop_steps_per_sec"] for training in trainings]))
+    at_budget = startup / (startup + budget / rate)
+    steps = max(training["env_steps"] for training in trainings)
+    note = (f"{len(trainings)} morphologies added {modules} kernel modules; start-up (compiles included) "
+            f"{min(startups):.1f}-{max(startups):.1f} s each, {share:.0%} of their trainings' wall time at "
+            f"{steps:,} env steps; at {budget:,} env steps ({rate:,.0f}/s) {at_budget:.1%}")
+    return Check("compile_share", MEASURED, note, {
+        "modules_compiled": modules, "startup_seconds_median": round(startup, 2),
+        "share_of_training_wall": round(share, 4), "budget_env_steps": budget,
+        "loop_steps_per_sec_median": round(rate, 1), "share_at_budget": round(at_budget, 4),
+        "trainings": [{**training, "startup_seconds": round(seconds, 2)}
+                      for training, seconds in zip(trainings, startups, strict=True)]})
+
+
+def morphologies_per_hour(rates: list[float], startup: float, budget: int) -> float:
+    """Morphologies a GPU trains per hour when ``len(rates)`` trainers share it, trainer i at ``rates[i]``
+    env steps/s in its loop: each morphology takes ``budget / rate + startup`` seconds. An estimate: it
+    charges every start-up in full, though the other trainers go on meanwhile."""
+    return sum(3600 / (budget / rate + startup) for rate in rates if rate > 0)
+
+
+def throughput_verdict(rates: dict[int, dict], trainings: list[dict], budget: int) -> Check:
+    """``morphologies_per_hour`` for each count of trainers sharing the GPU (``rates``: their
+    ``training_rates``), with the median ``startup_seconds`` of a search's ``trainings``."""
+    startup = float(np.median([startup_seconds(training) for training in trainings]))
+    per_hour = {count: morphologies_per_hour(rate["loop_steps_per_sec_each"], startup, budget)
+                for count, rate in sorted(rates.items())}
+    best = max(per_hour, key=per_hour.get)
+    note = (f"ft_gpu.yml at {budget:,} env steps, {startup:.0f} s start-up each: " +
+            ", ".join(f"{count} trainer(s) {value:.1f}" for count, value in per_hour.items()) +
+            f" morphologies/hour/GPU (best: {best})")
+    return Check("morphologies_per_hour", MEASURED, note,
+                 {"budget_env_steps": budget, "startup_seconds": round(startup, 2), "best_trainers": best,
+                  "per_hour": {str(count): round(value, 2) for count, value in per_hour.items()}})
+
+
+def fidelity_verdict(study: dict, margin: float = FIDELITY_MARGIN) -> Check:
+    """``tools/bench.py fidelity``'s study: each candidate ranks the bodies (Spearman against each reference
+    seed) no worse than ``margin`` below the reference's own seeds (the ceiling: DERL's noise); a NaN
+    (a constant fitness) fails."""
+    reference = study["reference"]
+    floor = round(reference["seed_spearman"] - margin, 4)  # the study's figures have 4 decimals: 0.8 - 0.1 is 0.7
+    low = [name for name, candidate in study["candidates"].items() if not candidate["spearman"] >= floor]
+    parts = [f"{name} Spearman {c['spearman']:.2f}, Kendall {c['kendall']:.2f}, tournaments "
+             f"{c['tournament_agreement']:.0%}, fitness x{c['fitness_ratio']:.2f}, {c['env_steps']:,} env steps, "
+             f"{c['seconds_per_training']:.0f} s/training" for name, c in study["candidates"].items()]
+    note = (f"{len(study['bodies'])} bodies at {study['scale']:g}x budget; {reference['config']} seed against seed: "
+            f"Spearman {reference['seed_spearman']:.2f}, Kendall {reference['seed_kendall']:.2f}; " + "; ".join(parts))
+    if low:
+        note = f"Spearman below {floor:.2f}: {', '.join(low)}; {note}"
+    return Check("preset_fidelity", FAIL if low else PASS, note, {"margin": margin, **study})
