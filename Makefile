@@ -45,7 +45,7 @@ lint: setup
 	$(VENV)/bin/lint-imports --no-cache
 
 test: lint docs
-	MUJOCO_GL=egl $(PY) -m pytest -q -m "not slow" tests
+	MUJOCO_GL=egl $(PY) -m pytest -q -n auto --dist loadfile -m "not slow" tests
 
 # Slower end-to-end and statistical tests, kept out of `make test`.
 test-slow: setup

@@ -2,6 +2,7 @@
 
 import json
 import math
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -56,17 +57,21 @@ def test_agreement_is_against_each_reference_seed_and_the_ceiling_between_seeds(
         seed_agreement(seeds[:1])
 
 
-def test_help_exits_0_and_bad_input_is_one_line_exit_2(tmp_path):
-    command = [sys.executable, "tools/bench.py", "fidelity"]
+def test_help_exits_0_and_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    """The exit codes through a real process once; each bad input in-process (an import of torch fewer)."""
+    command = [sys.executable, "tools/bench.py", "fidelity", "--work", str(tmp_path / "w")]
     assert subprocess.run([*command, "--help"], cwd=ROOT, capture_output=True).returncode == 0
-    for args, message in ((["--seeds", "1"], "--seeds >= 2"),
-                          (["--cpu", "--genomes", str(tmp_path)], "need at least 4 genome JSON files"),
+    done = subprocess.run([*command, "--seeds", "1"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr == "error: need --seeds >= 2, --scale > 0, --jobs >= 1 and " \
+                                                  "--gpu-jobs >= 1\n", done.stderr
+    bench = runpy.run_path(str(ROOT / "tools" / "bench.py"))
+    for args, message in ((["--cpu", "--genomes", str(tmp_path)], "need at least 4 genome JSON files"),
                           (["--candidate", "nowhere.yml"], "preset file not found: nowhere.yml"),
                           (["--candidate", "configs/evo/ft_gpu.yml:PPO.EPOCHS"], "is not KEY=VALUE"),
                           *([([], "this machine has no GPU: add --cpu")] if not torch.cuda.is_available() else [])):
-        done = subprocess.run([*command, "--work", str(tmp_path / "w"), *args], cwd=ROOT, capture_output=True,
-                              text=True)
-        assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+        assert bench["main"](command[2:] + args) == 2
+        captured = capsys.readouterr()
+        assert captured.err.count("\n") == 1 and message in captured.err, captured.err
 
 
 @pytest.mark.slow
