@@ -19,7 +19,7 @@ from derl.analysis.lineage import LineageGraph, tree_layout
 from derl.analysis.records import body_stats, publication_order, to_record
 from derl.analysis.report import ReportOptions, eval_rows, transfer_table, write_report
 from derl.analysis.run import RunError, RunView
-from derl.analysis.stats import running_best, trend, window_mean
+from derl.analysis.stats import TREND_MIN_POINTS, running_best, trend, trend_test, window_mean
 from derl.bench.report import build_synthetic_run
 from derl.checked_config import load_preset, load_run_config
 from derl.config import dump_config, with_values
@@ -103,6 +103,37 @@ def test_running_statistics_and_trend():
     slope, intercept = trend(np.array([0, 1, 2, 3]), np.array([10.0, 8.0, 6.0, 4.0]))
     assert slope == pytest.approx(-2.0) and intercept == pytest.approx(10.0)
     assert trend(np.array([1.0]), np.array([2.0])) is None
+
+
+def test_a_trend_over_the_search_is_claimed_only_when_spearmans_test_supports_it():
+    order = np.arange(40.0)
+    falling = trend_test(order, 100.0 - order)
+    assert falling.rho == pytest.approx(-1.0) and falling.p < 1e-6 and falling.direction() == -1
+    assert trend_test(order, order ** 2).direction() == 1
+    few = trend_test(order[:TREND_MIN_POINTS - 1], 100.0 - order[:TREND_MIN_POINTS - 1])
+    assert few.p < 1e-6 and few.direction() == 0  # significant, but too few morphologies for a claim
+    noise = trend_test(order, np.random.default_rng(0).normal(size=40))
+    assert noise.p > 0.05 and noise.direction() == 0
+    assert trend_test(order[:2], order[:2]) is None and trend_test(order, np.ones(40)) is None
+
+
+def test_the_baldwin_verdict_states_its_test_and_sample_size():
+    from derl.analysis.report import baldwin_verdict
+
+    order = np.arange(40.0)
+    assert baldwin_verdict(order, 100.0 - order).startswith("Later morphologies learn faster: a Baldwin effect")
+    assert "n = 40" in baldwin_verdict(order, 100.0 - order)
+    small = baldwin_verdict(order[:20], 100.0 - order[:20])
+    assert small.startswith("No trend the data support (Spearman's rho -1.00") and "n = 20" in small
+    assert baldwin_verdict(order[:2], order[:2]) == "Too few distinct points for a test of a trend."
+
+
+def test_the_fitness_histogram_counts_whole_morphologies():
+    from derl.analysis import plots
+
+    figure = plots.distributions(np.array([1.0, 2.0]), np.array([2.5]), "fitness")
+    ticks = figure.axes[0].get_yticks()
+    assert len(ticks) and all(float(t).is_integer() for t in ticks)
 
 
 def _records(lineages):

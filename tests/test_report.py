@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -99,11 +100,19 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
     header = top_table.split("</tr>", 1)[0]
     key = view.fitness_key
     assert header.count(key.replace("__reward__", "__reward__<wbr>")) == 1 and header.count(key) == 0
-    varying = {t for r in view.records for t in r.fitness} - set(constant) - {key}
-    assert header.count("<th>") == 5 + len(varying), header
-    # Why the learning curves are staircases, under them.
+    # Terms equal for every morphology share a column (metric is x_pos on locomotion), summary fields
+    # say what they measure, and energy is a whole number with thousands separators.
+    columns = {tuple(r.fitness.get(t) for r in view.records)
+               for t in {t for r in view.records for t in r.fitness} - set(constant) - {key}}
+    assert header.count("<th>") == 5 + len(columns), header
+    assert "metric = x_pos<br><small>the task&#x27;s metric; final x (m)</small>" in header
+    assert "Σ |actuator force| per episode" in header and re.search(r"<td>\d{1,3}(,\d{3})+</td>", top_table)
+    # How long the episodes lasted, and why the curves of bodies that do not fall are staircases.
     caption = html.split('src="plots/top_curves.png"', 1)[1]
     assert 'class="caption"' in caption and "ends its episodes together about every 3 iterations" in caption
+    assert re.search(r"episodes lasted \d+ to \d+ steps on average", caption)
+    # The Baldwin section claims nothing a test of so few points does not support.
+    assert "No trend the data support (Spearman&#x27;s rho" in html or "Too few distinct points" in html
     for record in view.top(3):
         assert f'id="m{record.id}"' in html
         assert f"{os.path.relpath(tiny_run / 'genomes', out)}/{record.id}.json" in html

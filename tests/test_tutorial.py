@@ -45,7 +45,13 @@ def test_the_first_study_runs_as_written(tmp_path):
     done = subprocess.run(["bash", "-c", script], cwd=copy, env=env, capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((copy / "output" / "quick" / "summary.json").read_text())
-    assert summary["published"] == summary["total"] == 24
+    assert summary["published"] == summary["total"] == 16
+    # The study shows evolution working: its best body keeps its feet for most of an episode and moves
+    # forward when its final policy is replayed (the page's promise for a newcomer).
+    replayed = subprocess.run([sys.executable, "tools/replay.py", "output/quick", summary["best"]["id"],
+                               "--episodes", "1"], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    first = json.loads(replayed.stdout)
+    assert first["length"] >= 300 and first["x_pos"] > 0, first
     assert (copy / "output" / "quick" / "report" / "index.html").is_file()
     assert (copy / "best.mp4").is_file() or (copy / "best.gif").is_file()
     assert (copy / "output" / "quick" / "eval" / "summary.csv").is_file()

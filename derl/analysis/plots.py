@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.stats import window_mean
@@ -84,6 +85,7 @@ def distributions(initial: np.ndarray, last: np.ndarray, label: str) -> Figure:
         _empty(axes)
     axes.set_xlabel(label)
     axes.set_ylabel("morphologies")
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts, never 0.25 of a morphology
     axes.set_title("Initial population vs last aging window")
     figure.tight_layout()
     return figure
@@ -112,7 +114,7 @@ def lineage_tree(graph: LineageGraph, positions: Mapping[str, tuple[float, int]]
     """The family tree of the top morphologies: generations downwards, nodes coloured by fitness."""
     leaves = max((x for x, _ in positions.values()), default=0) + 1
     depth = max((d for _, d in positions.values()), default=0) + 1
-    figure = new_figure((max(FIGSIZE[0], 1.3 * leaves), max(FIGSIZE[1], 0.9 * depth + 1)))
+    figure = new_figure((max(FIGSIZE[0], 1.6 * leaves), max(FIGSIZE[1], 1.2 * depth + 1)))
     axes = figure.add_subplot()
     if not positions:
         _empty(axes)
@@ -133,7 +135,7 @@ def lineage_tree(graph: LineageGraph, positions: Mapping[str, tuple[float, int]]
     for node in nodes:
         x, d = positions[node]
         axes.annotate(labels.get(node, node), (x, d), xytext=(0, 9), textcoords="offset points", ha="center",
-                      va="bottom", fontsize=6,
+                      va="bottom", fontsize=9,
                       bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
     figure.colorbar(points, ax=axes, label="fitness", fraction=0.03)
     axes.set_ylim(depth - 0.5, -0.9)  # generation 0 at the top, room for the labels above each node
@@ -141,7 +143,7 @@ def lineage_tree(graph: LineageGraph, positions: Mapping[str, tuple[float, int]]
     axes.yaxis.get_major_locator().set_params(integer=True)
     axes.set_ylabel("generation")
     axes.set_xticks([])
-    axes.set_title("Lineages of the top K (red ring); labels: id, fitness, mutation", fontsize=10)
+    axes.set_title("Lineages of the top K (red ring); labels: id, fitness, mutation", fontsize=11)
     figure.tight_layout()
     return figure
 

@@ -18,7 +18,7 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from derl.analysis.lineage import tree_layout
 from derl.analysis.records import Morphology
 from derl.analysis.replay import FITNESS_NOTE, replay
 from derl.analysis.run import RunView
-from derl.analysis.stats import running_best, trend, window_mean
+from derl.analysis.stats import TREND_ALPHA, TREND_MIN_POINTS, running_best, trend, trend_test, window_mean
 from derl.config import CfgNode
 from derl.envs.media import render_body, write_png
 from derl.evolution.population import search_text
@@ -251,14 +251,26 @@ def _baldwin(w: _Writer) -> None:
     line = trend(order, iterations)
     w.report.baldwin_slope = None if line is None else line[0]
     img = w.figure("baldwin", lambda: plots.baldwin(order, iterations, line, fraction))
-    slope = "not enough points for a trend" if line is None else (
-        f"trend slope {line[0]:+.5f} iterations per morphology ({'faster' if line[0] < 0 else 'not faster'} "
-        "learning later in the search)")
     w.section("baldwin", "Learning speed (Baldwin effect)",
               f"<p>PPO iterations each morphology needed to first reach {fraction:.0%} of its final "
               f"{_esc(view.fitness_key)} (mean of its curve over the last 409,600 env steps), for the "
-              f"{len(points)} morphologies "
-              f"with a positive final value: {slope}.</p>{img}")
+              f"{len(points)} morphologies with a positive final value. {baldwin_verdict(order, iterations)}</p>"
+              f"{img}")
+
+
+def baldwin_verdict(order: np.ndarray, iterations: np.ndarray) -> str:
+    """What the learning speeds say about a Baldwin effect: a claim only where Spearman's test of
+    iterations against publication order supports it (p < TREND_ALPHA over TREND_MIN_POINTS+ morphologies)."""
+    test = trend_test(order, iterations)
+    if test is None:
+        return "Too few distinct points for a test of a trend."
+    figures = f"Spearman's rho {test.rho:+.2f}, p = {test.p:.2g}, n = {test.n}"
+    verdict = {-1: "Later morphologies learn faster: a Baldwin effect",
+               1: "Later morphologies learn more slowly: no Baldwin effect"}.get(test.direction())
+    if verdict is not None:
+        return f"{verdict} ({figures})."
+    return (f"No trend the data support ({figures}; a claim needs p < {TREND_ALPHA} over at least "
+            f"{TREND_MIN_POINTS} morphologies).")
 
 
 def _top(w: _Writer) -> None:
@@ -266,15 +278,15 @@ def _top(w: _Writer) -> None:
     top = view.top(options.top_k)
     terms, constant = _varying_terms(view)
     key = view.fitness_key
-    terms = [t for t in terms if t != key]  # the fitness has its own column, with its spread
-    curves = {r.id: c for r in top if key in (c := view.curve(r.id, (key, "env_steps"))).values}
+    terms = [g for g in terms if key not in g]  # the fitness has its own column, with its spread
+    curves = {r.id: c for r in top if key in (c := view.curve(r.id, (key, "env_steps", "episodes"))).values}
     videos = view.videos()
     # Narrow enough for a 1,400 px window: the picture above the video, the files and the body's
     # size under the id, term names that may wrap after their prefix.
     head = ("<tr><th>rank</th><th>morphology</th><th>body and policy</th>"
             + f"<th>{_term_name(key)}<br><small>published ± std of its curve over the last 409,600 env steps"
             + "</small></th>"
-            + "".join(f"<th>{_term_name(t)}</th>" for t in terms)
+            + "".join(f"<th>{' = '.join(_term_name(t) for t in group)}{_term_note(group)}</th>" for group in terms)
             + "<th>lineage</th></tr>")
     rows = []
     for rank, record in enumerate(top, 1):
@@ -293,7 +305,7 @@ def _top(w: _Writer) -> None:
             f'{_esc(record.mutation or "initial")}<br><small>{_num(record.limbs)} limbs, {_num(record.dof)} DoF, '
             f'mass {_num(record.mass, 2)}</small><br><small>{files}</small></td><td class="media">{image}{video}</td>'
             + f"<td>{_spread(record.fitness.get(key), curves.get(record.id), key)}</td>"
-            + "".join(f"<td>{_num(record.fitness.get(t))}</td>" for t in terms)
+            + "".join(f"<td>{_term_value(record.fitness.get(group[0]))}</td>" for group in terms)
             + f'<td class="lineage">{lineage}</td></tr>')
     body = f'<table class="top">{head}{"".join(rows)}</table>' if rows else "<p>nothing published yet</p>"
     if constant:
@@ -302,24 +314,44 @@ def _top(w: _Writer) -> None:
     if rows:
         body += w.figure("top_curves", lambda: plots.learning_curves(
             {name: (curve.iterations, curve.values[key]) for name, curve in curves.items()}, key))
-        body += f'<p class="caption">{_esc(staircase_note(view.cfg))}</p>'
+        body += f'<p class="caption">{_esc(curve_note(view.cfg, episode_lengths(curves.values())))}</p>'
     w.section("top", f"Top {len(top)} by {', '.join(view.criteria)}", body)
 
 
-def _varying_terms(view: RunView) -> tuple[list[str], dict[str, float]]:
-    """The fitness terms that differ between the run's morphologies, and the constant ones with their
+# What a summary field measures, under its column header (the reward terms say it by their names).
+TERM_NOTES = {"energy": "Σ |actuator force| per episode", "x_pos": "final x (m)", "metric": "the task's metric"}
+
+
+def _varying_terms(view: RunView) -> tuple[list[tuple[str, ...]], dict[str, float]]:
+    """The fitness terms that differ between the run's morphologies, terms equal for every morphology
+    grouped into one column (``metric`` is ``x_pos`` on locomotion), and the constant ones with their
     value (``__reward__stand`` is 0 for every body on a task that does not reward standing)."""
-    values: dict[str, set[float]] = {}
-    for record in view.records:
-        for term, value in record.fitness.items():
-            values.setdefault(term, set()).add(value)
-    constant = {t: next(iter(v)) for t, v in values.items() if len(v) == 1 and len(view) > 1}
-    return sorted(t for t in values if t not in constant), constant
+    values: dict[str, tuple] = {}
+    for term in sorted({t for record in view.records for t in record.fitness}):
+        values[term] = tuple(record.fitness.get(term) for record in view.records)
+    constant = {t: v[0] for t, v in values.items() if len(set(v)) == 1 and v[0] is not None and len(view) > 1}
+    groups: dict[tuple, list[str]] = {}
+    for term, column in values.items():
+        if term not in constant:
+            groups.setdefault(column, []).append(term)
+    return [tuple(group) for group in groups.values()], constant
 
 
 def _term_name(term: str) -> str:
     """A fitness term's column header, which may wrap after ``__reward__``."""
     return _esc(term).replace(REWARD_PREFIX, f"{REWARD_PREFIX}<wbr>")
+
+
+def _term_note(group: tuple[str, ...]) -> str:
+    notes = [TERM_NOTES[t] for t in group if t in TERM_NOTES]
+    return f"<br><small>{_esc('; '.join(notes))}</small>" if notes else ""
+
+
+def _term_value(value: float | None) -> str:
+    """Three decimals, or whole numbers with thousands separators from 1,000 on (``energy``)."""
+    if isinstance(value, float) and math.isfinite(value) and abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return _num(value)
 
 
 def _spread(published: float | None, curve: Curve | None, key: str) -> str:
@@ -332,13 +364,26 @@ def _spread(published: float | None, curve: Curve | None, key: str) -> str:
     return f"<b>{_num(published, 2)}</b> ± {_num(float(tail.std()), 2)}<br><small>n={len(tail)}</small>"
 
 
-def staircase_note(cfg: CfgNode) -> str:
-    """Why the top morphologies' learning curves climb in steps (the caption under them)."""
+def episode_lengths(curves: Iterable[Curve]) -> list[float]:
+    """Each training's mean episode length: its env steps over its finished episodes (at the end)."""
+    lengths = []
+    for curve in curves:
+        steps, episodes = curve.get("env_steps"), curve.get("episodes")
+        if steps is not None and episodes is not None and len(steps) and episodes[-1] > 0:
+            lengths.append(float(steps[-1] / episodes[-1]))
+    return lengths
+
+
+def curve_note(cfg: CfgNode, lengths: Sequence[float]) -> str:
+    """The caption under the top morphologies' curves: how long their episodes lasted, and why the
+    curves of bodies that do not fall climb in steps."""
     length, steps, envs = cfg.ENV.EPISODE_LENGTH, cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS
-    return (f"Where a curve climbs in steps: a point is the mean of the last {EPISODES_PER_POINT} finished training "
-            f"episodes, and the {envs} envs start together and run {length}-step episodes unless the body falls, so "
-            f"at {steps} steps per iteration a body that does not fall ends its episodes together about every "
-            f"{length / steps:.0f} iterations, and the point stays flat in between.")
+    seen = (f"These trainings' episodes lasted {min(lengths):.0f} to {max(lengths):.0f} steps on average (an "
+            f"episode ends at {length} steps or when the body falls). ") if lengths else ""
+    return (f"{seen}A point is the mean of the last {EPISODES_PER_POINT} finished training episodes. The {envs} "
+            f"envs start together, so at {steps} steps per iteration a body that does not fall ends its episodes "
+            f"together about every {length / steps:.0f} iterations and its curve climbs in steps; a body that "
+            "falls ends them at scattered times and its curve is smooth.")
 
 
 def _media(w: _Writer, record: Morphology) -> tuple[str, str]:

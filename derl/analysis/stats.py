@@ -1,6 +1,8 @@
-"""Pure statistics over publication order: running best, aging-window mean, linear trend."""
+"""Pure statistics over publication order: running best, aging-window mean, linear trend and its test."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,3 +31,36 @@ def trend(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
         return None
     slope, intercept = np.polyfit(x, y, 1)
     return float(slope), float(intercept)
+
+
+# A trend over the search is claimed only when a rank test supports it, over enough morphologies.
+TREND_ALPHA = 0.05
+TREND_MIN_POINTS = 30
+
+
+@dataclass(frozen=True)
+class TrendTest:
+    """Spearman's rank correlation of ``y`` with ``x``, its two-sided p-value and the sample size."""
+
+    rho: float
+    p: float
+    n: int
+
+    def direction(self) -> int:
+        """-1 or +1 when ``y`` falls or rises with ``x`` at p < TREND_ALPHA over at least
+        TREND_MIN_POINTS points, else 0 (no trend the data support)."""
+        if self.n < TREND_MIN_POINTS or not self.p < TREND_ALPHA:
+            return 0
+        return -1 if self.rho < 0 else 1
+
+
+def trend_test(x: np.ndarray, y: np.ndarray) -> TrendTest | None:
+    """Spearman's test of a monotonic trend of ``y`` over ``x``; None where it is undefined (fewer than
+    three points, or ``x`` or ``y`` constant)."""
+    from scipy.stats import spearmanr
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    result = spearmanr(x, y)
+    return TrendTest(float(result.statistic), float(result.pvalue), len(x))

@@ -50,9 +50,12 @@ SHARED_MODEL_FIELDS = ("hfield_data",)
 
 @dataclass(frozen=True)
 class Camera:
-    """The ``track`` camera: on the head (``trackcom``: follows the agent) or fixed in the world."""
+    """The ``track`` camera: on the head (``trackcom``: follows the agent) or fixed in the world.
 
-    pos: str = "0 -4 1.5"
+    The default sits 2.2 m behind and 0.8 m above the head, looking down at it: a unimal of a few
+    limbs (about a metre across) fills a third of a 320 x 240 video."""
+
+    pos: str = "0 -2.2 0.8"
     xyaxes: str = "1 0 0 0 0.35 1"
     mode: str = "trackcom"
     on_head: bool = True
