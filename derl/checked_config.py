@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from derl.config import (
-    PRESET_DIR,
     RETIRED_KEYS,
     SIM_BACKENDS,
     TOURNAMENT_TYPES,
@@ -44,6 +43,7 @@ from derl.envs.terrain import OBSTACLES
 from derl.envs.warp_log import quiet_warp
 from derl.fileio import read_yaml
 from derl.morphology.mutations import OPERATORS, expand_range
+from derl.paths import EVO_PRESETS
 
 # MuJoCo and torch store these counts in C ints.
 INT32_MAX = 2**31 - 1
@@ -167,9 +167,9 @@ def load_run_config(config_yaml: str | Path) -> CfgNode:
 
 def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) -> CfgNode:
     """``configs/evo/<name>.yml`` (``ft``, ``vt``, ``mvt``, ``quick``), then ``overrides``."""
-    path = PRESET_DIR / f"{name}.yml"
+    path = EVO_PRESETS / f"{name}.yml"
     if not path.is_file():
-        known = sorted(p.stem for p in PRESET_DIR.glob("*.yml"))
+        known = sorted(p.stem for p in EVO_PRESETS.glob("*.yml"))
         raise ConfigError(f"unknown preset {name!r}; known: {', '.join(known)}")
     return load_config(path, overrides)
 

@@ -552,9 +552,6 @@ def _origin_text(origin: str) -> str:
     return "set on the command line" if origin == "command line" else f"set in {origin}"
 
 
-PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "evo"
-
-
 def dump_config(cfg: CfgNode) -> str:
     """The resolved config as YAML text; loading it gives ``cfg`` back."""
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from derl.bench.ab import ROOT, compare, rename_imports, run
+from derl.bench.ab import compare, rename_imports, run
+from derl.paths import REPO_ROOT as ROOT
 
 
 def test_imports_of_derl_are_renamed_and_nothing_else():

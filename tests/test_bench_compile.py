@@ -18,10 +18,10 @@ from derl.bench.compile import (
     summarise,
 )
 from derl.checked_config import load_config
-from derl.config import PRESET_DIR
+from derl.paths import EVO_PRESETS
 from tests.conftest import ROOT
 
-FT = load_config(PRESET_DIR / "ft.yml")
+FT = load_config(EVO_PRESETS / "ft.yml")
 
 CHOLESKY = "wp__update_gradient_cholesky__locals__kernel_4c171783_1b26c4d"
 JTDAJ = "wp__update_gradient_JTDAJ_dense_tiled__locals__kernel_89e25008_1c67c9b"

@@ -16,8 +16,6 @@ import pytest
 from derl.bench import gpu_rows
 from derl.bench.gpu_check import FULL, QUICK
 from derl.bench.gpu_training import (
-    FT_CONFIG,
-    FT_GPU_CONFIG,
     RowError,
     check_finished,
     evolution_verdict,
@@ -59,6 +57,7 @@ from derl.bench.gpu_verdicts import (
 from derl.cli import ArgumentParser
 from derl.envs.warp_overflow import Buffers
 from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
+from derl.paths import evo_preset
 from tests.test_envs_tasks import ROOT
 
 # Run before the tool: warp made unimportable (as on a machine without requirements-gpu.txt).
@@ -366,12 +365,12 @@ def test_the_fidelity_row_calls_bench_fidelity_as_its_parser_reads_it(tmp_path):
     parser = ArgumentParser(prog="tools/bench.py fidelity")
     parser.add_argument("--out", type=Path)
     fidelity.add_arguments(parser)
-    for device, candidate in (("cuda", str(FT_GPU_CONFIG)), ("cuda:1", f"{FT_GPU_CONFIG}:DEVICE=cuda:1")):
+    for device, candidate in (("cuda", str(evo_preset("ft_gpu"))), ("cuda:1", f"{evo_preset('ft_gpu')}:DEVICE=cuda:1")):
         command = gpu_rows.fidelity_command(device, FULL["fidelity"], 15, tmp_path)
         assert command[1:3] == [str(ROOT / "tools" / "bench.py"), "fidelity"]
         args = parser.parse_args(command[3:])
         assert (args.sample, args.scale, args.jobs, args.seeds) == (6, 1.0, 15, 2)
-        assert args.candidate == [candidate] and args.reference == FT_CONFIG and args.overrides == []
+        assert args.candidate == [candidate] and args.reference == evo_preset("ft") and args.overrides == []
         assert args.out == tmp_path / "fidelity.json" and args.plot == tmp_path / "fidelity.png"
     tiny = parser.parse_args(gpu_rows.fidelity_command("cpu", QUICK["fidelity"], 1, tmp_path)[3:])
     assert tiny.scale == 1.0 and ":DEVICE=cpu," in tiny.candidate[0] and "PPO.MAX_STATE_ACTION_PAIRS" in tiny.overrides

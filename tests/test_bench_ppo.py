@@ -53,7 +53,8 @@ def test_paired_medians_take_ratios_within_each_repeat():
 
 def test_unimal_cases_by_name_or_config_file_on_a_seeded_genome(tmp_path):
     from derl.bench.env import env_configs
-    from derl.bench.ppo import ROOT, _config, task_config, unimal_case
+    from derl.bench.ppo import _config, task_config, unimal_case
+    from derl.paths import REPO_ROOT as ROOT
 
     assert task_config("vt") == env_configs()["vt"] and task_config("obstacle") == env_configs()["obstacle"]
     assert task_config(str(ROOT / "configs" / "evo" / "mvt.yml")) == (ROOT / "configs" / "evo" / "mvt.yml").resolve()
@@ -67,7 +68,7 @@ def test_unimal_cases_by_name_or_config_file_on_a_seeded_genome(tmp_path):
 
 
 def test_bench_ppo_names_a_missing_task_config():
-    from derl.bench.ppo import ROOT
+    from derl.paths import REPO_ROOT as ROOT
 
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "ppo", "--envs", "ft,nowhere/vt.yml"],
                           capture_output=True, text=True, cwd=ROOT)

@@ -214,10 +214,10 @@ def test_a_process_on_the_warp_backend_prints_no_banner_and_no_module_loads():
 
     script = ("import numpy as np, torch\n"
               "from derl.checked_config import load_config\n"
-              "from derl.config import PRESET_DIR\n"
+              "from derl.paths import EVO_PRESETS\n"
               "from derl.envs import UnimalVectorEnv\n"
               "from derl.morphology import random_genome, to_mjcf\n"
-              "cfg = load_config(PRESET_DIR / 'ft.yml', {'SIM.BACKEND': 'warp'})\n"
+              "cfg = load_config(EVO_PRESETS / 'ft.yml', {'SIM.BACKEND': 'warp'})\n"
               "mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), 'quiet'), cfg)\n"
               "env = UnimalVectorEnv(None, cfg, 2, mjcf=mjcf)\n"
               "env.reset(seed=0)\n"

@@ -30,8 +30,8 @@ import torch
 
 from derl.bench.env import env_configs
 from derl.bench.ppo import FT_GENOME_SEED, speed_overrides, unimal_case
+from derl.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 BASE_PACKAGE = "derl_base"
 _IMPORT = re.compile(r"^(\s*)(from|import) derl(?=[.\s])", re.MULTILINE)
 
@@ -52,7 +52,7 @@ def rename_imports(source: str) -> str:
 def extract_revision(revision: str, folder: Path) -> None:
     """``derl`` of ``revision`` as ``folder/derl_base`` (imports renamed), its ``configs`` beside it."""
     try:
-        archive = subprocess.run(["git", "archive", revision, "derl", "configs"], cwd=ROOT,
+        archive = subprocess.run(["git", "archive", revision, "derl", "configs"], cwd=REPO_ROOT,
                                  capture_output=True, check=True).stdout
     except subprocess.CalledProcessError as err:
         raise SystemExit(f"error: git archive {revision!r} failed: {err.stderr.decode().strip()}") from None

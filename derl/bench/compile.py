@@ -39,10 +39,10 @@ from importlib import metadata
 from pathlib import Path
 
 from derl.checked_config import load_config
-from derl.config import PRESET_DIR, CfgNode, ConfigError
+from derl.config import CfgNode, ConfigError
 from derl.morphology.files import InputError, load_genome, sample
+from derl.paths import REPO_ROOT, evo_preset
 
-ROOT = Path(__file__).resolve().parents[2]
 # The model sizes that MuJoCo Warp 4.0's kernels specialised per model read on FT bodies, one key per
 # group of kernels: nv (the Newton solver's two Cholesky kernels and its residual kernel, the mass
 # matrix's dense tile), nv padded to a multiple of 4 with nC (the solver's J'DJ kernel), and the geom
@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="--sample: the first seed (one more per --mutations value)")
     parser.add_argument("--mutations", default="0",
                         help="--sample: mutations per genome, comma-separated values taking turns (0,4,8)")
-    parser.add_argument("--cfg", type=Path, default=PRESET_DIR / "ft.yml", help="the bodies' config (default: ft.yml)")
+    parser.add_argument("--cfg", type=Path, default=evo_preset("ft"), help="the bodies' config (default: ft.yml)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="warp's device")
     parser.add_argument("--nworld", type=int, default=8, help="worlds of each body")
     parser.add_argument("--cache", type=Path,
@@ -223,7 +223,7 @@ def _run_body(genome: Path, args: argparse.Namespace, cache: Path) -> BodyCompil
     env = dict(os.environ, WARP_CACHE_PATH=str(cache.resolve()))
     started = time.perf_counter()
     try:
-        proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout,
+        proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=args.timeout,
                               check=False)
     except subprocess.TimeoutExpired:
         raise SystemExit(f"error: {genome.name}: its process ran past --timeout {args.timeout:g} s") from None

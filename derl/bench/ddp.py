@@ -32,10 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.bench.learner import FT_CONFIG, FT_GENOME_SEED, ft_xml
+from derl.bench.learner import FT_GENOME_SEED, ft_xml
 from derl.checked_config import load_config
-
-ROOT = Path(__file__).resolve().parents[2]
+from derl.paths import REPO_ROOT, evo_preset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,19 +54,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace):
     """The config every run starts from (before the per-run keys)."""
-    return load_config(None if args.env_id else FT_CONFIG, args.overrides)
+    return load_config(None if args.env_id else evo_preset("ft"), args.overrides)
 
 
 def _train(args: argparse.Namespace, source: list[str], ranks: int, out: Path, overrides: dict) -> dict:
     """One ``tools/train_ddp.sh`` run; returns metrics.json and the metrics.jsonl records."""
-    cfg = [] if args.env_id else ["--cfg", str(FT_CONFIG)]
+    cfg = [] if args.env_id else ["--cfg", str(evo_preset("ft"))]
     keys = {"PPO.NUM_ENVS": args.envs, "PPO.TIMESTEPS": args.timesteps, "TORCH_THREADS": 1,
             "CHECKPOINT_PERIOD": 0, "DEVICE": args.device, **overrides}
     pairs = [str(item) for key, value in keys.items() for item in (key, value)] + args.overrides
-    command = [str(ROOT / "tools" / "train_ddp.sh"), "--nproc", str(ranks), *source, *cfg,
+    command = [str(REPO_ROOT / "tools" / "train_ddp.sh"), "--nproc", str(ranks), *source, *cfg,
                "--out", str(out), "--quiet", *pairs]
     env = dict(os.environ, PYTHON=sys.executable)
-    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stderr[-3000:]}")
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]

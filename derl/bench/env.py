@@ -37,23 +37,23 @@ import mujoco.batch
 import numpy as np
 
 from derl.checked_config import load_config
-from derl.config import PRESET_DIR, ConfigError
+from derl.config import ConfigError
 from derl.envs import ENV_ID, UnimalVectorEnv
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.physics import MujocoPhysics
 from derl.envs.world import build_xml
 from derl.morphology import random_genome, to_mjcf
+from derl.paths import EVAL_PRESETS, EVO_PRESETS
 from derl.progress import progress_bar
 from derl.threads import limit_threads
 
-EVAL_DIR = PRESET_DIR.parent / "eval"
 _SIGNATURE = mujoco.mjtState.mjSTATE_INTEGRATION  # a state that mj_step continues from exactly
 
 
 def env_configs() -> dict[str, Path]:
     """Bench names: the evolution presets (ft, vt, mvt) and every ``configs/eval`` task."""
-    names = {name: PRESET_DIR / f"{name}.yml" for name in ("ft", "vt", "mvt")}
-    names.update({path.stem: path for path in sorted(EVAL_DIR.glob("*.yml"))})
+    names = {name: EVO_PRESETS / f"{name}.yml" for name in ("ft", "vt", "mvt")}
+    names.update({path.stem: path for path in sorted(EVAL_PRESETS.glob("*.yml"))})
     return names
 
 

@@ -1,7 +1,8 @@
 """Evolution throughput: morphologies/hour with 1 and with 2 workers, and coordinator CPU load.
 
 Runs the real ``evo_single_proc.py`` twice on the same small FT search (configs/evo/quick.yml
-scaled down), one run after the other, and reads each run's ``summary.json``: the rate is
+scaled down, at the 8 envs x 64 steps its figures in docs/benchmarks.md were measured with), one run
+after the other, and reads each run's ``summary.json``: the rate is
 measured by the coordinator over its worker session (the initial population build excluded),
 the coordinator's own CPU time as a fraction of that session.
 
@@ -21,9 +22,8 @@ import tempfile
 from pathlib import Path
 
 from derl.fileio import read_json
+from derl.paths import REPO_ROOT
 from derl.progress import progress_bar
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,10 +40,11 @@ def _run(args: argparse.Namespace, workers: int, out_dir: Path) -> dict:
         "OUT_DIR", str(out_dir), "EVO.NUM_PROCESSES", str(workers),
         "EVO.INIT_POPULATION_SIZE", str(args.init),
         "EVO.SEARCH_SPACE_SIZE", str(args.search), "EVO.AGING_WINDOW_SIZE", str(args.init),
+        "PPO.NUM_ENVS", "8", "PPO.TIMESTEPS", "64",
         "PPO.MAX_STATE_ACTION_PAIRS", str(args.steps), "EVO.IS_EVO", str(args.tournament).lower(),
     ]
     command = [sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", *overrides]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"evolution run with {workers} workers failed: {done.stderr.strip()[-500:]}")
     summary = read_json(out_dir / "summary.json")

@@ -50,8 +50,8 @@ from derl.config import CfgNode
 from derl.fileio import atomic_write_text, read_json
 from derl.morphology import Genome, GenomeError
 from derl.morphology.files import sample
+from derl.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 ON_CPU = {"SIM.BACKEND": "mujoco", "DEVICE": "cpu"}
 # Every training: one core, no TensorBoard; the checkpoint every 100 iterations lets a stopped study resume.
 EVERY_RUN = {"TORCH_THREADS": 1, "TENSORBOARD.ENABLED": "false"}
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1, help="seed of the sampled bodies")
     parser.add_argument("--mutations", type=_ints, default=[0, 2, 4, 6],
                         help="mutations of the sampled bodies, in turn (default 0,2,4,6)")
-    parser.add_argument("--reference", type=Path, default=ROOT / "configs" / "evo" / "ft.yml")
+    parser.add_argument("--reference", type=Path, default=REPO_ROOT / "configs" / "evo" / "ft.yml")
     parser.add_argument("--candidate", action="append", metavar="FILE[:KEY=VALUE,...]",
                         help="a candidate preset (repeat for several; default configs/evo/ft_gpu.yml)")
     parser.add_argument("--seeds", type=int, default=2, help="RNG_SEEDs 1..N of the reference (at least 2)")
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu", action="store_true", help="candidates on SIM.BACKEND mujoco, DEVICE cpu")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="CPU trainings at once")
     parser.add_argument("--gpu-jobs", type=int, default=1, help="CUDA trainings at once")
-    parser.add_argument("--work", type=Path, default=ROOT / "output" / "fidelity", help="where trainings are kept")
+    parser.add_argument("--work", type=Path, default=REPO_ROOT / "output" / "fidelity", help="where trainings are kept")
     parser.add_argument("--plot", type=Path, help="write the scatter plot (PNG) here")
     parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides for every training")
 
@@ -145,9 +145,9 @@ class Training:
                 **(ON_CPU if self.cpu else {})}
         pairs = [str(item) for key, value in keys.items() for item in (key, value)]
         # Through derl.bench.gpu_training's launcher: the training dies with this process.
-        return [sys.executable, "-m", "derl.bench.gpu_training", str(os.getpid()), str(ROOT / "tools" / "train_ppo.py"),
-                "--cfg", str(self.preset.path),
-                "--genome", str(self.genome), "--out", str(self.folder), "--resume", "--quiet", *common, *pairs]
+        return [sys.executable, "-m", "derl.bench.gpu_training", str(os.getpid()),
+                str(REPO_ROOT / "tools" / "train_ppo.py"), "--cfg", str(self.preset.path), "--genome", str(self.genome),
+                "--out", str(self.folder), "--resume", "--quiet", *common, *pairs]
 
 
 def train(training: Training, common: list[str], criterion: str) -> dict:
@@ -158,7 +158,7 @@ def train(training: Training, common: list[str], criterion: str) -> dict:
         training.folder.parent.mkdir(parents=True, exist_ok=True)
         log = training.folder.parent / f"{training.folder.name}.log"
         with log.open("w") as stream:
-            proc = subprocess.Popen(training.command(common), cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(training.command(common), cwd=REPO_ROOT, stdout=stream, stderr=subprocess.STDOUT)
             _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> dict:
     work = args.work.resolve()  # the trainings run from the repository's root
     reference = parse_preset(str(args.reference), {}, common)
     candidates = [parse_preset(spec, ON_CPU if args.cpu else {}, common)
-                  for spec in args.candidate or [str(ROOT / "configs" / "evo" / "ft_gpu.yml")]]
+                  for spec in args.candidate or [str(REPO_ROOT / "configs" / "evo" / "ft_gpu.yml")]]
     if any(c.on_gpu for c in candidates):
         import torch
 

@@ -59,11 +59,12 @@ from derl.bench.gpu_verdicts import (
 )
 from derl.bench.sim import ft_model
 from derl.checked_config import check_warp_cuda_here, load_config
-from derl.config import PRESET_DIR, ConfigError
+from derl.config import ConfigError
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.warp_log import quiet_warp
 from derl.envs.warp_overflow import Buffers
 from derl.evolution.failures import classify, describe
+from derl.paths import evo_preset
 
 # The rows after ft_physics_rate, in the order they run (what a check stopped at its limit misses first
 # comes last: preset_fidelity takes longest; a new morphology's cost also shows in any evolution); --skip
@@ -132,7 +133,7 @@ def _syncs_of(name: str, overrides: dict, device: str, steps: int, nworld: int) 
     from derl.envs import UnimalVectorEnv
     from derl.morphology import random_genome, to_mjcf
 
-    cfg = load_config(PRESET_DIR / f"{name}.yml", {"SIM.BACKEND": "warp", "ENV.EPISODE_LENGTH": 20, **overrides})
+    cfg = load_config(evo_preset(name), {"SIM.BACKEND": "warp", "ENV.EPISODE_LENGTH": 20, **overrides})
     mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), f"gpu-check-{name}"), cfg)
     env = UnimalVectorEnv(None, cfg, nworld, device=device, mjcf=mjcf)
     env.reset(seed=0)
@@ -199,7 +200,7 @@ def _on_device(name: str, device: str, nworld: int, steps: int) -> Check:
     from derl.morphology import random_genome, to_mjcf
 
     try:  # the config check and UnimalBatch refuse a task the backend cannot run on the device
-        cfg = load_config(PRESET_DIR / f"{name}.yml", {"SIM.BACKEND": "warp"})
+        cfg = load_config(evo_preset(name), {"SIM.BACKEND": "warp"})
         mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), f"gpu-check-{name}"), cfg)
         env = UnimalVectorEnv(None, cfg, nworld, device=device, mjcf=mjcf)
     except (ConfigError, ValueError) as err:
@@ -285,7 +286,7 @@ def run(args: argparse.Namespace, on_row: Callable[[dict], None] = lambda report
             add(Check("startup", PASS))
         except ConfigError as err:
             add(Check("startup", FAIL, str(err)))
-    sim = load_config(PRESET_DIR / "ft.yml").SIM
+    sim = load_config(evo_preset("ft")).SIM
     buffers = Buffers(int(sim.NCONMAX), int(sim.NJMAX))
     add(guarded("capture_first_step", lambda: _capture(model, args.device, FRAME_SKIP * model.opt.timestep)))
     if cuda:

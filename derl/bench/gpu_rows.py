@@ -14,10 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from derl.bench.gpu_training import (
-    FT_CONFIG,
-    FT_GPU_CONFIG,
-    GPU_SERVER_CONFIG,
-    ROOT,
     check_finished,
     loop_rate,
     read_iterations,
@@ -44,6 +40,7 @@ from derl.bench.learner import ft_xml
 from derl.checked_config import load_config
 from derl.evolution.coordinator import usable_cores
 from derl.fileio import read_json
+from derl.paths import GPU_SERVER_PRESET, REPO_ROOT, evo_preset
 
 # Env steps of one iteration of each preset: ft_gpu.yml (4096 x 24), ft.yml (32 x 128), gpu_server.yml (64 x 256).
 STEPS_PER_ITER = {"ft_gpu": 4096 * 24, "ft": 32 * 128, "gpu_server": 64 * 256}
@@ -68,13 +65,13 @@ def fidelity_command(device: str, size: dict, jobs: int, folder: Path) -> list[s
     DERL's ``ft.yml`` (two seeds, MuJoCo C on ``jobs`` CPU lanes) and, at the same time, ``ft_gpu.yml`` on
     ``device`` (its own lane); its JSON, plot and trainings in ``folder``. On warp's CPU device (the tests)
     every training is tiny: ``CPU_FIDELITY``'s, at scale 1."""
-    candidate, common, scale = str(FT_GPU_CONFIG), [], size["scale"]
+    candidate, common, scale = str(evo_preset("ft_gpu")), [], size["scale"]
     if device == "cpu":
         candidate, common, scale = f"{candidate}:DEVICE=cpu,{CPU_FIDELITY[0]}", CPU_FIDELITY[1], 1.0
     elif device != "cuda":
         candidate = f"{candidate}:DEVICE={device}"
-    return [sys.executable, str(ROOT / "tools" / "bench.py"), "fidelity", "--sample", str(size["sample"]),
-            "--seed", "1", "--mutations", "0,2,4,6", "--reference", str(FT_CONFIG), "--candidate", candidate,
+    return [sys.executable, str(REPO_ROOT / "tools" / "bench.py"), "fidelity", "--sample", str(size["sample"]),
+            "--seed", "1", "--mutations", "0,2,4,6", "--reference", str(evo_preset("ft")), "--candidate", candidate,
             "--scale", str(scale), "--jobs", str(jobs), "--work", str(folder / "work"),
             "--out", str(folder / "fidelity.json"), "--plot", str(folder / "fidelity.png"), *common]
 
@@ -117,7 +114,7 @@ class EndToEnd:
     @property
     def budget(self) -> int:
         """``ft_gpu.yml``'s env steps per morphology (20M): what the projections assume."""
-        return int(load_config(FT_GPU_CONFIG).PPO.MAX_STATE_ACTION_PAIRS)
+        return int(load_config(evo_preset("ft_gpu")).PPO.MAX_STATE_ACTION_PAIRS)
 
     def _at_once(self, configs: list[Path], overrides: dict, count: int, label: str) -> dict:
         return trainings_at_once(configs, self.xml, [overrides] * count, self.sizes["row_seconds"],
@@ -130,9 +127,9 @@ class EndToEnd:
         """``count`` ``ft_gpu.yml`` trainers at once, the GPU sampled meanwhile where a sampler is at hand."""
         overrides = _training("ft_gpu", self.sizes["train_iters"], self.device, self.tiny)
         if self.sampler is None:
-            return self._at_once([FT_GPU_CONFIG], overrides, count, f"warp-{count}")
+            return self._at_once([evo_preset("ft_gpu")], overrides, count, f"warp-{count}")
         with Sampling(self.sampler, self.folder / f"utilisation-{count}.csv") as sampling:
-            rates = self._at_once([FT_GPU_CONFIG], overrides, count, f"warp-{count}")
+            rates = self._at_once([evo_preset("ft_gpu")], overrides, count, f"warp-{count}")
         self.utilisation[count] = sampling.samples
         return rates
 
@@ -155,7 +152,7 @@ class EndToEnd:
         cores = usable_cores()
         # One MuJoCo C trainer per core, as evo_single_proc.py runs them; more iterations: each is short.
         overrides = _training("ft", 4 * self.sizes["train_iters"], "cpu", self.tiny)
-        mujoco = self._at_once([FT_CONFIG], overrides, cores, "mujoco")
+        mujoco = self._at_once([evo_preset("ft")], overrides, cores, "mujoco")
         return ppo_verdict(self._warp_trainers(1), mujoco, cores)
 
     def workers_per_gpu(self) -> Check:
@@ -186,7 +183,7 @@ class EndToEnd:
         from derl.ppo.device import assign_device, visible_gpu_count
 
         overrides = _training("gpu_server", self.sizes["train_iters"], self.device, self.tiny)
-        amp = {mode: self._at_once([FT_CONFIG, GPU_SERVER_CONFIG], {**overrides, "PPO.AMP": mode == "on"}, 1,
+        amp = {mode: self._at_once([evo_preset("ft"), GPU_SERVER_PRESET], {**overrides, "PPO.AMP": mode == "on"}, 1,
                                    f"amp-{mode}") for mode in ("off", "on")}
         gpus = visible_gpu_count() if self.device.startswith("cuda") else 0
         devices = [assign_device("cuda" if gpus else "cpu", worker, gpus) for worker in range(4)]
@@ -200,7 +197,7 @@ class EndToEnd:
         if not_run is not None:
             return not_run
         out = self.folder / "ddp.json"
-        command = [sys.executable, str(ROOT / "tools" / "bench.py"), "ddp", "--device", "cuda", "--ranks", "2",
+        command = [sys.executable, str(REPO_ROOT / "tools" / "bench.py"), "ddp", "--device", "cuda", "--ranks", "2",
                    "--iters", str(self.sizes["train_iters"]), "--repeats", "1", "--out", str(out)]
         finished = run_at_once([command], self.sizes["row_seconds"], self.folder / "ddp")
         check_finished(finished, self.sizes["row_seconds"], "tools/bench.py ddp")

@@ -27,11 +27,8 @@ from pathlib import Path
 
 from derl.fileio import read_bytes, read_json
 from derl.lifetime import die_with_parent
+from derl.paths import REPO_ROOT, evo_preset
 
-ROOT = Path(__file__).resolve().parents[2]
-FT_CONFIG = ROOT / "configs" / "evo" / "ft.yml"
-FT_GPU_CONFIG = ROOT / "configs" / "evo" / "ft_gpu.yml"
-GPU_SERVER_CONFIG = ROOT / "configs" / "gpu_server.yml"
 # The evolution of the ft_gpu_evolution row: 4 morphologies, 2 workers, about 3 iterations each.
 TINY_EVOLUTION = {"EVO.NUM_PROCESSES": 2, "EVO.INIT_POPULATION_SIZE": 2, "EVO.SEARCH_SPACE_SIZE": 4,
                   "EVO.AGING_WINDOW_SIZE": 2, "EVO.NUM_PARTICIPANTS": 2, "PPO.MAX_STATE_ACTION_PAIRS": 300000}
@@ -58,13 +55,13 @@ def overrides_args(overrides: dict) -> list[str]:
 def training_command(configs: list[Path], xml: Path, out: Path, overrides: dict) -> list[str]:
     """One ``tools/train_ppo.py`` training of ``xml`` into ``out`` (no progress bar)."""
     cfgs = [arg for cfg in configs for arg in ("--cfg", str(cfg))]
-    return [sys.executable, str(ROOT / "tools" / "train_ppo.py"), *cfgs, "--xml", str(xml), "--out", str(out),
+    return [sys.executable, str(REPO_ROOT / "tools" / "train_ppo.py"), *cfgs, "--xml", str(xml), "--out", str(out),
             "--quiet", *overrides_args(overrides)]
 
 
 def evolution_command(out: Path, device: str, overrides: dict) -> list[str]:
     """The tiny ``configs/evo/ft_gpu.yml`` evolution into ``out`` on ``device``."""
-    return [sys.executable, str(ROOT / "evo_single_proc.py"), "--cfg", str(FT_GPU_CONFIG),
+    return [sys.executable, str(REPO_ROOT / "evo_single_proc.py"), "--cfg", str(evo_preset("ft_gpu")),
             *overrides_args({**TINY_EVOLUTION, "DEVICE": device, "OUT_DIR": out, **overrides})]
 
 
@@ -79,7 +76,7 @@ def run_at_once(commands: list[list[str]], timeout: float, log_dir: Path) -> Fin
     procs = []
     for (python, *script), log in zip(commands, logs, strict=True):
         with log.open("w") as stream:
-            procs.append(subprocess.Popen([python, "-m", __name__, str(os.getpid()), *script], cwd=ROOT,
+            procs.append(subprocess.Popen([python, "-m", __name__, str(os.getpid()), *script], cwd=REPO_ROOT,
                                           stdout=stream, stderr=subprocess.STDOUT, start_new_session=True))
     codes: list[int | None] = []
     for proc in procs:

@@ -24,12 +24,11 @@ import numpy as np
 
 from derl.checked_config import load_config
 from derl.morphology import random_genome, to_mjcf
+from derl.paths import evo_preset
 from derl.ppo.device import resolve_device
 from derl.ppo.trainer import PPO
 from derl.training.envs import GymEnvFactory, UnimalEnvFactory
 
-ROOT = Path(__file__).resolve().parents[2]
-FT_CONFIG = ROOT / "configs" / "evo" / "ft.yml"
 FT_GENOME_SEED = 0
 
 
@@ -49,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def ft_xml(folder: Path) -> Path:
     """The MJCF of the FT benchmark morphology (``random_genome`` seed 0 under ``ft.yml``)."""
-    cfg = load_config(FT_CONFIG)
+    cfg = load_config(evo_preset("ft"))
     genome = random_genome(cfg, np.random.default_rng(FT_GENOME_SEED), f"bench-{FT_GENOME_SEED}")
     path = folder / f"{genome.id}.xml"
     path.write_text(to_mjcf(genome, cfg))
@@ -60,7 +59,7 @@ def _point(args: argparse.Namespace, factory, num_envs: int, steps: int, minibat
     overrides = {"PPO.NUM_ENVS": num_envs, "PPO.TIMESTEPS": steps, "PPO.BATCH_SIZE": minibatch,
                  "PPO.MAX_STATE_ACTION_PAIRS": (args.iters + 1) * num_envs * steps, "PPO.AMP": amp,
                  "DEVICE": args.device, "TORCH_THREADS": 1, "PPO.LINEAR_LR_DECAY": False}
-    cfg = load_config(None if args.env_id else FT_CONFIG, overrides)
+    cfg = load_config(None if args.env_id else evo_preset("ft"), overrides)
     ppo = PPO(cfg, factory, seed=0)
     try:
         ppo.collector.reset(0)
@@ -91,7 +90,7 @@ def run(args: argparse.Namespace) -> dict:
         if args.env_id:
             factory, env = GymEnvFactory(args.env_id), args.env_id
         else:
-            factory = UnimalEnvFactory(load_config(FT_CONFIG), str(ft_xml(Path(folder))))
+            factory = UnimalEnvFactory(load_config(evo_preset("ft")), str(ft_xml(Path(folder))))
             env = f"ft (random_genome seed {FT_GENOME_SEED})"
         grid = itertools.product(args.envs, args.timesteps, args.minibatch, amps)
         points = [_point(args, factory, *point) for point in grid]

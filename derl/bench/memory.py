@@ -19,8 +19,8 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[2]
-FT_CONFIG = ROOT / "configs" / "evo" / "ft.yml"
+from derl.paths import REPO_ROOT, evo_preset
+
 POLL_SECONDS = 0.2
 
 
@@ -58,10 +58,10 @@ def run(args: argparse.Namespace) -> dict:
             "EVO.INIT_POPULATION_SIZE", str(args.init), "EVO.AGING_WINDOW_SIZE", str(args.init),
             "EVO.SEARCH_SPACE_SIZE", str(args.morphologies), "PPO.MAX_STATE_ACTION_PAIRS", str(args.steps),
         ]
-        command = [sys.executable, "evo_single_proc.py", "--cfg", str(FT_CONFIG), *overrides]
+        command = [sys.executable, "evo_single_proc.py", "--cfg", str(evo_preset("ft")), *overrides]
         log = out_dir / "node.log"
         with log.open("w") as stream:
-            proc = subprocess.Popen(command, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=stream, stderr=subprocess.STDOUT)
         coordinator, sizes = psutil.Process(proc.pid), {}
         while proc.poll() is None:
             try:

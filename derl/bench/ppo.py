@@ -49,10 +49,10 @@ from derl.bench.env import env_configs
 from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.morphology import random_genome, to_mjcf
+from derl.paths import REPO_ROOT
 from derl.progress import progress_bar
 from derl.threads import limit_threads
 
-ROOT = Path(__file__).resolve().parents[2]
 # The progress bar of the running benchmark (``run``): each child training counts one (``_spawn``).
 _PROGRESS = progress_bar(None, "", enabled=False)
 FT_GENOME_SEED = 0
@@ -347,7 +347,7 @@ def _spawn(spec: dict) -> dict:
     _PROGRESS.set_postfix_str(f"{spec['trainer']}{' physics' if spec.get('record') else ''}")
     proc = subprocess.run(
         [sys.executable, "-m", "derl.bench.ppo", json.dumps(spec)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=REPO_ROOT, capture_output=True, text=True, check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"bench child {spec['trainer']} failed:\n{proc.stderr[-3000:]}")

@@ -33,13 +33,14 @@ import mujoco.batch
 import numpy as np
 
 from derl.checked_config import check_backend_here, load_config
-from derl.config import PRESET_DIR, CfgNode, ConfigError
+from derl.config import CfgNode, ConfigError
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.tasks import make_task
 from derl.envs.warp_log import quiet_warp
 from derl.envs.world import compile_world
 from derl.evolution.coordinator import usable_cores
 from derl.morphology import Genome, random_genome, to_mjcf
+from derl.paths import EVO_PRESETS
 
 DEFAULT_NWORLD = {"cpu": (8, 64), "cuda": (1024, 4096, 8192)}
 
@@ -76,7 +77,7 @@ def world_model(genome: Genome, cfg: CfgNode) -> mujoco.MjModel:
 
 def ft_model(seed: int) -> tuple[mujoco.MjModel, dict]:
     """The FT world of ``random_genome`` seed ``seed`` and a description of its body."""
-    cfg = load_config(PRESET_DIR / "ft.yml")
+    cfg = load_config(EVO_PRESETS / "ft.yml")
     genome = random_genome(cfg, np.random.default_rng(seed), f"bench-{seed}")
     model = world_model(genome, cfg)
     return model, {"seed": seed, "num_limbs": genome.num_limbs, "nv": model.nv, "nu": model.nu, "ngeom": model.ngeom}
@@ -211,7 +212,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.steps < 1 or args.threads < 1 or args.new_morphologies < 0:
         raise SystemExit("error: --steps and --threads must be >= 1, --new-morphologies >= 0")
     nworlds = _nworlds(args)
-    sim_cfg = load_config(PRESET_DIR / "ft.yml").SIM
+    sim_cfg = load_config(EVO_PRESETS / "ft.yml").SIM
     model, body = ft_model(args.seed)
     result: dict = {"body": body, "frame_skip": FRAME_SKIP, "steps": args.steps, "threads": args.threads,
                     "nconmax": sim_cfg.NCONMAX, "njmax": sim_cfg.NJMAX, "rates": []}

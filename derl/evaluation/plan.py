@@ -18,8 +18,8 @@ from pathlib import Path
 from derl.analysis.run import RunError, RunView
 from derl.checked_config import load_config, load_run_config
 from derl.config import DERIVED_KEYS, CfgNode, ConfigError
+from derl.paths import EVAL_PRESETS
 
-EVAL_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "eval"
 # What a cell keeps of the evolution run's config: how PPO trains and for how long.
 CARRIED_SECTIONS = ("PPO", "MODEL")
 CARRIED_KEYS = ("CHECKPOINT_PERIOD", "DEVICE", "TORCH_THREADS")
@@ -48,7 +48,7 @@ class Cell:
 
 def task_names(spec: str) -> list[str]:
     """The tasks of ``--tasks``: ``all`` or a comma-separated list of ``configs/eval/<task>.yml`` names."""
-    known = sorted(path.stem for path in EVAL_CONFIG_DIR.glob("*.yml"))
+    known = sorted(path.stem for path in EVAL_PRESETS.glob("*.yml"))
     if spec == "all":
         return known
     tasks = list(dict.fromkeys(name.strip() for name in spec.split(",") if name.strip()))
@@ -89,7 +89,7 @@ def cell_config(cell: Cell, out_dir: Path, overrides: Sequence[str]) -> CfgNode:
                for key, value in run_cfg[section].to_dict().items()]
     carried += [(key, run_cfg[key]) for key in CARRIED_KEYS]
     pairs = [text for key, value in carried if key not in DERIVED_KEYS for text in (key, json.dumps(value))]
-    return load_config(EVAL_CONFIG_DIR / f"{cell.task}.yml",
+    return load_config(EVAL_PRESETS / f"{cell.task}.yml",
                        [*pairs, *overrides, "OUT_DIR", str(out_dir), "RNG_SEED", str(cell.seed)])
 
 

@@ -37,6 +37,7 @@ from derl.checked_config import load_config
 from derl.config import DERIVED_KEYS, NODE_LOCAL_KEYS, CfgNode, ConfigError, dump_config, flatten
 from derl.evolution.storage import RunDir
 from derl.fileio import NotRegularFile
+from derl.paths import REPO_ROOT
 
 HEADER = ("# The config of this search (derl): created once by the first node. Every node and worker runs it\n"
           f"# plus its own node-local keys: {', '.join(NODE_LOCAL_KEYS)}.\n")
@@ -143,7 +144,7 @@ def versions() -> dict[str, Any]:
 
 
 def _git_commit() -> str | None:
-    checkout = Path(__file__).resolve().parents[2]
+    checkout = REPO_ROOT
     if not (checkout / ".git").exists():
         return None
     try:
