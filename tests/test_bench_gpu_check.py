@@ -56,7 +56,7 @@ from derl.bench.gpu_verdicts import (
 )
 from derl.cli import ArgumentParser
 from derl.envs.warp_overflow import Buffers
-from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
+from derl.evolution.node_size import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
 from derl.paths import evo_preset
 from tests.test_envs_tasks import ROOT
 

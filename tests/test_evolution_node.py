@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from derl.checked_config import load_config
-from derl.evolution.coordinator import remove_dead_private_folders
 from derl.evolution.lease import takeover_reason
+from derl.evolution.private_folder import remove_dead_private_folders
 from derl.evolution.results import PublishedResults
 from derl.evolution.status import node_lines, progress_lines, status_lines
 from derl.evolution.storage import RunDir
@@ -109,7 +109,7 @@ def test_the_state_line_names_each_preparing_node_and_only_while_no_worker_runs(
 
 _HOLD_PRIVATE_FOLDER = """
 import sys, time
-from derl.evolution.coordinator import private_folder
+from derl.evolution.private_folder import private_folder
 with private_folder(int(sys.argv[1])) as folder:
     print(folder, flush=True)
     time.sleep(120)

@@ -460,7 +460,7 @@ def test_the_initial_population_pool_dies_with_its_coordinator(tmp_path, sig):
     """Node 0 builds the initial population in a process pool (real backend, many candidates): SIGTERM
     exits 143 at once, and after SIGKILL of the coordinator none of its pool processes is left
     (before, they and the resource tracker slept for good, and SIGTERM exited 130)."""
-    from derl.evolution.coordinator import usable_cores
+    from derl.evolution.node_size import usable_cores
 
     if usable_cores() < 2:
         pytest.skip("one core: the initial population is built without a pool")

@@ -5,11 +5,7 @@ import pytest
 
 from derl.config import ConfigError
 from derl.evolution import selection
-from derl.evolution.coordinator import (
-    DEFAULT_WORKER_MEMORY_BYTES,
-    resolve_num_processes,
-    worker_memory_estimate,
-)
+from derl.evolution.node_size import DEFAULT_WORKER_MEMORY_BYTES, resolve_num_processes, worker_memory_estimate
 from derl.evolution.population import init_claim_order, init_share, parse_id, ppo_seed, slot_id, slot_rng
 from derl.evolution.storage import RunDir
 

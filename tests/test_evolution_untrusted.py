@@ -179,7 +179,7 @@ def test_a_record_its_slot_never_held_is_quarantined(tmp_path, capsys):
 
 
 def test_a_worker_state_of_the_wrong_type_is_quarantined_and_memory_estimated_without_it(tmp_path):
-    from derl.evolution.coordinator import DEFAULT_WORKER_MEMORY_BYTES, worker_memory_estimate
+    from derl.evolution.node_size import DEFAULT_WORKER_MEMORY_BYTES, worker_memory_estimate
 
     run = search_run(tmp_path)
     run.write_worker_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": "x"})

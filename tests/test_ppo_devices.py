@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from derl.checked_config import load_config
-from derl.evolution.coordinator import (
+from derl.evolution.node_size import (
     DEFAULT_WORKER_GPU_BYTES,
     default_worker_gpu_bytes,
     worker_devices,
@@ -82,8 +82,9 @@ def test_workers_fit_the_gpus_free_memory_round_robin():
 def test_cpu_workers_get_no_device_override_and_import_no_torch(tmp_path):
     cfg = load_config(None, {"OUT_DIR": str(tmp_path)})
     assert worker_devices(cfg, RunDir(tmp_path), 3) == (["cpu"] * 3, 3)
-    code = ("import sys; from derl.checked_config import load_config; from derl.evolution.coordinator import "
-            "worker_devices; worker_devices(load_config(), None, 2); print('torch' in sys.modules)")
+    code = ("import sys; from derl.checked_config import load_config; import derl.evolution.coordinator; "
+            "from derl.evolution.node_size import worker_devices; worker_devices(load_config(), None, 2); "
+            "print('torch' in sys.modules)")
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False"

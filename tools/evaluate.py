@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_intermixed_args(argv)
     # Imported after the arguments: --help and usage errors answer at once.
     from derl.evaluation import EvalError, evaluate, plan_cells, task_names, write_comparison
-    from derl.evolution.coordinator import usable_cores
+    from derl.evolution.node_size import usable_cores
     workers = max(1, usable_cores() // max(args.nproc, 1)) if args.workers is None else args.workers
     first_key = next((k for k, arg in enumerate(args.args) if re.fullmatch(r"[A-Z][A-Z0-9_.]*", arg)), len(args.args))
     out_dirs, overrides = [Path(arg) for arg in args.args[:first_key]], args.args[first_key:]

@@ -38,7 +38,7 @@ from derl.bench.gpu_verdicts import (
 )
 from derl.bench.learner import ft_xml
 from derl.checked_config import load_config
-from derl.evolution.coordinator import usable_cores
+from derl.evolution.node_size import usable_cores
 from derl.fileio import read_json
 from derl.paths import GPU_SERVER_PRESET, REPO_ROOT, evo_preset
 

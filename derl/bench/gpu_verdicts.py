@@ -15,8 +15,8 @@ import numpy as np
 from derl.bench.gpu_training import RowError
 from derl.envs.warp_overflow import COUNTED_BITS, Buffers
 from derl.envs.warp_overflow import describe as describe_overflow
-from derl.evolution.coordinator import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
 from derl.evolution.failures import classify, describe
+from derl.evolution.node_size import WARP_MODEL_GPU_BYTES, WARP_WORLD_GPU_BYTES
 
 PASS, FAIL, MEASURED, NOT_RUN = "pass", "fail", "measured", "not run"
 # The host_syncs row's tasks: FT (nothing drawn per episode) and VT on a bank (entries picked on the device).

@@ -38,7 +38,7 @@ from derl.envs.batch import FRAME_SKIP
 from derl.envs.tasks import make_task
 from derl.envs.warp_log import quiet_warp
 from derl.envs.world import compile_world
-from derl.evolution.coordinator import usable_cores
+from derl.evolution.node_size import usable_cores
 from derl.morphology import Genome, random_genome, to_mjcf
 from derl.paths import EVO_PRESETS
 

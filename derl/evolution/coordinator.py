@@ -4,7 +4,7 @@ It prepares ``OUT_DIR`` (the first node creates ``config.yaml``, every node
 must match it: ``search_config``; node 0 writes the initial population, other
 nodes wait for it, each beating ``nodes/<node>-<token>.preparing`` meanwhile: ``preparing``),
 starts ``EVO.NUM_PROCESSES`` worker processes (refused above what the node's cores and memory
-hold: ``resolve_num_processes``), each in its own session (process group) and
+hold: ``derl.evolution.node_size``), each in its own session (process group) and
 loading this node's config from a node-private file (``node_config_file``, in a ``private_folder``
 that the next coordinator on this host removes if this one is SIGKILLed), restarts one that
 dies after a back-off that doubles while it keeps failing (``derl.evolution.failures``; the node stops once one has
@@ -19,15 +19,10 @@ coordinator itself is killed (``PR_SET_PDEATHSIG``), so none is left orphaned.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import re
-import shutil
 import signal
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -35,135 +30,35 @@ from pathlib import Path
 import psutil
 
 from derl.checked_config import load_config
-from derl.config import CfgNode, ConfigError, dump_config, with_values
+from derl.config import CfgNode, with_values
 from derl.evolution.backend import Backend, load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
 from derl.evolution.lease import Heartbeat, heartbeat_interval
+from derl.evolution.node_size import usable_cores, worker_count, worker_devices
 from derl.evolution.population import num_initial_slots, search_text, slot_id
+from derl.evolution.private_folder import node_config_file, private_folder
 from derl.evolution.process import (
     COORDINATOR_PID_VARIABLE,
     EXIT_ENVIRONMENT,
     EXIT_FATAL,
     EXIT_STOPPED,
     catch_stop_signals,
+    log,
 )
 from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.search_config import join_search
 from derl.evolution.storage import RunDir
-from derl.fileio import atomic_write_text
 from derl.threads import limit_threads
 
-# Peak resident memory of one worker before any was measured in this OUT_DIR: the largest preset
-# measured (ft.yml, 32 envs: 1.23 GB; vt 0.74 GB; mvt 0.53 GB) plus a margin.
-DEFAULT_WORKER_MEMORY_BYTES = 1400 * 2**20
-# GPU memory of one worker's learner before any was measured: a CUDA context (~500 MB) and DERL's
-# small networks with their batches.
-DEFAULT_WORKER_GPU_BYTES = 1024 * 2**20
-# SIM.BACKEND warp adds this per world (PPO.NUM_ENVS): MuJoCo Warp's Data took 41-57 KiB a world for
-# FT bodies of 2-8 limbs (nv 8-16) at SIM.NCONMAX 64 and SIM.NJMAX 256 (put_data on warp's CPU device,
-# whose arrays have a GPU's sizes); about 4x that is a margin, not measured on a GPU, for larger
-# bodies, the step's scratch and captured graph, and the world's rollout tensors. 4096 worlds: +1 GiB.
-WARP_WORLD_GPU_BYTES = 256 * 2**10
-# and this per worker: the CUDA modules MuJoCo Warp loads for a morphology (about 40, specialised per
-# model: derl.bench.sim's new_morphology counts them) and its three captured graphs (step, reset,
-# forward; derl.envs.warp_physics) with their memory-pool allocations. Not measured on a GPU: the
-# margin of a few MB per module; `make gpu-check` measures it against this estimate.
-WARP_MODEL_GPU_BYTES = 192 * 2**20
-# Workers a node may run per worker slot (VECENV.THREADS cores): some oversubscription pays while
-# workers wait on the shared folder or build MJCF; beyond it they only share the cores and hold memory.
-MAX_WORKERS_PER_CORE = 4
 POLL_SECONDS = 1.0
 SUMMARY_SECONDS = 10.0
 RETRY_SECONDS = 10.0
 INIT_POLL_SECONDS = 1.0
 GRACE_SECONDS = 10.0
-# A node's private config folder in the temporary folder: derl-node<NODE_ID>-<coordinator pid>-<mkdtemp's suffix>.
-_PRIVATE_FOLDER = re.compile(r"^derl-node\d+-(\d+)-[a-z0-9_]+\Z")
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _cpu_seconds() -> float:
     times = psutil.Process().cpu_times()
     return times.user + times.system
-
-
-def resolve_num_processes(requested: int, cores: int, available_bytes: int, total_bytes: int,
-                          per_worker_bytes: int) -> int:
-    """This node's worker count: ``requested``, or with 0 as many as both the cores (a worker per
-    ``VECENV.THREADS`` cores, counted by the caller) and the free memory hold (at least 1).
-
-    Raises:
-        ConfigError: ``requested`` is more than ``MAX_WORKERS_PER_CORE`` per core, or more than the
-            node's whole memory (``total_bytes``) holds at ``per_worker_bytes`` each: such a node
-            would thrash or be killed by the kernel's OOM killer with slots claimed, not run faster.
-    """
-    if requested < 0:
-        raise ValueError(f"EVO.NUM_PROCESSES must be >= 0, got {requested}")
-    if requested == 0:
-        return max(1, min(cores, available_bytes // per_worker_bytes))
-    by_cores, by_memory = cores * MAX_WORKERS_PER_CORE, max(1, total_bytes // per_worker_bytes)
-    if requested > min(by_cores, by_memory):
-        raise ConfigError(f"config key EVO.NUM_PROCESSES {requested} is more than this node holds: "
-                          f"{by_cores} by its cores ({MAX_WORKERS_PER_CORE} workers per VECENV.THREADS usable "
-                          f"cores), {by_memory} by its memory ({total_bytes / 2**30:.1f} GB, "
-                          f"{per_worker_bytes / 2**20:.0f} MB per worker); use at most {min(by_cores, by_memory)}, "
-                          "or 0 for as many as it holds", "EVO.NUM_PROCESSES")
-    return requested
-
-
-def worker_memory_estimate(run: RunDir, node: int, key: str = "peak_rss_bytes",
-                           default: int = DEFAULT_WORKER_MEMORY_BYTES) -> tuple[int, str]:
-    """Memory to reserve per worker: the largest peak this node's workers reported in an earlier session.
-
-    ``key`` is ``peak_rss_bytes`` (RAM) or ``peak_gpu_bytes`` (GPU memory, with ``default``
-    ``default_worker_gpu_bytes``).
-    """
-    peaks = [state.get(key, 0) for state in run.worker_states() if state.get("node") == node]
-    if peaks and max(peaks) > 0:
-        return int(1.2 * max(peaks)), "measured peak of this node's workers + 20%"
-    return default, "default until workers have been measured"
-
-
-def default_worker_gpu_bytes(backend: str, num_envs: int) -> int:
-    """GPU memory to reserve per worker before any was measured: the learner's, plus with
-    ``SIM.BACKEND warp`` ``num_envs`` worlds of MuJoCo Warp (``WARP_WORLD_GPU_BYTES`` each) and a
-    morphology's modules and graphs (``WARP_MODEL_GPU_BYTES``)."""
-    worlds = num_envs * WARP_WORLD_GPU_BYTES + WARP_MODEL_GPU_BYTES if backend == "warp" else 0
-    return DEFAULT_WORKER_GPU_BYTES + worlds
-
-
-def worker_devices(cfg: CfgNode, run: RunDir, num: int) -> tuple[list[str], int]:
-    """Each worker's ``DEVICE`` (round-robin over the visible GPUs) and the worker count GPUs allow.
-
-    With ``NUM_PROCESSES 0`` and CUDA workers, ``num`` shrinks until each GPU's free memory holds
-    its share of workers at their measured GPU peak. Torch is imported only for a non-CPU device.
-    """
-    if cfg.DEVICE == "cpu":
-        return ["cpu"] * num, num
-    from derl.ppo.device import assign_device, gpu_free_memory, max_workers_on_gpus, visible_gpu_count
-
-    gpus = visible_gpu_count()
-    if cfg.EVO.NUM_PROCESSES == 0 and gpus > 0 and assign_device(cfg.DEVICE, 0, gpus).startswith("cuda"):
-        free = gpu_free_memory()
-        if free is None or len(free) != gpus:
-            log("NUM_PROCESSES 0: GPU free memory unknown (nvidia-smi failed); counting cores and RAM only")
-        else:
-            default = default_worker_gpu_bytes(cfg.SIM.BACKEND, cfg.PPO.NUM_ENVS)
-            per_gpu, source = worker_memory_estimate(run, cfg.NODE_ID, "peak_gpu_bytes", default)
-            fit = max(1, max_workers_on_gpus(free, per_gpu))
-            if fit < num:
-                log(f"NUM_PROCESSES 0: {gpus} GPUs with {sum(free) / 2**30:.1f} GB free hold {fit} workers "
-                    f"({per_gpu / 2**20:.0f} MB each, {source})")
-                num = fit
-    return [assign_device(cfg.DEVICE, worker, gpus) for worker in range(num)], num
-
-
-def log(message: str) -> None:
-    print(f"[coordinator {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
@@ -410,82 +305,6 @@ class Coordinator:
         return largest / 2**20
 
 
-def _worker_count(cfg: CfgNode, run: RunDir) -> int:
-    """``resolve_num_processes`` on this node's cores and memory; a count of 0 is logged with why."""
-    memory = psutil.virtual_memory()
-    per_worker, source = worker_memory_estimate(run, cfg.NODE_ID)
-    cores = max(1, usable_cores() // cfg.VECENV.THREADS)  # each worker steps its envs on THREADS cores
-    num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, cores, memory.available, memory.total, per_worker)
-    if cfg.EVO.NUM_PROCESSES == 0:
-        log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, VECENV.THREADS "
-            f"{cfg.VECENV.THREADS}, {memory.available / 2**30:.1f} GB free, "
-            f"{per_worker / 2**20:.0f} MB per worker, {source})")
-    return num
-
-
-@contextlib.contextmanager
-def private_folder(node: int) -> Iterator[Path]:
-    """A folder of this node's own in the temporary folder, removed on exit; the folders of this user's
-    dead coordinators first (``remove_dead_private_folders``: SIGKILL skips a coordinator's cleanup).
-
-    Named for this process's pid, it holds ``lock``, locked (``flock``) while this coordinator lives:
-    the kernel drops the lock when the process dies, however it dies.
-    """
-    tmp = Path(tempfile.gettempdir())
-    for path in remove_dead_private_folders(tmp):
-        log(f"removed {path}, the private folder of a dead coordinator")
-    with tempfile.TemporaryDirectory(prefix=f"derl-node{node}-{os.getpid()}-", dir=tmp) as folder:
-        fd = os.open(Path(folder) / "lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)  # not inherited
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield Path(folder)
-        finally:
-            os.close(fd)
-
-
-def remove_dead_private_folders(tmp: Path) -> list[Path]:
-    """Removes the private folders (``private_folder``) in ``tmp`` that dead coordinators left; returns them.
-
-    Only a real folder (never a link) named ``derl-node<N>-<pid>-...``, owned by this user, whose pid
-    runs no process on this host and whose ``lock`` it can lock: a live coordinator holds its lock,
-    also one whose pid this host does not see (another pid namespace sharing ``tmp``). A folder without
-    ``lock`` is left alone (its coordinator may be creating it). One that vanishes meanwhile (another
-    node's sweep) is skipped; one that cannot be removed is logged, never the node's error.
-    """
-    removed = []
-    with os.scandir(tmp) as entries:
-        candidates = [(entry, int(found[1])) for entry in entries if (found := _PRIVATE_FOLDER.match(entry.name))]
-    for entry, pid in candidates:
-        try:
-            info = entry.stat(follow_symlinks=False)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or psutil.pid_exists(pid):
-                continue
-            fd = os.open(Path(entry.path) / "lock", os.O_RDWR | os.O_NOFOLLOW)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: its coordinator lives
-                shutil.rmtree(entry.path)
-            finally:
-                os.close(fd)
-            removed.append(Path(entry.path))
-        except (FileNotFoundError, BlockingIOError):  # gone meanwhile (another node's sweep), or its owner lives
-            continue
-        except OSError as err:
-            log(f"could not remove {entry.path}, the private folder of a dead coordinator: {err}")
-    return removed
-
-
-def node_config_file(cfg: CfgNode, folder: Path) -> Path:
-    """Writes ``cfg`` (this node's resolved config) into ``folder``, private to this node; returns the file.
-
-    Workers load it, not ``OUT_DIR/config.yaml``: a worker the coordinator restarts mid-run trains with
-    the config its node joined the search with, even if someone edits or deletes the shared file
-    (docs/guides/evolution.md#one-config-per-search).
-    """
-    path = folder / "config.yaml"
-    atomic_write_text(path, dump_config(cfg))
-    return path
-
-
 def eta_text(summary: dict) -> str:
     """``", 95/h, ETA 9 min"`` for the progress line (hours past 2 h); empty when done or not measured yet."""
     eta, rate = summary["eta_hours"], summary["morphologies_per_hour"]
@@ -504,7 +323,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     run = RunDir(cfg.OUT_DIR, quarantine=True)
     if run.stop_requested():
         raise ValueError(f"{run.root / 'STOP'} exists (a stop was requested); delete it to resume the run")
-    num = _worker_count(cfg, run)  # before anything is created: a count the node cannot hold is refused
+    num = worker_count(cfg, run)  # before anything is created: a count the node cannot hold is refused
     run.create()
     cfg = join_search(cfg, run, log)  # OUT_DIR/config.yaml plus this node's node-local keys
     log(f"node {cfg.NODE_ID}: {search_text(cfg.EVO)}")

@@ -120,3 +120,8 @@ class WorkerState:
 
     def log(self, message: str) -> None:
         print(f"[worker {self.node}-{self.worker}] {message}", flush=True)
+
+
+def log(message: str) -> None:
+    """A line of the coordinator's log (stdout), stamped with the time."""
+    print(f"[coordinator {time.strftime('%H:%M:%S')}] {message}", flush=True)

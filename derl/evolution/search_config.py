@@ -6,7 +6,7 @@ worker then runs ``config.yaml`` plus only this node's ``NODE_LOCAL_KEYS``. A no
 resume) whose other keys differ is refused in one line naming them: a doubled PPO budget
 or another search size would silently mix into one population.
 Once the search has begun, a missing ``config.yaml`` is an error, never recreated; workers load
-their node's config from a node-private file (``coordinator.node_config_file``), never
+their node's config from a node-private file (``private_folder.node_config_file``), never
 ``config.yaml``, so an edit of it mid-run reaches no worker.
 
 ``manifest/<node>.json`` records each node's versions. One file per node, written only by
