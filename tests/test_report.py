@@ -110,7 +110,8 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
     # How long the episodes lasted, and why the curves of bodies that do not fall are staircases.
     caption = html.split('src="plots/top_curves.png"', 1)[1]
     assert 'class="caption"' in caption and "ends its episodes together about every 3 iterations" in caption
-    assert re.search(r"episodes lasted \d+ to \d+ steps on average", caption)
+    lengths = re.search(r"episodes lasted about (\d+) to (\d+) steps on average", caption)
+    assert lengths and 0 < int(lengths[1]) <= int(lengths[2]) <= TINY_RUN["episode_length"]
     # The Baldwin section claims nothing a test of so few points does not support.
     assert "No trend the data support (Spearman&#x27;s rho" in html or "Too few distinct points" in html
     for record in view.top(3):

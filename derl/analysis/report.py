@@ -314,7 +314,8 @@ def _top(w: _Writer) -> None:
     if rows:
         body += w.figure("top_curves", lambda: plots.learning_curves(
             {name: (curve.iterations, curve.values[key]) for name, curve in curves.items()}, key))
-        body += f'<p class="caption">{_esc(curve_note(view.cfg, episode_lengths(curves.values())))}</p>'
+        lengths = episode_lengths(curves.values(), view.cfg.ENV.EPISODE_LENGTH)
+        body += f'<p class="caption">{_esc(curve_note(view.cfg, lengths))}</p>'
     w.section("top", f"Top {len(top)} by {', '.join(view.criteria)}", body)
 
 
@@ -364,13 +365,14 @@ def _spread(published: float | None, curve: Curve | None, key: str) -> str:
     return f"<b>{_num(published, 2)}</b> ± {_num(float(tail.std()), 2)}<br><small>n={len(tail)}</small>"
 
 
-def episode_lengths(curves: Iterable[Curve]) -> list[float]:
-    """Each training's mean episode length: its env steps over its finished episodes (at the end)."""
+def episode_lengths(curves: Iterable[Curve], longest: int) -> list[float]:
+    """Each training's mean episode length: its env steps over its finished episodes (at the end), at
+    most ``longest`` (the steps of the episodes still running count too: a slight overestimate)."""
     lengths = []
     for curve in curves:
         steps, episodes = curve.get("env_steps"), curve.get("episodes")
         if steps is not None and episodes is not None and len(steps) and episodes[-1] > 0:
-            lengths.append(float(steps[-1] / episodes[-1]))
+            lengths.append(min(float(steps[-1] / episodes[-1]), float(longest)))
     return lengths
 
 
@@ -378,7 +380,7 @@ def curve_note(cfg: CfgNode, lengths: Sequence[float]) -> str:
     """The caption under the top morphologies' curves: how long their episodes lasted, and why the
     curves of bodies that do not fall climb in steps."""
     length, steps, envs = cfg.ENV.EPISODE_LENGTH, cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS
-    seen = (f"These trainings' episodes lasted {min(lengths):.0f} to {max(lengths):.0f} steps on average (an "
+    seen = (f"These trainings' episodes lasted about {min(lengths):.0f} to {max(lengths):.0f} steps on average (an "
             f"episode ends at {length} steps or when the body falls). ") if lengths else ""
     return (f"{seen}A point is the mean of the last {EPISODES_PER_POINT} finished training episodes. The {envs} "
             f"envs start together, so at {steps} steps per iteration a body that does not fall ends its episodes "
