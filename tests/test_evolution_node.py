@@ -67,12 +67,12 @@ def _preparing_run(tmp_path: Path) -> tuple[RunDir, float]:
     run = RunDir(tmp_path, identity=Identity("host-b", 77, "b" * 16))
     run.create()
     run.claim_slot(4, {"slot": 4, "id": "000004", "attempt": 0, "node": 1, "worker": 0})
-    run.write_worker_state(1, 0, {"node": 1, "worker": 0, "slot": 4, "id": "000004", "status": "training"})
-    run.beat(1, 0)
+    run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 4, "id": "000004", "status": "training"})
+    run.workers.beat(1, 0)
     old = run.filesystem_now() - 700
-    os.utime(run.heartbeat_path(1, 0), (old, old))
+    os.utime(run.workers.heartbeat_path(1, 0), (old, old))
     os.utime(tmp_path / "slots" / "000004.json", (old, old))
-    return run, run.beat_preparing(1)
+    return run, run.workers.beat_preparing(1)
 
 
 def test_a_preparing_coordinator_never_holds_its_workers_slots(tmp_path):
@@ -89,11 +89,11 @@ def test_a_preparing_coordinator_never_holds_its_workers_slots(tmp_path):
 def test_only_regular_files_named_for_a_node_are_preparing_beats(tmp_path):
     run, beat = _preparing_run(tmp_path)
     (tmp_path / "nodes" / "2-planted.preparing").mkdir()
-    (tmp_path / "nodes" / "3-link.preparing").symlink_to(run.preparing_path(1))
+    (tmp_path / "nodes" / "3-link.preparing").symlink_to(run.workers.preparing_path(1))
     (tmp_path / "nodes" / "notes.txt").touch()
-    assert run.preparing_beats() == {1: beat}
-    run.end_preparing(1)
-    assert run.preparing_beats() == {}
+    assert run.workers.preparing_beats() == {1: beat}
+    run.workers.end_preparing(1)
+    assert run.workers.preparing_beats() == {}
 
 
 def test_the_state_line_names_each_preparing_node_and_only_while_no_worker_runs():

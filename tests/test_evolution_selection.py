@@ -130,7 +130,7 @@ def test_worker_memory_estimate_uses_this_nodes_measured_peak(tmp_path):
     run = RunDir(tmp_path)
     run.create()
     assert worker_memory_estimate(run, 0)[0] == DEFAULT_WORKER_MEMORY_BYTES
-    run.write_worker_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": 1000})
-    run.write_worker_state(0, 1, {"node": 0, "worker": 1, "peak_rss_bytes": 3000})
-    run.write_worker_state(1, 0, {"node": 1, "worker": 0, "peak_rss_bytes": 9000})
+    run.workers.write_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": 1000})
+    run.workers.write_state(0, 1, {"node": 0, "worker": 1, "peak_rss_bytes": 3000})
+    run.workers.write_state(1, 0, {"node": 1, "worker": 0, "peak_rss_bytes": 9000})
     assert worker_memory_estimate(run, 0)[0] == 3600

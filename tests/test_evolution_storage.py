@@ -96,12 +96,12 @@ def test_takeover_reason_stale_owner_or_owner_elsewhere(tmp_path):
     run = RunDir(tmp_path)
     run.create()
     run.claim_slot(2, _claim(2, node=1))
-    run.write_worker_state(1, 0, {"node": 1, "worker": 0, "slot": 2})
+    run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 2})
     claim = run.read_slot(2)
-    beat = run.beat(1, 0)
+    beat = run.workers.beat(1, 0)
     assert takeover_reason(run, 2, claim, now=beat + 5, lease_seconds=10) is None
     assert "last beat 20 s ago" in takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10)
-    run.write_worker_state(1, 0, {"node": 1, "worker": 0, "slot": 3})  # alive, but on another slot
+    run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 3})  # alive, but on another slot
     assert "works on slot 3" in takeover_reason(run, 2, claim, now=beat, lease_seconds=10)
     run.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002", "publication": 0})
     assert takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10) is None  # done: nothing to take
@@ -121,7 +121,7 @@ def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_
         reader.read_slot(3)
     search = RunDir(tmp_path, quarantine=True)
     assert search.published_ids() == ["000001"]  # notes.txt moved out of the way
-    assert search.read_metadata("000001", RULES) is None and search.read_worker_state(0, 0) is None
+    assert search.read_metadata("000001", RULES) is None and search.workers.read_state(0, 0) is None
     # A damaged claim stays: the lease, not the file's content, decides who owns the slot.
     assert search.read_slot(3)["damaged"] == "has no valid morphology id (id=None)" and search.is_claimed(3)
     moved = sorted(p.name for p in (tmp_path / "quarantine").iterdir())
@@ -132,7 +132,7 @@ def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_
     assert any("metadata/notes.txt is not a metadata/ file name" in line for line in warnings)
     # The same name going bad again gets its own place in quarantine/.
     (tmp_path / "workers" / "0-0.json").write_text("[]")
-    assert search.read_worker_state(0, 0) is None and len(list((tmp_path / "quarantine").iterdir())) == 4
+    assert search.workers.read_state(0, 0) is None and len(list((tmp_path / "quarantine").iterdir())) == 4
 
 
 def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
@@ -144,11 +144,11 @@ def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
     run.create()
     for node in (0, 1):
         run.claim_slot(node, _claim(node, node=node))
-        run.write_worker_state(node, 0, {"node": node, "worker": 0, "slot": node, "id": f"{node:06d}",
+        run.workers.write_state(node, 0, {"node": node, "worker": 0, "slot": node, "id": f"{node:06d}",
                                          "status": "training"})
-        run.beat(node, 0)
+        run.workers.beat(node, 0)
     old = run.filesystem_now() - 100
-    os.utime(run.heartbeat_path(1, 0), (old, old))
+    os.utime(run.workers.heartbeat_path(1, 0), (old, old))
     os.utime(tmp_path / "slots" / "000001.json", (old, old))
     cfg = load_config(None, {"EVO.LEASE_SECONDS": 10})
     lines = node_lines(cfg, run, PublishedResults(run, cfg.EVO))

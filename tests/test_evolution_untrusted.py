@@ -61,9 +61,9 @@ def test_planted_links_are_never_followed(tmp_path, sentinel):
     (run.root / "workers" / "0-0.alive").symlink_to(sentinel / "victim.json")
     (run.root / "workers" / "0-0.lock").symlink_to(sentinel / "created-by-derl")
     (run.root / "workers" / "0-0.json").symlink_to(sentinel / "victim.json")
-    run.beat(0, 0)
+    run.workers.beat(0, 0)
     os.close(try_worker_lock(run, 0, 0))
-    assert run.read_worker_state(0, 0) is None
+    assert run.workers.read_state(0, 0) is None
     assert snapshot(sentinel) == before
     for name in ("0-0.alive", "0-0.lock"):  # the links moved aside, regular files in their place
         assert (run.root / "workers" / name).is_file() and not (run.root / "workers" / name).is_symlink()
@@ -182,8 +182,8 @@ def test_a_worker_state_of_the_wrong_type_is_quarantined_and_memory_estimated_wi
     from derl.evolution.node_size import DEFAULT_WORKER_MEMORY_BYTES, worker_memory_estimate
 
     run = search_run(tmp_path)
-    run.write_worker_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": "x"})
-    run.write_worker_state(0, 1, {"node": 0, "worker": 1, "slot": "../x"})
+    run.workers.write_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": "x"})
+    run.workers.write_state(0, 1, {"node": 0, "worker": 1, "slot": "../x"})
     assert worker_memory_estimate(run, 0) == (DEFAULT_WORKER_MEMORY_BYTES, "default until workers have been measured")
     assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == ["workers-0-0.json", "workers-0-1.json"]
 
@@ -193,8 +193,8 @@ def test_a_damaged_claim_is_kept_while_a_worker_on_its_slot_beats(tmp_path):
     to a second worker; once nobody working on it has beaten for the lease, it is taken over."""
     run = search_run(tmp_path)
     run.claim_slot(2, {"slot": 2, "id": "000002", "attempt": 0, "node": 0, "worker": 1})
-    run.write_worker_state(0, 1, {"node": 0, "worker": 1, "slot": 2, "id": "000002", "status": "training"})
-    beat = run.beat(0, 1)
+    run.workers.write_state(0, 1, {"node": 0, "worker": 1, "slot": 2, "id": "000002", "status": "training"})
+    beat = run.workers.beat(0, 1)
     path = run.root / "slots" / "000002.json"
     path.write_text(path.read_text()[:20])  # truncated while worker 0-1 trains
     claim = run.read_slot(2)

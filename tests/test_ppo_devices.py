@@ -117,7 +117,7 @@ def test_gpu_memory_estimate_uses_measured_gpu_peaks(tmp_path):
     run = RunDir(tmp_path)
     run.create()
     assert worker_memory_estimate(run, 0, "peak_gpu_bytes", DEFAULT_WORKER_GPU_BYTES)[0] == DEFAULT_WORKER_GPU_BYTES
-    run.write_worker_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": 10, "peak_gpu_bytes": 1000})
+    run.workers.write_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": 10, "peak_gpu_bytes": 1000})
     assert worker_memory_estimate(run, 0, "peak_gpu_bytes", DEFAULT_WORKER_GPU_BYTES)[0] == 1200
 
 

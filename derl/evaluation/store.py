@@ -121,7 +121,7 @@ class EvalDir:
         return mine if create_exclusive(path, json.dumps(owner), self.run.root) else None
 
     def beat(self, cell: Cell, generation: int) -> None:
-        """Touches the claim (the file server's clock, as ``RunDir.beat``)."""
+        """Touches the claim (the file server's clock, as ``WorkerStore.beat``)."""
         path = self._claim_path(cell, generation)
         folder = open_folder(path.parent, self.run.root)  # never through a folder swapped for a link
         try:

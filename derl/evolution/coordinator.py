@@ -84,13 +84,13 @@ def preparing(run: RunDir, node: int, lease_seconds: float) -> Iterator[None]:
     ``tools/status.py`` then tells a node drawing (or waiting for) the initial population from a run
     nobody runs; a beat older than ``lease_seconds`` (a node killed meanwhile) counts for nothing.
     """
-    heartbeat = Heartbeat(lambda: run.beat_preparing(node), heartbeat_interval(lease_seconds)).start()
+    heartbeat = Heartbeat(lambda: run.workers.beat_preparing(node), heartbeat_interval(lease_seconds)).start()
     try:
         yield
     finally:
         heartbeat.stop()
         with contextlib.suppress(OSError):  # left behind, it goes stale: never worth the node's error
-            run.end_preparing(node)
+            run.workers.end_preparing(node)
 
 
 def _wait_for_initial_population(cfg: CfgNode, run: RunDir) -> None:

@@ -54,20 +54,20 @@ def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, l
     (node, worker) whose state says it works on the slot has beaten within ``lease_seconds``.
     """
     if claim.get("damaged"):
-        holders = [state for state in run.worker_states()
+        holders = [state for state in run.workers.states()
                    if state.get("slot") == slot and (state["node"], state["worker"]) != me]
-        beats = [t for t in (run.heartbeat_time(s["node"], s["worker"]) for s in holders) if t is not None]
+        beats = [t for t in (run.workers.heartbeat_time(s["node"], s["worker"]) for s in holders) if t is not None]
         if is_stale(now, max(beats, default=None), None, lease_seconds):
             return f"its claim {claim['damaged']}, and no other worker on slot {slot} beat in {lease_seconds:g} s"
         return None
     owner = (claim["node"], claim["worker"])
     name = f"{owner[0]}-{owner[1]}"
-    state = run.read_worker_state(*owner) or {}  # read before the metadata: the owner publishes, then moves on
+    state = run.workers.read_state(*owner) or {}  # read before the metadata: the owner publishes, then moves on
     if run.is_published(claim["id"]):
         return None
     if state.get("slot") != slot:
         return f"its owner {name} works on slot {state.get('slot')}"
-    heartbeat = run.heartbeat_time(*owner)
+    heartbeat = run.workers.heartbeat_time(*owner)
     if is_stale(now, heartbeat, run.claim_time(slot, claim["lease"]), lease_seconds):
         age = "never" if heartbeat is None else f"{now - heartbeat:.0f} s ago"
         return f"its owner {name} last beat {age} (EVO.LEASE_SECONDS {lease_seconds:g})"
@@ -76,7 +76,7 @@ def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, l
 
 class Heartbeat:
     """A daemon thread that calls ``beat`` every ``interval`` seconds: it touches a heartbeat file, a
-    worker's (``RunDir.beat``) or, while it prepares the run, a coordinator's (``RunDir.beat_preparing``)."""
+    worker's (``WorkerStore.beat``) or, while it prepares the run, a coordinator's (``WorkerStore.beat_preparing``)."""
 
     def __init__(self, beat: Callable[[], object], interval: float):
         self.beat, self.interval = beat, interval

@@ -78,7 +78,7 @@ def warp_peak_bytes(device: str) -> int:
 
 def try_worker_lock(run: RunDir, node: int, worker: int) -> int | None:
     """The lock of worker ``node-worker`` if no process holds it (None if one does)."""
-    fd = run.open_own_file(run.worker_lock_path(node, worker))
+    fd = run.open_own_file(run.workers.lock_path(node, worker))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -92,7 +92,7 @@ def hold_worker_lock(run: RunDir, node: int, worker: int) -> int:
     fd = try_worker_lock(run, node, worker)
     if fd is None:
         print(f"[worker {node}-{worker}] waiting for the previous worker {node}-{worker} to exit", flush=True)
-        fd = run.open_own_file(run.worker_lock_path(node, worker))
+        fd = run.open_own_file(run.workers.lock_path(node, worker))
         fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
@@ -107,7 +107,7 @@ class WorkerState:
 
     def __init__(self, run: RunDir, node: int, worker: int):
         self.run, self.node, self.worker = run, node, worker
-        self.previous = run.read_worker_state(node, worker) or {}
+        self.previous = run.workers.read_state(node, worker) or {}
         self.state: dict[str, Any] = {"slot": None, "id": None, "status": "starting",
                                       "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0),
                                       "peak_gpu_bytes": self.previous.get("peak_gpu_bytes", 0)}
@@ -116,7 +116,7 @@ class WorkerState:
         self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
                           peak_rss_bytes=max(self.state["peak_rss_bytes"], peak_rss_bytes()),
                           peak_gpu_bytes=max(self.state["peak_gpu_bytes"], peak_gpu_bytes()))
-        self.run.write_worker_state(self.node, self.worker, self.state)
+        self.run.workers.write_state(self.node, self.worker, self.state)
 
     def log(self, message: str) -> None:
         print(f"[worker {self.node}-{self.worker}] {message}", flush=True)

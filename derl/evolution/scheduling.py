@@ -104,7 +104,7 @@ class Scheduler:
                     self._fill_slot(slot)
                     return True
                 continue
-            now = now or self.run.beat(self.node, self.worker)  # the shared filesystem's clock
+            now = now or self.run.workers.beat(self.node, self.worker)  # the shared filesystem's clock
             reason = takeover_reason(self.run, slot, claim, now, self.lease_seconds)
             if reason is not None and self._take_over(slot, claim, reason):
                 self._fill_slot(slot)
@@ -132,7 +132,7 @@ class Scheduler:
         of that session still running elsewhere (a node requeued while cut off) then yields it."""
         claim = self.run.read_slot(slot)
         if claim and claim.get("damaged"):  # ours unless another worker on this slot still beats
-            now = self.run.beat(self.node, self.worker)
+            now = self.run.workers.beat(self.node, self.worker)
             if takeover_reason(self.run, slot, claim, now, self.lease_seconds, (self.node, self.worker)) is None:
                 return
         elif not claim or (claim["node"], claim["worker"]) != (self.node, self.worker):
@@ -149,10 +149,10 @@ class Scheduler:
         before the claim changes hands, so a crash in between is resumed like any other.
         """
         count = self.cfg.EVO.NUM_PROCESSES
-        for other in self.run.worker_indices(self.node):
+        for other in self.run.workers.indices(self.node):
             if other < count or other % count != self.worker:
                 continue
-            state = self.run.read_worker_state(self.node, other) or {}
+            state = self.run.workers.read_state(self.node, other) or {}
             slot = state.get("slot")
             if slot is None:
                 continue
@@ -166,7 +166,7 @@ class Scheduler:
                     self.state.write(slot=slot, id=claim["id"], status="adopting")
                     if self._new_lease(slot, claim):
                         self._fill_slot(slot)
-                self.run.write_worker_state(self.node, other, {**state, "slot": None, "id": None,
+                self.run.workers.write_state(self.node, other, {**state, "slot": None, "id": None,
                                                                "status": f"slot adopted by worker {self.worker}"})
             finally:
                 os.close(lock)

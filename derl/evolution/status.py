@@ -23,11 +23,11 @@ def _filesystem_now(run: RunDir) -> float:
 
 
 def preparing_ages(run: RunDir, now: float, lease_seconds: float) -> dict[int, float]:
-    """How long ago each node whose coordinator prepares the run beat (``RunDir.preparing_beats``).
+    """How long ago each node whose coordinator prepares the run beat (``WorkerStore.preparing_beats``).
 
     A beat older than ``lease_seconds`` is left out: that coordinator was killed while preparing.
     """
-    return {node: now - beat for node, beat in run.preparing_beats().items() if now - beat < lease_seconds}
+    return {node: now - beat for node, beat in run.workers.preparing_beats().items() if now - beat < lease_seconds}
 
 
 def preparing_text(node: int) -> str:
@@ -50,7 +50,7 @@ def node_lines(cfg: CfgNode, run: RunDir, results: PublishedResults) -> list[str
         if slot not in done and (claim := run.read_slot(slot)) is not None and not claim.get("damaged"):
             held[claim["node"]].append(slot)
     states: dict[int, list[dict]] = defaultdict(list)
-    for state in run.worker_states():
+    for state in run.workers.states():
         states[state["node"]].append(state)
     lines = []
     for node in sorted(set(states) | set(held) | set(preparing)):
@@ -59,7 +59,7 @@ def node_lines(cfg: CfgNode, run: RunDir, results: PublishedResults) -> list[str
         if not states[node] and not held[node]:
             lines.append(f"  node {node}: {prepares}")
             continue
-        beats = [run.heartbeat_time(node, s["worker"]) for s in states[node]]
+        beats = [run.workers.heartbeat_time(node, s["worker"]) for s in states[node]]
         beats = [b for b in beats if b is not None]
         age = now - max(beats) if beats else None
         working = [s for s in states[node] if not str(s.get("status")).startswith(_IDLE)]
@@ -91,8 +91,9 @@ def status_lines(out_dir: str) -> list[str]:
     evo = cfg.EVO
     done, total = len(results.by_id), evo.SEARCH_SPACE_SIZE
     now = _filesystem_now(run)
-    running = [state for state in run.worker_states()
-               if _is_running(state, run.heartbeat_time(state["node"], state["worker"]), now, evo.LEASE_SECONDS)]
+    workers = run.workers
+    running = [state for state in workers.states()
+               if _is_running(state, workers.heartbeat_time(state["node"], state["worker"]), now, evo.LEASE_SECONDS)]
     lines = [
         f"run: {run.root}",
         f"search: {search_text(evo)}",
@@ -108,7 +109,7 @@ def status_lines(out_dir: str) -> list[str]:
         values = ", ".join(f"{key}={best[key]:.3f}" for key in evo.SELECTION_CRITERIA)
         lines.append(f"best: {best['id']} {values} (lineage {best['lineage']})")
     preparing = sorted(preparing_ages(run, now, evo.LEASE_SECONDS))
-    lines.extend(progress_lines(done, total, len(running), bool(run.worker_states()), preparing,
+    lines.extend(progress_lines(done, total, len(running), bool(run.workers.states()), preparing,
                                 run.stop_requested(), run.read_summary() or {}, evo.LEASE_SECONDS))
     return lines
 

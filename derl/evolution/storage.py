@@ -46,7 +46,6 @@ Layout::
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
@@ -56,6 +55,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from derl.evolution import schema
+from derl.evolution.worker_store import WorkerStore
 from derl.fileio import JsonFileError, NotAFolder, make_folders, read_bytes, read_json
 from derl.shared_folder import SharedFolder
 
@@ -100,6 +100,11 @@ class RunDir(SharedFolder):
     FOLDERS = _FOLDERS
     NAMES = _NAMES
     OTHER_FOLDERS = ("eval",)
+
+    @property
+    def workers(self) -> WorkerStore:
+        """Worker states, their locks and heartbeats, and the coordinators' preparing beats."""
+        return WorkerStore(self)
 
     def not_a_search(self) -> str | None:
         """Why ``root`` is no evolution ``OUT_DIR`` (missing, empty, a ``tools/train_ppo.py`` training), or None."""
@@ -494,76 +499,3 @@ class RunDir(SharedFolder):
         ``derl.fileio``'s writes take, so that every folder between it and ``path`` is opened without
         following a link."""
         return self.root if Path(os.path.abspath(path)).is_relative_to(self.root) else None
-
-    # Workers.
-    def worker_name(self, node: int, worker: int) -> str:
-        return f"{node}-{worker}"
-
-    def worker_lock_path(self, node: int, worker: int) -> Path:
-        return self.root / "workers" / f"{self.worker_name(node, worker)}.lock"
-
-    def write_worker_state(self, node: int, worker: int, state: dict[str, Any]) -> None:
-        self._write_json(self.root / "workers" / f"{self.worker_name(node, worker)}.json", state)
-
-    def read_worker_state(self, node: int, worker: int) -> dict[str, Any] | None:
-        path = self.root / "workers" / f"{self.worker_name(node, worker)}.json"
-        return self._read_checked(path, lambda data: schema.worker_state_problem(data, node, worker))
-
-    def worker_indices(self, node: int) -> list[int]:
-        """Every worker index of ``node`` that has ever written its state, in any session."""
-        prefix = f"{node}-"
-        return sorted(int(name[len(prefix):]) for name in self._names("workers") if name.startswith(prefix))
-
-    def worker_states(self) -> list[dict[str, Any]]:
-        states = []
-        for name in self._names("workers"):
-            node, worker = (int(part) for part in name.split("-"))
-            if (state := self.read_worker_state(node, worker)) is not None:
-                states.append(state)
-        return states
-
-    # Heartbeats, judged by file times on the shared filesystem (one clock for every node).
-    def heartbeat_path(self, node: int, worker: int) -> Path:
-        return self.root / "workers" / f"{self.worker_name(node, worker)}.alive"
-
-    def beat(self, node: int, worker: int) -> float:
-        """Touches the heartbeat of ``node-worker``; returns its new mtime (the filesystem's "now")."""
-        return self._touch(self.heartbeat_path(node, worker))
-
-    def _touch(self, path: Path) -> float:
-        fd = self.open_own_file(path)
-        try:
-            os.utime(fd)  # no explicit time: the file server's clock (NFS SET_TO_SERVER_TIME)
-            return os.fstat(fd).st_mtime
-        finally:
-            os.close(fd)
-
-    def heartbeat_time(self, node: int, worker: int) -> float | None:
-        """The last heartbeat of ``node-worker`` (file mtime), None if it never beat."""
-        found = self._lstat(self.heartbeat_path(node, worker))
-        return None if found is None else found.st_mtime
-
-    # A node's coordinator while it prepares the run: a heartbeat of its own, never a worker's.
-    def preparing_path(self, node: int) -> Path:
-        """``nodes/<node>-<token>.preparing`` of this process: the token keeps two hosts' names apart."""
-        return self.root / "nodes" / f"{node}-{self.identity.token}.preparing"
-
-    def beat_preparing(self, node: int) -> float:
-        """Touches this coordinator's preparing heartbeat; returns its new mtime."""
-        return self._touch(self.preparing_path(node))
-
-    def end_preparing(self, node: int) -> None:
-        """Removes this coordinator's preparing heartbeat (its workers beat from now on)."""
-        path = self.preparing_path(node)
-        with contextlib.suppress(FileNotFoundError), self._folder(path.parent) as folder:
-            os.unlink(path.name, dir_fd=folder)
-
-    def preparing_beats(self) -> dict[int, float]:
-        """The newest preparing heartbeat (mtime of a regular file) of each node, fresh or stale."""
-        beats: dict[int, float] = {}
-        for stem in self._names("nodes", ".preparing"):
-            found = self._lstat(self.root / "nodes" / f"{stem}.preparing")
-            if found is not None and stat.S_ISREG(found.st_mode):
-                node = int(stem.split("-")[0])
-                beats[node] = max(beats.get(node, found.st_mtime), found.st_mtime)
-        return beats

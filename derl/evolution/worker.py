@@ -72,7 +72,8 @@ def _run_worker(cfg: CfgNode, worker: int, backend: Backend | None) -> int:
         print(f"error: {run.root} has no initial population; start evo_single_proc.py", file=sys.stderr)
         return EXIT_FATAL
     lock = hold_worker_lock(run, cfg.NODE_ID, worker)
-    heartbeat = Heartbeat(lambda: run.beat(cfg.NODE_ID, worker), heartbeat_interval(cfg.EVO.LEASE_SECONDS)).start()
+    beat_every = heartbeat_interval(cfg.EVO.LEASE_SECONDS)
+    heartbeat = Heartbeat(lambda: run.workers.beat(cfg.NODE_ID, worker), beat_every).start()
     state = WorkerState(run, cfg.NODE_ID, worker)
     stop = StopSignal(run, state.write)
     results = PublishedResults(run, cfg.EVO)

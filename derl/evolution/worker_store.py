@@ -1,0 +1,98 @@
+"""The workers' corner of ``OUT_DIR`` (``derl.evolution.storage`` has the layout): each worker's state
+file, lock and heartbeat (``workers/<node>-<worker>.json|.lock|.alive``), and the heartbeat of a
+node's coordinator while it prepares the run (``nodes/<node>-<token>.preparing``).
+
+Heartbeats are file times on the shared filesystem, touched without an explicit time: the file
+server's clock, one clock for every node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from derl.evolution import schema
+from derl.shared_folder import SharedFolder
+
+
+class WorkerStore:
+    """Reads and writes of the worker states and heartbeats in ``run`` (a ``RunDir``), through the
+    checked primitives of its ``SharedFolder``."""
+
+    def __init__(self, run: SharedFolder):
+        self.run = run
+
+    def name(self, node: int, worker: int) -> str:
+        return f"{node}-{worker}"
+
+    def lock_path(self, node: int, worker: int) -> Path:
+        return self.run.root / "workers" / f"{self.name(node, worker)}.lock"
+
+    def write_state(self, node: int, worker: int, state: dict[str, Any]) -> None:
+        self.run._write_json(self.run.root / "workers" / f"{self.name(node, worker)}.json", state)
+
+    def read_state(self, node: int, worker: int) -> dict[str, Any] | None:
+        path = self.run.root / "workers" / f"{self.name(node, worker)}.json"
+        return self.run._read_checked(path, lambda data: schema.worker_state_problem(data, node, worker))
+
+    def indices(self, node: int) -> list[int]:
+        """Every worker index of ``node`` that has ever written its state, in any session."""
+        prefix = f"{node}-"
+        return sorted(int(name[len(prefix):]) for name in self.run._names("workers") if name.startswith(prefix))
+
+    def states(self) -> list[dict[str, Any]]:
+        states = []
+        for name in self.run._names("workers"):
+            node, worker = (int(part) for part in name.split("-"))
+            if (state := self.read_state(node, worker)) is not None:
+                states.append(state)
+        return states
+
+    # Heartbeats, judged by file times on the shared filesystem (one clock for every node).
+    def heartbeat_path(self, node: int, worker: int) -> Path:
+        return self.run.root / "workers" / f"{self.name(node, worker)}.alive"
+
+    def beat(self, node: int, worker: int) -> float:
+        """Touches the heartbeat of ``node-worker``; returns its new mtime (the filesystem's "now")."""
+        return self._touch(self.heartbeat_path(node, worker))
+
+    def _touch(self, path: Path) -> float:
+        fd = self.run.open_own_file(path)
+        try:
+            os.utime(fd)  # no explicit time: the file server's clock (NFS SET_TO_SERVER_TIME)
+            return os.fstat(fd).st_mtime
+        finally:
+            os.close(fd)
+
+    def heartbeat_time(self, node: int, worker: int) -> float | None:
+        """The last heartbeat of ``node-worker`` (file mtime), None if it never beat."""
+        found = self.run._lstat(self.heartbeat_path(node, worker))
+        return None if found is None else found.st_mtime
+
+    # A node's coordinator while it prepares the run: a heartbeat of its own, never a worker's.
+    def preparing_path(self, node: int) -> Path:
+        """``nodes/<node>-<token>.preparing`` of this process: the token keeps two hosts' names apart."""
+        return self.run.root / "nodes" / f"{node}-{self.run.identity.token}.preparing"
+
+    def beat_preparing(self, node: int) -> float:
+        """Touches this coordinator's preparing heartbeat; returns its new mtime."""
+        return self._touch(self.preparing_path(node))
+
+    def end_preparing(self, node: int) -> None:
+        """Removes this coordinator's preparing heartbeat (its workers beat from now on)."""
+        path = self.preparing_path(node)
+        with contextlib.suppress(FileNotFoundError), self.run._folder(path.parent) as folder:
+            os.unlink(path.name, dir_fd=folder)
+
+    def preparing_beats(self) -> dict[int, float]:
+        """The newest preparing heartbeat (mtime of a regular file) of each node, fresh or stale."""
+        beats: dict[int, float] = {}
+        for stem in self.run._names("nodes", ".preparing"):
+            found = self.run._lstat(self.run.root / "nodes" / f"{stem}.preparing")
+            if found is not None and stat.S_ISREG(found.st_mode):
+                node = int(stem.split("-")[0])
+                beats[node] = max(beats.get(node, found.st_mtime), found.st_mtime)
+        return beats
