@@ -66,7 +66,7 @@ def _preparing_run(tmp_path: Path) -> tuple[RunDir, float]:
     """Node 1's worker 0 holds slot 4 and beat 700 s ago; node 1's coordinator prepares (beats now)."""
     run = RunDir(tmp_path, identity=Identity("host-b", 77, "b" * 16))
     run.create()
-    run.claim_slot(4, {"slot": 4, "id": "000004", "attempt": 0, "node": 1, "worker": 0})
+    run.slots.claim(4, {"slot": 4, "id": "000004", "attempt": 0, "node": 1, "worker": 0})
     run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 4, "id": "000004", "status": "training"})
     run.workers.beat(1, 0)
     old = run.filesystem_now() - 700
@@ -77,7 +77,7 @@ def _preparing_run(tmp_path: Path) -> tuple[RunDir, float]:
 
 def test_a_preparing_coordinator_never_holds_its_workers_slots(tmp_path):
     run, now = _preparing_run(tmp_path)
-    claim = run.read_slot(4)
+    claim = run.slots.read(4)
     assert takeover_reason(run, 4, claim, now, 600.0) == "its owner 1-0 last beat 700 s ago (EVO.LEASE_SECONDS 600)"
     cfg = load_config(None, {"EVO.LEASE_SECONDS": 600})
     [line] = node_lines(cfg, run, PublishedResults(run, cfg.EVO))

@@ -119,9 +119,9 @@ def test_slot_claims_are_exclusive_and_complete(tmp_path):
     run = RunDir(tmp_path)
     run.create()
     claim = {"slot": 3, "id": "000003", "attempt": 0, "node": 0, "worker": 0}
-    assert run.claim_slot(3, claim)
-    assert not run.claim_slot(3, {**claim, "node": 1})
-    assert run.read_slot(3) == {**claim, **run.identity.as_dict(), "lease": 0}
+    assert run.slots.claim(3, claim)
+    assert not run.slots.claim(3, {**claim, "node": 1})
+    assert run.slots.read(3) == {**claim, **run.identity.as_dict(), "lease": 0}
     assert [p.name for p in (tmp_path / "slots").iterdir()] == ["000003.json"]
     assert list((tmp_path / "tmp").iterdir()) == []
 

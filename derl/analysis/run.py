@@ -186,7 +186,7 @@ class RunView:
         """Claimed slots whose current morphology is neither published nor failed."""
         trainings = []
         published_slots = {record.slot for record in self.records}  # a published slot's claim is final
-        for slot in self.run.claimed_slots():
+        for slot in self.run.slots.claimed():
             if slot in published_slots or (claim := self._read_slot(slot)) is None:
                 continue
             morphology_id = claim["id"]
@@ -203,9 +203,9 @@ class RunView:
         return trainings
 
     def _read_slot(self, slot: int) -> dict[str, Any] | None:
-        """``RunDir.read_slot``; a claim that does not parse or match its schema is recorded and skipped."""
+        """``SlotStore.read``; a claim that does not parse or match its schema is recorded and skipped."""
         try:
-            return self.run.read_slot(slot)
+            return self.run.slots.read(slot)
         except JsonFileError as err:
             self.unreadable[str(err.path)] = str(err)
             return None

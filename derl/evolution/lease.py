@@ -7,7 +7,7 @@ just touched), so no two machines' clocks are compared. A claimed, unpublished
 slot is free to take over when its owner's heartbeat is older than
 ``EVO.LEASE_SECONDS``, or when its owner, alive, works on another slot (its
 result was quarantined, say). The takeover itself is an exclusive creation of the
-slot's next lease (``RunDir.take_over_slot``): one taker wins; the old owner, if it
+slot's next lease (``SlotStore.take_over``): one taker wins; the old owner, if it
 comes back, sees the later lease and yields the slot without publishing (``StopSignal``
 raises ``SlotLost``). A coordinator beats too while it prepares the run (``nodes/<node>-<token>.preparing``,
 for ``tools/status.py``), but holds no slot: no takeover reads its heartbeat.
@@ -49,7 +49,7 @@ def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, l
                     me: tuple[int, int] | None = None) -> str | None:
     """Why the owner of ``claim`` (the current claim of ``slot``) no longer holds it, or None.
 
-    A damaged claim (``RunDir.read_slot``) names no owner. Every worker records a slot in its
+    A damaged claim (``SlotStore.read``) names no owner. Every worker records a slot in its
     state before it claims or takes it over, so the slot is held while a worker other than ``me``
     (node, worker) whose state says it works on the slot has beaten within ``lease_seconds``.
     """
@@ -68,7 +68,7 @@ def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, l
     if state.get("slot") != slot:
         return f"its owner {name} works on slot {state.get('slot')}"
     heartbeat = run.workers.heartbeat_time(*owner)
-    if is_stale(now, heartbeat, run.claim_time(slot, claim["lease"]), lease_seconds):
+    if is_stale(now, heartbeat, run.slots.claim_time(slot, claim["lease"]), lease_seconds):
         age = "never" if heartbeat is None else f"{now - heartbeat:.0f} s ago"
         return f"its owner {name} last beat {age} (EVO.LEASE_SECONDS {lease_seconds:g})"
     return None

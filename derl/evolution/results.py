@@ -107,7 +107,7 @@ def summarize(
         "total": total,
         "search": search_kind(evo),
         "initial_population_size": num_initial_slots(evo),
-        "claimed_slots": run.num_claimed_slots(),
+        "claimed_slots": run.slots.num_claimed(),
         "failed": len(run.failed_ids()),
         "selection_criteria": list(evo.SELECTION_CRITERIA),
         "best": top[0] if top else None,

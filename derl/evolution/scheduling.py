@@ -59,7 +59,7 @@ class Scheduler:
         order = init_claim_order(num_initial_slots(evo), self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
                                  self.worker)
         for slot in order:
-            if not self.run.is_claimed(slot) and self._claim(slot):
+            if not self.run.slots.is_claimed(slot) and self._claim(slot):
                 self._fill_slot(slot)
         if evo.IS_EVO:  # random search has no children: every slot was in the order above
             self._wait_for_initial_population()
@@ -95,10 +95,10 @@ class Scheduler:
         if time.monotonic() < self._next_scan:
             return False
         self._next_scan = time.monotonic() + self.scan_seconds
-        claimed = set(self.run.claimed_slots())
+        claimed = set(self.run.slots.claimed())
         now = None
         for slot in slots:
-            claim = self.run.read_slot(slot) if slot in claimed else None
+            claim = self.run.slots.read(slot) if slot in claimed else None
             if claim is None:  # never claimed, or its claim was quarantined just now
                 if self._claim(slot):
                     self._fill_slot(slot)
@@ -125,12 +125,12 @@ class Scheduler:
         attempt = claim["attempt"] or 0  # a damaged claim: from attempt 0, skipping those failed or published
         mine = {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt, "node": self.node,
                 "worker": self.worker}
-        return self.run.take_over_slot(slot, claim, mine)
+        return self.run.slots.take_over(slot, claim, mine)
 
     def _resume(self, slot: int) -> None:
         """Resumes a slot this (node, worker) held in an earlier session, under a new lease: a process
         of that session still running elsewhere (a node requeued while cut off) then yields it."""
-        claim = self.run.read_slot(slot)
+        claim = self.run.slots.read(slot)
         if claim and claim.get("damaged"):  # ours unless another worker on this slot still beats
             now = self.run.workers.beat(self.node, self.worker)
             if takeover_reason(self.run, slot, claim, now, self.lease_seconds, (self.node, self.worker)) is None:
@@ -160,7 +160,7 @@ class Scheduler:
             if lock is None:
                 continue  # that worker still runs (an older session winding down)
             try:
-                claim = self.run.read_slot(slot)
+                claim = self.run.slots.read(slot)
                 if claim and (claim["node"], claim["worker"]) == (self.node, other):
                     self.state.log(f"adopting slot {slot} of worker {self.node}-{other}, which no longer runs")
                     self.state.write(slot=slot, id=claim["id"], status="adopting")
@@ -176,14 +176,14 @@ class Scheduler:
         # The intent is recorded first: a worker killed between the two writes finds its claim on restart.
         self.state.write(slot=slot, id=slot_id(slot), status="claiming")
         claim = {"slot": slot, "id": slot_id(slot), "attempt": 0, "node": self.node, "worker": self.worker}
-        return self.run.claim_slot(slot, claim)
+        return self.run.slots.claim(slot, claim)
 
     def _claim_next_child_slot(self) -> int | None:
         # Claims are permanent, so every slot passed over stays claimed: never scan it again.
         while self.next_child_slot < self.cfg.EVO.SEARCH_SPACE_SIZE:
             slot = self.next_child_slot
             self.next_child_slot += 1
-            if not self.run.is_claimed(slot) and self._claim(slot):
+            if not self.run.slots.is_claimed(slot) and self._claim(slot):
                 return slot
         return None
 
@@ -207,12 +207,12 @@ class Scheduler:
 
     def _fill_slot(self, slot: int) -> None:
         """Publishes one morphology in ``slot``, unless another worker takes the slot over meanwhile."""
-        claim = self.run.read_slot(slot)
+        claim = self.run.slots.read(slot)
         if claim is None or (claim["node"], claim["worker"]) != (self.node, self.worker):
             return  # not ours (any more)
         lease = claim["lease"]
         self.stop.lost = False
-        self.stop.slot_lost = lambda: self.run.slot_taken_over(slot, lease)
+        self.stop.slot_lost = lambda: self.run.slots.taken_over(slot, lease)
         try:
             self._fill_claimed_slot(slot, claim)
         except SlotLost:
@@ -255,9 +255,9 @@ class Scheduler:
                 raise FatalError(f"slot {slot}: {MAX_ATTEMPTS} morphologies failed in a row (attempts "
                                  f"{attempt - MAX_ATTEMPTS}-{attempt - 1}, see error_metadata/); every new body "
                                  "fails, so the search looks broken: rerun to try the next attempts")
-            if self.run.slot_taken_over(slot, claim["lease"]):
+            if self.run.slots.taken_over(slot, claim["lease"]):
                 raise SlotLost
-            self.run.replace_slot(slot, {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt,
+            self.run.slots.replace(slot, {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt,
                                          "node": self.node, "worker": self.worker, "lease": claim["lease"]})
 
     def _record_failure(self, morphology_id: str, slot: int, attempt: int, err: Exception) -> None:

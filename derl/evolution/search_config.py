@@ -88,7 +88,7 @@ def _begun(run: RunDir) -> str:
         return f"node(s) {', '.join(map(str, nodes))} joined it"
     if published := run.published_ids():
         return f"{len(published)} morphologies are published"
-    if claimed := run.num_claimed_slots():
+    if claimed := run.slots.num_claimed():
         return f"{claimed} slots are claimed"
     if run.init_population_ids() is not None:
         return "its initial population exists"

@@ -46,8 +46,8 @@ def node_lines(cfg: CfgNode, run: RunDir, results: PublishedResults) -> list[str
     preparing = preparing_ages(run, now, cfg.EVO.LEASE_SECONDS)
     done = {parse_id(morphology_id)[0] for morphology_id in results.by_id}
     held: dict[int, list[int]] = defaultdict(list)
-    for slot in run.claimed_slots():
-        if slot not in done and (claim := run.read_slot(slot)) is not None and not claim.get("damaged"):
+    for slot in run.slots.claimed():
+        if slot not in done and (claim := run.slots.read(slot)) is not None and not claim.get("damaged"):
             held[claim["node"]].append(slot)
     states: dict[int, list[dict]] = defaultdict(list)
     for state in run.workers.states():
@@ -98,7 +98,7 @@ def status_lines(out_dir: str) -> list[str]:
         f"run: {run.root}",
         f"search: {search_text(evo)}",
         f"done: {done}/{total} ({100 * done / total:.1f}%), failed: {len(run.failed_ids())}, "
-        f"claimed slots: {run.num_claimed_slots()}",
+        f"claimed slots: {run.slots.num_claimed()}",
         f"running workers: {len(running)}",
         "nodes:",
         *node_lines(cfg, run, results),

@@ -12,7 +12,7 @@ nodes. Besides those:
   so no morphology is published twice;
 - published files are never rewritten or deleted, so readers may cache them;
 - every read checks its file kind's schema (``derl.evolution.schema``); ids are checked before
-  they become paths. A damaged claim is kept: the lease decides (``read_slot``).
+  they become paths. A damaged claim is kept: the lease decides (``SlotStore.read``).
 
 Layout::
 
@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from derl.evolution import schema
+from derl.evolution.slot_store import SlotStore
 from derl.evolution.worker_store import WorkerStore
 from derl.fileio import JsonFileError, NotAFolder, make_folders, read_bytes, read_json
 from derl.shared_folder import SharedFolder
@@ -100,6 +101,11 @@ class RunDir(SharedFolder):
     FOLDERS = _FOLDERS
     NAMES = _NAMES
     OTHER_FOLDERS = ("eval",)
+
+    @property
+    def slots(self) -> SlotStore:
+        """Slot claims and their leases: who trains which slot."""
+        return SlotStore(self)
 
     @property
     def workers(self) -> WorkerStore:
@@ -273,83 +279,6 @@ class RunDir(SharedFolder):
             raise FileNotFoundError(f"{self.genome_path(morphology_id)} is missing (see quarantine/)")
         return data
 
-    # Slots.
-    def _slot_path(self, slot: int) -> Path:
-        return self.root / "slots" / f"{slot:06d}.json"
-
-    def _lease_path(self, slot: int, lease: int) -> Path:
-        return self._slot_path(slot) if lease == 0 else self.root / "leases" / f"{slot:06d}-{lease}.json"
-
-    def _leases(self, slot: int) -> list[int]:
-        prefix = f"{slot:06d}-"
-        return [int(name[len(prefix):]) for name in self._names("leases") if name.startswith(prefix)]
-
-    def claim_slot(self, slot: int, claim: dict[str, Any]) -> bool:
-        """Claims ``slot`` exclusively (the claim records this process); False if someone else holds it."""
-        return self._create_json(self._slot_path(slot), {**claim, **self.identity.as_dict(), "lease": 0})
-
-    def is_claimed(self, slot: int) -> bool:
-        return self._lexists(self._slot_path(slot)) or bool(self._leases(slot))
-
-    def read_slot(self, slot: int) -> dict[str, Any] | None:
-        """The current claim of ``slot`` (its latest lease: ``lease`` counts takeovers), or None if unclaimed.
-
-        The latest lease file decides who owns the slot, whatever it holds. One that fails its
-        schema (truncated, say) is not quarantined, which would free the slot while its owner may
-        still train it: it comes back as ``{"slot", "lease", "damaged": reason}`` with the owner
-        unknown (``node``, ``worker``, ``id`` and ``attempt`` None), and is taken over, by the next
-        lease, only once no worker working on the slot has beaten for ``EVO.LEASE_SECONDS``
-        (``derl.evolution.lease.takeover_reason``). A reader without ``quarantine`` or ``skip``
-        gets the ``JsonFileError``.
-        """
-        leases = sorted(self._leases(slot), reverse=True)
-        lease = leases[0] if leases else 0
-        path = self._lease_path(slot, lease)
-        try:
-            with self._folder(path.parent) as folder:
-                claim = read_json(path, dir_fd=folder)
-            reason = schema.claim_problem(claim, slot)
-        except FileNotFoundError:
-            return None
-        except NotAFolder as err:
-            self._refuse(err)
-            return None
-        except JsonFileError as err:
-            reason = err.reason
-        if reason is None:
-            return {**claim, "lease": lease}
-        if not (self.quarantine_bad_files or self.skip_bad_files):
-            raise JsonFileError(path, reason)
-        self._warn_once(path, f"{reason}; kept: slot {slot} is taken over only once its owner is silent")
-        return {"slot": slot, "lease": lease, "damaged": reason, "id": None, "attempt": None, "node": None,
-                "worker": None}
-
-    def claim_time(self, slot: int, lease: int) -> float | None:
-        """Modification time (shared-filesystem clock) of the claim file of ``slot``'s lease ``lease``."""
-        found = self._lstat(self._lease_path(slot, lease))
-        return None if found is None else found.st_mtime
-
-    def replace_slot(self, slot: int, claim: dict[str, Any]) -> None:
-        """Rewrites the claim of a slot this worker owns (a failed morphology is replaced)."""
-        lease = claim.get("lease", 0)
-        self._write_json(self._lease_path(slot, lease), {**claim, **self.identity.as_dict(), "lease": lease})
-
-    def take_over_slot(self, slot: int, current: dict[str, Any], claim: dict[str, Any]) -> bool:
-        """Takes ``slot`` from the owner of its ``current`` claim, by exclusive creation of the next lease.
-
-        Of all processes that judged the same claim stale, exactly one succeeds. The old owner
-        learns it lost the slot from ``slot_taken_over``.
-        """
-        lease = current["lease"] + 1
-        return self._create_json(self._lease_path(slot, lease), {**claim, **self.identity.as_dict(), "lease": lease})
-
-    def slot_taken_over(self, slot: int, lease: int) -> bool:
-        """True once someone holds a later lease of ``slot`` than ``lease`` (one stat on the shared folder)."""
-        return self._lexists(self._lease_path(slot, lease + 1))
-
-    def num_claimed_slots(self) -> int:
-        return len(self.claimed_slots())
-
     # Results.
     def published_ids(self) -> list[str]:
         return self._names("metadata")
@@ -410,19 +339,19 @@ class RunDir(SharedFolder):
 
         A worker names each morphology in its slot's claim before training it and never changes the
         claim once it is published, so a record its slot never held (planted) is refused. A damaged
-        claim names nobody and refutes nothing (``read_slot``: the lease, not its content, decides who
+        claim names nobody and refutes nothing (``SlotStore.read``: the lease, not its content, decides who
         finishes the slot): refusing the record would throw away the result its owner just published.
         """
         slot = data["slot"]
         try:
-            claim = self.read_slot(slot)
+            claim = self.slots.read(slot)
         except JsonFileError:  # damaged, read by a reader that neither quarantines nor skips
             return None
         if claim is None:
-            return f"is in slot {slot}, which was never claimed (no {self.relative(self._slot_path(slot))})"
+            return f"is in slot {slot}, which was never claimed (no {self.relative(self.slots.path(slot))})"
         if claim.get("damaged") or claim["id"] == data["id"]:
             return None
-        name = self.relative(self._lease_path(slot, claim["lease"]))
+        name = self.relative(self.slots.lease_path(slot, claim["lease"]))
         return f"is in slot {slot}, whose claim {name} names {claim['id']}"
 
     def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
@@ -459,11 +388,6 @@ class RunDir(SharedFolder):
 
     def retired_ids(self) -> set[str]:
         return set(self._names("retired"))
-
-    def claimed_slots(self) -> list[int]:
-        """Every claimed slot, in order."""
-        leased = {int(name.split("-")[0]) for name in self._names("leases")}
-        return sorted(leased | {int(name) for name in self._names("slots")})
 
     # Videos and what other tools write.
     def save_video(self, morphology_id: str, write: Callable[[Path], Path]) -> Path:
