@@ -96,11 +96,10 @@ class SlotStore:
         """True once someone holds a later lease of ``slot`` than ``lease`` (one stat on the shared folder)."""
         return self.run._lexists(self.lease_path(slot, lease + 1))
 
-    def num_claimed(self) -> int:
-        return len(self.claimed())
-
-
     def claimed(self) -> list[int]:
         """Every claimed slot, in order."""
         leased = {int(name.split("-")[0]) for name in self.run._names("leases")}
         return sorted(leased | {int(name) for name in self.run._names("slots")})
+
+    def num_claimed(self) -> int:
+        return len(self.claimed())

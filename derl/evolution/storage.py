@@ -51,6 +51,7 @@ import re
 import stat
 import tempfile
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -102,12 +103,12 @@ class RunDir(SharedFolder):
     NAMES = _NAMES
     OTHER_FOLDERS = ("eval",)
 
-    @property
+    @cached_property
     def slots(self) -> SlotStore:
         """Slot claims and their leases: who trains which slot."""
         return SlotStore(self)
 
-    @property
+    @cached_property
     def workers(self) -> WorkerStore:
         """Worker states, their locks and heartbeats, and the coordinators' preparing beats."""
         return WorkerStore(self)

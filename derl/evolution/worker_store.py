@@ -28,15 +28,18 @@ class WorkerStore:
     def name(self, node: int, worker: int) -> str:
         return f"{node}-{worker}"
 
+    def _file(self, node: int, worker: int, suffix: str) -> Path:
+        return self.run.root / "workers" / f"{self.name(node, worker)}{suffix}"
+
     def lock_path(self, node: int, worker: int) -> Path:
-        return self.run.root / "workers" / f"{self.name(node, worker)}.lock"
+        return self._file(node, worker, ".lock")
 
     def write_state(self, node: int, worker: int, state: dict[str, Any]) -> None:
-        self.run._write_json(self.run.root / "workers" / f"{self.name(node, worker)}.json", state)
+        self.run._write_json(self._file(node, worker, ".json"), state)
 
     def read_state(self, node: int, worker: int) -> dict[str, Any] | None:
-        path = self.run.root / "workers" / f"{self.name(node, worker)}.json"
-        return self.run._read_checked(path, lambda data: schema.worker_state_problem(data, node, worker))
+        return self.run._read_checked(self._file(node, worker, ".json"),
+                                      lambda data: schema.worker_state_problem(data, node, worker))
 
     def indices(self, node: int) -> list[int]:
         """Every worker index of ``node`` that has ever written its state, in any session."""
@@ -53,7 +56,7 @@ class WorkerStore:
 
     # Heartbeats, judged by file times on the shared filesystem (one clock for every node).
     def heartbeat_path(self, node: int, worker: int) -> Path:
-        return self.run.root / "workers" / f"{self.name(node, worker)}.alive"
+        return self._file(node, worker, ".alive")
 
     def beat(self, node: int, worker: int) -> float:
         """Touches the heartbeat of ``node-worker``; returns its new mtime (the filesystem's "now")."""
