@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from derl.checked_config import Config
 from derl.config import declared_keys
 
 MARKER = "<!-- config-keys -->"
@@ -22,7 +23,7 @@ def config_table() -> str:
     """The Markdown table of every flattened config key, grouped by section."""
     lines = []
     section = None
-    for doc in declared_keys():
+    for doc in declared_keys(Config):
         head = doc.key.split(".")[0] if "." in doc.key else "Top level"
         if head != section:
             section = head

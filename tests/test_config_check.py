@@ -11,21 +11,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from derl.checked_config import (
-    LR_SCALING_NAMES,
-    RANGES,
-    WARP_MODULES,
-    check_backend_here,
-    load_config,
-    load_run_config,
-)
-from derl.config import DERIVED_KEYS, REPLACED_KEYS, RETIRED_KEYS, ConfigError, _defaults, dump_config, flatten
+from derl.checked_config import DERIVED_KEYS, Config, load_config, load_run_config
+from derl.config import REPLACED_KEYS, RETIRED_KEYS, ConfigError, declared_keys, dump_config, flatten
+from derl.envs.warp_check import WARP_MODULES, check_backend_here
+from derl.ppo.config import LR_SCALING_NAMES
 from derl.evolution.search_config import join_search
 from derl.evolution.storage import RunDir
 from tests.conftest import ROOT
 
-# Modules whose mention of a key is not a use: the tree itself and its validation.
-NOT_READERS = ("derl/config.py", "derl/checked_config.py")
+# Modules whose mention of a key is not a use: the machinery, the sections' declarations and checks.
+NOT_READERS = ("derl/config/__init__.py", "derl/config/keys.py", "derl/config/parse.py", "derl/checked_config.py",
+               "derl/morphology/config.py", "derl/envs/config.py", "derl/ppo/config.py")
 
 
 @pytest.mark.parametrize("overrides, key, text", [
@@ -79,13 +75,14 @@ def test_bad_values_are_one_line_naming_the_key_and_where_it_was_set(overrides, 
 
 
 # Every integer key of the defaults; derived keys are computed, never set.
-INTEGER_KEYS = [key for key, value in flatten(_defaults())
+RANGES = {doc.key: doc.allowed for doc in declared_keys(Config)}
+INTEGER_KEYS = [key for key, value in flatten(Config().to_dict())
                 if isinstance(value, int) and not isinstance(value, bool) and key not in DERIVED_KEYS]
 
 
 @pytest.mark.parametrize("key", INTEGER_KEYS)
 def test_every_integer_key_refuses_a_value_outside_its_range_naming_it(key):
-    """RANGES holds every integer key; one below its lowest and one above its highest value is refused."""
+    """Every integer key declares its range; one below its lowest and one above its highest value is refused."""
     allowed = RANGES[key]
     default = load_config(None, []).get_path(key)
     assert allowed.problem(default) is None
@@ -322,12 +319,12 @@ def _reader_sources() -> list[Path]:
 
 
 def test_no_config_key_is_inert():
-    leaves = [path for path, _ in flatten(_defaults())]
+    leaves = [path for path, _ in flatten(Config().to_dict())]
     assert inert_keys(leaves, _reader_sources()) == []
 
 
 def test_the_inert_key_scan_finds_a_key_nothing_reads(tmp_path):
-    leaves = [path for path, _ in flatten(_defaults())]
+    leaves = [path for path, _ in flatten(Config().to_dict())]
     added = ["PPO.NOBODY_READS_THIS", "TORSO.RADIUS_RANGE", "TORSO.CONDIM", "TOP_LEVEL_NOBODY_READS"]
     assert inert_keys(leaves + added, _reader_sources()) == added
     reader = tmp_path / "reader.py"

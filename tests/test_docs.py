@@ -8,7 +8,8 @@ import unicodedata
 from pathlib import Path
 
 from derl.bench.report import build_synthetic_run
-from derl.config import _defaults, declared_keys, flatten
+from derl.checked_config import Config
+from derl.config import declared_keys, flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,11 +22,11 @@ def _hooks():
 
 
 def test_every_flattened_key_is_declared_with_a_one_line_meaning():
-    declared = {doc.key: doc for doc in declared_keys()}
-    assert list(declared) == [key for key, _ in flatten(_defaults())]
+    declared = {doc.key: doc for doc in declared_keys(Config)}
+    assert list(declared) == [key for key, _ in flatten(Config().to_dict())]
     for key, doc in declared.items():
         assert doc.meaning.strip() and "\n" not in doc.meaning, key
-        assert doc.type == type(dict(flatten(_defaults()))[key]).__name__, key
+        assert doc.type == type(dict(flatten(Config().to_dict()))[key]).__name__, key
 
 
 def test_the_config_reference_lists_every_key_with_its_default():
@@ -33,7 +34,7 @@ def test_the_config_reference_lists_every_key_with_its_default():
     page = (ROOT / "docs" / "reference" / "config.md").read_text()
     assert hooks.MARKER in page
     built = hooks.on_page_markdown(page, None, None, None)
-    for doc in declared_keys():
+    for doc in declared_keys(Config):
         row = next(line for line in built.splitlines() if line.startswith(f"| `{doc.key}` |"))
         assert doc.meaning.replace("|", "\\|") in row, doc.key
     assert "| `SIM.NCONMAX` | `64` | int |" in built

@@ -6,8 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from derl.checked_config import load_config
-from derl.config import CfgNode
+from derl.checked_config import Config, load_config
 from derl.morphology import Genome, GenomeError, Joint, LimbGroup, mutate, random_genome
 from derl.morphology import mutations as ops
 from derl.morphology.genome import direction, validate
@@ -16,13 +15,13 @@ from derl.morphology.geometry import capsule_frame, mirror, mirror_axis, place_l
 CFG = load_config()
 
 
-def with_ops(*mutation_ops: str, **sections: dict) -> CfgNode:
+def with_ops(*mutation_ops: str, **sections: dict) -> Config:
     """CFG with only ``mutation_ops``: a tree load_config refuses for a search (no grow_limb, unknown ops)."""
     tree = CFG.to_dict()
     tree["EVO"]["MUTATION_OPS"] = list(mutation_ops)
     for section, keys in sections.items():
         tree[section].update(keys)
-    return CfgNode(tree)
+    return Config(tree)
 
 
 def joints(axes="x", lo=-30, hi=30, gear=200):

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> None:
     cfg = load_config_or_exit(args.cfg, args.overrides)
     try:
         if args.command == "sample":
-            for path in sample(cfg, args.num, args.seed, args.out, args.mutations):
+            for path in sample(cfg.unimal, args.num, args.seed, args.out, args.mutations):
                 print(path)
         elif args.command == "xml":
             sys.stdout.write(morphology.genome_xml(cfg, args.genome))

@@ -18,6 +18,7 @@ selection criterion (``criteria``, the per-episode sums of the same terms) next 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import tempfile
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from derl.analysis.run import RunError, RunView
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.envs.media import VIDEO_SIZE, write_video
 from derl.evolution.storage import RunDir
 from derl.fileio import NotRegularFile, make_folders, read_bytes
@@ -98,10 +99,8 @@ def replay_line(result: ReplayResult, episodes: int) -> str:
             f"replay's {key} over {episodes} episodes: {replayed}")
 
 
-def with_episode_length(cfg: CfgNode, steps: int) -> CfgNode:
-    tree = cfg.to_dict()
-    tree["ENV"]["EPISODE_LENGTH"] = int(steps)
-    return CfgNode(tree)
+def with_episode_length(cfg: Config, steps: int) -> Config:
+    return dataclasses.replace(cfg, ENV=dataclasses.replace(cfg.ENV, EPISODE_LENGTH=int(steps)))
 
 
 @contextlib.contextmanager

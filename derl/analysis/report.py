@@ -32,7 +32,7 @@ from derl.analysis.records import Morphology
 from derl.analysis.replay import FITNESS_NOTE, replay
 from derl.analysis.run import RunView
 from derl.analysis.stats import TREND_ALPHA, TREND_MIN_POINTS, running_best, trend, trend_test, window_mean
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.envs.media import render_body, write_png
 from derl.evolution.population import search_text
 from derl.fileio import atomic_write_text, make_folders
@@ -376,7 +376,7 @@ def episode_lengths(curves: Iterable[Curve], longest: int) -> list[float]:
     return lengths
 
 
-def curve_note(cfg: CfgNode, lengths: Sequence[float]) -> str:
+def curve_note(cfg: Config, lengths: Sequence[float]) -> str:
     """The caption under the top morphologies' curves: how long their episodes lasted, and why the
     curves of bodies that do not fall climb in steps."""
     length, steps, envs = cfg.ENV.EPISODE_LENGTH, cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS
@@ -395,7 +395,7 @@ def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
     image_path = w.out / "media" / f"{record.id}.png"
     try:
         if not image_path.exists():
-            write_png(render_body(view.run.read_xml(record.id), view.cfg), image_path, w.root)
+            write_png(render_body(view.run.read_xml(record.id), view.cfg.world), image_path, w.root)
         w.report.media[f"{record.id}.png"] = str(image_path)
         image = f'<img src="{w.link(image_path)}" width="240" alt="{_esc(record.id)}">'
     except Exception as err:  # noqa: BLE001 - a body that cannot be rendered keeps its row

@@ -25,8 +25,8 @@ import numpy as np
 from derl.analysis.curves import EMPTY, Curve, iterations_to_fraction, read_curve
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
-from derl.checked_config import load_config, load_run_config
-from derl.config import CfgNode, ConfigError
+from derl.checked_config import Config, load_config, load_run_config
+from derl.config import ConfigError
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.evolution.schema import RecordRules
@@ -76,7 +76,7 @@ class RunView:
         self.by_id: dict[str, Morphology] = {}
         self.refresh()
 
-    def _load_config(self) -> CfgNode:
+    def _load_config(self) -> Config:
         """The run's ``config.yaml`` (a link, FIFO or folder there is refused: ``load_run_config``),
         or the defaults for a run that has none."""
         path = self.run.config_path()

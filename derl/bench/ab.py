@@ -94,7 +94,7 @@ class _Training:
         envs = importlib.import_module(f"{package}.training.envs")
         trainer = importlib.import_module(f"{package}.ppo.trainer")
         cfg = _config_loader(package).load_preset(preset, speed_overrides(iters))
-        self.ppo = trainer.PPO(cfg, envs.UnimalEnvFactory(cfg, str(xml)), seed=0)
+        self.ppo = trainer.PPO(cfg.trainer, envs.UnimalEnvFactory(cfg, str(xml)), seed=0)
         self.ppo.collector.reset(0)
         self.rng_state = torch.get_rng_state()
         self.seconds: list[float] = []

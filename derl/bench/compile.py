@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from derl.checked_config import load_config
-from derl.config import CfgNode, ConfigError
+from derl.checked_config import Config, load_config
+from derl.config import ConfigError
 from derl.morphology.files import InputError, load_genome, sample
 from derl.paths import REPO_ROOT, evo_preset
 
@@ -179,7 +179,7 @@ def measure_body(genome_path: Path, cfg_file: Path, device: str, nworld: int) ->
                        round(cost["put_model_seconds"] + cost["put_data_seconds"], 4), cost["first_step_seconds"])
 
 
-def _genome_files(args: argparse.Namespace, cfg: CfgNode, work: Path) -> list[Path]:
+def _genome_files(args: argparse.Namespace, cfg: Config, work: Path) -> list[Path]:
     """The bodies' genome files, in the order they run."""
     if (args.genomes is None) == (args.sample is None):
         raise SystemExit("error: give --genomes DIR or --sample N (one of them)")
@@ -202,7 +202,7 @@ def _genome_files(args: argparse.Namespace, cfg: CfgNode, work: Path) -> list[Pa
     for turn, count in enumerate(mutations):
         num = len(range(turn, args.sample, len(mutations)))
         if num:
-            chains.append(sample(cfg, num, args.seed + turn, work / f"m{count}", count))
+            chains.append(sample(cfg.unimal, num, args.seed + turn, work / f"m{count}", count))
     return [chain[index] for index in range(len(chains[0])) for chain in chains if index < len(chain)]
 
 

@@ -118,7 +118,7 @@ class _Physics:
 
 
 def _measure(cfg, xml_path: Path, seed: int, args) -> dict:
-    env = UnimalVectorEnv(xml_path, cfg, args.num_envs)
+    env = UnimalVectorEnv(xml_path, cfg.world, args.num_envs)
     n = env.num_envs
     actions = np.random.default_rng(seed).uniform(-1, 1, (args.steps, *env.action_space.shape)).astype(np.float32)
     env.reset(seed=seed)
@@ -295,9 +295,9 @@ def run(args: argparse.Namespace) -> dict:
                     seed, xml_path, body = args.seed + k, xmls[k], {"xml": xmls[k].name}
                 else:
                     seed = seeds[k]
-                    genome = random_genome(cfg, np.random.default_rng(seed), f"bench-{seed}")
+                    genome = random_genome(cfg.unimal, np.random.default_rng(seed), f"bench-{seed}")
                     xml_path = Path(folder) / f"{name}-{seed}.xml"
-                    xml_path.write_text(to_mjcf(genome, cfg))
+                    xml_path.write_text(to_mjcf(genome, cfg.unimal))
                     body = {"seed": seed, "num_limbs": genome.num_limbs}
                 rows.append({**body, **measure(cfg, xml_path, seed, args)})
                 bar.update(1)

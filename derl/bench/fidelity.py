@@ -45,8 +45,7 @@ import numpy as np
 
 from derl.analysis import plots
 from derl.bench.agreement import agreement, seed_agreement
-from derl.checked_config import ConfigError, load_config
-from derl.config import CfgNode
+from derl.checked_config import Config, ConfigError, load_config
 from derl.fileio import atomic_write_text, read_json
 from derl.morphology import Genome, GenomeError
 from derl.morphology.files import sample
@@ -88,7 +87,7 @@ class Preset:
     label: str
     path: Path
     overrides: dict[str, str]
-    cfg: CfgNode
+    cfg: Config
 
     @property
     def on_gpu(self) -> bool:
@@ -229,7 +228,7 @@ def run(args: argparse.Namespace) -> dict:
     else:
         if args.sample < 4 or not args.mutations or min(args.mutations) < 0 or args.seed < 0:
             raise SystemExit("error: need --sample >= 4, --mutations of whole numbers >= 0 and --seed >= 0")
-        genomes = sample(reference.cfg, args.sample, args.seed, work / "bodies", args.mutations)
+        genomes = sample(reference.cfg.unimal, args.sample, args.seed, work / "bodies", args.mutations)
     ids = [g.stem for g in genomes]
 
     jobs = [Training(reference, g, seed, _budget(reference, args.scale), work, False)

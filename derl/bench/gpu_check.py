@@ -134,8 +134,8 @@ def _syncs_of(name: str, overrides: dict, device: str, steps: int, nworld: int) 
     from derl.morphology import random_genome, to_mjcf
 
     cfg = load_config(evo_preset(name), {"SIM.BACKEND": "warp", "ENV.EPISODE_LENGTH": 20, **overrides})
-    mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), f"gpu-check-{name}"), cfg)
-    env = UnimalVectorEnv(None, cfg, nworld, device=device, mjcf=mjcf)
+    mjcf = to_mjcf(random_genome(cfg.unimal, np.random.default_rng(0), f"gpu-check-{name}"), cfg.unimal)
+    env = UnimalVectorEnv(None, cfg.world, nworld, device=device, mjcf=mjcf)
     env.reset(seed=0)
     actions = torch.zeros((nworld, env.single_action_space.shape[0]), device=device)
     for _ in range(25):  # every graph captured, episodes restarted: the syncs of set-up are not counted
@@ -201,8 +201,8 @@ def _on_device(name: str, device: str, nworld: int, steps: int) -> Check:
 
     try:  # the config check and UnimalBatch refuse a task the backend cannot run on the device
         cfg = load_config(evo_preset(name), {"SIM.BACKEND": "warp"})
-        mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), f"gpu-check-{name}"), cfg)
-        env = UnimalVectorEnv(None, cfg, nworld, device=device, mjcf=mjcf)
+        mjcf = to_mjcf(random_genome(cfg.unimal, np.random.default_rng(0), f"gpu-check-{name}"), cfg.unimal)
+        env = UnimalVectorEnv(None, cfg.world, nworld, device=device, mjcf=mjcf)
     except (ConfigError, ValueError) as err:
         return task_on_device_verdict(name, str(err), 0, 0, 0.0)
     obs, _ = env.reset(seed=0)

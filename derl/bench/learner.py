@@ -49,9 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def ft_xml(folder: Path) -> Path:
     """The MJCF of the FT benchmark morphology (``random_genome`` seed 0 under ``ft.yml``)."""
     cfg = load_config(evo_preset("ft"))
-    genome = random_genome(cfg, np.random.default_rng(FT_GENOME_SEED), f"bench-{FT_GENOME_SEED}")
+    genome = random_genome(cfg.unimal, np.random.default_rng(FT_GENOME_SEED), f"bench-{FT_GENOME_SEED}")
     path = folder / f"{genome.id}.xml"
-    path.write_text(to_mjcf(genome, cfg))
+    path.write_text(to_mjcf(genome, cfg.unimal))
     return path
 
 
@@ -60,7 +60,7 @@ def _point(args: argparse.Namespace, factory, num_envs: int, steps: int, minibat
                  "PPO.MAX_STATE_ACTION_PAIRS": (args.iters + 1) * num_envs * steps, "PPO.AMP": amp,
                  "DEVICE": args.device, "TORCH_THREADS": 1, "PPO.LINEAR_LR_DECAY": False}
     cfg = load_config(None if args.env_id else evo_preset("ft"), overrides)
-    ppo = PPO(cfg, factory, seed=0)
+    ppo = PPO(cfg.trainer, factory, seed=0)
     try:
         ppo.collector.reset(0)
         ppo.iterate()  # warm-up

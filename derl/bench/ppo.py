@@ -104,7 +104,7 @@ def _env_factory(case: dict, cfg, flat: bool):
     if case["kind"] == "unimal":
         from derl.envs import make_env  # lazy: each trainer's child imports only what it runs (peak RSS)
 
-        return lambda _i: make_env(cfg, case["xml"], flat=flat)
+        return lambda _i: make_env(cfg.world, case["xml"], flat=flat)
     return lambda _i: gym.make(case["env_id"])
 
 
@@ -248,7 +248,7 @@ def _run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: boo
 
     records: list[dict] = []
     cpu_started = time.process_time()
-    result = train(cfg, make if record or with_returns else base, seed=seed,
+    result = train(cfg.trainer, make if record or with_returns else base, seed=seed,
                    callbacks=[OnIteration(records.append)])
     cpu = time.process_time() - cpu_started
     collect = sum(r["collect_seconds"] for r in records)
@@ -384,9 +384,9 @@ def unimal_case(config: Path, xml: Path | None, genome_seed: int, folder: Path) 
         cfg = load_config(config)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    genome = random_genome(cfg, np.random.default_rng(genome_seed), f"bench-{genome_seed}")
+    genome = random_genome(cfg.unimal, np.random.default_rng(genome_seed), f"bench-{genome_seed}")
     path = folder / f"{config.stem}-{genome.id}.xml"
-    path.write_text(to_mjcf(genome, cfg))
+    path.write_text(to_mjcf(genome, cfg.unimal))
     return {**case, "xml": str(path), "genome": f"random_genome seed {genome_seed}", "num_limbs": genome.num_limbs}
 
 

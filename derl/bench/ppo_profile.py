@@ -162,7 +162,7 @@ def profile_run(cfg, make_vec_env: Callable[[int, int, Any], VectorEnv], seed: i
         _instrument_derl(profiler)
         build = _instrumenting_factory(profiler, make_vec_env)
         wall, cpu = time.perf_counter(), time.process_time()
-        result = train(cfg, build, seed=seed)
+        result = train(cfg.trainer, build, seed=seed)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
         profiler.restore()

@@ -70,8 +70,8 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
     run.write_config(dump_config(cfg))
     pool = []
     for k in range(genomes):
-        genome = random_genome(cfg, np.random.default_rng([seed, k]), "pool")
-        pool.append((json.loads(genome.to_json()), to_mjcf(genome, cfg)))
+        genome = random_genome(cfg.unimal, np.random.default_rng([seed, k]), "pool")
+        pool.append((json.loads(genome.to_json()), to_mjcf(genome, cfg.unimal)))
     lineage: dict[str, str] = {}
     quality = rng.normal(0, 1, genomes)
     started = 1.7e9

@@ -32,8 +32,8 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
-from derl.checked_config import check_backend_here, load_config
-from derl.config import CfgNode, ConfigError
+from derl.checked_config import Config, check_backend_here, load_config
+from derl.config import ConfigError
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.tasks import make_task
 from derl.envs.warp_log import quiet_warp
@@ -70,15 +70,15 @@ class Rate:
     nonfinite_worlds: int  # worlds whose qpos went NaN/inf: a physics problem, not a speed one
 
 
-def world_model(genome: Genome, cfg: CfgNode) -> mujoco.MjModel:
+def world_model(genome: Genome, cfg: Config) -> mujoco.MjModel:
     """The compiled world of ``genome`` in ``cfg``'s task, as an env builds it."""
-    return compile_world(to_mjcf(genome, cfg), cfg, make_task(cfg))
+    return compile_world(to_mjcf(genome, cfg.unimal), cfg.world, make_task(cfg.world))
 
 
 def ft_model(seed: int) -> tuple[mujoco.MjModel, dict]:
     """The FT world of ``random_genome`` seed ``seed`` and a description of its body."""
     cfg = load_config(EVO_PRESETS / "ft.yml")
-    genome = random_genome(cfg, np.random.default_rng(seed), f"bench-{seed}")
+    genome = random_genome(cfg.unimal, np.random.default_rng(seed), f"bench-{seed}")
     model = world_model(genome, cfg)
     return model, {"seed": seed, "num_limbs": genome.num_limbs, "nv": model.nv, "nu": model.nu, "ngeom": model.ngeom}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.envs.media import MAX_IMAGE_SIDE, render_body, write_png
 from derl.morphology.files import InputError, load_genome, write_genome
 from derl.morphology.geometry import rotation_signature
@@ -16,26 +16,26 @@ from derl.morphology.mutations import mutate
 from derl.morphology.population import species_labels
 
 
-def genome_xml(cfg: CfgNode, path: Path) -> str:
-    return to_mjcf(load_genome(path), cfg)
+def genome_xml(cfg: Config, path: Path) -> str:
+    return to_mjcf(load_genome(path), cfg.unimal)
 
 
-def image(cfg: CfgNode, path: Path, out: Path, size: tuple[int, int] = (480, 360)) -> Path:
+def image(cfg: Config, path: Path, out: Path, size: tuple[int, int] = (480, 360)) -> Path:
     """Writes a PNG picture of the genome at ``path`` (rendered headless; see derl.envs.media)."""
     if out.suffix.lower() != ".png" or not 16 <= min(size) <= max(size) <= MAX_IMAGE_SIDE:
         raise InputError(f"--out must be a .png file and --size within 16 .. {MAX_IMAGE_SIDE} pixels a side "
                          f"(got {out}, {size})")
     out.parent.mkdir(parents=True, exist_ok=True)
-    return write_png(render_body(to_mjcf(load_genome(path), cfg), cfg, size), out)
+    return write_png(render_body(to_mjcf(load_genome(path), cfg.unimal), cfg.world, size), out)
 
 
-def mutate_file(cfg: CfgNode, path: Path, seed: int, out: Path) -> Path:
+def mutate_file(cfg: Config, path: Path, seed: int, out: Path) -> Path:
     """Writes one child of the genome at ``path``, with id ``<parent id>-c<seed>``."""
     if seed < 0:
         raise InputError(f"--seed must be >= 0, got {seed}")
     parent = load_genome(path)
     child = mutate(parent, cfg, np.random.default_rng(seed), f"{parent.id}-c{seed}")
-    return write_genome(out, child, cfg)
+    return write_genome(out, child, cfg.unimal)
 
 
 def stats(folder: Path) -> dict:

@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
             return 0
         if not (source_given or args.resume):
             raise ValueError("give one of --xml, --genome or --env-id (or --eval CKPT, or --out DIR --resume)")
-        if args.resume and (done := finished_result(out, max_iterations(cfg, info.world_size))) is not None:
+        if args.resume and (done := finished_result(out, max_iterations(cfg.PPO, info.world_size))) is not None:
             if info.is_main:
                 print(f"{out} already finished ({done.iterations} iterations, {done.env_steps} env steps); "
                       f"nothing to do, {out / FINAL_METRICS_FILE} unchanged. Raise PPO.MAX_STATE_ACTION_PAIRS "

@@ -50,18 +50,18 @@ HFIELD_BASE_THICKNESS = 0.1
 HFIELD_SINK = 0.05
 
 
-def patch_cells(cfg, observe_hfield: bool) -> int:
+def patch_cells(world, observe_hfield: bool) -> int:
     """The cells the height-field observation reads around the head's vertex (0 when not observed)."""
-    return HeightPatch.reach_for(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS) if observe_hfield else 0
+    return HeightPatch.reach_for(world.HFIELD.OBS_SIZE, world.HFIELD.NUM_DIVS) if observe_hfield else 0
 
 
-def height_map(extent: Corridor, cfg, observe_hfield: bool, num_envs: int, maps: int | None = None,
+def height_map(extent: Corridor, world, observe_hfield: bool, num_envs: int, maps: int | None = None,
                lazy: bool = False) -> HeightMap:
     """Height maps over ``extent``, padded enough for the height-field observation if observed (one per
     env, or ``maps`` shared ones: a terrain bank); ``lazy``: the terrain is drawn lazily, and so is the
     padding (``HeightMap.pad_beyond``)."""
-    walls = int(cfg.HFIELD.PADDING)
-    return HeightMap(extent, walls + 1 + patch_cells(cfg, observe_hfield), walls, float(cfg.HFIELD.GAP_DEPTH),
+    walls = int(world.HFIELD.PADDING)
+    return HeightMap(extent, walls + 1 + patch_cells(world, observe_hfield), walls, float(world.HFIELD.GAP_DEPTH),
                      num_envs, maps, lazy)
 
 
@@ -154,10 +154,10 @@ class Arena:
 class FloorArena(Arena):
     """DERL's Floor: one box of half-sizes ``TERRAIN.SIZE`` centred at the origin."""
 
-    def __init__(self, cfg, num_envs: int, observe_hfield: bool = False):
-        self._size = tuple(float(v) for v in cfg.TERRAIN.SIZE)
-        self.extent = Corridor.floor(cfg)
-        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs) if observe_hfield else None
+    def __init__(self, world, num_envs: int, observe_hfield: bool = False):
+        self._size = tuple(float(v) for v in world.TERRAIN.SIZE)
+        self.extent = Corridor.floor(world)
+        self.heights = height_map(self.extent, world, observe_hfield, num_envs) if observe_hfield else None
 
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         sub(worldbody, "geom", name="floor", type="box", pos="0 0 0", size=fmt(*self._size), material="ground")
@@ -167,7 +167,7 @@ class CorridorArena(Arena):
     """DERL's Terrain module: a corridor of obstacles or a flat arena, with walls (see the module doc).
 
     Args:
-        cfg: the config (TERRAIN, HFIELD).
+        world: the config (TERRAIN, HFIELD).
         num_envs: the envs that share the arena's layout (each draws its own terrain).
         layout: ``corridor`` or ``arena``.
         overlay: what the task adds to the map each episode (the obstacle task's boxes: ``Overlay``), written
@@ -177,33 +177,33 @@ class CorridorArena(Arena):
             model is otherwise static (``derl.envs.terrain_bank``); else each episode draws its own.
     """
 
-    def __init__(self, cfg, num_envs: int, layout: str = "corridor", overlay: Overlay | None = None,
+    def __init__(self, world, num_envs: int, layout: str = "corridor", overlay: Overlay | None = None,
                  observe_hfield: bool = False, bank: bool = False):
         if layout not in ("corridor", "arena"):
             raise ValueError(f"unknown arena layout {layout!r}")
-        self._cfg = cfg
-        self.extent = Corridor.terrain(cfg) if layout == "corridor" else Corridor.arena(cfg)
-        self.incline = float(cfg.TERRAIN.INCLINE_ANGLE) if layout == "corridor" else 0.0
-        self._obstacles = layout == "corridor" and obstacles_fit(cfg)
+        self._cfg = world
+        self.extent = Corridor.terrain(world) if layout == "corridor" else Corridor.arena(world)
+        self.incline = float(world.TERRAIN.INCLINE_ANGLE) if layout == "corridor" else 0.0
+        self._obstacles = layout == "corridor" and obstacles_fit(world)
         if self.incline and self._obstacles:
             raise ValueError("TERRAIN.INCLINE_ANGLE needs a corridor without obstacles "
                              "(START_FLAT = SIZE[0], as DERL's incline tasks)")
         keep = self._obstacles or bool(self.incline) or overlay is not None or observe_hfield
-        banked = bank_size(cfg) if self._obstacles and bank else 0
+        banked = bank_size(world) if self._obstacles and bank else 0
         self._overlay = overlay
         self._redrawn = (self._obstacles and not banked) or overlay is not None  # each episode, lazily (bind)
-        self.heights = (height_map(self.extent, cfg, observe_hfield, num_envs, banked or None, lazy=self._redrawn)
+        self.heights = (height_map(self.extent, world, observe_hfield, num_envs, banked or None, lazy=self._redrawn)
                         if keep else None)
         self._hfields: list[np.ndarray] = []
-        self._draws = CorridorObstacles(cfg, self.extent)
+        self._draws = CorridorObstacles(world, self.extent)
         self._plans: list[list[_Planned]] = [[] for _ in range(num_envs)]  # each env's episode plan
         self._ends: list[list[int]] = [[] for _ in range(num_envs)]  # its blocks' end columns (_overlapping)
-        self._patch_cells = patch_cells(cfg, observe_hfield)
+        self._patch_cells = patch_cells(world, observe_hfield)
         if self.incline and self.heights is not None:
             self.heights.interior[:] = self._incline_heights()[None, None, :]
         if banked:
             self.bank = TerrainBank(self.heights, self._elevation,
-                                    lambda rng: draw_heights(cfg, self.extent, rng), cfg.RNG_SEED)
+                                    lambda rng: draw_heights(world, self.extent, rng), world.RNG_SEED)
 
     def _elevation(self, heights: np.ndarray) -> np.ndarray:
         """The height-field data of a map (or of a block's row profiles: each vertex on its own): flat

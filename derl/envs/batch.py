@@ -81,11 +81,11 @@ def _length(indices: slice | np.ndarray) -> int:
 
 
 class UnimalBatch:
-    """``num_envs`` simulations of a unimal (MJCF text) doing ``cfg.ENV.TASK`` in the task's world.
+    """``num_envs`` simulations of a unimal (MJCF text) doing ``world.ENV.TASK`` in the task's world.
 
     Args:
         mjcf: the unimal's MJCF (``derl.morphology.to_mjcf`` output).
-        cfg: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys are read).
+        world: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys are read).
         num_envs: simulations in the batch.
         threads: threads that step them (``VECENV.THREADS``; MuJoCo C only).
         persistent: keep a whole ``MjData`` per simulation (``data(i)``: contacts and every field of
@@ -94,11 +94,11 @@ class UnimalBatch:
         device: where the warp backend simulates (a torch device name); its arrays are tensors there.
     """
 
-    def __init__(self, mjcf: str, cfg, num_envs: int, threads: int = 1, persistent: bool = False,
+    def __init__(self, mjcf: str, world, num_envs: int, threads: int = 1, persistent: bool = False,
                  backend: str = "mujoco", device: str = "cpu"):
-        check_task_config(cfg)
-        self.task = task = make_task(cfg, num_envs)
-        self.model = model = compile_world(mjcf, cfg, task)  # a terrain bank filled before the simulator copies it
+        check_task_config(world)
+        self.task = task = make_task(world, num_envs)
+        self.model = model = compile_world(mjcf, world, task)  # a terrain bank filled before the simulator copies it
         self.static = task.static_model()
         self._per_episode_hooks = not _draws_nothing_per_episode(task)
         rows = task.model_rows()
@@ -108,7 +108,7 @@ class UnimalBatch:
         # Tasks that change the model per episode (terrain, obstacles, goals) get a model per env.
         self.models = [model] * num_envs if self.static else [model, *(copy.copy(model) for _ in range(num_envs - 1))]
         self.physics = physics = make_physics(backend, model, num_envs, threads=threads, persistent=persistent,
-                                              device=device, nconmax=int(cfg.SIM.NCONMAX), njmax=int(cfg.SIM.NJMAX),
+                                              device=device, nconmax=int(world.SIM.NCONMAX), njmax=int(world.SIM.NJMAX),
                                               per_world=rows)
         if not self.static:
             physics.set_models(self.models)
@@ -123,10 +123,10 @@ class UnimalBatch:
         self.scene = scene = Scene(model, self.models, self.dt, self.head_body, arena.heights, arena.extent.ground_z,
                                    bound["qpos"], bound["qvel"], bound["xpos"], bound["xmat"], bound["site_xpos"],
                                    bound["sensordata"], xp.zeros(num_envs, dtype=bound["qpos"].dtype, device=device))
-        self._init_agent(cfg, head_height(mjcf), bound)
+        self._init_agent(world, head_height(mjcf), bound)
         task.bind(scene)
         sizes = {"proprioceptive": self._proprio.size, **task.obs_sizes()}
-        self.obs_sizes = {k: sizes[k] for k in sorted(cfg.ENV.KEYS_TO_KEEP) if k in sizes}  # hfield may be absent
+        self.obs_sizes = {k: sizes[k] for k in sorted(world.ENV.KEYS_TO_KEEP) if k in sizes}  # hfield may be absent
         self._task_observes = any(key != "proprioceptive" for key in self.obs_sizes)  # e.g. hfield alone
         self.rngs = [np.random.default_rng() for _ in range(num_envs)]
         self._steps = scene.zeros(num_envs, dtype=xp.int64)  # the episode's steps: the time limit counts these
@@ -148,7 +148,7 @@ class UnimalBatch:
         # MuJoCo C's, their results go to the device.
         self._restart_on_host = array_api_compat.is_numpy_namespace(xp) or self._per_episode_hooks or not self.static
 
-    def _init_agent(self, cfg, start_height: float, bound: dict[str, np.ndarray]) -> None:
+    def _init_agent(self, world, start_height: float, bound: dict[str, np.ndarray]) -> None:
         model = self.model
         root = model.joint("root")
         if root.type[0] != mujoco.mjtJoint.mjJNT_FREE or root.qposadr[0] != 0:
@@ -161,11 +161,11 @@ class UnimalBatch:
         self._agent_qpos = as_slice(np.concatenate([np.arange(model.jnt_qposadr[j], ends[j]) for j in agent_joints]))
         self._agent_dofs = as_slice(agent_dofs)  # the agent's joints precede the props': every task's case
         hinges = agent_joints[model.jnt_type[agent_joints] == mujoco.mjtJoint.mjJNT_HINGE]
-        self._noise = float(cfg.ENV.RESET_NOISE_SCALE)
-        self.max_steps = int(cfg.ENV.EPISODE_LENGTH)
-        self.fall_height = cfg.ENV.STAND_HEIGHT_RATIO * (start_height - cfg.BODY.FLOOR_OFFSET)
-        self._ctrl_weight = float(cfg.ENV.CTRL_COST_WEIGHT)
-        self._proprio = Proprioception(model, bound, cfg.ENV.OBS_TYPES, model.jnt_qposadr[hinges], agent_dofs)
+        self._noise = float(world.ENV.RESET_NOISE_SCALE)
+        self.max_steps = int(world.ENV.EPISODE_LENGTH)
+        self.fall_height = world.ENV.STAND_HEIGHT_RATIO * (start_height - world.BODY.FLOOR_OFFSET)
+        self._ctrl_weight = float(world.ENV.CTRL_COST_WEIGHT)
+        self._proprio = Proprioception(model, bound, world.ENV.OBS_TYPES, model.jnt_qposadr[hinges], agent_dofs)
 
     # ------------------------------------------------------------------ episodes
     def seed(self, seed: int) -> None:

@@ -105,22 +105,22 @@ class BowlArena(Arena):
     """DERL's Bowl: a height field of half-side ``SIZE[0]`` around the origin, re-drawn each episode, or
     picked from a terrain bank (``TERRAIN.BANK_SIZE`` > 0)."""
 
-    def __init__(self, cfg, num_envs: int, observe_hfield: bool = False):
-        side = float(cfg.TERRAIN.SIZE[0])
-        self.extent = Corridor(-side, side, side, 0.0, int(cfg.HFIELD.NUM_DIVS), False)
-        banked = bank_size(cfg)
-        self.heights = height_map(self.extent, cfg, observe_hfield, num_envs, banked or None, lazy=not banked)
-        self._max_z = float(cfg.TERRAIN.BOWL_MAX_Z)
+    def __init__(self, world, num_envs: int, observe_hfield: bool = False):
+        side = float(world.TERRAIN.SIZE[0])
+        self.extent = Corridor(-side, side, side, 0.0, int(world.HFIELD.NUM_DIVS), False)
+        banked = bank_size(world)
+        self.heights = height_map(self.extent, world, observe_hfield, num_envs, banked or None, lazy=not banked)
+        self._max_z = float(world.TERRAIN.BOWL_MAX_Z)
         if self._max_z <= 0:
             raise ValueError(f"TERRAIN.BOWL_MAX_Z must be > 0, got {self._max_z}")
         self._shape = BowlShape(side, self.extent.divs, self._max_z)
         self._plans: list[np.ndarray | None] = [None] * num_envs  # each env's bump grid
         # the envs whose past episodes wrote runs of tiles not yet set back to 0 (``_flatten``), and those runs
         self._stale: dict[int, list[tuple[int, int, int, int]]] = {}
-        self._patch_cells = patch_cells(cfg, observe_hfield)
+        self._patch_cells = patch_cells(world, observe_hfield)
         if banked:
             self.bank = TerrainBank(self.heights, lambda heights: heights / self._max_z, self._shape.draw,
-                                    cfg.RNG_SEED)
+                                    world.RNG_SEED)
 
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         extent = self.extent

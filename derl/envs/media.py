@@ -9,6 +9,7 @@ folder swapped for a symbolic link at any moment is refused, never written throu
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from derl.config import CfgNode, parse_config
+from derl.envs.config import WorldCfg
 from derl.envs.unimal_env import UnimalEnv
 from derl.fileio import atomic_write_bytes
 
@@ -90,11 +91,11 @@ def read_video(path: str | Path) -> np.ndarray:
         return np.stack([frame for frame in reader])
 
 
-def picture_config(cfg: CfgNode | None = None) -> CfgNode:
-    """``cfg`` (default: the defaults) with a plain floor world: a body picture shows the body only."""
-    tree = (cfg if cfg is not None else parse_config()).to_dict()
-    tree["ENV"].update(MODULES=["Floor", "Agent"], TASK="locomotion", KEYS_TO_KEEP=["proprioceptive"])
-    return CfgNode(tree)
+def picture_config(world: WorldCfg) -> WorldCfg:
+    """``world`` with a plain floor: a body picture shows the body only."""
+    env = dataclasses.replace(world.ENV, MODULES=("Floor", "Agent"), TASK="locomotion",
+                              KEYS_TO_KEEP=("proprioceptive",))
+    return dataclasses.replace(world, ENV=env)
 
 
 # The largest picture side rendered: OpenGL's framebuffers stop at 8192-16384 pixels (driver-dependent),
@@ -102,12 +103,12 @@ def picture_config(cfg: CfgNode | None = None) -> CfgNode:
 MAX_IMAGE_SIDE = 4096
 
 
-def render_body(mjcf: str, cfg: CfgNode | None = None, size: tuple[int, int] = IMAGE_SIZE) -> np.ndarray:
+def render_body(mjcf: str, world: WorldCfg, size: tuple[int, int] = IMAGE_SIZE) -> np.ndarray:
     """A picture ``[H, W, 3]`` of a unimal (MJCF text) standing at its start pose on a floor."""
     width, height = size
     if not (16 <= min(size) and max(size) <= MAX_IMAGE_SIDE):
         raise ValueError(f"picture size {width} x {height} is outside 16 .. {MAX_IMAGE_SIDE} pixels a side")
-    env = UnimalEnv(None, picture_config(cfg), mjcf=mjcf)
+    env = UnimalEnv(None, picture_config(world), mjcf=mjcf)
     try:
         model, data = env.model, env.data
         mujoco.mj_forward(model, data)

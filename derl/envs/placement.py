@@ -21,15 +21,15 @@ class PlacementGrid:
     a spot that overlaps an earlier footprint is redrawn, up to 10 times.
     """
 
-    def __init__(self, extent: Corridor, cfg):
+    def __init__(self, extent: Corridor, world):
         self.extent = extent
         self.divs = extent.divs
         self.rows = round(2 * extent.half_width * self.divs)
         self.cols = round((extent.x_max - extent.x_min) * self.divs)
         self._footprints = Footprints(self.cols)
         self._taken: np.ndarray | None = None  # ``taken`` as last rendered
-        self.buffer_len = round(2 * float(cfg.OBJECT.PLACEMENT_BUFFER_LEN) * self.divs)
-        self.buffer_width = round(2 * float(cfg.OBJECT.PLACEMENT_BUFFER_WIDTH) * self.divs)
+        self.buffer_len = round(2 * float(world.OBJECT.PLACEMENT_BUFFER_LEN) * self.divs)
+        self.buffer_width = round(2 * float(world.OBJECT.PLACEMENT_BUFFER_WIDTH) * self.divs)
         self._box_bounds: dict[tuple[float, float], tuple[int, int, int, int, int, int]] = {}  # by half-sizes
 
     def bounds(self, half: tuple[float, float]) -> tuple[int, int, int, int, int, int]:

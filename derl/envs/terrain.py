@@ -43,34 +43,34 @@ class Corridor:
     walls: bool
 
     @classmethod
-    def from_cfg(cls, cfg) -> Corridor:
+    def from_cfg(cls, world) -> Corridor:
         """The ground of ``ENV.MODULES``: the Floor module's box or the Terrain module's corridor."""
-        return cls.floor(cfg) if "Floor" in cfg.ENV.MODULES else cls.terrain(cfg)
+        return cls.floor(world) if "Floor" in world.ENV.MODULES else cls.terrain(world)
 
     @classmethod
-    def floor(cls, cfg) -> Corridor:
+    def floor(cls, world) -> Corridor:
         """The Floor module's box: |x| <= SIZE[0], no walls."""
-        x, y, z = (float(v) for v in cfg.TERRAIN.SIZE)
-        return cls(-x, x, y, z, int(cfg.HFIELD.NUM_DIVS), False)
+        x, y, z = (float(v) for v in world.TERRAIN.SIZE)
+        return cls(-x, x, y, z, int(world.HFIELD.NUM_DIVS), False)
 
     @classmethod
-    def terrain(cls, cfg) -> Corridor:
+    def terrain(cls, world) -> Corridor:
         """The Terrain module's corridor: x from -START_FLAT to 2 SIZE[0] - START_FLAT."""
-        size = cfg.TERRAIN.SIZE
-        start_flat = float(cfg.TERRAIN.START_FLAT)
+        size = world.TERRAIN.SIZE
+        start_flat = float(world.TERRAIN.START_FLAT)
         if min(size) <= 0 or start_flat < 0 or 2 * size[0] <= start_flat:
             raise ValueError(f"TERRAIN.SIZE {list(size)} and START_FLAT {start_flat} give an empty corridor")
         return cls(-start_flat, 2.0 * size[0] - start_flat, float(size[1]), float(size[2]),
-                   int(cfg.HFIELD.NUM_DIVS), bool(cfg.TERRAIN.BOUNDARY_WALLS))
+                   int(world.HFIELD.NUM_DIVS), bool(world.TERRAIN.BOUNDARY_WALLS))
 
     @classmethod
-    def arena(cls, cfg) -> Corridor:
+    def arena(cls, world) -> Corridor:
         """DERL's flat arena of the evaluation tasks: x in [0, 2 SIZE[0]], |y| <= SIZE[1]."""
-        size = cfg.TERRAIN.SIZE
+        size = world.TERRAIN.SIZE
         if min(size) <= 0:
             raise ValueError(f"TERRAIN.SIZE {list(size)} must be positive")
-        return cls(0.0, 2.0 * size[0], float(size[1]), float(size[2]), int(cfg.HFIELD.NUM_DIVS),
-                   bool(cfg.TERRAIN.BOUNDARY_WALLS))
+        return cls(0.0, 2.0 * size[0], float(size[1]), float(size[2]), int(world.HFIELD.NUM_DIVS),
+                   bool(world.TERRAIN.BOUNDARY_WALLS))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -143,22 +143,22 @@ def _frozen(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def curve_slope(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
+def curve_slope(world, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """A smooth hump ``c * sin(0..pi)`` along x, c drawn from CURVE_HEIGHT_RANGE."""
-    height = pick(rng, value_range(cfg.TERRAIN.CURVE_HEIGHT_RANGE))
+    height = pick(rng, value_range(world.TERRAIN.CURVE_HEIGHT_RANGE))
     return Block((height * _hump(cols))[None], np.zeros(rows, dtype=np.intp))
 
 
-def steps(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
+def steps(world, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """Stairs up then down: levels 0,1,..,top,top,..,1,0 times STEP_HEIGHT (top twice as wide)."""
-    return Block(_stairs(cfg.TERRAIN.NUM_STEPS // 2 - 1, float(cfg.TERRAIN.STEP_HEIGHT), cols),
+    return Block(_stairs(world.TERRAIN.NUM_STEPS // 2 - 1, float(world.TERRAIN.STEP_HEIGHT), cols),
                  np.zeros(rows, dtype=np.intp))
 
 
-def rugged_square(cfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
+def rugged_square(world, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """Bands of 10-19 rows, each a 0..2 triangle wave along x with f/2 periods, clipped at its own c."""
     bands = rows // 10 + 1  # enough bands of >= 10 rows to cover all rows
-    clip_values = value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE)
+    clip_values = value_range(world.TERRAIN.RUGGED_SQUARE_CLIP_RANGE)
     widths = rng.integers(10, 20, size=bands)
     # the draws of rng.choice(RUBBLE_PERIODS, bands) and rng.choice(clip_values, bands), kept as indices:
     # one profile per (half-period, clip) pair, not per band (the bands repeat a few of them)
@@ -173,59 +173,60 @@ class TerrainType:
     """An obstacle type: the TERRAIN key of its half-length range, its builder and its height bound."""
 
     length_key: str
-    build: Callable[..., Block]  # (cfg, rng, rows, cols) -> heights
-    height_bound: Callable[..., float]  # (cfg) -> the highest height it can draw
+    build: Callable[..., Block]  # (world, rng, rows, cols) -> heights
+    height_bound: Callable[..., float]  # (world) -> the highest height it can draw
 
 
 # Obstacle types of the corridor (TERRAIN.TYPES), by name.
 OBSTACLES: dict[str, TerrainType] = {
     "curve_slope": TerrainType("HFIELD_LENGTH_RANGE", curve_slope,
-                               lambda cfg: float(max(value_range(cfg.TERRAIN.CURVE_HEIGHT_RANGE)))),
+                               lambda world: float(max(value_range(world.TERRAIN.CURVE_HEIGHT_RANGE)))),
     "steps": TerrainType("STEP_LENGTH_RANGE", steps,
-                         lambda cfg: (cfg.TERRAIN.NUM_STEPS // 2 - 1) * cfg.TERRAIN.STEP_HEIGHT),
+                         lambda world: (world.TERRAIN.NUM_STEPS // 2 - 1) * world.TERRAIN.STEP_HEIGHT),
     "rugged_square": TerrainType("HFIELD_LENGTH_RANGE", rugged_square,
-                                 lambda cfg: min(2.0, float(max(value_range(cfg.TERRAIN.RUGGED_SQUARE_CLIP_RANGE))))),
+                                 lambda world: min(2.0, float(max(value_range(
+                                     world.TERRAIN.RUGGED_SQUARE_CLIP_RANGE))))),
 }
 
 
-def obstacle_types(cfg) -> tuple[str, ...]:
+def obstacle_types(world) -> tuple[str, ...]:
     """The obstacle types asked for by TERRAIN.TYPES ("flat" allowed, meaning none; names checked at load)."""
-    return tuple(t for t in cfg.TERRAIN.TYPES if t != "flat")
+    return tuple(t for t in world.TERRAIN.TYPES if t != "flat")
 
 
-def obstacles_fit(cfg) -> bool:
+def obstacles_fit(world) -> bool:
     """Whether any obstacle can ever be placed: the shortest flat stretch plus the shortest
     obstacle fit in the corridor after the start area (else the terrain is always flat)."""
-    types = obstacle_types(cfg)
-    if not types or "Terrain" not in cfg.ENV.MODULES:
+    types = obstacle_types(world)
+    if not types or "Terrain" not in world.ENV.MODULES:
         return False
-    corridor = Corridor.from_cfg(cfg)
+    corridor = Corridor.from_cfg(world)
     divs = corridor.divs
     start = round(2 * (0.0 - corridor.x_min) * divs)
-    flat = round(2 * min(value_range(cfg.TERRAIN.FLAT_LENGTH_RANGE)) * divs)
-    shortest = min(round(2 * min(value_range(cfg.TERRAIN[OBSTACLES[t].length_key])) * divs) for t in types)
+    flat = round(2 * min(value_range(world.TERRAIN.FLAT_LENGTH_RANGE)) * divs)
+    shortest = min(round(2 * min(value_range(getattr(world.TERRAIN, OBSTACLES[t].length_key))) * divs) for t in types)
     return start + flat + shortest <= corridor.shape[1] - 1
 
 
-def max_height(cfg) -> float:
+def max_height(world) -> float:
     """An upper bound on any height map drawn for this config (the hfield's z scale)."""
-    return max([OBSTACLES[t].height_bound(cfg) for t in obstacle_types(cfg)] + [1e-3])
+    return max([OBSTACLES[t].height_bound(world) for t in obstacle_types(world)] + [1e-3])
 
 
 class CorridorObstacles:
     """A corridor's obstacle draws for one config, its ranges turned into columns once (a reset draws an
     episode's plan from them, ``blocks``: no config read or float arithmetic per draw)."""
 
-    def __init__(self, cfg, corridor: Corridor):
-        self._cfg = cfg
+    def __init__(self, world, corridor: Corridor):
+        self._cfg = world
         self._rows, cols = corridor.shape
         self._last = cols - 1
         divs = corridor.divs
         self._start = round(2 * (0.0 - corridor.x_min) * divs)  # end of the start area (x = START_FLAT)
-        self._flats = [round(2 * v * divs) for v in value_range(cfg.TERRAIN.FLAT_LENGTH_RANGE)]
+        self._flats = [round(2 * v * divs) for v in value_range(world.TERRAIN.FLAT_LENGTH_RANGE)]
         self._types = [(OBSTACLES[kind].build, [round(2 * v * divs) for v in
-                                                value_range(cfg.TERRAIN[OBSTACLES[kind].length_key])])
-                       for kind in obstacle_types(cfg)]
+                                                value_range(getattr(world.TERRAIN, OBSTACLES[kind].length_key))])
+                       for kind in obstacle_types(world)]
 
     def blocks(self, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
         """One episode's obstacles in corridor order: (first column, heights ``(rows, columns)``) each; the
@@ -252,15 +253,15 @@ class CorridorObstacles:
             col += length
 
 
-def obstacle_blocks(cfg, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
+def obstacle_blocks(world, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
     """One episode's obstacles in corridor order (``CorridorObstacles.blocks``)."""
-    return CorridorObstacles(cfg, corridor).blocks(rng)
+    return CorridorObstacles(world, corridor).blocks(rng)
 
 
-def draw_heights(cfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarray:
+def draw_heights(world, corridor: Corridor, rng: np.random.Generator) -> np.ndarray:
     """One episode's height map (metres above the ground), shape ``corridor.shape`` (``obstacle_blocks``
     on a flat corridor; an env's reset writes only the blocks' columns: ``CorridorArena``)."""
     heights = np.zeros(corridor.shape)
-    for col, block in obstacle_blocks(cfg, corridor, rng):
+    for col, block in obstacle_blocks(world, corridor, rng):
         heights[:, col:col + block.columns] = block.heights()
     return heights

@@ -44,11 +44,11 @@ BANK_STREAM = 0x7E44A1
 WARP_BANK_SIZE = 32
 
 
-def bank_size(cfg) -> int:
+def bank_size(world) -> int:
     """``TERRAIN.BANK_SIZE``: the bank's K, or 0 for a terrain drawn per episode (DERL's way), which
     ``SIM.BACKEND warp`` cannot do: there 0 means ``WARP_BANK_SIZE``."""
-    size = int(cfg.TERRAIN.BANK_SIZE)
-    return WARP_BANK_SIZE if size == 0 and cfg.SIM.BACKEND == "warp" else size
+    size = int(world.TERRAIN.BANK_SIZE)
+    return WARP_BANK_SIZE if size == 0 and world.SIM.BACKEND == "warp" else size
 
 
 def asset(k: int) -> str:

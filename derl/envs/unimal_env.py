@@ -29,7 +29,7 @@ class UnimalEnv(gym.Env):
 
     Args:
         xml_path: the unimal's MJCF file (``derl.morphology.to_mjcf`` output), or None with ``mjcf``.
-        cfg: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys are read).
+        world: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys are read).
         mjcf: the unimal's MJCF text instead of a file.
         seed: seeds the env's generator now, so that ``reset()`` without a seed is reproducible.
         render_mode: None or "rgb_array" (the task's camera, ``track``).
@@ -38,15 +38,15 @@ class UnimalEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
 
-    def __init__(self, xml_path: str | Path | None, cfg, seed: int | None = None,
+    def __init__(self, xml_path: str | Path | None, world, seed: int | None = None,
                  render_mode: str | None = None, width: int = 640, height: int = 480, *,
                  mjcf: str | None = None):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         mjcf = unimal_mjcf(xml_path, mjcf)
-        self.cfg = cfg
+        self.world = world
         self.render_mode = render_mode
-        self.sim = sim = UnimalBatch(mjcf, cfg, 1, persistent=True)
+        self.sim = sim = UnimalBatch(mjcf, world, 1, persistent=True)
         self.model, self.task, self.arena, self.scene = sim.models[0], sim.task, sim.arena, sim.scene
         self.dt, self.fall_height, self.head_body = sim.dt, sim.fall_height, sim.head_body
         self.qpos, self.qvel = sim.scene.qpos[0], sim.scene.qvel[0]

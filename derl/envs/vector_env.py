@@ -40,7 +40,7 @@ class UnimalVectorEnv(VectorEnv):
 
     Args:
         xml_path: the unimal's MJCF file, or None with ``mjcf``.
-        cfg: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys; ``VECENV.THREADS``).
+        world: the config (ENV, TERRAIN, OBJECT, HFIELD, XML keys; ``VECENV.THREADS``).
         num_envs: the envs.
         mjcf: the unimal's MJCF text instead of a file.
         device: where ``SIM.BACKEND warp`` simulates (a torch device, or its name; the learner's,
@@ -49,12 +49,12 @@ class UnimalVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
-    def __init__(self, xml_path: str | Path | None, cfg, num_envs: int, *, mjcf: str | None = None,
+    def __init__(self, xml_path: str | Path | None, world, num_envs: int, *, mjcf: str | None = None,
                  device: Any = "cpu"):
         mjcf = unimal_mjcf(xml_path, mjcf)
         self.num_envs = num_envs
-        backend = str(cfg.SIM.BACKEND)
-        self.sim = UnimalBatch(mjcf, cfg, num_envs, threads=int(cfg.VECENV.THREADS), backend=backend,
+        backend = str(world.SIM.BACKEND)
+        self.sim = UnimalBatch(mjcf, world, num_envs, threads=int(world.VECENV.THREADS), backend=backend,
                                device=str(device))
         # where the arrays live: None on the host (NumPy), else the torch device of the tensors
         self.device = None if array_api_compat.is_numpy_namespace(self.sim.scene.xp) else self.sim.scene.device

@@ -63,7 +63,7 @@ def _parse(unimal_xml: str | bytes) -> tuple[etree._Element, etree._Element, flo
     return root, head, float((head.get("pos") or "0 0 0").split()[2])
 
 
-def build_world(unimal_xml: str | bytes, cfg, task) -> str:
+def build_world(unimal_xml: str | bytes, world, task) -> str:
     """The env's MJCF text: the unimal in ``task``'s world (see the module docstring)."""
     root, head, height = _parse(unimal_xml)
     worldbody = root.find("worldbody")
@@ -74,27 +74,27 @@ def build_world(unimal_xml: str | bytes, cfg, task) -> str:
             head.attrib.pop(key, None)
         head.set("quat", quat)
     size = child(root, "size")
-    size.set("njmax", str(cfg.XML.NJMAX))
-    size.set("nconmax", str(cfg.XML.NCONMAX))
-    child(child(root, "option"), "flag").set("filterparent", cfg.XML.FILTER_PARENT)
+    size.set("njmax", str(world.XML.NJMAX))
+    size.set("nconmax", str(world.XML.NCONMAX))
+    child(child(root, "option"), "flag").set("filterparent", world.XML.FILTER_PARENT)
     geom_defaults = child(child(root, "default"), "geom")
-    geom_defaults.set("condim", str(cfg.XML.GEOM_CONDIM))
-    geom_defaults.set("friction", fmt(*cfg.XML.GEOM_FRICTION))
+    geom_defaults.set("condim", str(world.XML.GEOM_CONDIM))
+    geom_defaults.set("friction", fmt(*world.XML.GEOM_FRICTION))
     _add_observation_sensors(root, head)
     _add_visuals(root, worldbody, head, task)
     task.build(root, worldbody)
     return etree.tostring(root, pretty_print=True, encoding="unicode")
 
 
-def build_xml(unimal_xml: str | bytes, cfg) -> str:
-    """The env's MJCF text for a unimal's MJCF in the world of ``cfg.ENV.TASK`` (a terrain bank's height
+def build_xml(unimal_xml: str | bytes, world) -> str:
+    """The env's MJCF text for a unimal's MJCF in the world of ``world.ENV.TASK`` (a terrain bank's height
     fields are empty in the text: ``compile_world`` fills them)."""
-    return build_world(unimal_xml, cfg, make_task(cfg))
+    return build_world(unimal_xml, world, make_task(world))
 
 
-def compile_world(unimal_xml: str | bytes, cfg, task) -> mujoco.MjModel:
+def compile_world(unimal_xml: str | bytes, world, task) -> mujoco.MjModel:
     """The compiled model of ``build_world``, with what the task's arena draws at build written into it
     (a terrain bank's height fields, ``derl.envs.terrain_bank``): simulate this, not the bare text."""
-    model = mujoco.MjModel.from_xml_string(build_world(unimal_xml, cfg, task))
+    model = mujoco.MjModel.from_xml_string(build_world(unimal_xml, world, task))
     task.arena.fill_model(model)
     return model

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from derl.analysis.run import RunError, RunView
-from derl.checked_config import load_config, load_run_config
-from derl.config import DERIVED_KEYS, CfgNode, ConfigError
+from derl.checked_config import DERIVED_KEYS, Config, load_config, load_run_config
+from derl.config import ConfigError
 from derl.paths import EVAL_PRESETS
 
 # What a cell keeps of the evolution run's config: how PPO trains and for how long.
@@ -78,7 +78,7 @@ def select_ids(out_dir: Path, top: int | None, ids: Sequence[str] | None) -> lis
     return list(dict.fromkeys(ids))
 
 
-def cell_config(cell: Cell, out_dir: Path, overrides: Sequence[str]) -> CfgNode:
+def cell_config(cell: Cell, out_dir: Path, overrides: Sequence[str]) -> Config:
     """The config of ``cell`` (module docstring); ``out_dir`` is its training folder.
 
     Raises:
@@ -86,8 +86,8 @@ def cell_config(cell: Cell, out_dir: Path, overrides: Sequence[str]) -> CfgNode:
     """
     run_cfg = load_run_config(cell.run / "config.yaml")
     carried = [(f"{section}.{key}", value) for section in CARRIED_SECTIONS
-               for key, value in run_cfg[section].to_dict().items()]
-    carried += [(key, run_cfg[key]) for key in CARRIED_KEYS]
+               for key, value in getattr(run_cfg, section).to_dict().items()]
+    carried += [(key, getattr(run_cfg, key)) for key in CARRIED_KEYS]
     pairs = [text for key, value in carried if key not in DERIVED_KEYS for text in (key, json.dumps(value))]
     return load_config(EVAL_PRESETS / f"{cell.task}.yml",
                        [*pairs, *overrides, "OUT_DIR", str(out_dir), "RNG_SEED", str(cell.seed)])

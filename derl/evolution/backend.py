@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.envs.media import write_video
 from derl.evolution.storage import RunDir
 from derl.morphology import Genome, initial_population, mutate, random_genome, to_mjcf
@@ -46,18 +46,18 @@ class GenomeFiles(NamedTuple):
 
 
 class Backend(Protocol):
-    def initial_population(self, cfg: CfgNode, seed: int, ids: Sequence[str], num_workers: int) -> list[GenomeFiles]:
+    def initial_population(self, cfg: Config, seed: int, ids: Sequence[str], num_workers: int) -> list[GenomeFiles]:
         """A de-duplicated initial population, one genome per id."""
 
-    def random_genome(self, cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
+    def random_genome(self, cfg: Config, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
         """One new random morphology (replaces a failed initial one)."""
 
-    def mutate(self, cfg: CfgNode, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
+    def mutate(self, cfg: Config, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
         """A child of the genome ``parent`` (as ``RunDir.read_genome`` returns it), by one mutation."""
 
     def train(
         self,
-        cfg: CfgNode,
+        cfg: Config,
         xml_path: Path,
         *,
         seed: int,
@@ -70,7 +70,7 @@ class Backend(Protocol):
         """Trains a controller for the MJCF at ``xml_path``; writes ``checkpoint_path`` and
         ``metrics_path`` only while ``may_save()`` (False: another worker owns them now)."""
 
-    def record_video(self, cfg: CfgNode, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
+    def record_video(self, cfg: Config, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
         """Writes a video of the trained policy to ``path`` (``PPO.VIDEO_LENGTH`` frames); returns the file
         written (its suffix may differ: GIF fallback)."""
 
@@ -82,19 +82,19 @@ class DerlBackend:
     backend (``DERL_EVO_BACKEND``) never load it.
     """
 
-    def initial_population(self, cfg: CfgNode, seed: int, ids: Sequence[str], num_workers: int) -> list[GenomeFiles]:
-        genomes = initial_population(cfg, seed, len(ids), list(ids), num_workers=num_workers)
+    def initial_population(self, cfg: Config, seed: int, ids: Sequence[str], num_workers: int) -> list[GenomeFiles]:
+        genomes = initial_population(cfg.unimal, seed, len(ids), list(ids), num_workers=num_workers)
         return [_files(cfg, genome) for genome in genomes]
 
-    def random_genome(self, cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
-        return _files(cfg, random_genome(cfg, rng, genome_id))
+    def random_genome(self, cfg: Config, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
+        return _files(cfg, random_genome(cfg.unimal, rng, genome_id))
 
-    def mutate(self, cfg: CfgNode, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
-        return _files(cfg, mutate(Genome.from_dict(parent), cfg, rng, child_id))
+    def mutate(self, cfg: Config, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
+        return _files(cfg, mutate(Genome.from_dict(parent), cfg.unimal, rng, child_id))
 
     def train(
         self,
-        cfg: CfgNode,
+        cfg: Config,
         xml_path: Path,
         *,
         seed: int,
@@ -115,7 +115,7 @@ class DerlBackend:
         try:
             with counted_warnings(f"training {Path(xml_path).stem}"):
                 return train(
-                    cfg, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
+                    cfg.trainer, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
                     metrics_path=metrics_path, resume=resume, callbacks=callbacks,
                 )
         finally:
@@ -123,16 +123,16 @@ class DerlBackend:
                 callback.close()
 
 
-    def record_video(self, cfg: CfgNode, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
+    def record_video(self, cfg: Config, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
         from derl.training.play import run_policy  # lazy: torch (see the class docstring)
 
         _, frames, fps = run_policy(cfg, xml_path, checkpoint_path, seed, video_frames=cfg.PPO.VIDEO_LENGTH)
         return write_video(frames, path, fps)
 
 
-def _files(cfg: CfgNode, genome: Any) -> GenomeFiles:
+def _files(cfg: Config, genome: Any) -> GenomeFiles:
     """The JSON and MJCF of a ``derl.morphology.Genome``."""
-    return GenomeFiles(genome.to_json(), to_mjcf(genome, cfg))
+    return GenomeFiles(genome.to_json(), to_mjcf(genome, cfg.unimal))
 
 
 def load_backend() -> Backend:

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import psutil
 
-from derl.checked_config import load_config
-from derl.config import CfgNode, with_values
+from derl.checked_config import Config, load_config
+from derl.config import with_values
 from derl.evolution.backend import Backend, load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
@@ -61,7 +61,7 @@ def _cpu_seconds() -> float:
     return times.user + times.system
 
 
-def prepare_run(cfg: CfgNode, run: RunDir, backend: Backend) -> None:
+def prepare_run(cfg: Config, run: RunDir, backend: Backend) -> None:
     """Node 0 writes the initial population; other nodes wait for it."""
     if cfg.NODE_ID != 0:
         _wait_for_initial_population(cfg, run)
@@ -93,7 +93,7 @@ def preparing(run: RunDir, node: int, lease_seconds: float) -> Iterator[None]:
             run.workers.end_preparing(node)
 
 
-def _wait_for_initial_population(cfg: CfgNode, run: RunDir) -> None:
+def _wait_for_initial_population(cfg: Config, run: RunDir) -> None:
     deadline = time.monotonic() + cfg.EVO.INIT_WAIT_TIMEOUT
     if run.init_population_ids() is None:
         log(f"node {cfg.NODE_ID}: waiting for node 0 to write the initial population in {run.root} "
@@ -120,7 +120,7 @@ def _interrupt(signum: int, frame) -> None:
 class Coordinator:
     """Starts, watches, restarts and stops this node's worker processes."""
 
-    def __init__(self, cfg: CfgNode, run: RunDir, worker_args: Sequence[str], devices: Sequence[str] = ()):
+    def __init__(self, cfg: Config, run: RunDir, worker_args: Sequence[str], devices: Sequence[str] = ()):
         self.cfg = cfg
         self.run = run
         self.worker_args = list(worker_args)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.evolution.storage import RunDir
 from derl.fileio import make_folders
 from derl.morphology import Genome, GenomeError
@@ -29,7 +29,7 @@ SEARCH_TAGS = ("search/fitness", "search/return", "search/best", "search/aging_w
 class SearchCurves:
     """Writes the points of newly published morphologies each time ``update`` is called."""
 
-    def __init__(self, cfg: CfgNode, run: RunDir):
+    def __init__(self, cfg: Config, run: RunDir):
         from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked for
 
         # Drawing never moves a file: a genome that does not parse is skipped here and left for the

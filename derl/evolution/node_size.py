@@ -11,7 +11,8 @@ import os
 
 import psutil
 
-from derl.config import CfgNode, ConfigError
+from derl.checked_config import Config
+from derl.config import ConfigError
 from derl.evolution.process import log
 from derl.evolution.storage import RunDir
 
@@ -85,7 +86,7 @@ def default_worker_gpu_bytes(backend: str, num_envs: int) -> int:
     return DEFAULT_WORKER_GPU_BYTES + worlds
 
 
-def worker_devices(cfg: CfgNode, run: RunDir, num: int) -> tuple[list[str], int]:
+def worker_devices(cfg: Config, run: RunDir, num: int) -> tuple[list[str], int]:
     """Each worker's ``DEVICE`` (round-robin over the visible GPUs) and the worker count GPUs allow.
 
     With ``NUM_PROCESSES 0`` and CUDA workers, ``num`` shrinks until each GPU's free memory holds
@@ -111,7 +112,7 @@ def worker_devices(cfg: CfgNode, run: RunDir, num: int) -> tuple[list[str], int]
     return [assign_device(cfg.DEVICE, worker, gpus) for worker in range(num)], num
 
 
-def worker_count(cfg: CfgNode, run: RunDir) -> int:
+def worker_count(cfg: Config, run: RunDir) -> int:
     """``resolve_num_processes`` on this node's cores and memory; a count of 0 is logged with why."""
     memory = psutil.virtual_memory()
     per_worker, source = worker_memory_estimate(run, cfg.NODE_ID)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from derl.config import CfgNode, dump_config
+from derl.checked_config import Config
+from derl.config import dump_config
 from derl.evolution.process import log
 from derl.fileio import atomic_write_text
 
@@ -75,7 +76,7 @@ def remove_dead_private_folders(tmp: Path) -> list[Path]:
     return removed
 
 
-def node_config_file(cfg: CfgNode, folder: Path) -> Path:
+def node_config_file(cfg: Config, folder: Path) -> Path:
     """Writes ``cfg`` (this node's resolved config) into ``folder``, private to this node; returns the file.
 
     Workers load it, not ``OUT_DIR/config.yaml``: a worker the coordinator restarts mid-run trains with

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.evolution import selection
 from derl.evolution.population import num_initial_slots, parse_id, search_kind
 from derl.evolution.schema import RecordRules
@@ -26,7 +26,7 @@ class PublishedResults:
     stay published (and counted) but leave the tournament pool.
     """
 
-    def __init__(self, run: RunDir, evo: CfgNode):
+    def __init__(self, run: RunDir, evo: Config):
         self.run = run
         self.rules = RecordRules.of(evo)
         self.by_id: dict[str, dict[str, Any]] = {}
@@ -41,7 +41,7 @@ class PublishedResults:
         """Published morphologies in slots below ``limit`` (``num_initial_slots``: the initial ones)."""
         return sum(1 for morphology_id in self.by_id if parse_id(morphology_id)[0] < limit)
 
-    def select_parent(self, cfg: CfgNode, rng: np.random.Generator) -> dict[str, Any]:
+    def select_parent(self, cfg: Config, rng: np.random.Generator) -> dict[str, Any]:
         """The genome of the parent chosen by ``EVO.TOURNAMENT_TYPE`` (vanilla retires a loser).
 
         A winner whose genome cannot be read leaves the pool and the tournament is drawn again, so
@@ -73,7 +73,7 @@ class PublishedResults:
                     self.run.retire(pool[loser]["id"])
             return genome
 
-    def _tournament_pool(self, evo: CfgNode) -> list[dict[str, Any]]:
+    def _tournament_pool(self, evo: Config) -> list[dict[str, Any]]:
         """The records a tournament may draw: the aging window, or those not retired (vanilla)."""
         records = [r for r in self.by_id.values() if r["id"] not in self.unavailable]
         if evo.TOURNAMENT_TYPE.startswith("aging"):
@@ -84,7 +84,7 @@ class PublishedResults:
 
 
 def summarize(
-    cfg: CfgNode, run: RunDir, results: PublishedResults, session: dict[str, float]
+    cfg: Config, run: RunDir, results: PublishedResults, session: dict[str, float]
 ) -> dict[str, Any]:
     """The content of ``summary.json``.
 

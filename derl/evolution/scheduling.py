@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.evolution.failures import classify
 from derl.evolution.lease import SlotLost, StopSignal, heartbeat_interval, takeover_reason
 from derl.evolution.population import init_claim_order, num_initial_slots, parse_id, slot_id
@@ -39,7 +39,7 @@ WAIT_POLL_SECONDS = 5.0
 class Scheduler:
     """Claims, resumes, adopts and takes over slots for one worker and runs ``step(slot, attempt)`` in them."""
 
-    def __init__(self, cfg: CfgNode, run: RunDir, results: PublishedResults, stop: StopSignal, state: WorkerState,
+    def __init__(self, cfg: Config, run: RunDir, results: PublishedResults, stop: StopSignal, state: WorkerState,
                  step: Callable[[int, int], None]):
         self.cfg, self.run, self.results, self.stop, self.state, self.step = cfg, run, results, stop, state, step
         self.node, self.worker = state.node, state.worker

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from derl.checked_config import load_config
-from derl.config import DERIVED_KEYS, NODE_LOCAL_KEYS, CfgNode, ConfigError, dump_config, flatten
+from derl.checked_config import DERIVED_KEYS, NODE_LOCAL_KEYS, Config, load_config
+from derl.config import ConfigError, dump_config, flatten
 from derl.evolution.storage import RunDir
 from derl.fileio import NotRegularFile
 from derl.paths import REPO_ROOT
@@ -45,14 +45,14 @@ VERSIONED = ("derl", "commit", "python", "torch", "mujoco", "numpy", "gymnasium"
 POLL_SECONDS = 1.0
 
 
-def differences(mine: CfgNode, stored: CfgNode) -> list[str]:
+def differences(mine: Config, stored: Config) -> list[str]:
     """``KEY mine != stored`` for every search-defining key where the two configs differ."""
     theirs = dict(flatten(stored.to_dict()))
     return [f"{key} {_show(value)} != {_show(theirs.get(key))}" for key, value in flatten(mine.to_dict())
             if key not in NODE_LOCAL_KEYS + DERIVED_KEYS and value != theirs.get(key)]
 
 
-def join_search(cfg: CfgNode, run: RunDir, log) -> CfgNode:
+def join_search(cfg: Config, run: RunDir, log) -> Config:
     """This node's config: ``config.yaml`` (created from ``cfg`` if missing) plus ``cfg``'s node-local keys.
 
     That is ``cfg`` itself once every other key matches, so ``config.yaml`` is read only to compare
@@ -95,7 +95,7 @@ def _begun(run: RunDir) -> str:
     return ""
 
 
-def _require_same_search(cfg: CfgNode, path: Path) -> None:
+def _require_same_search(cfg: Config, path: Path) -> None:
     """Raises ``ConfigError`` if ``path`` does not load or a search-defining key differs from ``cfg``."""
     try:
         stored = load_config(path)
@@ -107,7 +107,7 @@ def _require_same_search(cfg: CfgNode, path: Path) -> None:
                           "start with the same config or a new OUT_DIR")
 
 
-def _adopt_old_config(cfg: CfgNode, run: RunDir, log) -> None:
+def _adopt_old_config(cfg: Config, run: RunDir, log) -> None:
     """A run from before the one-config rule: node 0 adopts ``cfg`` once; other nodes wait for it."""
     path = run.config_path()
     if cfg.NODE_ID == 0:

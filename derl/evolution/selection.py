@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from derl.config import TOURNAMENT_TYPES
+from derl.checked_config import TOURNAMENT_TYPES
 
 
 def pareto_mask(costs: np.ndarray) -> np.ndarray:

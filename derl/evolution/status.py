@@ -6,8 +6,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
-from derl.checked_config import load_run_config
-from derl.config import CfgNode
+from derl.checked_config import Config, load_run_config
 from derl.evolution.population import parse_id, search_text
 from derl.evolution.results import PublishedResults, rank
 from derl.evolution.storage import RunDir
@@ -35,7 +34,7 @@ def preparing_text(node: int) -> str:
     return "drawing the initial population" if node == 0 else "waiting for node 0's initial population"
 
 
-def node_lines(cfg: CfgNode, run: RunDir, results: PublishedResults) -> list[str]:
+def node_lines(cfg: Config, run: RunDir, results: PublishedResults) -> list[str]:
     """One line per node: its workers' states, its last heartbeat and the unfinished slots it holds,
     or that its coordinator prepares the run (``preparing_ages``).
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.evolution.backend import Backend, TrainOutcome
 from derl.evolution.lease import SlotLost, StopSignal
 from derl.evolution.population import num_initial_slots, ppo_seed, slot_id, slot_rng
@@ -29,7 +29,7 @@ from derl.evolution.storage import RunDir
 class Step:
     """One worker's DERL step; ``results`` is the worker's cache of what is published."""
 
-    def __init__(self, cfg: CfgNode, run: RunDir, backend: Backend, results: PublishedResults, stop: StopSignal,
+    def __init__(self, cfg: Config, run: RunDir, backend: Backend, results: PublishedResults, stop: StopSignal,
                  worker: int, log: Callable[[str], None]):
         self.cfg, self.run, self.backend, self.results, self.stop = cfg, run, backend, results, stop
         self.node, self.worker, self.log = cfg.NODE_ID, worker, log

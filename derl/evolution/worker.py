@@ -17,8 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from derl.checked_config import load_config_or_exit
-from derl.config import CfgNode
+from derl.checked_config import Config, load_config_or_exit
 from derl.evolution.backend import Backend, load_backend
 from derl.evolution.failures import WHOSE, classify, describe
 from derl.evolution.lease import Heartbeat, StopSignal, heartbeat_interval
@@ -41,7 +40,7 @@ from derl.lifetime import die_with_parent
 from derl.threads import limit_threads
 
 
-def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int:
+def run_worker(cfg: Config, worker: int, backend: Backend | None = None) -> int:
     """Runs worker ``worker`` of node ``cfg.NODE_ID``; returns its exit code.
 
     A failure that is not a morphology's (those are recorded per slot) stops the worker with one
@@ -63,7 +62,7 @@ def run_worker(cfg: CfgNode, worker: int, backend: Backend | None = None) -> int
         return EXIT_ENVIRONMENT
 
 
-def _run_worker(cfg: CfgNode, worker: int, backend: Backend | None) -> int:
+def _run_worker(cfg: Config, worker: int, backend: Backend | None) -> int:
     die_with_parent(signal.SIGTERM)  # the coordinator's death stops this worker like a signal
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
     run = RunDir(cfg.OUT_DIR, quarantine=True)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.config import CfgNode
 from derl.fileio import atomic_write_text
+from derl.morphology.config import UnimalCfg
 from derl.morphology.genome import Genome, GenomeError
 from derl.morphology.mjcf import to_mjcf
 from derl.morphology.mutations import mutate, random_genome
@@ -27,16 +27,16 @@ def load_genome(path: Path) -> Genome:
         raise InputError(f"{path}: {err}") from None
 
 
-def write_genome(out: Path, genome: Genome, cfg: CfgNode) -> Path:
+def write_genome(out: Path, genome: Genome, unimal: UnimalCfg) -> Path:
     """Writes ``out/<id>.json`` and ``out/<id>.xml`` atomically; returns the JSON path."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / f"{genome.id}.xml", to_mjcf(genome, cfg))
+    atomic_write_text(out / f"{genome.id}.xml", to_mjcf(genome, unimal))
     path = out / f"{genome.id}.json"
     atomic_write_text(path, genome.to_json())
     return path
 
 
-def sample(cfg: CfgNode, num: int, seed: int, out: Path, mutations: int | Sequence[int] = 0) -> list[Path]:
+def sample(unimal: UnimalCfg, num: int, seed: int, out: Path, mutations: int | Sequence[int] = 0) -> list[Path]:
     """``num`` random genomes, each mutated ``mutations`` times (a list: genome k ``mutations[k % len]``
     times, small to large bodies in turn); genome k uses the k-th child of ``SeedSequence(seed)``, so
     a larger ``num`` keeps the first genomes.
@@ -49,8 +49,8 @@ def sample(cfg: CfgNode, num: int, seed: int, out: Path, mutations: int | Sequen
     paths = []
     for k, child_seed in enumerate(np.random.SeedSequence(seed).spawn(num)):
         rng = np.random.default_rng(child_seed)
-        genome = random_genome(cfg, rng, f"s{seed}-{k:04d}-m0")
+        genome = random_genome(unimal, rng, f"s{seed}-{k:04d}-m0")
         for j in range(1, counts[k % len(counts)] + 1):
-            genome = mutate(genome, cfg, rng, f"s{seed}-{k:04d}-m{j}")
-        paths.append(write_genome(out, genome, cfg))
+            genome = mutate(genome, unimal, rng, f"s{seed}-{k:04d}-m{j}")
+        paths.append(write_genome(out, genome, unimal))
     return paths

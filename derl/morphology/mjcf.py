@@ -14,7 +14,7 @@ import mujoco
 import numpy as np
 from lxml import etree
 
-from derl.config import CfgNode
+from derl.morphology.config import MjcfOptions
 from derl.morphology.genome import Genome
 from derl.morphology.geometry import PlacedLimb, head_height, place_limbs
 
@@ -29,10 +29,10 @@ def fmt(*values: float) -> str:
     return " ".join(format(round(float(v), 8) + 0.0, ".8g") for v in values)
 
 
-def to_mjcf(genome: Genome, cfg: CfgNode) -> str:
+def to_mjcf(genome: Genome, options: MjcfOptions) -> str:
     """The complete MJCF of ``genome``; loads alone with ``mujoco.MjModel.from_xml_string``."""
     limbs = place_limbs(genome)
-    root = _build(genome, cfg, limbs, head_height(genome, limbs, cfg.BODY.FLOOR_OFFSET))
+    root = _build(genome, options, limbs, head_height(genome, limbs, options.BODY.FLOOR_OFFSET))
     pairs = contact_pairs(_to_text(root))
     contact = root.find("contact")
     for body1, body2 in pairs:
@@ -50,21 +50,21 @@ def contact_pairs(xml: str) -> list[tuple[str, str]]:
     return [tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in pair) for pair in pairs]
 
 
-def unexcluded_xml(genome: Genome, cfg: CfgNode) -> str:
+def unexcluded_xml(genome: Genome, options: MjcfOptions) -> str:
     """MJCF without ``<exclude>`` pairs (for collision checks while designing)."""
     limbs = place_limbs(genome)
-    return _to_text(_build(genome, cfg, limbs, 0.0))
+    return _to_text(_build(genome, options, limbs, 0.0))
 
 
 def _to_text(root: etree._Element) -> str:
     return etree.tostring(root, pretty_print=True, encoding="unicode")
 
 
-def _build(genome: Genome, cfg: CfgNode, limbs: list[PlacedLimb], height: float) -> etree._Element:
+def _build(genome: Genome, options: MjcfOptions, limbs: list[PlacedLimb], height: float) -> etree._Element:
     root = etree.Element("mujoco", model="unimal")
     etree.SubElement(root, "compiler", angle="degree")
     etree.SubElement(root, "option", timestep=fmt(TIMESTEP))
-    _add_defaults(root, cfg)
+    _add_defaults(root, options)
     worldbody = etree.SubElement(root, "worldbody")
     head = _add_head(worldbody, genome, height)
     bodies = {None: head}
@@ -77,12 +77,12 @@ def _build(genome: Genome, cfg: CfgNode, limbs: list[PlacedLimb], height: float)
     return root
 
 
-def _add_defaults(root: etree._Element, cfg: CfgNode) -> None:
+def _add_defaults(root: etree._Element, options: MjcfOptions) -> None:
     default = etree.SubElement(root, "default")
     etree.SubElement(default, "joint", limited="true", damping="1", stiffness="1", armature="1",
                      solimplimit="0 0.99 0.01")
     etree.SubElement(default, "motor", ctrlrange="-1 1", ctrllimited="true")
-    etree.SubElement(default, "geom", condim=str(cfg.XML.GEOM_CONDIM), friction=fmt(*cfg.XML.GEOM_FRICTION))
+    etree.SubElement(default, "geom", condim=str(options.XML.GEOM_CONDIM), friction=fmt(*options.XML.GEOM_FRICTION))
     etree.SubElement(default, "site", size=fmt(SITE_SIZE), group=HIDDEN_GROUP, rgba="0 0 0 0")
 
 

@@ -1,6 +1,6 @@
 """Random genomes and the seven mutation operators, as pure functions of an rng.
 
-Each operator takes ``(genome, cfg, rng)`` and returns the changed genome, or
+Each operator takes ``(genome, unimal, rng)`` and returns the changed genome, or
 None when its attempt failed; identity fields are set by ``mutate``. Only
 ``grow_limb`` and ``limb_params`` change the geometry; both reject a genome in
 which limbs overlap other than a pair grown on one site (checked in MuJoCo).
@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from derl.config import CfgNode
+from derl.config import expand_range
+from derl.morphology.config import UnimalCfg
 from derl.morphology.genome import HEAD_SITE, LIMB_SITES, Genome, Joint, LimbGroup, direction, on_plane
 from derl.morphology.mjcf import contact_pairs, unexcluded_xml
 
@@ -25,33 +26,21 @@ MUTATION_REDRAWS = 100
 INIT_STEPS = 10_000
 
 
-def expand_range(values: Sequence[float], key: str) -> list[float]:
-    """``[a]`` -> [a]; ``[a, b, s]`` -> a, a+s, ..., b (b included)."""
-    if len(values) == 1:
-        return [values[0]]
-    if len(values) != 3 or values[2] <= 0 or values[1] < values[0]:
-        raise ValueError(f"config key {key} must be [value] or [start, stop, step>0], got {list(values)}")
-    start, stop, step = values
-    count = int(round((stop - start) / step)) + 1
-    out = [round(start + k * step, 10) for k in range(count)]
-    return [int(v) for v in out] if all(isinstance(v, int) for v in values) else out
-
-
 def _choice(rng: np.random.Generator, options: Sequence[Any]) -> Any:
     return options[int(rng.integers(len(options)))]
 
 
-def _draw_range(cfg: CfgNode, rng: np.random.Generator) -> tuple[float, float]:
-    return tuple(_choice(rng, cfg.BODY.JOINT_ANGLE_LIST))
+def _draw_range(unimal: UnimalCfg, rng: np.random.Generator) -> tuple[float, float]:
+    return tuple(_choice(rng, unimal.BODY.JOINT_ANGLE_LIST))
 
 
-def _draw_gear(cfg: CfgNode, rng: np.random.Generator) -> float:
-    return _choice(rng, expand_range(cfg.BODY.MOTOR_GEAR_RANGE, "BODY.MOTOR_GEAR_RANGE"))
+def _draw_gear(unimal: UnimalCfg, rng: np.random.Generator) -> float:
+    return _choice(rng, expand_range(unimal.BODY.MOTOR_GEAR_RANGE, "BODY.MOTOR_GEAR_RANGE"))
 
 
-def _draw_joints(cfg: CfgNode, rng: np.random.Generator) -> tuple[Joint, ...]:
-    axes = _choice(rng, cfg.BODY.JOINT_AXIS)
-    return tuple(Joint(axis, _draw_range(cfg, rng), _draw_gear(cfg, rng)) for axis in axes)
+def _draw_joints(unimal: UnimalCfg, rng: np.random.Generator) -> tuple[Joint, ...]:
+    axes = _choice(rng, unimal.BODY.JOINT_AXIS)
+    return tuple(Joint(axis, _draw_range(unimal, rng), _draw_gear(unimal, rng)) for axis in axes)
 
 
 # ---------------------------------------------------------------- grow_limb
@@ -71,17 +60,17 @@ def growth_sites(genome: Genome) -> list[tuple[int | None, str, bool]]:
     return sites
 
 
-def has_forbidden_contact(genome: Genome, cfg: CfgNode) -> bool:
+def has_forbidden_contact(genome: Genome, unimal: UnimalCfg) -> bool:
     """True if any limbs overlap other than the two limbs of a pair grown on one site."""
     allowed = set()
     for group in genome.groups:
         if group.is_pair and (group.parent is None or not genome.group_of(group.parent).is_pair):
             allowed.add(frozenset(f"limb/{i}" for i in group.ids))
-    contacts = contact_pairs(unexcluded_xml(genome, cfg))
+    contacts = contact_pairs(unexcluded_xml(genome, unimal))
     return any(frozenset(pair) not in allowed for pair in contacts)
 
 
-def grow_limb(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome | None:
+def grow_limb(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator) -> Genome | None:
     """Grows one limb, or a mirrored pair, at a random growth site (up to 50 attempts).
 
     A plane site (head, plane limb) takes one limb on the plane or a pair leaving it
@@ -90,14 +79,14 @@ def grow_limb(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome 
     parent's direction; limb count stays within LIMB.MAX_LIMBS; no new overlaps.
     """
     sites = growth_sites(genome)
-    lengths = expand_range(cfg.LIMB.HEIGHT_RANGE, "LIMB.HEIGHT_RANGE")
-    radii = expand_range(cfg.LIMB.RADIUS_RANGE, "LIMB.RADIUS_RANGE")
+    lengths = expand_range(unimal.LIMB.HEIGHT_RANGE, "LIMB.HEIGHT_RANGE")
+    radii = expand_range(unimal.LIMB.RADIUS_RANGE, "LIMB.RADIUS_RANGE")
     for _ in range(GROW_ATTEMPTS):
         parent, site, mirror_site = _choice(rng, sites)
         count = 2 if mirror_site else int(rng.integers(1, 3))
         theta, phi = _choice(rng, THETAS), _choice(rng, PHIS)
-        length, radius, joints = _choice(rng, lengths), _choice(rng, radii), _draw_joints(cfg, rng)
-        if genome.num_limbs + count > cfg.LIMB.MAX_LIMBS:
+        length, radius, joints = _choice(rng, lengths), _choice(rng, radii), _draw_joints(unimal, rng)
+        if genome.num_limbs + count > unimal.LIMB.MAX_LIMBS:
             continue
         if count == 2 and not mirror_site:
             theta = 360 - theta if theta > 180 else theta
@@ -113,7 +102,7 @@ def grow_limb(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome 
         ids = tuple(range(genome.next_limb_id, genome.next_limb_id + count))
         group = LimbGroup(ids, parent, site, radius, length, theta, phi, joints)
         child = dataclasses.replace(genome, groups=genome.groups + (group,), next_limb_id=ids[-1] + 1)
-        if not has_forbidden_contact(child, cfg):
+        if not has_forbidden_contact(child, unimal):
             return child
     return None
 
@@ -132,45 +121,45 @@ def _edit_groups(genome: Genome, rng: np.random.Generator,
     return dataclasses.replace(genome, groups=groups)
 
 
-def joint_angle(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome:
+def joint_angle(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator) -> Genome:
     """New hinge ranges (a pair's limbs share them)."""
     return _edit_groups(genome, rng, lambda g: dataclasses.replace(
-        g, joints=tuple(dataclasses.replace(j, range=_draw_range(cfg, rng)) for j in g.joints)))
+        g, joints=tuple(dataclasses.replace(j, range=_draw_range(unimal, rng)) for j in g.joints)))
 
 
-def gear(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome:
+def gear(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator) -> Genome:
     """New motor gears."""
     return _edit_groups(genome, rng, lambda g: dataclasses.replace(
-        g, joints=tuple(dataclasses.replace(j, gear=_draw_gear(cfg, rng)) for j in g.joints)))
+        g, joints=tuple(dataclasses.replace(j, gear=_draw_gear(unimal, rng)) for j in g.joints)))
 
 
-def dof(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome:
+def dof(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator) -> Genome:
     """A new axis set (may repeat) with new ranges and gears."""
-    return _edit_groups(genome, rng, lambda g: dataclasses.replace(g, joints=_draw_joints(cfg, rng)))
+    return _edit_groups(genome, rng, lambda g: dataclasses.replace(g, joints=_draw_joints(unimal, rng)))
 
 
-def limb_params(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome | None:
+def limb_params(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator) -> Genome | None:
     """A new radius and length for one group, as DERL's (the radius is fixed by the default
     LIMB.RADIUS_RANGE); children move with the new tip. Rejected on overlap."""
     index = int(rng.integers(len(genome.groups)))
-    radius = _choice(rng, expand_range(cfg.LIMB.RADIUS_RANGE, "LIMB.RADIUS_RANGE"))
-    length = _choice(rng, expand_range(cfg.LIMB.HEIGHT_RANGE, "LIMB.HEIGHT_RANGE"))
+    radius = _choice(rng, expand_range(unimal.LIMB.RADIUS_RANGE, "LIMB.RADIUS_RANGE"))
+    length = _choice(rng, expand_range(unimal.LIMB.HEIGHT_RANGE, "LIMB.HEIGHT_RANGE"))
     groups = list(genome.groups)
     groups[index] = dataclasses.replace(groups[index], radius=radius, length=length)
     child = dataclasses.replace(genome, groups=tuple(groups))
-    return None if has_forbidden_contact(child, cfg) else child
+    return None if has_forbidden_contact(child, unimal) else child
 
 
-def density(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome:
+def density(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator) -> Genome:
     """New head density and shared limb density."""
     return dataclasses.replace(
         genome,
-        head_density=_choice(rng, expand_range(cfg.TORSO.DENSITY_RANGE, "TORSO.DENSITY_RANGE")),
-        limb_density=_choice(rng, expand_range(cfg.LIMB.DENSITY_RANGE, "LIMB.DENSITY_RANGE")),
+        head_density=_choice(rng, expand_range(unimal.TORSO.DENSITY_RANGE, "TORSO.DENSITY_RANGE")),
+        limb_density=_choice(rng, expand_range(unimal.LIMB.DENSITY_RANGE, "LIMB.DENSITY_RANGE")),
     )
 
 
-def delete_limb(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genome:
+def delete_limb(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator) -> Genome:
     """Removes a random leaf group (no limb hangs from it)."""
     parents = {g.parent for g in genome.groups}
     leaves = [k for k, g in enumerate(genome.groups) if g.ids[0] not in parents]
@@ -178,7 +167,7 @@ def delete_limb(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> Genom
     return dataclasses.replace(genome, groups=genome.groups[:index] + genome.groups[index + 1:])
 
 
-OPERATORS: dict[str, Callable[[Genome, CfgNode, np.random.Generator], Genome | None]] = {
+OPERATORS: dict[str, Callable[[Genome, UnimalCfg, np.random.Generator], Genome | None]] = {
     "grow_limb": grow_limb,
     "joint_angle": joint_angle,
     "limb_params": limb_params,
@@ -189,23 +178,23 @@ OPERATORS: dict[str, Callable[[Genome, CfgNode, np.random.Generator], Genome | N
 }
 
 
-def applicable_ops(genome: Genome, cfg: CfgNode) -> list[str]:
+def applicable_ops(genome: Genome, unimal: UnimalCfg) -> list[str]:
     """EVO.MUTATION_OPS allowed on ``genome``: only grow_limb without limbs, no grow_limb
     at LIMB.MAX_LIMBS, no delete_limb with two limbs or fewer."""
-    ops = list(cfg.EVO.MUTATION_OPS)
+    ops = list(unimal.MUTATION_OPS)
     unknown = [op for op in ops if op not in OPERATORS]
     if unknown:
         raise ValueError(f"unknown mutation op {unknown[0]!r} in EVO.MUTATION_OPS (known: {', '.join(OPERATORS)})")
     if genome.num_limbs == 0:
         return [op for op in ops if op == "grow_limb"]
-    if genome.num_limbs >= cfg.LIMB.MAX_LIMBS:
+    if genome.num_limbs >= unimal.LIMB.MAX_LIMBS:
         ops = [op for op in ops if op != "grow_limb"]
     if genome.num_limbs <= 2:
         ops = [op for op in ops if op != "delete_limb"]
     return ops
 
 
-def mutate(genome: Genome, cfg: CfgNode, rng: np.random.Generator, child_id: str) -> Genome:
+def mutate(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator, child_id: str) -> Genome:
     """One uniformly chosen applicable operator; redrawn until the child differs.
 
     Raises:
@@ -213,38 +202,38 @@ def mutate(genome: Genome, cfg: CfgNode, rng: np.random.Generator, child_id: str
         RuntimeError: 100 draws left the genome unchanged.
     """
     for _ in range(MUTATION_REDRAWS):
-        child, op = _random_op(genome, cfg, rng)
+        child, op = _random_op(genome, unimal, rng)
         if child is not None and child.body() != genome.body():
             return dataclasses.replace(child, id=child_id, parent_id=genome.id, mutation=op)
     raise RuntimeError(f"genome {genome.id}: {MUTATION_REDRAWS} mutation draws left it unchanged")
 
 
-def _random_op(genome: Genome, cfg: CfgNode, rng: np.random.Generator) -> tuple[Genome | None, str]:
-    ops = applicable_ops(genome, cfg)
+def _random_op(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator) -> tuple[Genome | None, str]:
+    ops = applicable_ops(genome, unimal)
     if not ops:
         raise ValueError(f"genome {genome.id}: no op of EVO.MUTATION_OPS applies to {genome.num_limbs} limbs")
     op = _choice(rng, ops)
-    return OPERATORS[op](genome, cfg, rng), op
+    return OPERATORS[op](genome, unimal, rng), op
 
 
-def random_genome(cfg: CfgNode, rng: np.random.Generator, genome_id: str) -> Genome:
+def random_genome(unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -> Genome:
     """DERL's limb-count initialisation: draw a target from LIMB.NUM_LIMBS_RANGE, then
     apply random operators (grow_limb first) until the genome has that many limbs."""
-    targets = expand_range(cfg.LIMB.NUM_LIMBS_RANGE, "LIMB.NUM_LIMBS_RANGE")
-    if max(targets) > cfg.LIMB.MAX_LIMBS or min(targets) < 1:
+    targets = expand_range(unimal.LIMB.NUM_LIMBS_RANGE, "LIMB.NUM_LIMBS_RANGE")
+    if max(targets) > unimal.LIMB.MAX_LIMBS or min(targets) < 1:
         raise ValueError(f"LIMB.NUM_LIMBS_RANGE {list(targets)} must lie within 1..LIMB.MAX_LIMBS")
-    if "grow_limb" not in cfg.EVO.MUTATION_OPS:
+    if "grow_limb" not in unimal.MUTATION_OPS:
         raise ValueError("EVO.MUTATION_OPS must include grow_limb to build a random genome")
     genome = Genome(
         id=genome_id,
-        head_radius=_choice(rng, expand_range(cfg.TORSO.HEAD_RADIUS_RANGE, "TORSO.HEAD_RADIUS_RANGE")),
-        head_density=_choice(rng, expand_range(cfg.TORSO.DENSITY_RANGE, "TORSO.DENSITY_RANGE")),
-        limb_density=_choice(rng, expand_range(cfg.LIMB.DENSITY_RANGE, "LIMB.DENSITY_RANGE")),
+        head_radius=_choice(rng, expand_range(unimal.TORSO.HEAD_RADIUS_RANGE, "TORSO.HEAD_RADIUS_RANGE")),
+        head_density=_choice(rng, expand_range(unimal.TORSO.DENSITY_RANGE, "TORSO.DENSITY_RANGE")),
+        limb_density=_choice(rng, expand_range(unimal.LIMB.DENSITY_RANGE, "LIMB.DENSITY_RANGE")),
     )
     target = _choice(rng, targets)
     for _ in range(INIT_STEPS):
         if genome.num_limbs >= target:
             return genome
-        child, _op = _random_op(genome, cfg, rng)
+        child, _op = _random_op(genome, unimal, rng)
         genome = child or genome
     raise RuntimeError(f"genome {genome_id}: {INIT_STEPS} operators did not reach {target} limbs")

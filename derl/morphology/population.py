@@ -23,8 +23,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
-from derl.config import CfgNode
 from derl.lifetime import pool_process_init
+from derl.morphology.config import UnimalCfg
 from derl.morphology.genome import Genome
 from derl.morphology.geometry import rotation_signature
 from derl.morphology.mutations import random_genome
@@ -79,31 +79,31 @@ def species_labels(signatures: Sequence[np.ndarray], threshold: float = SPECIES_
     return [groups.find(k) for k in range(len(signatures))]
 
 
-def _candidate(cfg: CfgNode, seed: np.random.SeedSequence, index: int) -> Genome:
-    return random_genome(cfg, np.random.default_rng(seed), f"candidate-{index}")
+def _candidate(unimal: UnimalCfg, seed: np.random.SeedSequence, index: int) -> Genome:
+    return random_genome(unimal, np.random.default_rng(seed), f"candidate-{index}")
 
 
-def _candidate_job(job: tuple[CfgNode, np.random.SeedSequence, int]) -> Genome:
+def _candidate_job(job: tuple[UnimalCfg, np.random.SeedSequence, int]) -> Genome:
     return _candidate(*job)
 
 
-def _build_candidates(cfg: CfgNode, seeds: Sequence[np.random.SeedSequence], num_workers: int) -> list[Genome]:
+def _build_candidates(unimal: UnimalCfg, seeds: Sequence[np.random.SeedSequence], num_workers: int) -> list[Genome]:
     def shown(items: Iterable) -> list:  # minutes at DERL's 5,760 candidates: a progress bar
         return list(progress_bar(len(seeds), "initial population candidates", unit="genome", iterable=items))
 
     if num_workers <= 1:
-        return shown(_candidate(cfg, s, k) for k, s in enumerate(seeds))
+        return shown(_candidate(unimal, s, k) for k, s in enumerate(seeds))
     context = multiprocessing.get_context("spawn")  # no forked copies of threads or rng state
     # Pool processes die with this one, also on SIGKILL; leaving the block (an interrupt included)
     # terminates them at once, where a ProcessPoolExecutor would wait for the chunks they hold.
     with context.Pool(num_workers, initializer=pool_process_init, initargs=(os.getpid(),)) as pool:
         chunk = max(1, len(seeds) // (num_workers * 8))
-        jobs = zip([cfg] * len(seeds), seeds, range(len(seeds)), strict=True)
+        jobs = zip([unimal] * len(seeds), seeds, range(len(seeds)), strict=True)
         return shown(pool.imap(_candidate_job, jobs, chunksize=chunk))  # in order, as they finish
 
 
 def initial_population(
-    cfg: CfgNode,
+    unimal: UnimalCfg,
     seed: int,
     size: int,
     ids: Sequence[str] | Callable[[int], str],
@@ -127,7 +127,7 @@ def initial_population(
         raise ValueError(f"initial_population needs {size} unique ids, got {len(set(names))} unique of {len(names)}")
     count = CANDIDATES_PER_MEMBER * size
     *seeds, selection_seed = np.random.SeedSequence(seed).spawn(count + 1)
-    candidates = _build_candidates(cfg, seeds, num_workers)
+    candidates = _build_candidates(unimal, seeds, num_workers)
     labels = species_labels([rotation_signature(g) for g in candidates])
     chosen = select_members(labels, size, np.random.default_rng(selection_seed))
     return [dataclasses.replace(candidates[k], id=name) for k, name in zip(chosen, names, strict=True)]

@@ -9,6 +9,8 @@ import subprocess
 
 import torch
 
+from derl.config import ConfigError
+
 
 class DeviceError(ValueError):
     """A ``DEVICE`` this machine does not have (a problem of the node, not of what trains on it)."""
@@ -132,3 +134,14 @@ def learner_device(name: str, local_rank: int, world_size: int) -> torch.device:
                               "ranks cannot share a GPU (start one rank per GPU, or DEVICE cpu)")
         name = assign_device(name, local_rank, gpus)
     return resolve_device(name)
+
+
+def check_device_here(device: str) -> None:
+    """``DEVICE`` exists on this machine: ``cuda`` without a visible GPU is an error (torch only for CUDA)."""
+    if device in ("cpu", "auto"):
+        return
+    gpus = visible_gpu_count()
+    index = int(device.partition(":")[2] or 0)
+    if index >= gpus:
+        found = f"only {gpus} CUDA device(s) are visible" if gpus else "no CUDA device is visible on this node"
+        raise ConfigError(f"config key DEVICE {device}: {found} (use DEVICE cpu or auto)", "DEVICE")

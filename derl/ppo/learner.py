@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from derl.ppo.config import PpoCfg
 from derl.ppo.distributed import Comm
 from derl.ppo.fastpath import loss_and_gradient
 from derl.ppo.losses import Array, LossCoefs, LossTerms, Minibatch, compute_gae, minibatch_loss
@@ -58,13 +59,13 @@ class Learner:
     ``derl.ppo.networks.ActorCritic``.
     """
 
-    def __init__(self, model: nn.Module, ppo_cfg, comm: Comm, amp: bool = False):
-        self.model, self.cfg, self.comm, self.amp = model, ppo_cfg, comm, amp
+    def __init__(self, model: nn.Module, ppo: PpoCfg, comm: Comm, amp: bool = False):
+        self.model, self.ppo, self.comm, self.amp = model, ppo, comm, amp
         self.device = next(model.parameters()).device
-        self.optimizer = FlatAdam(model, lr=ppo_cfg.BASE_LR, eps=ppo_cfg.EPS)
+        self.optimizer = FlatAdam(model, lr=ppo.BASE_LR, eps=ppo.EPS)
         comm.broadcast_(self.optimizer.params)  # every rank starts from rank 0's weights
-        self.coefs = LossCoefs.from_cfg(ppo_cfg)
-        self.kl_limit = ppo_cfg.KL_TARGET_COEF * 0.01
+        self.coefs = LossCoefs.from_ppo(ppo)
+        self.kl_limit = ppo.KL_TARGET_COEF * 0.01
         self._fast_gradient = loss_and_gradient(model, self.coefs, amp)
 
     def batch(self, rollout: Rollout) -> Minibatch:
@@ -73,10 +74,10 @@ class Learner:
         A rollout of NumPy arrays (``rollout.Rollout``) is copied to the device here; one of
         tensors already there (``derl.ppo.rollout``) is read in place.
         """
-        cfg = self.cfg
+        ppo = self.ppo
         advantages, returns = compute_gae(
             rollout.rewards, rollout.values, rollout.bootstrap_value, rollout.terminated, rollout.truncated,
-            rollout.final_values, cfg.GAMMA, cfg.GAE_LAMBDA,
+            rollout.final_values, ppo.GAMMA, ppo.GAE_LAMBDA,
         )
         advantages = normalize_advantages(advantages, self.comm)
 
@@ -92,14 +93,14 @@ class Learner:
         The last partial minibatch of an epoch is dropped. DERL's KL early stop ends the whole
         update before the step of the minibatch whose KL exceeds ``KL_TARGET_COEF * 0.01``.
         """
-        cfg, total = self.cfg, batch.size
-        size = min(cfg.BATCH_SIZE, total)
+        ppo, total = self.ppo, batch.size
+        size = min(ppo.BATCH_SIZE, total)
         sums = torch.zeros(len(STAT_NAMES), device=self.device)
         count, stopped = 0, False
         # Each minibatch gathers its rows just before it is used (VT's: 2.9 MB, then still in cache for
         # the first layers), into buffers kept for the update (docs/benchmarks.md).
         minibatch = Minibatch(*(column.new_empty((size, *column.shape[1:])) for column in batch))
-        for _ in range(cfg.EPOCHS):
+        for _ in range(ppo.EPOCHS):
             # The order comes from the CPU generator, the one checkpoints keep.
             order = torch.randperm(total).to(self.device)
             for start in range(0, total - size + 1, size):
@@ -110,7 +111,7 @@ class Learner:
                 if self._average_gradients(terms.approx_kl) > self.kl_limit:
                     stopped = True
                     break
-                self.optimizer.clip_grad_norm(cfg.MAX_GRAD_NORM)
+                self.optimizer.clip_grad_norm(ppo.MAX_GRAD_NORM)
                 self.optimizer.step()
             if stopped:
                 break

@@ -14,6 +14,8 @@ import array_api_compat
 import numpy as np
 import torch
 
+from derl.ppo.config import PpoCfg
+
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 Array = np.ndarray | torch.Tensor
 
@@ -146,7 +148,7 @@ class LossCoefs(NamedTuple):
     clip_value: bool
 
     @classmethod
-    def from_cfg(cls, ppo) -> LossCoefs:
+    def from_ppo(cls, ppo: PpoCfg) -> LossCoefs:
         """From the ``PPO`` config node."""
         return cls(ppo.CLIP_EPS, ppo.VALUE_COEF, ppo.ENTROPY_COEF, ppo.USE_CLIP_VALUE_FUNC)
 

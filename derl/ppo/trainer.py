@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from derl.config import CfgNode
 from derl.fileio import JsonFileError, NotRegularFile, atomic_write_text, read_bytes
 from derl.ppo.callbacks import Callback
 from derl.ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from derl.ppo.config import PpoCfg, TrainerCfg
 from derl.ppo.device import learner_device
 from derl.ppo.distributed import Comm, merge_statistics
 from derl.ppo.episodes import EpisodeLog, merge_ranks
@@ -49,7 +49,7 @@ from derl.ppo.rollout import Collector, MakeVecEnv, Rollout, env_device
 from derl.threads import limit_threads
 
 CHECKPOINT_VERSION = 2  # 2: one action-noise generator state per rank
-LR_SCALINGS = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}  # names: checked_config.LR_SCALING_NAMES
+LR_SCALINGS = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}  # names: derl.ppo.config.LR_SCALING_NAMES
 log = logging.getLogger(__name__)
 
 
@@ -65,23 +65,23 @@ class TrainResult:
     world_size: int = 1  # data-parallel ranks
 
 
-def max_iterations(cfg: CfgNode, world_size: int) -> int:
+def max_iterations(ppo: PpoCfg, world_size: int) -> int:
     """Iterations of a run of ``world_size`` ranks: ``MAX_STATE_ACTION_PAIRS`` is their total.
 
     ``MAX_SAP // (T * N * W) == (MAX_SAP // (T * N)) // W``, so this is ``PPO.MAX_ITERS // W``.
     """
-    return max(1, cfg.PPO.MAX_ITERS // world_size)
+    return max(1, ppo.MAX_ITERS // world_size)
 
 
-def learning_rate(cfg: CfgNode, iteration: int, world_size: int = 1) -> float:
+def learning_rate(ppo: PpoCfg, iteration: int, world_size: int = 1) -> float:
     """``BASE_LR`` scaled for the ranks (``PPO.LR_SCALING``), decayed linearly to 0 if asked.
 
     Evaluated at the start of ``iteration``.
     """
-    lr = cfg.PPO.BASE_LR * LR_SCALINGS[cfg.PPO.LR_SCALING](world_size)
-    if not cfg.PPO.LINEAR_LR_DECAY:
+    lr = ppo.BASE_LR * LR_SCALINGS[ppo.LR_SCALING](world_size)
+    if not ppo.LINEAR_LR_DECAY:
         return lr
-    return lr * (1.0 - iteration / max_iterations(cfg, world_size))
+    return lr * (1.0 - iteration / max_iterations(ppo, world_size))
 
 
 class PPO:
@@ -92,30 +92,30 @@ class PPO:
     the flat layout of its observations.
     """
 
-    def __init__(self, cfg: CfgNode, make_vec_env: MakeVecEnv, seed: int, comm: Comm | None = None):
-        self.cfg = cfg
+    def __init__(self, settings: TrainerCfg, make_vec_env: MakeVecEnv, seed: int, comm: Comm | None = None):
+        self.settings = settings
         self.comm = comm = comm or Comm()
         world, rank = comm.world_size, comm.rank
-        self.device = learner_device(cfg.DEVICE, comm.info.local_rank, world)
+        self.device = learner_device(settings.DEVICE, comm.info.local_rank, world)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # no stray context on cuda:0
-        learning_rate(cfg, 0, world)  # a bad PPO.LR_SCALING fails before the envs start
-        amp = cfg.PPO.AMP and self.device.type == "cuda"
-        if cfg.PPO.AMP and not amp:
+        learning_rate(settings.PPO, 0, world)  # a bad PPO.LR_SCALING fails before the envs start
+        amp = settings.PPO.AMP and self.device.type == "cuda"
+        if settings.PPO.AMP and not amp:
             log.warning("PPO.AMP is ignored on %s: bf16 autocast runs on CUDA only", self.device)
-        limit_threads(cfg.TORCH_THREADS)
+        limit_threads(settings.TORCH_THREADS)
         torch.manual_seed(seed)  # the same weights on every rank
-        num_envs = cfg.PPO.NUM_ENVS
+        num_envs = settings.PPO.NUM_ENVS
         self.pool = make_vec_env(num_envs, rank * num_envs, self.device)
         try:
             if self.pool.num_envs != num_envs:
                 raise ValueError(f"the env factory built {self.pool.num_envs} envs, PPO.NUM_ENVS is {num_envs}")
-            self._build(cfg, seed, num_envs, amp)
+            self._build(settings, seed, num_envs, amp)
         except BaseException:
             self.pool.close()
             raise
 
-    def _build(self, cfg: CfgNode, seed: int, num_envs: int, amp: bool) -> None:
+    def _build(self, settings: TrainerCfg, seed: int, num_envs: int, amp: bool) -> None:
         """The rest of ``__init__``, once the envs exist (which it closes if this fails)."""
         comm, world, rank = self.comm, self.comm.world_size, self.comm.rank
         self.layout = layout = ObsLayout.from_space(self.pool.single_observation_space)
@@ -123,26 +123,26 @@ class PPO:
         self.model_spec = {
             "layout": layout.to_dict(),
             "action_dim": action_dim,
-            "hidden": list(cfg.MODEL.PRO_HIDDEN_DIMS),
-            "feat_hidden": list(cfg.MODEL.OBS_FEAT_HIDDEN_DIMS),
+            "hidden": list(settings.MODEL.PRO_HIDDEN_DIMS),
+            "feat_hidden": list(settings.MODEL.OBS_FEAT_HIDDEN_DIMS),
         }
         self.model = ActorCritic(
-            layout, action_dim, cfg.MODEL.PRO_HIDDEN_DIMS, cfg.MODEL.OBS_FEAT_HIDDEN_DIMS
+            layout, action_dim, settings.MODEL.PRO_HIDDEN_DIMS, settings.MODEL.OBS_FEAT_HIDDEN_DIMS
         ).to(self.device)
-        self.learner = Learner(self.model, cfg.PPO, comm, amp)
+        self.learner = Learner(self.model, settings.PPO, comm, amp)
         # A device env's tensors stay on its device, which must be the learner's (derl.ppo.rollout).
         env_on = env_device(self.pool)
         if env_on is not None and env_on != self.device:
             raise ValueError(f"the vector env's tensors are on {env_on} but the learner is on {self.device} "
-                             f"(DEVICE {cfg.DEVICE}): they must be the same device")
+                             f"(DEVICE {settings.DEVICE}): they must be the same device")
         self.obs_norm = ObsNormalizer(*layout.normalized_columns(), device=env_on)
-        self.ret_norm = ReturnNormalizer(num_envs, cfg.PPO.GAMMA, device=env_on)
+        self.ret_norm = ReturnNormalizer(num_envs, settings.PPO.GAMMA, device=env_on)
         self.episode_log = EpisodeLog()
         self.collector = Collector(self.pool, rank * num_envs, self.obs_norm, self.ret_norm,
                                    *acting(self.model, env_on, seed + rank))
-        self.rollout = Rollout.allocate(cfg.PPO.TIMESTEPS, num_envs, layout.size, action_dim, device=env_on)
-        self.steps_per_iteration = cfg.PPO.TIMESTEPS * num_envs * world
-        self.max_iters = max_iterations(cfg, world)
+        self.rollout = Rollout.allocate(settings.PPO.TIMESTEPS, num_envs, layout.size, action_dim, device=env_on)
+        self.steps_per_iteration = settings.PPO.TIMESTEPS * num_envs * world
+        self.max_iters = max_iterations(settings.PPO, world)
         self.iteration = 0
         self.env_steps = 0
         self.metrics: list[dict] = []
@@ -171,7 +171,7 @@ class PPO:
 
     def iterate(self) -> dict:
         """One collection + update; returns the iteration's metrics record."""
-        lr = self.optimizer.lr = learning_rate(self.cfg, self.iteration, self.comm.world_size)
+        lr = self.optimizer.lr = learning_rate(self.settings.PPO, self.iteration, self.comm.world_size)
         started = time.perf_counter()
         ended = self.share_across_ranks(self.collector.collect(self.rollout))
         start, per_step = self.env_steps, self.pool.num_envs * self.comm.world_size
@@ -331,7 +331,7 @@ def _bad_metrics(metrics_path: Path, reason: str) -> list[dict]:
 
 
 def train(
-    cfg: CfgNode,
+    settings: TrainerCfg,
     make_vec_env: MakeVecEnv,
     *,
     seed: int,
@@ -344,7 +344,7 @@ def train(
     """Trains a policy with PPO for ``PPO.MAX_ITERS // world size`` iterations.
 
     Args:
-        cfg: the config (``PPO.*``, ``MODEL.*``, ``DEVICE``, ``TORCH_THREADS``,
+        settings: the config (``PPO.*``, ``MODEL.*``, ``DEVICE``, ``TORCH_THREADS``,
             ``CHECKPOINT_PERIOD``).
         make_vec_env: ``make_vec_env(num_envs, first_index, device)`` builds a vector env of
             ``PPO.NUM_ENVS`` envs (``derl.ppo.rollout.ArrayVectorEnv``); rank r gets
@@ -364,7 +364,7 @@ def train(
     started = time.perf_counter()
     checkpoint_path = None if checkpoint_path is None else Path(checkpoint_path)
     metrics_path = None if metrics_path is None else Path(metrics_path)
-    ppo = PPO(cfg, make_vec_env, seed, comm)
+    ppo = PPO(settings, make_vec_env, seed, comm)
     comm = ppo.comm
     try:
         state = None
@@ -393,7 +393,7 @@ def train(
             record = ppo.iterate()
             for callback in callbacks:
                 callback.on_iteration(record)
-            if cfg.CHECKPOINT_PERIOD > 0 and ppo.iteration % cfg.CHECKPOINT_PERIOD == 0:
+            if settings.CHECKPOINT_PERIOD > 0 and ppo.iteration % settings.CHECKPOINT_PERIOD == 0:
                 ours = _save(ppo, callbacks, checkpoint_path, metrics_path)
                 if not ours:
                     break

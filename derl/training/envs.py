@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import VectorEnv
 
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.envs import UnimalVectorEnv
 from derl.ppo.rollout import sync_vector_env
 
@@ -36,14 +36,14 @@ class UnimalEnvFactory:
         seed: seeds env ``i``'s generator with ``seed + i``; None: unseeded until the first reset.
     """
 
-    cfg: CfgNode
+    cfg: Config
     xml_path: str
     seed: int | None = None
 
     def __call__(self, num_envs: int, first_index: int = 0, device: Any = "cpu") -> VectorEnv:
         """``num_envs`` envs, ``first_index`` the index of the first (``r * NUM_ENVS`` on rank ``r``), on the
         learner's ``device`` (used by ``SIM.BACKEND warp`` only: MuJoCo C steps on the host)."""
-        env = UnimalVectorEnv(self.xml_path, self.cfg, num_envs, device=device)
+        env = UnimalVectorEnv(self.xml_path, self.cfg.world, num_envs, device=device)
         if self.seed is not None:
             env.sim.seed(self.seed + first_index)
         return env
@@ -65,7 +65,7 @@ def _make_gym_env(env_id: str, index: int) -> gym.Env:
     return gym.make(env_id)
 
 
-def env_factory(cfg: CfgNode, source: dict[str, str]) -> UnimalEnvFactory | GymEnvFactory:
+def env_factory(cfg: Config, source: dict[str, str]) -> UnimalEnvFactory | GymEnvFactory:
     """The factory for ``{"xml": path}`` (a Unimal env) or ``{"env_id": id}`` (a Gymnasium env).
 
     Raises:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from derl.config import CfgNode
+from derl.checked_config import Config
 from derl.envs import make_env
 from derl.envs.media import VIDEO_SIZE
 from derl.ppo.episode_stats import EpisodeStats
@@ -20,7 +20,7 @@ from derl.ppo.policy import load_policy
 from derl.threads import limit_threads
 
 
-def run_policy(cfg: CfgNode, xml_path: Path, checkpoint: Path, seed: int, *, video_frames: int = 0,
+def run_policy(cfg: Config, xml_path: Path, checkpoint: Path, seed: int, *, video_frames: int = 0,
                size: tuple[int, int] = VIDEO_SIZE, deterministic: bool = True,
                episodes: int = 1) -> tuple[list[dict[str, float]], list[np.ndarray], float]:
     """``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) and ``video_frames`` rendered frames.
@@ -32,7 +32,7 @@ def run_policy(cfg: CfgNode, xml_path: Path, checkpoint: Path, seed: int, *, vid
     policy = load_policy(checkpoint)
     torch.manual_seed(seed)  # the action noise of a stochastic replay
     width, height = size
-    env = EpisodeStats(make_env(cfg, str(xml_path), render_mode="rgb_array" if video_frames else None,
+    env = EpisodeStats(make_env(cfg.world, str(xml_path), render_mode="rgb_array" if video_frames else None,
                                 width=width, height=height))
     frames: list[np.ndarray] = []
     finished: list[dict[str, float]] = []

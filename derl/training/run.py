@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.config import CfgNode, dump_config
+from derl.checked_config import Config
+from derl.config import dump_config
 from derl.envs.sim_warnings import counted_warnings
 from derl.fileio import atomic_write_text, confine_writes, read_json, write_json
 from derl.morphology import Genome, GenomeError, to_mjcf
@@ -48,7 +49,7 @@ RUN_FILE = "run.json"
 TENSORBOARD_DIR = "tensorboard"
 
 
-def genome_to_xml(cfg: CfgNode, genome_path: Path, out_dir: Path) -> Path:
+def genome_to_xml(cfg: Config, genome_path: Path, out_dir: Path) -> Path:
     """Writes the MJCF of a genome JSON file to ``out_dir/<id>.xml``; returns its path."""
     if not genome_path.is_file():
         raise FileNotFoundError(f"genome file not found: {genome_path}")
@@ -57,7 +58,7 @@ def genome_to_xml(cfg: CfgNode, genome_path: Path, out_dir: Path) -> Path:
     except GenomeError as err:
         raise ValueError(f"{genome_path}: {err}") from None
     xml_path = out_dir / f"{genome.id}.xml"
-    atomic_write_text(xml_path, to_mjcf(genome, cfg))
+    atomic_write_text(xml_path, to_mjcf(genome, cfg.unimal))
     return xml_path
 
 
@@ -157,7 +158,7 @@ def removed_on_failure(out_dir: Path) -> Iterator[None]:
 
 
 def train_to_folder(
-    cfg: CfgNode, source: dict[str, str], out_dir: Path, resume: bool = False, progress: bool = True,
+    cfg: Config, source: dict[str, str], out_dir: Path, resume: bool = False, progress: bool = True,
     callbacks: Sequence[Callback] = (),
 ) -> TrainResult:
     """Trains with ``seed = RNG_SEED`` and writes the output folder (module docstring).
@@ -177,7 +178,7 @@ def train_to_folder(
     """
     factory = env_factory(cfg, source)
     info = RankInfo.from_environ()
-    if resume and (done := finished_result(out_dir, max_iterations(cfg, info.world_size))) is not None:
+    if resume and (done := finished_result(out_dir, max_iterations(cfg.PPO, info.world_size))) is not None:
         return done
     device = learner_device(cfg.DEVICE, info.local_rank, info.world_size)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -188,7 +189,7 @@ def train_to_folder(
             atomic_write_text(out_dir / "config.yaml", dump_config(cfg))
             write_json(out_dir / RUN_FILE, source)
             if progress:
-                own.append(ProgressBar(max_iterations(cfg, comm.world_size)))
+                own.append(ProgressBar(max_iterations(cfg.PPO, comm.world_size)))
             if cfg.TENSORBOARD.ENABLED:
                 own.append(TensorBoard(out_dir / TENSORBOARD_DIR))
         try:
@@ -211,7 +212,7 @@ def train_to_folder(
     return result
 
 
-def evaluate(cfg: CfgNode, checkpoint: Path, source: dict[str, str] | None, episodes: int, seed: int) -> dict:
+def evaluate(cfg: Config, checkpoint: Path, source: dict[str, str] | None, episodes: int, seed: int) -> dict:
     """Replays the policy deterministically (mean actions) for ``episodes`` episodes.
 
     ``source`` defaults to the ``run.json`` next to the checkpoint. Returns the mean return,

@@ -5,7 +5,7 @@ hooks, each with a ``Scene`` (models, the batch's ``[N, ...]`` arrays, dt, head 
 never with the env. Step hooks work over arrays, for every env at once; episode hooks take the envs
 that reset:
 
-- ``__init__(cfg, num_envs)``: reads the config and makes the arena (``make_arena``) and props;
+- ``__init__(world, num_envs)``: reads the config and makes the arena (``make_arena``) and props;
 - ``start_pose(head_height)`` and ``build(root, worldbody)``: the head's start pose and the MJCF the
   task adds (arena, props), before compiling;
 - ``bind(scene)``: looks up ids in the compiled model and allocates the per-env state, ``[N, ...]``
@@ -75,16 +75,16 @@ class Task:
     edge_termination: ClassVar[bool] = False
     camera: ClassVar[Camera] = Camera()
 
-    def __init__(self, cfg, num_envs: int = 1):
-        self.cfg = cfg
+    def __init__(self, world, num_envs: int = 1):
+        self.world = world
         self.num_envs = num_envs
-        check_modules(type(self), cfg.ENV.MODULES)
-        self.observe_hfield = "hfield" in self.observables and "hfield" in cfg.ENV.KEYS_TO_KEEP
+        check_modules(type(self), world.ENV.MODULES)
+        self.observe_hfield = "hfield" in self.observables and "hfield" in world.ENV.KEYS_TO_KEEP
         self.arena = self.make_arena()
         self._patch: HeightPatch | None = None
         if self.observe_hfield:
             width = self.arena.heights.width
-            self._patch = HeightPatch(cfg.HFIELD.OBS_SIZE, cfg.HFIELD.NUM_DIVS, width)
+            self._patch = HeightPatch(world.HFIELD.OBS_SIZE, world.HFIELD.NUM_DIVS, width)
 
     # ------------------------------------------------------------------ world
     def make_arena(self) -> Arena:
@@ -137,7 +137,7 @@ class Task:
         shared = [name for name in self.model_rows() if name in SHARED_MODEL_FIELDS]
         if not shared:
             return None
-        return (f"task {self.name} with ENV.MODULES {list(self.cfg.ENV.MODULES)} redraws its terrain each episode "
+        return (f"task {self.name} with ENV.MODULES {list(self.world.ENV.MODULES)} redraws its terrain each episode "
                 f"({', '.join(shared)}), which SIM.BACKEND warp shares between all worlds, and this task takes "
                 "no terrain bank (derl.envs.terrain_bank): use SIM.BACKEND mujoco")
 

@@ -31,15 +31,15 @@ class Locomotion(Task):
     grounds = ("Floor", "Terrain")
     edge_termination = True
 
-    def __init__(self, cfg, num_envs: int = 1):
-        super().__init__(cfg, num_envs)
-        self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
-        self._stand_weight = float(cfg.ENV.STAND_REWARD_WEIGHT)
+    def __init__(self, world, num_envs: int = 1):
+        super().__init__(world, num_envs)
+        self._forward_weight = float(world.ENV.FORWARD_REWARD_WEIGHT)
+        self._stand_weight = float(world.ENV.STAND_REWARD_WEIGHT)
 
     def make_arena(self) -> Arena:
-        if "Floor" in self.cfg.ENV.MODULES:
-            return FloorArena(self.cfg, self.num_envs, self.observe_hfield)
-        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield, bank=True)
+        if "Floor" in self.world.ENV.MODULES:
+            return FloorArena(self.world, self.num_envs, self.observe_hfield)
+        return CorridorArena(self.world, self.num_envs, observe_hfield=self.observe_hfield, bank=True)
 
     def static_model(self) -> bool:
         return self.arena.model_is_static
@@ -79,18 +79,18 @@ class Obstacle(Locomotion):
     grounds = ("Terrain",)
     needs = ("Objects",)
 
-    def __init__(self, cfg, num_envs: int = 1):
-        super().__init__(cfg, num_envs)
-        self._boxes = StaticBoxes(int(cfg.OBJECT.NUM_OBSTACLES))
-        self._lengths = value_range(cfg.OBJECT.OBSTACLE_LEN_RANGE)
-        self._widths = value_range(cfg.OBJECT.OBSTACLE_WIDTH_RANGE)
+    def __init__(self, world, num_envs: int = 1):
+        super().__init__(world, num_envs)
+        self._boxes = StaticBoxes(int(world.OBJECT.NUM_OBSTACLES))
+        self._lengths = value_range(world.OBJECT.OBSTACLE_LEN_RANGE)
+        self._widths = value_range(world.OBJECT.OBSTACLE_WIDTH_RANGE)
         # per env, the boxes placed: (x, y, half-length, half-width)
         self.placed: list[list[tuple[float, float, float, float]]] = [[] for _ in range(num_envs)]
-        self._grid = PlacementGrid(self.arena.extent, cfg)  # one grid, cleared per episode (no 1500 x 600 per reset)
+        self._grid = PlacementGrid(self.arena.extent, world)  # one grid, cleared per episode (no 1500 x 600 per reset)
         self._rects = [np.zeros((0, 4), np.intp)] * num_envs  # their map cells: [r0, r1, c0, c1] per box
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, self.num_envs, overlay=self, observe_hfield=self.observe_hfield)
+        return CorridorArena(self.world, self.num_envs, overlay=self, observe_hfield=self.observe_hfield)
 
     def static_model(self) -> bool:
         return False  # the boxes move in the model every episode
@@ -145,16 +145,16 @@ class Incline(Locomotion):
 
     grounds = ("Terrain",)
 
-    def __init__(self, cfg, num_envs: int = 1):
-        super().__init__(cfg, num_envs)
-        self._cos = math.cos(math.radians(float(cfg.TERRAIN.INCLINE_ANGLE)))
-        self._start_x = incline_start(cfg, 0.0)[0][0]
+    def __init__(self, world, num_envs: int = 1):
+        super().__init__(world, num_envs)
+        self._cos = math.cos(math.radians(float(world.TERRAIN.INCLINE_ANGLE)))
+        self._start_x = incline_start(world, 0.0)[0][0]
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield)
+        return CorridorArena(self.world, self.num_envs, observe_hfield=self.observe_hfield)
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
-        return incline_start(self.cfg, head_height)
+        return incline_start(self.world, head_height)
 
     def _forward(self, scene: Scene) -> Array:
         return super()._forward(scene) / self._cos
@@ -163,10 +163,10 @@ class Incline(Locomotion):
         return (scene.qpos[:, 0] - self._start_x) / self._cos
 
 
-def incline_start(cfg, head_height: float) -> tuple[tuple[float, float, float], str | None]:
+def incline_start(world, head_height: float) -> tuple[tuple[float, float, float], str | None]:
     """DERL's start on an incline: 2 m from the corridor's start end, on the plane, tilted with it."""
-    angle = float(cfg.TERRAIN.INCLINE_ANGLE)
-    half_len, ground = float(cfg.TERRAIN.SIZE[0]), float(cfg.TERRAIN.SIZE[2])
+    angle = float(world.TERRAIN.INCLINE_ANGLE)
+    half_len, ground = float(world.TERRAIN.SIZE[0]), float(world.TERRAIN.SIZE[2])
     alpha = math.radians(abs(angle))
     rise = math.sin(alpha) * (half_len - 2.0)
     z = head_height + ground + (rise if angle > 0 else -rise)

@@ -23,14 +23,14 @@ GOAL_LIFT = 0.11
 
 # OBJECT.TYPE -> the prop it builds.
 OBJECTS = {
-    "box": lambda cfg: Box(cfg.OBJECT.BOX_SIDE, cfg.OBJECT.BOX_MASS),
-    "ball": lambda cfg: Ball(cfg.OBJECT.BALL_RADIUS),
+    "box": lambda world: Box(world.OBJECT.BOX_SIDE, world.OBJECT.BOX_MASS),
+    "ball": lambda world: Ball(world.OBJECT.BALL_RADIUS),
 }
 
 
-def make_object(cfg) -> Box | Ball:
+def make_object(world) -> Box | Ball:
     """The OBJECT.TYPE prop: a box (BOX_SIDE, BOX_MASS) or a ball (BALL_RADIUS); checked at config load."""
-    return OBJECTS[cfg.OBJECT.TYPE](cfg)
+    return OBJECTS[world.OBJECT.TYPE](world)
 
 
 @register("manipulation")
@@ -68,28 +68,28 @@ class Manipulation(Task):
     needs = ("Objects",)
     camera = camera_above(2.5, 5.0)
 
-    def __init__(self, cfg, num_envs: int = 1):
-        super().__init__(cfg, num_envs)
-        self.object = make_object(cfg)
+    def __init__(self, world, num_envs: int = 1):
+        super().__init__(world, num_envs)
+        self.object = make_object(world)
         self.goal = GoalMarker()
-        self._weight, _, self._bonus = (float(v) for v in cfg.ENV.REACH_REWARD_PARAMS)
-        self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
+        self._weight, _, self._bonus = (float(v) for v in world.ENV.REACH_REWARD_PARAMS)
+        self._margin = float(world.OBJECT.SUCCESS_MARGIN)
         self._check_space()
-        self._length = int(cfg.ENV.EPISODE_LENGTH)
+        self._length = int(world.ENV.EPISODE_LENGTH)
 
     def make_arena(self) -> Arena:
-        if "Floor" in self.cfg.ENV.MODULES:
-            return FloorArena(self.cfg, self.num_envs, self.observe_hfield)
-        return CorridorArena(self.cfg, self.num_envs, observe_hfield=self.observe_hfield, bank=True)
+        if "Floor" in self.world.ENV.MODULES:
+            return FloorArena(self.world, self.num_envs, self.observe_hfield)
+        return CorridorArena(self.world, self.num_envs, observe_hfield=self.observe_hfield, bank=True)
 
     def _check_space(self) -> None:
-        cfg, extent = self.cfg, self.arena.extent
-        low, high = cfg.OBJECT.FORWARD_PLACEMENT_DIST
+        world, extent = self.world, self.arena.extent
+        low, high = world.OBJECT.FORWARD_PLACEMENT_DIST
         self._ahead = (int(low), int(high))
-        self._x_span = (extent.x_min + 2 * cfg.OBJECT.PLACEMENT_BUFFER_LEN,
-                        extent.x_max - 2 * cfg.OBJECT.PLACEMENT_BUFFER_LEN)
-        self._min_gap = float(cfg.OBJECT.CLOSE_PLACEMENT_DIST)
-        self._y_half = max(0.0, extent.half_width - 2 * cfg.OBJECT.PLACEMENT_BUFFER_WIDTH)
+        self._x_span = (extent.x_min + 2 * world.OBJECT.PLACEMENT_BUFFER_LEN,
+                        extent.x_max - 2 * world.OBJECT.PLACEMENT_BUFFER_LEN)
+        self._min_gap = float(world.OBJECT.CLOSE_PLACEMENT_DIST)
+        self._y_half = max(0.0, extent.half_width - 2 * world.OBJECT.PLACEMENT_BUFFER_WIDTH)
         if self._x_span[1] - self._min_gap < self._x_span[0]:
             raise ValueError("TERRAIN.SIZE is too short to place the object and its goal "
                              "(see OBJECT.PLACEMENT_BUFFER_LEN, CLOSE_PLACEMENT_DIST)")
@@ -226,32 +226,32 @@ class PushBoxIncline(Manipulation):
     grounds = ("Terrain",)
     observables = ("obj", "goal")
 
-    def __init__(self, cfg, num_envs: int = 1):
+    def __init__(self, world, num_envs: int = 1):
         for key in ("BOX_POS", "GOAL_POS"):
-            if len(cfg.OBJECT[key]) != 2:
-                raise ValueError(f"OBJECT.{key} must be [x, y] for push_box_incline, got {list(cfg.OBJECT[key])}")
-        super().__init__(cfg, num_envs)
-        self._cos = math.cos(math.radians(float(cfg.TERRAIN.INCLINE_ANGLE)))
+            if len(getattr(world.OBJECT, key)) != 2:
+                raise ValueError(f"OBJECT.{key} must be [x, y] for push_box_incline, got {list(getattr(world.OBJECT, key))}")
+        super().__init__(world, num_envs)
+        self._cos = math.cos(math.radians(float(world.TERRAIN.INCLINE_ANGLE)))
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, self.num_envs)
+        return CorridorArena(self.world, self.num_envs)
 
     def _check_space(self) -> None:
         extent = self.arena.extent
         for key in ("BOX_POS", "GOAL_POS"):
-            x, y = self.cfg.OBJECT[key]
+            x, y = getattr(self.world.OBJECT, key)
             if not (extent.x_min <= x <= extent.x_max and abs(y) <= extent.half_width):
                 raise ValueError(f"OBJECT.{key} {[x, y]} lies outside the incline")
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
-        return incline_start(self.cfg, head_height)
+        return incline_start(self.world, head_height)
 
     def bind(self, scene: Scene) -> None:
         super().bind(scene)
-        self._box_start = scene.asarray(list(self.cfg.OBJECT.BOX_POS))
+        self._box_start = scene.asarray(list(self.world.OBJECT.BOX_POS))
 
     def place(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
-        (box_x, box_y), (goal_x, goal_y) = self.cfg.OBJECT.BOX_POS, self.cfg.OBJECT.GOAL_POS
+        (box_x, box_y), (goal_x, goal_y) = self.world.OBJECT.BOX_POS, self.world.OBJECT.GOAL_POS
         half = self.object.half_height
         self.object.place(env, box_x, box_y, self._ground(scene, env, box_x, box_y, half) + half + 0.1)
         self.goal.place(env, goal_x, goal_y, self._ground(scene, env, goal_x, goal_y, GOAL_HALF_SIDE) + GOAL_LIFT)

@@ -29,11 +29,11 @@ class _ReachGoal(Task):
 
     reward_terms = ("__reward__reach",)
 
-    def __init__(self, cfg, num_envs: int = 1):
-        super().__init__(cfg, num_envs)
+    def __init__(self, world, num_envs: int = 1):
+        super().__init__(world, num_envs)
         self.goal = GoalMarker()
-        self._scale, self._step_reward, self._bonus = (float(v) for v in cfg.ENV.REACH_REWARD_PARAMS)
-        self._margin = float(cfg.OBJECT.SUCCESS_MARGIN)
+        self._scale, self._step_reward, self._bonus = (float(v) for v in world.ENV.REACH_REWARD_PARAMS)
+        self._margin = float(world.OBJECT.SUCCESS_MARGIN)
 
     def build(self, root: etree._Element, worldbody: etree._Element) -> None:
         super().build(root, worldbody)
@@ -85,14 +85,14 @@ class Patrol(_ReachGoal):
     camera = Camera(pos="0 -16 9", xyaxes=fmt(1, 0, 0, 0, 9 / math.hypot(9, 16), 16 / math.hypot(9, 16)),
                     mode="fixed", on_head=False)
 
-    def __init__(self, cfg, num_envs: int = 1):
-        super().__init__(cfg, num_envs)
-        self._half_len = float(cfg.TERRAIN.PATROL_HALF_LEN)
-        if not 0 < self._half_len < float(cfg.TERRAIN.SIZE[0]):
+    def __init__(self, world, num_envs: int = 1):
+        super().__init__(world, num_envs)
+        self._half_len = float(world.TERRAIN.PATROL_HALF_LEN)
+        if not 0 < self._half_len < float(world.TERRAIN.SIZE[0]):
             raise ValueError(f"TERRAIN.PATROL_HALF_LEN {self._half_len} must lie in (0, SIZE[0])")
 
     def make_arena(self) -> Arena:
-        return FloorArena(self.cfg, self.num_envs)
+        return FloorArena(self.world, self.num_envs)
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         return (-self._half_len, 0.0, head_height + self.arena.extent.ground_z), None
@@ -138,12 +138,12 @@ class PointNav(_ReachGoal):
     needs = ("Objects",)
     camera = camera_above(3.0, 5.0)
 
-    def __init__(self, cfg, num_envs: int = 1):
-        super().__init__(cfg, num_envs)
-        self._length = int(cfg.ENV.EPISODE_LENGTH)
+    def __init__(self, world, num_envs: int = 1):
+        super().__init__(world, num_envs)
+        self._length = int(world.ENV.EPISODE_LENGTH)
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, self.num_envs, layout="arena", observe_hfield=self.observe_hfield)
+        return CorridorArena(self.world, self.num_envs, layout="arena", observe_hfield=self.observe_hfield)
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         extent = self.arena.extent
@@ -156,7 +156,7 @@ class PointNav(_ReachGoal):
 
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
-        spot = PlacementGrid(self.arena.extent, self.cfg).place_uniform((GOAL_HALF_SIDE, GOAL_HALF_SIDE), rng)
+        spot = PlacementGrid(self.arena.extent, self.world).place_uniform((GOAL_HALF_SIDE, GOAL_HALF_SIDE), rng)
         x, y = spot  # the first try never overlaps: the grid is empty
         heights = scene.heights
         ground = (heights.max_under(env, x, y, GOAL_HALF_SIDE, GOAL_HALF_SIDE) if heights is not None
@@ -190,12 +190,12 @@ class Exploration(Task):
     needs = ("Objects",)
     camera = camera_above(3.0, 5.0)
 
-    def __init__(self, cfg, num_envs: int = 1):
-        super().__init__(cfg, num_envs)
-        self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
+    def __init__(self, world, num_envs: int = 1):
+        super().__init__(world, num_envs)
+        self._forward_weight = float(world.ENV.FORWARD_REWARD_WEIGHT)
 
     def make_arena(self) -> Arena:
-        return CorridorArena(self.cfg, self.num_envs, layout="arena")
+        return CorridorArena(self.world, self.num_envs, layout="arena")
 
     def start_pose(self, head_height: float) -> tuple[tuple[float, float, float], str | None]:
         extent = self.arena.extent
@@ -251,15 +251,15 @@ class EscapeBowl(Task):
     grounds = ("Bowl",)
     camera = camera_above(3.0, 5.0)
 
-    def __init__(self, cfg, num_envs: int = 1):
-        super().__init__(cfg, num_envs)
-        self._forward_weight = float(cfg.ENV.FORWARD_REWARD_WEIGHT)
-        self._escape_radius = float(cfg.TERRAIN.SIZE[0]) - ESCAPE_MARGIN
+    def __init__(self, world, num_envs: int = 1):
+        super().__init__(world, num_envs)
+        self._forward_weight = float(world.ENV.FORWARD_REWARD_WEIGHT)
+        self._escape_radius = float(world.TERRAIN.SIZE[0]) - ESCAPE_MARGIN
         if self._escape_radius <= 0:
             raise ValueError(f"TERRAIN.SIZE[0] must exceed {ESCAPE_MARGIN} for escape_bowl")
 
     def make_arena(self) -> Arena:
-        return BowlArena(self.cfg, self.num_envs, self.observe_hfield)
+        return BowlArena(self.world, self.num_envs, self.observe_hfield)
 
     def static_model(self) -> bool:
         return self.arena.model_is_static  # a terrain bank: the bowls are in the model, chosen per simulation

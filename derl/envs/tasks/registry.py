@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from derl.config import ConfigError
 from derl.envs.tasks.base import Task
@@ -24,21 +24,21 @@ def register(name: str) -> Callable[[type[Task]], type[Task]]:
     return add
 
 
-def task_class(cfg) -> type[Task]:
-    """The class of ``cfg.ENV.TASK``; an unknown name is a one-line error."""
-    name = cfg.ENV.TASK
+def task_class(world) -> type[Task]:
+    """The class of ``world.ENV.TASK``; an unknown name is a one-line error."""
+    name = world.ENV.TASK
     if name not in TASKS:
         raise ConfigError(f"unknown ENV.TASK {name!r}; known: {', '.join(sorted(TASKS))}", "ENV.TASK")
     return TASKS[name]
 
 
-def make_task(cfg, num_envs: int = 1) -> Task:
-    """A new task of ``cfg.ENV.TASK`` for the config, serving ``num_envs`` envs."""
-    return task_class(cfg)(cfg, num_envs)
+def make_task(world, num_envs: int = 1) -> Task:
+    """A new task of ``world.ENV.TASK`` for the config, serving ``num_envs`` envs."""
+    return task_class(world)(world, num_envs)
 
 
-def check_task_config(cfg) -> None:
-    """Checks ``ENV.TASK``, ``ENV.KEYS_TO_KEEP`` and ``EVO.SELECTION_CRITERIA`` against the task.
+def check_task_config(world, criteria: Sequence[str] = ()) -> None:
+    """Checks ``ENV.TASK``, ``ENV.KEYS_TO_KEEP`` and ``criteria`` (``EVO.SELECTION_CRITERIA``) against the task.
 
     Observation keys must be ``proprioceptive`` or keys the task declares; selection criteria must
     be reward terms the task reports (``__reward__ctrl`` and its aggregates included) or a summary
@@ -47,14 +47,14 @@ def check_task_config(cfg) -> None:
     Raises:
         ConfigError: one line naming the unknown key and what the task offers (a ValueError).
     """
-    cls = task_class(cfg)
+    cls = task_class(world)
     observables = ("proprioceptive", *cls.observables)
-    unknown = [k for k in cfg.ENV.KEYS_TO_KEEP if k not in observables]
+    unknown = [k for k in world.ENV.KEYS_TO_KEEP if k not in observables]
     if unknown:
-        raise ConfigError(f"unknown ENV.KEYS_TO_KEEP {unknown} for task {cfg.ENV.TASK}; "
+        raise ConfigError(f"unknown ENV.KEYS_TO_KEEP {unknown} for task {world.ENV.TASK}; "
                           f"known: {', '.join(observables)}", "ENV.KEYS_TO_KEEP")
-    criteria = (*cls.reward_terms, CTRL_TERM, *cls.aggregates, *SUMMARY_FIELDS)
-    unknown = [k for k in cfg.EVO.SELECTION_CRITERIA if k not in criteria]
+    known = (*cls.reward_terms, CTRL_TERM, *cls.aggregates, *SUMMARY_FIELDS)
+    unknown = [k for k in criteria if k not in known]
     if unknown:
-        raise ConfigError(f"unknown EVO.SELECTION_CRITERIA {unknown} for task {cfg.ENV.TASK}; "
-                          f"known: {', '.join(criteria)}", "EVO.SELECTION_CRITERIA")
+        raise ConfigError(f"unknown EVO.SELECTION_CRITERIA {unknown} for task {world.ENV.TASK}; "
+                          f"known: {', '.join(known)}", "EVO.SELECTION_CRITERIA")

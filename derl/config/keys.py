@@ -1,0 +1,211 @@
+"""Config keys and sections: what a key declares (default, meaning, allowed values) and the checks of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
+
+
+class ConfigError(ValueError):
+    """A bad config file, key or value. The message is one line for the user.
+
+    ``keys`` are the dotted keys at fault (``key`` the first): ``parse_config`` adds where the first
+    of them that was set came from (a file, the command line), else that it is a default value.
+    """
+
+    def __init__(self, message: str, *keys: str):
+        super().__init__(message)
+        self.keys = keys
+        self.key = keys[0] if keys else None
+
+
+class Range(NamedTuple):
+    """The values a numeric key may take: ``low`` to ``high`` inclusive (``low`` excluded if ``low_open``).
+
+    A list key (``MODEL.PRO_HIDDEN_DIMS``) holds the range in each element, which must be whole numbers.
+    """
+
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+
+    def problem(self, value: float) -> str | None:
+        """What is wrong with ``value`` in words (``must be positive``), or None if it lies in the range."""
+        if value < self.low or (self.low_open and value == self.low):
+            if self.low == 0:
+                return "must be positive" if self.low_open else "must not be negative"
+            return "must be positive" if self.low == 1 and isinstance(value, int) else f"must be at least {self.low}"
+        if value > self.high:
+            return f"must be at most {self.high}"
+        return None
+
+
+# MuJoCo and torch store counts in C ints.
+INT32_MAX = 2**31 - 1
+POSITIVE = Range(0, low_open=True)
+NON_NEGATIVE = Range(0)
+UNIT_INTERVAL = Range(0, 1)
+COUNT = Range(1, INT32_MAX)
+AMOUNT = Range(0, INT32_MAX)
+
+
+def key(default: Any, meaning: str, allowed: Range | None = None, choices: Sequence[Any] = (),
+        span: bool = False, derived: bool = False) -> Any:
+    """A config key: a dataclass field of a ``Section``.
+
+    Args:
+        default: its value unless set; its type is the key's type (a list is held as a tuple).
+        meaning: one line for the reference table of the docs.
+        allowed: the numbers it may take (each element of a list key).
+        choices: the values it may take (each element of a list key).
+        span: a ``[value]`` or ``[start, stop, step]`` range of values drawn from (``expand_range``).
+        derived: computed by its section's ``__post_init__`` from other keys; setting it is an error.
+    """
+    meta = {"meaning": meaning, "allowed": allowed, "choices": tuple(choices), "span": span, "derived": derived}
+    return dataclasses.field(default=_freeze(default), metadata=meta)
+
+
+def section(cls: type[Section]) -> Any:
+    """A field holding a whole section (``PPO: PpoCfg = section(PpoCfg)``)."""
+    return dataclasses.field(default_factory=cls)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A frozen group of keys (``key`` fields) and sections (``section`` fields).
+
+    ``check`` holds the section to what its own keys must satisfy together (``INIT_POPULATION_SIZE`` not
+    above ``SEARCH_SPACE_SIZE``); a check across sections belongs to whoever holds both.
+    """
+
+    def check(self) -> None:
+        """Raises ``ConfigError`` naming the keys at fault (full dotted names, as the messages do)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain tree (lists, not tuples): what ``config.yaml`` holds."""
+        return {f.name: _thaw(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def get_path(self, dotted: str) -> Any:
+        node: Any = self
+        for part in dotted.split("."):
+            node = getattr(node, part)
+        return node
+
+
+S = TypeVar("S", bound=Section)
+
+
+def _is_section(field: dataclasses.Field) -> bool:
+    return field.default_factory is not dataclasses.MISSING
+
+
+def _fields(cls: type[Section], prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
+    """(dotted path, field) of every key of ``cls``, in declaration order."""
+    for field in dataclasses.fields(cls):
+        if _is_section(field):
+            yield from _fields(field.default_factory, f"{prefix}{field.name}.")  # type: ignore[arg-type]
+        else:
+            yield f"{prefix}{field.name}", field
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """A flattened key as the reference documents it."""
+
+    key: str
+    default: Any
+    type: str
+    meaning: str
+    allowed: Range | None
+
+
+def declared_keys(root: type[Section]) -> list[KeyDoc]:
+    """Every flattened key of ``root`` with its default, type and meaning, in declaration order."""
+    return [KeyDoc(path, _thaw(f.default), type(_thaw(f.default)).__name__, f.metadata["meaning"],
+                   f.metadata["allowed"]) for path, f in _fields(root)]
+
+
+def derived_keys(root: type[Section]) -> tuple[str, ...]:
+    """The keys of ``root`` its sections compute (``PPO.MAX_ITERS``)."""
+    return tuple(path for path, f in _fields(root) if f.metadata["derived"])
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(_freeze(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Section):
+        return value.to_dict()
+    return [_thaw(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _build(cls: type[S], tree: Mapping[str, Any]) -> S:
+    values = {f.name: _build(f.default_factory, tree[f.name]) if _is_section(f)  # type: ignore[arg-type]
+              else _freeze(tree[f.name]) for f in dataclasses.fields(cls)}
+    return cls(**values)
+
+
+def check_keys(cfg: Section) -> None:
+    """Holds every key of ``cfg`` to its declaration (finite numbers, ``allowed``, ``choices``), then every
+    section to its own ``check``; raises ``ConfigError`` for the first value that cannot work."""
+    for path, field in _fields(type(cfg)):
+        value = cfg.get_path(path)
+        if not all(math.isfinite(v) for v in _numbers(value)):
+            raise ConfigError(f"config key {path} must be finite, got {_show(value)}", path)
+        allowed, choices = field.metadata["allowed"], field.metadata["choices"]
+        items = value if isinstance(value, tuple) else (value,)
+        if allowed is not None:
+            if isinstance(value, tuple) and not all(isinstance(n, int) and not isinstance(n, bool) for n in value):
+                raise ConfigError(f"config key {path} must hold whole numbers, got {_show(value)}", path)
+            for number in items:
+                if (problem := allowed.problem(number)) is not None:
+                    raise ConfigError(f"config key {path} {problem}, got {_show(value)}", path)
+        for item in items if choices else ():
+            one_of(path, item, choices)
+        if field.metadata["span"]:
+            try:
+                expand_range(value, path)
+            except ValueError as err:
+                raise ConfigError(str(err), path) from None
+    _check_sections(cfg)
+
+
+def _check_sections(node: Section) -> None:
+    node.check()
+    for field in dataclasses.fields(node):
+        if _is_section(field):
+            _check_sections(getattr(node, field.name))
+
+
+def expand_range(values: Sequence[float], key: str) -> list[float]:
+    """``[a]`` -> [a]; ``[a, b, s]`` -> a, a+s, ..., b (b included): the values of a ``span`` key."""
+    if len(values) == 1:
+        return [values[0]]
+    if len(values) != 3 or values[2] <= 0 or values[1] < values[0]:
+        raise ValueError(f"config key {key} must be [value] or [start, stop, step>0], got {list(values)}")
+    start, stop, step = values
+    count = int(round((stop - start) / step)) + 1
+    out = [round(start + k * step, 10) for k in range(count)]
+    return [int(v) for v in out] if all(isinstance(v, int) for v in values) else out
+
+
+def one_of(key: str, value: Any, known: Sequence[Any]) -> None:
+    """Raises ``ConfigError`` unless ``value`` is one of ``known``."""
+    if value not in known:
+        raise ConfigError(f"config key {key}: unknown value {value!r}; use one of {', '.join(map(str, known))}", key)
+
+
+def _numbers(value: Any) -> Iterator[float]:
+    if isinstance(value, tuple):
+        for item in value:
+            yield from _numbers(item)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield value
+
+
+def _show(value: Any) -> str:
+    return str(list(value)) if isinstance(value, tuple) else str(value)
