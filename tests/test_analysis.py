@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_body_stats_match_the_compiled_model():
     cfg = load_preset("ft")
     for k in range(5):
-        genome = random_genome(cfg, np.random.default_rng(k), f"g{k}")
+        genome = random_genome(cfg.unimal, np.random.default_rng(k), f"g{k}")
         stats = body_stats(json.loads(genome.to_json()))
         model = mujoco.MjModel.from_xml_string(to_mjcf(genome, cfg))
         assert stats.limbs == genome.num_limbs and stats.dof == genome.dof == model.nu

@@ -43,7 +43,7 @@ def test_the_tree_keeps_every_contract():
 
 @pytest.mark.parametrize("module, planted, broken", [
     # The ground floor reaching a domain, as load_config once did to check a config.
-    ("derl/config.py", "def _check(cfg):\n    from derl.envs.tasks import check_task_config\n",
+    ("derl/config/keys.py", "def _check(cfg):\n    from derl.envs.tasks import check_task_config\n",
      "derl.config is not allowed to import derl.envs"),
     # The evolution reaching the read side (videos through derl.analysis, as it once did).
     ("derl/evolution/backend.py", "def _video():\n    from derl.analysis.replay import replay\n",

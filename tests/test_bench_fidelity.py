@@ -104,7 +104,7 @@ def test_sampled_bodies_take_the_mutation_counts_in_turn(tmp_path):
     from derl.morphology.files import sample
 
     cfg = load_config(ROOT / "configs" / "evo" / "ft.yml")
-    mixed = sample(cfg, 4, 3, tmp_path / "mixed", [0, 2])
+    mixed = sample(cfg.unimal, 4, 3, tmp_path / "mixed", [0, 2])
     assert [p.stem for p in mixed] == ["s3-0000-m0", "s3-0001-m2", "s3-0002-m0", "s3-0003-m2"]
-    twice = sample(cfg, 4, 3, tmp_path / "twice", 2)
+    twice = sample(cfg.unimal, 4, 3, tmp_path / "twice", 2)
     assert mixed[1].read_text() == twice[1].read_text() and mixed[3].read_text() == twice[3].read_text()

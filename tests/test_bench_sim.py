@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from derl.bench.sim import FRAME_SKIP, WarpSim, add_arguments, ft_model, mujoco_rate, run
-from derl.checked_config import WARP_MODULES
+from derl.envs.warp_check import WARP_MODULES
 from tests.conftest import ROOT
 
 

@@ -102,7 +102,7 @@ class Twin:
     def __init__(self, sim: UnimalBatch, xp: Any, dtype: Any, device: Any = "cpu"):
         self.xp, self.dtype, self.device = xp, dtype, device
         source = sim.scene
-        self.task = task = make_task(sim.task.cfg, sim.num_envs)
+        self.task = task = make_task(sim.task.world, sim.num_envs)
         arrays = {name: self._convert(getattr(source, name)) for name in SIM_ARRAYS}
         self.scene = Scene(source.model, source.models, source.dt, source.head, task.arena.heights,
                            source.ground_z, **arrays)
@@ -113,7 +113,7 @@ class Twin:
         joints = np.flatnonzero(model.body_rootid[model.jnt_bodyid] == head)
         hinges = joints[model.jnt_type[joints] == mujoco.mjtJoint.mjJNT_HINGE]
         dofs = np.flatnonzero(model.body_rootid[model.dof_bodyid] == head)
-        self.proprio = Proprioception(model, arrays, task.cfg.ENV.OBS_TYPES, model.jnt_qposadr[hinges], dofs)
+        self.proprio = Proprioception(model, arrays, task.world.ENV.OBS_TYPES, model.jnt_qposadr[hinges], dofs)
 
     def _convert(self, value: np.ndarray) -> Any:
         dtype = self.dtype if np.issubdtype(value.dtype, np.floating) else None

@@ -26,7 +26,7 @@ def sampled_xml(folder: Path, seed: int) -> Path:
     path = folder / f"sampled-{seed}.xml"
     if not path.exists():
         cfg = load_config()
-        path.write_text(to_mjcf(random_genome(cfg, np.random.default_rng(seed), f"test-{seed}"), cfg))
+        path.write_text(to_mjcf(random_genome(cfg.unimal, np.random.default_rng(seed), f"test-{seed}"), cfg.unimal))
     return path
 
 
@@ -264,9 +264,9 @@ def test_manipulation_reach_then_push_as_derl():
     qpos, box_qpos = env.qpos, env.model.joint("box").qposadr[0]
     box = qpos[box_qpos:box_qpos + 3].copy()
     goal = env.model.site_pos[env.model.site("goal").id].copy()
-    assert goal[0] - box[0] >= env.cfg.OBJECT.CLOSE_PLACEMENT_DIST and obs["obj"][0] > 10  # the box lies ahead
+    assert goal[0] - box[0] >= env.world.OBJECT.CLOSE_PLACEMENT_DIST and obs["obj"][0] > 10  # the box lies ahead
     assert obs["goal"] == pytest.approx(obs["obj"][9:12])
-    margin = env.cfg.OBJECT.SUCCESS_MARGIN
+    margin = env.world.OBJECT.SUCCESS_MARGIN
     d, g = dist.agent_box(), dist.box_goal()
     zero = np.zeros(env.action_space.shape)
 
@@ -316,7 +316,7 @@ def test_mvt_puts_the_box_and_its_goal_whole_metres_ahead_as_derl():
 
 def test_env_from_a_genome_equals_env_from_its_file(folder):
     cfg = env_cfg("vt")
-    genome = random_genome(load_config(), np.random.default_rng(2), "test-2")
+    genome = random_genome(load_config().unimal, np.random.default_rng(2), "test-2")
     from_genome = make_genome_env(cfg, genome, seed=5)
     from_file = make_env(cfg, sampled_xml(folder, 2), seed=5)
     first, second = from_genome.reset()[0], from_file.reset()[0]
@@ -324,7 +324,7 @@ def test_env_from_a_genome_equals_env_from_its_file(folder):
 
 
 def test_gymnasium_registration():
-    env = gym.make(ENV_ID, xml_path=str(FIXTURE), cfg=env_cfg("ft"))
+    env = gym.make(ENV_ID, xml_path=str(FIXTURE), world=env_cfg("ft"))
     obs, _ = env.reset(seed=0)
     assert env.observation_space.contains(obs)
     env.close()

@@ -35,7 +35,8 @@ def fuzz(folder: Path, morphologies: int, episodes: int, **overrides) -> int:
     count = 0
     for seed in range(morphologies):
         xml = folder / f"{seed}.xml"
-        xml.write_text(to_mjcf(random_genome(cfg, np.random.default_rng(1000 + seed), f"fuzz-{seed}"), cfg))
+        genome = random_genome(cfg.unimal, np.random.default_rng(1000 + seed), f"fuzz-{seed}")
+        xml.write_text(to_mjcf(genome, cfg.unimal))
         finals = run_episodes(xml, ENVS[seed % 3], episodes, seed, **overrides)
         count += len(finals)
     return count

@@ -25,7 +25,7 @@ def test_ppo_beats_the_random_policy_on_point_nav(tmp_path):
     (mean 0.12) after. The margin asked, 0.1, is below both means' gaps."""
     base = load_config()
     xml = tmp_path / "unimal.xml"
-    xml.write_text(to_mjcf(random_genome(base, np.random.default_rng(3), "learner"), base))
+    xml.write_text(to_mjcf(random_genome(base.unimal, np.random.default_rng(3), "learner"), base.unimal))
 
     def config(seed: int):
         return load_config(ROOT / "configs" / "eval" / "point_nav.yml", {

@@ -47,7 +47,7 @@ def _disallowed(called: set[str]) -> list[str]:
 
 def test_a_single_ft_env_step_and_reset_call_no_numpy_python_wrapper():
     cfg = load_config(ROOT / "configs" / "evo" / "ft.yml")
-    env = gym.make(ENV_ID, xml_path=FIXTURE, cfg=cfg, seed=0)
+    env = gym.make(ENV_ID, xml_path=FIXTURE, world=cfg, seed=0)
     env.reset()
     action = env.action_space.sample()
     assert _disallowed(numpy_python_calls(lambda: env.unwrapped.step(action))) == []  # gymnasium's checker aside
@@ -68,5 +68,5 @@ def test_proprioception_slices_the_consecutive_columns():
     """The hinge angles and the agent's velocities are consecutive columns of ``qpos`` and ``qvel``: sliced
     (a view, which the concatenation copies), not gathered; the sensors' scattered columns are gathered."""
     cfg = load_config(ROOT / "configs" / "evo" / "ft.yml")
-    env = gym.make(ENV_ID, xml_path=FIXTURE, cfg=cfg).unwrapped
+    env = gym.make(ENV_ID, xml_path=FIXTURE, world=cfg).unwrapped
     assert [isinstance(columns, slice) for _, columns in env.sim._proprio._takes] == [True, True, False]

@@ -32,7 +32,7 @@ def sampled_xml(folder: Path, seed: int) -> Path:
     path = folder / f"sampled-{seed}.xml"
     if not path.exists():
         cfg = load_config()
-        path.write_text(to_mjcf(random_genome(cfg, np.random.default_rng(seed), f"test-{seed}"), cfg))
+        path.write_text(to_mjcf(random_genome(cfg.unimal, np.random.default_rng(seed), f"test-{seed}"), cfg.unimal))
     return path
 
 
@@ -74,7 +74,7 @@ def test_rules_hold_for_every_task(name, folder):
     check_env_strictly(env)
     task = env.task
     declared = {"proprioceptive": env.observation_space["proprioceptive"].shape[0], **task.obs_sizes()}
-    assert set(env.observation_space.spaces) == set(env.cfg.ENV.KEYS_TO_KEEP)
+    assert set(env.observation_space.spaces) == set(env.world.ENV.KEYS_TO_KEEP)
     terms = {*task.reward_terms, "__reward__ctrl", *task.aggregates}
     first = _rollout(env, seed=3, steps=40)
     for obs in [first[0]] + [step[0] for step in first[1:]]:
@@ -128,7 +128,7 @@ def _step(env: UnimalEnv):
 def test_patrol_goal_flips_on_reaching_it():
     env = task_env("patrol")
     env.reset(seed=0)
-    half = env.cfg.TERRAIN.PATROL_HALF_LEN
+    half = env.world.TERRAIN.PATROL_HALF_LEN
     assert env.qpos[0] == pytest.approx(-half, abs=0.01)
     assert env.task.goal.position[0, :2].tolist() == [half, 0.0]
     env.qpos[0:2] = half, 0.0
@@ -293,7 +293,7 @@ def test_obstacle_episode_writes_the_boxes_into_the_model_and_only_them_into_the
     for seed in range(4):
         new, old = np.random.default_rng(seed), np.random.default_rng(seed)
         Locomotion.initialize_episode(task, env.scene, 0, old)
-        expected = _boxes_as_before(env.cfg, extent, old)
+        expected = _boxes_as_before(env.world, extent, old)
         task.initialize_episode(env.scene, 0, new)
         env.arena.cover(env.scene.qpos)  # as a reset does after its draws
         assert new.random() == old.random()

@@ -31,7 +31,7 @@ QPOS_TOLERANCE, QVEL_TOLERANCE = 1e-4, 1e-2
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_warp_steps_as_mujoco_c(preset, seed):
     cfg = load_config(ROOT / "configs" / "evo" / f"{preset}.yml")
-    mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(seed), f"warp-{seed}"), cfg)
+    mjcf = to_mjcf(random_genome(cfg.unimal, np.random.default_rng(seed), f"warp-{seed}"), cfg.unimal)
     sim = UnimalBatch(mjcf, cfg, NUM_ENVS)
     sim.seed(seed)
     sim.reset(np.arange(NUM_ENVS))  # draws the terrain into the models (VT) and the start states
@@ -160,7 +160,8 @@ def test_a_captured_step_after_its_warm_up_is_one_step_and_forward_keeps_the_oth
     launch) leaves the state one step on, as an uncaptured step does; a masked forward leaves the other
     worlds' derived fields as they were."""
     cfg = load_config(ROOT / "configs" / "evo" / "ft.yml")
-    model = UnimalBatch(to_mjcf(random_genome(cfg, np.random.default_rng(0), "warp-0"), cfg), cfg, NUM_ENVS).models[0]
+    mjcf = to_mjcf(random_genome(cfg.unimal, np.random.default_rng(0), "warp-0"), cfg.unimal)
+    model = UnimalBatch(mjcf, cfg.world, NUM_ENVS).models[0]
     plain, captured = WarpPhysics(model, NUM_ENVS, "cpu"), WarpPhysics(model, NUM_ENVS, "cpu", capture=True)
     for physics in (plain, captured):
         physics.arrays["ctrl"][:] = 0.7
@@ -218,7 +219,7 @@ def test_a_process_on_the_warp_backend_prints_no_banner_and_no_module_loads():
               "from derl.envs import UnimalVectorEnv\n"
               "from derl.morphology import random_genome, to_mjcf\n"
               "cfg = load_config(EVO_PRESETS / 'ft.yml', {'SIM.BACKEND': 'warp'})\n"
-              "mjcf = to_mjcf(random_genome(cfg, np.random.default_rng(0), 'quiet'), cfg)\n"
+              "mjcf = to_mjcf(random_genome(cfg.unimal, np.random.default_rng(0), 'quiet'), cfg.unimal)\n"
               "env = UnimalVectorEnv(None, cfg, 2, mjcf=mjcf)\n"
               "env.reset(seed=0)\n"
               "env.step(torch.zeros((2, env.single_action_space.shape[0])))\n"

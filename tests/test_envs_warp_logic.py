@@ -161,8 +161,8 @@ def test_a_5000_step_float32_episode_is_never_taken_for_a_reset():
     ((12, 8), (12, 8), (12, 0), False, "no CUDA memory pool"),
 ])
 def test_warp_on_cuda_is_checked_at_start_up_in_one_line(toolkit, driver, min_driver, mempool, words):
-    from derl.checked_config import check_warp_cuda
     from derl.config import ConfigError
+    from derl.envs.warp_check import check_warp_cuda
 
     with pytest.raises(ConfigError, match=re.escape(words)) as raised:
         check_warp_cuda("cuda:0", toolkit, driver, min_driver, mempool)
@@ -170,6 +170,6 @@ def test_warp_on_cuda_is_checked_at_start_up_in_one_line(toolkit, driver, min_dr
 
 
 def test_a_driver_for_warps_cuda_with_conditional_graphs_and_a_mempool_passes():
-    from derl.checked_config import check_warp_cuda
+    from derl.envs.warp_check import check_warp_cuda
 
     check_warp_cuda("cuda:0", (12, 8), (12, 4), (12, 0), True)

@@ -6,22 +6,20 @@ import json
 import numpy as np
 import pytest
 
-from derl.checked_config import Config, load_config
+from derl.checked_config import load_config
 from derl.morphology import Genome, GenomeError, Joint, LimbGroup, mutate, random_genome
 from derl.morphology import mutations as ops
+from derl.morphology.config import UnimalCfg
 from derl.morphology.genome import direction, validate
 from derl.morphology.geometry import capsule_frame, mirror, mirror_axis, place_limbs
 
-CFG = load_config()
+CFG = load_config().unimal
 
 
-def with_ops(*mutation_ops: str, **sections: dict) -> Config:
+def with_ops(*mutation_ops: str, **sections: dict) -> UnimalCfg:
     """CFG with only ``mutation_ops``: a tree load_config refuses for a search (no grow_limb, unknown ops)."""
-    tree = CFG.to_dict()
-    tree["EVO"]["MUTATION_OPS"] = list(mutation_ops)
-    for section, keys in sections.items():
-        tree[section].update(keys)
-    return Config(tree)
+    changed = {name: dataclasses.replace(getattr(CFG, name), **keys) for name, keys in sections.items()}
+    return dataclasses.replace(CFG, MUTATION_OPS=tuple(mutation_ops), **changed)
 
 
 def joints(axes="x", lo=-30, hi=30, gear=200):
@@ -129,13 +127,13 @@ def test_pairs_are_exact_mirror_images():
 
 
 def test_applicable_ops_follow_the_original_preconditions():
-    everything = list(CFG.EVO.MUTATION_OPS)
+    everything = list(CFG.MUTATION_OPS)
     empty = Genome("e", 0.1, 500, 500)
     assert ops.applicable_ops(empty, CFG) == ["grow_limb"]
     two = dataclasses.replace(walker(), groups=walker().groups[:1])
     assert ops.applicable_ops(two, CFG) == [op for op in everything if op != "delete_limb"]
     assert ops.applicable_ops(walker(), CFG) == everything
-    full = load_config(overrides={"LIMB.MAX_LIMBS": 5, "LIMB.NUM_LIMBS_RANGE": [2, 5, 1]})
+    full = load_config(overrides={"LIMB.MAX_LIMBS": 5, "LIMB.NUM_LIMBS_RANGE": [2, 5, 1]}).unimal
     assert "grow_limb" not in ops.applicable_ops(walker(), full)
     with pytest.raises(ValueError, match="unknown mutation op 'shrink'"):
         ops.applicable_ops(walker(), with_ops("shrink"))
@@ -157,7 +155,7 @@ def test_growth_sites_weigh_each_limb_of_a_pair_as_in_derl():
 
 
 def test_grow_limb_respects_max_limbs_and_symmetry_rules():
-    six = load_config(overrides={"LIMB.MAX_LIMBS": 6, "LIMB.NUM_LIMBS_RANGE": [2, 6, 1]})
+    six = load_config(overrides={"LIMB.MAX_LIMBS": 6, "LIMB.NUM_LIMBS_RANGE": [2, 6, 1]}).unimal
     for seed in range(30):
         child = ops.grow_limb(walker(), six, rng(seed))
         if child is None:
@@ -165,7 +163,7 @@ def test_grow_limb_respects_max_limbs_and_symmetry_rules():
         new = child.groups[-1]
         validate(child)
         assert child.num_limbs == 6 and new.ids == (5,) and new.parent in (None, 4)
-    five = load_config(overrides={"LIMB.MAX_LIMBS": 5, "LIMB.NUM_LIMBS_RANGE": [2, 5, 1]})
+    five = load_config(overrides={"LIMB.MAX_LIMBS": 5, "LIMB.NUM_LIMBS_RANGE": [2, 5, 1]}).unimal
     assert ops.grow_limb(walker(), five, rng()) is None
 
 
@@ -245,7 +243,7 @@ def test_limb_params_changes_one_length_and_moves_children():
 
 
 def test_limb_params_draws_the_radius_too_when_its_range_allows():
-    radii = load_config(overrides={"LIMB.RADIUS_RANGE": [0.04, 0.06, 0.01]})
+    radii = load_config(overrides={"LIMB.RADIUS_RANGE": [0.04, 0.06, 0.01]}).unimal
     children = [ops.limb_params(walker(), radii, rng(s)) for s in range(30)]
     drawn = {round(g.radius, 6) for child in children if child for g in child.groups}
     assert drawn >= {0.04, 0.06}  # DERL's limb_params redraws radius and length
@@ -254,7 +252,7 @@ def test_limb_params_draws_the_radius_too_when_its_range_allows():
 def test_limb_params_rejects_an_overlapping_length():
     # A leg (0) down, an arm (1) forward, a forearm (2) back-down from the arm's tip:
     # at length 1.0 the forearm crosses the leg.
-    tight = load_config(overrides={"LIMB.HEIGHT_RANGE": [0.2, 1.0, 0.8]})
+    tight = load_config(overrides={"LIMB.HEIGHT_RANGE": [0.2, 1.0, 0.8]}).unimal
     genome = Genome("t", 0.1, 500, 500, (
         group([0], theta=0, phi=180, length=1.0),
         group([1], theta=0, phi=90, length=0.2),
@@ -292,7 +290,7 @@ def test_mutate_records_lineage_and_always_changes_the_genome():
     for seed in range(30):
         child = mutate(genome, CFG, rng(seed), f"c{seed}")
         assert child.id == f"c{seed}" and child.parent_id == "walker"
-        assert child.mutation in CFG.EVO.MUTATION_OPS and child.body() != genome.body()
+        assert child.mutation in CFG.MUTATION_OPS and child.body() != genome.body()
 
 
 def test_mutate_redraws_until_different_and_gives_up_loudly():
@@ -338,11 +336,11 @@ def test_random_genome_config_errors():
 
 @pytest.mark.parametrize("field, value", [("head_radius", 1e300), ("head_density", 1e9), ("limb_density", 0.01)])
 def test_genome_values_outside_physical_bounds_are_refused(field, value):
-    data = json.loads(random_genome(load_config(None, []), np.random.default_rng(0), "g").to_json())
+    data = json.loads(random_genome(CFG, np.random.default_rng(0), "g").to_json())
     data[field] = value
     with pytest.raises(GenomeError, match=rf"{field} must be a number in \["):
         Genome.from_json(json.dumps(data))
-    data = json.loads(random_genome(load_config(None, []), np.random.default_rng(0), "g").to_json())
+    data = json.loads(random_genome(CFG, np.random.default_rng(0), "g").to_json())
     data["groups"][0]["joints"][0]["gear"] = 1e30
     with pytest.raises(GenomeError, match=r"joint gear must be a number in \[0.001, 10000\], got 1e\+30"):
         Genome.from_json(json.dumps(data))

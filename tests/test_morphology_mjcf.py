@@ -77,11 +77,11 @@ def _lowest_geom_z(model, data):
 def test_lowest_point_sits_floor_offset_above_the_floor(offset):
     cfg = load_config(overrides={"BODY.FLOOR_OFFSET": offset})
     for seed in range(5):
-        genome = random_genome(cfg, np.random.default_rng(seed), "g")
+        genome = random_genome(cfg.unimal, np.random.default_rng(seed), "g")
         for step in range(4):  # head height follows every change of the lowest point
             model, data = compiled(genome, cfg)
             assert np.isclose(_lowest_geom_z(model, data), offset, atol=1e-6)
-            genome = mutate(genome, cfg, np.random.default_rng(step), f"g{step}")
+            genome = mutate(genome, cfg.unimal, np.random.default_rng(step), f"g{step}")
 
 
 def test_overlapping_pair_gets_an_exclusion_and_nothing_else_touches():

@@ -179,13 +179,13 @@ def test_advantages_are_normalised_over_the_global_batch(two_ranks):
 
 def test_iterations_and_learning_rate_scale_with_the_ranks():
     cfg = _cfg(**{"PPO.MAX_STATE_ACTION_PAIRS": 10 * T * N, "PPO.LINEAR_LR_DECAY": False})
-    assert [max_iterations(cfg, w) for w in (1, 2, 3, 20)] == [10, 5, 3, 1]
-    assert learning_rate(cfg, 0, 4) == cfg.PPO.BASE_LR
-    assert learning_rate(_cfg(**{"PPO.LR_SCALING": "sqrt", "PPO.LINEAR_LR_DECAY": False}), 0, 4) == pytest.approx(
+    assert [max_iterations(cfg.PPO, w) for w in (1, 2, 3, 20)] == [10, 5, 3, 1]
+    assert learning_rate(cfg.PPO, 0, 4) == cfg.PPO.BASE_LR
+    assert learning_rate(_cfg(**{"PPO.LR_SCALING": "sqrt", "PPO.LINEAR_LR_DECAY": False}).PPO, 0, 4) == pytest.approx(
         2 * cfg.PPO.BASE_LR)
-    assert learning_rate(_cfg(**{"PPO.LR_SCALING": "linear"}), 1, 2) == pytest.approx(2 * 3e-4 * (1 - 1 / 5))
+    assert learning_rate(_cfg(**{"PPO.LR_SCALING": "linear"}).PPO, 1, 2) == pytest.approx(2 * 3e-4 * (1 - 1 / 5))
     with pytest.raises(ValueError, match="PPO.LR_SCALING"):
-        learning_rate(_cfg(**{"PPO.LR_SCALING": "cubic"}), 0, 2)
+        learning_rate(_cfg(**{"PPO.LR_SCALING": "cubic"}).PPO, 0, 2)
 
 
 def test_rank_variables():

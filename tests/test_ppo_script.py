@@ -24,7 +24,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_train_from_genome_resume_and_eval(tmp_path):
-    genome = random_genome(load_config(), np.random.default_rng(0), "g0")
+    genome = random_genome(load_config().unimal, np.random.default_rng(0), "g0")
     genome_file = tmp_path / "g0.json"
     genome_file.write_text(genome.to_json())
     out = tmp_path / "run"

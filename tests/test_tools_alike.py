@@ -98,7 +98,7 @@ def _interrupt(command: list[str], started: str, tmp_path: Path, timeout: float 
 
 def test_ctrl_c_stops_train_ppo_with_a_checkpoint_and_130(tmp_path):
     genome = tmp_path / "g.json"
-    genome.write_text(random_genome(load_config(), np.random.default_rng(0), "g0").to_json())
+    genome.write_text(random_genome(load_config().unimal, np.random.default_rng(0), "g0").to_json())
     out = tmp_path / "run"
     # metrics.jsonl appears at the first checkpoint (every iteration here): training is under way.
     command = [sys.executable, str(ROOT / "tools" / "train_ppo.py"), "--genome", str(genome), "--out", str(out),
@@ -161,7 +161,7 @@ def test_ctrl_c_stops_data_parallel_training_with_130(tmp_path):
     """tools/train_ddp.sh: the ranks checkpoint and stop; torchrun's agent sees no signal and no failed
     rank, so nothing prints a traceback; the script exits 130."""
     genome = tmp_path / "g.json"
-    genome.write_text(random_genome(load_config(), np.random.default_rng(0), "g0").to_json())
+    genome.write_text(random_genome(load_config().unimal, np.random.default_rng(0), "g0").to_json())
     out = tmp_path / "run"
     command = ["bash", str(ROOT / "tools" / "train_ddp.sh"), "--nproc", "2", "--genome", str(genome), "--out",
                str(out), "PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "16", "PPO.BATCH_SIZE", "16", "CHECKPOINT_PERIOD", "1",

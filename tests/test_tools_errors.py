@@ -23,7 +23,7 @@ from tests.conftest import DEFAULT_CFG, ROOT
 
 def _genome(**changes) -> str:
     cfg = load_config(None, [])
-    data = json.loads(random_genome(cfg, np.random.default_rng(0), "g0").to_json())
+    data = json.loads(random_genome(cfg.unimal, np.random.default_rng(0), "g0").to_json())
     data.update({k: v for k, v in changes.items() if k != "group"})
     data["groups"][0].update(changes.get("group", {}))
     return json.dumps(data)
@@ -32,7 +32,7 @@ def _genome(**changes) -> str:
 def _inputs(work: Path) -> None:
     """The inputs the cases refer to, by file name."""
     cfg = load_config(None, [])
-    good = random_genome(cfg, np.random.default_rng(0), "g0")
+    good = random_genome(cfg.unimal, np.random.default_rng(0), "g0")
     (work / "good.json").write_text(good.to_json())
     (work / "good.xml").write_text(to_mjcf(good, cfg))
     (work / "corrupt.json").write_text("{not json")

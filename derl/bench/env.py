@@ -200,7 +200,7 @@ def _floor_seconds(model: mujoco.MjModel, episodes: list[tuple[np.ndarray, int, 
 
 def _measure_single(cfg, xml_path: Path, seed: int, args) -> dict:
     """The single env's steps and resets against ``mj_step`` alone, paired episode by episode."""
-    env = gym.make(ENV_ID, xml_path=xml_path, cfg=cfg, seed=seed)
+    env = gym.make(ENV_ID, xml_path=xml_path, world=cfg.world, seed=seed)
     model = env.unwrapped.model
     data = mujoco.MjData(model)
     state = np.empty(mujoco.mj_stateSize(model, _SIGNATURE))

@@ -34,7 +34,7 @@ def mutate_file(cfg: Config, path: Path, seed: int, out: Path) -> Path:
     if seed < 0:
         raise InputError(f"--seed must be >= 0, got {seed}")
     parent = load_genome(path)
-    child = mutate(parent, cfg, np.random.default_rng(seed), f"{parent.id}-c{seed}")
+    child = mutate(parent, cfg.unimal, np.random.default_rng(seed), f"{parent.id}-c{seed}")
     return write_genome(out, child, cfg.unimal)
 
 

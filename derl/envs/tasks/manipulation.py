@@ -228,8 +228,8 @@ class PushBoxIncline(Manipulation):
 
     def __init__(self, world, num_envs: int = 1):
         for key in ("BOX_POS", "GOAL_POS"):
-            if len(getattr(world.OBJECT, key)) != 2:
-                raise ValueError(f"OBJECT.{key} must be [x, y] for push_box_incline, got {list(getattr(world.OBJECT, key))}")
+            if len(value := getattr(world.OBJECT, key)) != 2:
+                raise ValueError(f"OBJECT.{key} must be [x, y] for push_box_incline, got {list(value)}")
         super().__init__(world, num_envs)
         self._cos = math.cos(math.radians(float(world.TERRAIN.INCLINE_ANGLE)))
 
