@@ -41,7 +41,7 @@ from derl.envs.tasks import check_task_config, make_task
 from derl.envs.tasks.manipulation import OBJECTS
 from derl.envs.terrain import OBSTACLES
 from derl.envs.warp_log import quiet_warp
-from derl.fileio import read_yaml
+from derl.fileio.reads import read_yaml
 from derl.morphology.mutations import OPERATORS, expand_range
 from derl.paths import EVO_PRESETS
 
@@ -144,7 +144,7 @@ def load_config(
         retired: keys skipped where a file sets them (``load_run_config``).
         read_back: ``cfg_file`` is a file derl wrote and reads back (``load_run_config``): refused if
             it is a symbolic link or not a regular file, bounded in size and depth, without aliases
-            (``derl.fileio.read_yaml``).
+            (``derl.fileio.reads.read_yaml``).
 
     Raises:
         ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any

@@ -35,7 +35,8 @@ from derl.analysis.stats import TREND_ALPHA, TREND_MIN_POINTS, running_best, tre
 from derl.config import CfgNode
 from derl.envs.media import render_body, write_png
 from derl.evolution.population import search_text
-from derl.fileio import atomic_write_text, make_folders
+from derl.fileio.folders import make_folders
+from derl.fileio.writes import atomic_write_text
 from derl.metrics import REWARD_PREFIX
 from derl.ppo.episodes import EPISODES_PER_POINT
 from derl.progress import progress_bar

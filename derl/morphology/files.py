@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from derl.config import CfgNode
-from derl.fileio import atomic_write_text
+from derl.fileio.writes import atomic_write_text
 from derl.morphology.genome import Genome, GenomeError
 from derl.morphology.mjcf import to_mjcf
 from derl.morphology.mutations import mutate, random_genome

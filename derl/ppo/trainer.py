@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from derl.config import CfgNode
-from derl.fileio import JsonFileError, NotRegularFile, atomic_write_text, read_bytes
+from derl.fileio.reads import JsonFileError, NotRegularFile, read_bytes
+from derl.fileio.writes import atomic_write_text
 from derl.ppo.callbacks import Callback
 from derl.ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from derl.ppo.device import learner_device
