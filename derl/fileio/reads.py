@@ -54,7 +54,6 @@ class NotRegularFile(OSError):
         self.reason = reason
 
 
-
 def _kind(mode: int) -> str:
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symbolic link"),
              (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
