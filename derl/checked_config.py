@@ -42,7 +42,7 @@ from derl.config import (
 from derl.envs.checks import check_world
 from derl.envs.config import EnvCfg, HfieldCfg, ObjectCfg, SimCfg, TerrainCfg, VecenvCfg, WorldCfg
 from derl.envs.warp_check import check_backend_here, check_warp_cuda_here
-from derl.fileio import read_yaml
+from derl.fileio.reads import read_yaml
 from derl.morphology.config import BodyCfg, LimbCfg, TorsoCfg, UnimalCfg, XmlCfg
 from derl.morphology.mutations import OPERATORS
 from derl.paths import EVO_PRESETS

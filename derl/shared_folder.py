@@ -37,18 +37,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from derl.fileio import (
-    JsonFileError,
-    NotAFolder,
-    NotRegularFile,
-    atomic_write_bytes,
-    atomic_write_text,
-    make_folders,
-    open_file,
-    open_folder,
-    read_json,
-    write_json,
-)
+from derl.fileio.folders import NotAFolder, make_folders, open_folder
+from derl.fileio.reads import JsonFileError, NotRegularFile, open_file, read_json
+from derl.fileio.writes import atomic_write_bytes, atomic_write_text, write_json
 
 
 class Identity(NamedTuple):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from derl.evolution.backend import GenomeFiles
 from derl.evolution.population import parse_id
-from derl.fileio import atomic_write_text, create_exclusive
+from derl.fileio.writes import atomic_write_text, create_exclusive
 
 ITERATION_SECONDS = 0.05
 

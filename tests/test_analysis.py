@@ -17,7 +17,8 @@ from derl.analysis import plots
 from derl.analysis.curves import Curve, iterations_to_fraction, parse_curve, read_curve
 from derl.analysis.lineage import LineageGraph, tree_layout
 from derl.analysis.records import body_stats, publication_order, to_record
-from derl.analysis.report import ReportOptions, eval_rows, transfer_table, write_report
+from derl.analysis.report import ReportOptions, write_report
+from derl.analysis.report_content import eval_rows, transfer_table
 from derl.analysis.run import RunError, RunView
 from derl.analysis.stats import TREND_MIN_POINTS, running_best, trend, trend_test, window_mean
 from derl.bench.report import build_synthetic_run
@@ -118,7 +119,7 @@ def test_a_trend_over_the_search_is_claimed_only_when_spearmans_test_supports_it
 
 
 def test_the_baldwin_verdict_states_its_test_and_sample_size():
-    from derl.analysis.report import baldwin_verdict
+    from derl.analysis.report_content import baldwin_verdict
 
     order = np.arange(40.0)
     assert baldwin_verdict(order, 100.0 - order).startswith("Later morphologies learn faster: a Baldwin effect")
@@ -346,7 +347,7 @@ def test_a_metrics_folder_swapped_for_a_link_between_its_check_and_its_use_is_ne
 
 @pytest.mark.parametrize("folder, module, name", [
     ("plots", "derl.analysis.plots", "new_figure"),  # right before a figure is saved
-    ("media", "derl.analysis.report", "render_body"),  # right before a body's picture is written
+    ("media", "derl.analysis.report_top", "render_body"),  # right before a body's picture is written
     ("media", "derl.analysis.replay", "run_policy"),  # right before a policy's video is written
 ], ids=["figure", "picture", "video"])
 def test_a_report_folder_swapped_for_a_link_between_its_check_and_a_write_gets_nothing(
@@ -359,7 +360,7 @@ def test_a_report_folder_swapped_for_a_link_between_its_check_and_a_write_gets_n
     run = tmp_path / "run"
     shutil.copytree(synthetic_run, run)
     frame = np.zeros((32, 48, 3), np.uint8)
-    monkeypatch.setattr("derl.analysis.report.render_body", lambda *args: frame)
+    monkeypatch.setattr("derl.analysis.report_top.render_body", lambda *args: frame)
     monkeypatch.setattr("derl.analysis.replay.run_policy", lambda *args, **kwargs: (
         [{"return": 1.0, "length": 2}], [frame, frame], 50.0))
     outside = tmp_path / "outside"

@@ -22,7 +22,7 @@ from derl.evolution.process import EXIT_ENVIRONMENT, EXIT_FATAL
 from derl.evolution.results import PublishedResults
 from derl.evolution.step import lineage
 from derl.evolution.storage import RunDir
-from derl.fileio import JsonFileError
+from derl.fileio.reads import JsonFileError
 from derl.morphology.genome import GenomeError
 from derl.ppo.checkpoint import CheckpointError
 from derl.ppo.device import DeviceError
@@ -356,7 +356,7 @@ def test_a_workers_last_error_line_is_worded_by_its_class(monkeypatch, capsys, e
 
 
 def test_a_full_disk_names_the_file_it_could_not_write(tmp_path, monkeypatch):
-    from derl.fileio import write_json
+    from derl.fileio.writes import write_json
 
     def full(fd):
         raise OSError(28, "No space left on device")

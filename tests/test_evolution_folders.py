@@ -215,7 +215,7 @@ def test_an_xml_swapped_for_a_link_during_training_is_redone_once_not_in_a_loop(
 def test_eval_folders_swapped_for_a_link_are_refused(tmp_path, sentinel, folder):
     from derl.evaluation.plan import Cell
     from derl.evaluation.store import EvalDir
-    from derl.fileio import NotAFolder
+    from derl.fileio.folders import NotAFolder
 
     run = search_run(tmp_path)
     store = EvalDir(run.root, 60.0)
@@ -232,18 +232,19 @@ def test_eval_folders_swapped_for_a_link_are_refused(tmp_path, sentinel, folder)
 
 def test_a_confined_process_refuses_a_folder_swapped_for_a_link(tmp_path, sentinel, monkeypatch):
     """What the trainer and TensorBoard write below OUT_DIR (worker, evaluation cell): not only the last folder."""
-    from derl import fileio
+    from derl.fileio import folders
+    from derl.fileio.writes import atomic_write_text
     from derl.ppo.callbacks import TensorBoard
 
-    monkeypatch.setattr(fileio, "_CONFINED", [])
+    monkeypatch.setattr(folders, "_CONFINED", [])
     run = search_run(tmp_path)
-    fileio.confine_writes(run.root)
+    folders.confine_writes(run.root)
     (run.root / "eval" / "point_nav" / "000001-s0").mkdir(parents=True)
     swap_for_link(run.root / "eval", sentinel / "eval")
     before = snapshot(sentinel)
-    with pytest.raises(fileio.NotAFolder, match="eval is not a folder"):
-        fileio.atomic_write_text(run.root / "eval" / "point_nav" / "000001-s0" / "model.pt", "weights")
-    with pytest.raises(fileio.NotAFolder, match="eval is not a folder"):
+    with pytest.raises(folders.NotAFolder, match="eval is not a folder"):
+        atomic_write_text(run.root / "eval" / "point_nav" / "000001-s0" / "model.pt", "weights")
+    with pytest.raises(folders.NotAFolder, match="eval is not a folder"):
         TensorBoard(run.root / "eval" / "point_nav" / "000001-s0" / "tensorboard").on_iteration({"env_steps": 1})
     assert snapshot(sentinel) == before
 
@@ -319,7 +320,7 @@ def test_a_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read
 def test_a_tmp_folder_swapped_for_a_link_while_a_video_is_encoded_gets_nothing(tmp_path, sentinel):
     """The encoder writes by path: ``tmp/`` becomes a link to a folder outside while it runs. Before
     (tmp/ checked, then the video staged there by path), the video was written outside ``OUT_DIR``."""
-    from derl.fileio import NotAFolder
+    from derl.fileio.folders import NotAFolder
 
     run = search_run(tmp_path)
     outside = sentinel / "tmp"

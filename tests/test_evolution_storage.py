@@ -10,7 +10,7 @@ import pytest
 from derl.evolution.lease import is_stale, takeover_reason
 from derl.evolution.schema import RecordRules
 from derl.evolution.storage import RunDir
-from derl.fileio import JsonFileError
+from derl.fileio.reads import JsonFileError
 from derl.shared_folder import Identity
 
 RACES = 1000

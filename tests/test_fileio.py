@@ -4,7 +4,8 @@ import stat
 
 import pytest
 
-from derl.fileio import atomic_write_text, create_exclusive, read_json, write_json
+from derl.fileio.reads import read_json
+from derl.fileio.writes import atomic_write_text, create_exclusive, write_json
 
 
 def test_write_json_round_trip_leaves_no_temp(tmp_path):
@@ -36,7 +37,7 @@ def test_create_exclusive(tmp_path):
 def test_json_errors_name_their_file(tmp_path):
     import json
 
-    from derl.fileio import JsonFileError, read_json
+    from derl.fileio.reads import JsonFileError, read_json
 
     truncated, binary = tmp_path / "cut.json", tmp_path / "bin.json"
     truncated.write_text('{"a": ')
@@ -65,7 +66,7 @@ def test_written_files_get_the_mode_of_a_plain_open(tmp_path, umask, mode):
 def test_only_regular_files_are_read_and_links_are_never_followed(tmp_path):
     """A symlink, FIFO, directory or device where a JSON file belongs is refused in one line, at once
     (a FIFO without a writer would block a plain open forever)."""
-    from derl.fileio import JsonFileError, NotRegularFile, open_file
+    from derl.fileio.reads import JsonFileError, NotRegularFile, open_file
 
     secret = tmp_path / "outside.json"
     secret.write_text('{"secret": 1}')
@@ -85,7 +86,7 @@ def test_only_regular_files_are_read_and_links_are_never_followed(tmp_path):
 
 
 def test_json_reads_are_bounded_in_size_and_depth(tmp_path):
-    from derl.fileio import MAX_JSON_DEPTH, JsonFileError
+    from derl.fileio.reads import MAX_JSON_DEPTH, JsonFileError
 
     deep, nested, big, digits = (tmp_path / name for name in ("deep", "nested", "big", "digits"))
     deep.write_text("[" * 200_000)  # RecursionError in json.loads
@@ -105,7 +106,8 @@ def test_json_reads_are_bounded_in_size_and_depth(tmp_path):
 
 
 def test_a_read_through_a_folder_descriptor_reads_that_folder_bounded_and_names_the_file(tmp_path):
-    from derl.fileio import NotRegularFile, open_folder, read_bytes
+    from derl.fileio.folders import open_folder
+    from derl.fileio.reads import NotRegularFile, read_bytes
 
     folder, elsewhere = tmp_path / "run" / "metadata", tmp_path / "elsewhere"
     folder.mkdir(parents=True)

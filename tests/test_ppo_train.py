@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from derl.checked_config import load_config
-from derl.fileio import atomic_write_text
+from derl.fileio.writes import atomic_write_text
 from derl.ppo import OnIteration, SaveWhile, StopWhen, load_policy, train, trainer
 from derl.ppo.checkpoint import CheckpointError
 from derl.ppo.device import resolve_device

@@ -143,7 +143,7 @@ def test_report_videos_are_kept_per_seed(tiny_run, tmp_path, monkeypatch):
         video.write_bytes(b"")
         return SimpleNamespace(video=video)
 
-    monkeypatch.setattr("derl.analysis.report.replay", replay)
+    monkeypatch.setattr("derl.analysis.report_top.replay", replay)
     for seed in (None, other, other):
         assert write_report(view, out, ReportOptions(top_k=1, video_steps=5, seed=seed)).problems == []
     assert replayed == [f"{best}-s{view.cfg.RNG_SEED}-5f.mp4", f"{best}-s{other}-5f.mp4"]

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from derl.cli import ArgumentParser, run
-from derl.fileio import atomic_write_text
+from derl.fileio.writes import atomic_write_text
 from derl.threads import limit_threads
 
 BENCHMARKS = ("env", "ppo", "ab", "evolve", "report", "learner", "ddp", "memory", "sim", "compile", "fidelity")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from derl.bench import gpu_check, gpu_verdicts
 from derl.cli import ArgumentParser, run
-from derl.fileio import atomic_write_text
+from derl.fileio.writes import atomic_write_text
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,9 @@
 - ``stats``: running best, aging-window mean, linear trend.
 - ``replay``: deterministic replays of a trained policy, with video (pictures and video files:
   ``derl.envs.media``).
-- ``plots``: matplotlib figures from records; ``report``: the static HTML report.
+- ``plots``: matplotlib figures from records; ``report``: the static HTML report (``write_report``
+  and its sections; ``report_page``: the page and its writer; ``report_top``: the table of the top K
+  with their media; ``report_content``: what the sections compute apart from their HTML).
 """
 
 from derl.analysis.records import BodyStats, Morphology, body_stats

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.fileio import NotRegularFile, read_bytes
+from derl.fileio.reads import NotRegularFile, read_bytes
 from derl.ppo.episodes import FITNESS_STEPS, POINTS
 
 
@@ -69,7 +69,7 @@ MAX_CURVE_BYTES = 256 * 2**20
 
 def read_curve(path: Path, keys: tuple[str, ...] | None = None, dir_fd: int | None = None) -> Curve:
     """The curve in ``path``; an absent file (nothing checkpointed yet) is an empty curve (``dir_fd``:
-    a descriptor of its folder, as ``derl.fileio.read_bytes``).
+    a descriptor of its folder, as ``derl.fileio.reads.read_bytes``).
 
     With a few ``keys`` the values are picked out of the text by a pattern (a tenth of the cost
     of parsing every record, which matters for thousands of 1,220-line curves); the pattern's

@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator
 
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.stats import window_mean
-from derl.fileio import atomic_write_bytes
+from derl.fileio.writes import atomic_write_bytes
 
 FIGSIZE = (8.0, 4.5)
 DPI = 100
@@ -34,7 +34,7 @@ def new_figure(size: tuple[float, float] = FIGSIZE) -> Figure:
 def save_png(figure: Figure, path: str | Path, root: str | Path | None = None) -> tuple[int, int]:
     """Saves at ``DPI`` (no tight cropping, so the pixel size is the figure's); returns (width, height).
 
-    Written atomically through its folder's descriptor (``root``: as ``derl.fileio.atomic_write_bytes``).
+    Written atomically through its folder's descriptor (``root``: as ``derl.fileio.writes.atomic_write_bytes``).
     """
     png = io.BytesIO()
     figure.savefig(png, dpi=DPI, format="png")

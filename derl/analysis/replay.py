@@ -33,7 +33,8 @@ from derl.analysis.run import RunError, RunView
 from derl.checked_config import Config
 from derl.envs.media import VIDEO_SIZE, write_video
 from derl.evolution.storage import RunDir
-from derl.fileio import NotRegularFile, make_folders, read_bytes
+from derl.fileio.folders import make_folders
+from derl.fileio.reads import NotRegularFile, read_bytes
 from derl.metrics import RETURN, REWARD_PREFIX
 from derl.training.play import run_policy
 

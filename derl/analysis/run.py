@@ -31,7 +31,8 @@ from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.evolution.schema import RecordRules
 from derl.evolution.storage import RunDir
-from derl.fileio import JsonFileError, NotAFolder, read_json
+from derl.fileio.folders import NotAFolder
+from derl.fileio.reads import JsonFileError, read_json
 
 
 class RunError(ValueError):
@@ -93,7 +94,7 @@ class RunView:
                 continue
             try:
                 metadata = self.run.read_metadata(morphology_id, RecordRules.of(self.cfg.EVO))
-            except json.JSONDecodeError as err:  # derl.fileio.JsonFileError names the file
+            except json.JSONDecodeError as err:  # derl.fileio.reads.JsonFileError names the file
                 # A corrupt or foreign file: the search quarantines it; a reader skips it and retries.
                 self.unreadable[str(self.run.metadata_path(morphology_id))] = str(err)
                 continue

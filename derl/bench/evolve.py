@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from derl.fileio import read_json
+from derl.fileio.reads import read_json
 from derl.paths import REPO_ROOT
 from derl.progress import progress_bar
 

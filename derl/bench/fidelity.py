@@ -46,7 +46,8 @@ import numpy as np
 from derl.analysis import plots
 from derl.bench.agreement import agreement, seed_agreement
 from derl.checked_config import Config, ConfigError, load_config
-from derl.fileio import atomic_write_text, read_json
+from derl.fileio.reads import read_json
+from derl.fileio.writes import atomic_write_text
 from derl.morphology import Genome, GenomeError
 from derl.morphology.files import sample
 from derl.paths import REPO_ROOT

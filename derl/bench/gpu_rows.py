@@ -39,7 +39,7 @@ from derl.bench.gpu_verdicts import (
 from derl.bench.learner import ft_xml
 from derl.checked_config import load_config
 from derl.evolution.node_size import usable_cores
-from derl.fileio import read_json
+from derl.fileio.reads import read_json
 from derl.paths import GPU_SERVER_PRESET, REPO_ROOT, evo_preset
 
 # Env steps of one iteration of each preset: ft_gpu.yml (4096 x 24), ft.yml (32 x 128), gpu_server.yml (64 x 256).

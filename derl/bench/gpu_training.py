@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from derl.fileio import read_bytes, read_json
+from derl.fileio.reads import read_bytes, read_json
 from derl.lifetime import die_with_parent
 from derl.paths import REPO_ROOT, evo_preset
 

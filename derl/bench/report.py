@@ -28,7 +28,7 @@ from derl.checked_config import load_preset
 from derl.config import dump_config
 from derl.evolution.population import slot_id
 from derl.evolution.storage import RunDir
-from derl.fileio import atomic_write_text, write_json
+from derl.fileio.writes import atomic_write_text, write_json
 from derl.morphology import random_genome, to_mjcf
 
 TARGET_SECONDS = 30.0

@@ -119,7 +119,7 @@ def _read_yaml(cfg_file: str | Path, read: Callable[[Path], Any] | None = None) 
             data = read(path)
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
-        except ValueError as err:  # derl.fileio.YamlFileError: a link, a FIFO, too large or deep, aliases
+        except ValueError as err:  # derl.fileio.reads.YamlFileError: a link, a FIFO, too large or deep, aliases
             raise ConfigError(f"config file {err}") from None
     elif not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -191,7 +191,7 @@ def parse_config(
         retired: keys skipped where a file sets them (``RETIRED_KEYS`` for a run's own config.yaml).
         check: called with the tree after ``check_keys``; a ``ConfigError`` either raises gets where its
             key was set (a file, the command line) or that it is a default.
-        read: reads and parses a file (``derl.fileio.read_yaml`` for a file derl reads back: never
+        read: reads and parses a file (``derl.fileio.reads.read_yaml`` for a file derl reads back: never
             through a link or from a FIFO, bounded, no aliases); None: a user's file, read as given.
 
     Raises:

@@ -44,7 +44,7 @@ from derl.envs.scene import Scene
 from derl.envs.tasks import CTRL_TERM, check_task_config, make_task
 from derl.envs.tasks.base import Task
 from derl.envs.world import compile_world, head_height
-from derl.fileio import read_bytes
+from derl.fileio.reads import read_bytes
 
 FRAME_SKIP = 4
 

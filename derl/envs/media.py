@@ -3,7 +3,7 @@
 Videos are MP4 (H.264, yuv420p) through imageio-ffmpeg's bundled ffmpeg binary; where that is not
 usable they are written as GIF next to the requested path. Every file is encoded in memory (ffmpeg,
 which writes by path: in a private temporary folder) and written atomically through a descriptor of
-its folder (``derl.fileio.atomic_write_bytes``): below ``root`` (``OUT_DIR``: the report's media), a
+its folder (``derl.fileio.writes.atomic_write_bytes``): below ``root`` (``OUT_DIR``: the report's media), a
 folder swapped for a symbolic link at any moment is refused, never written through.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from derl.envs.config import WorldCfg
 from derl.envs.unimal_env import UnimalEnv
-from derl.fileio import atomic_write_bytes
+from derl.fileio.writes import atomic_write_bytes
 
 IMAGE_SIZE = (480, 360)  # width, height of a body picture
 VIDEO_SIZE = (320, 240)  # width, height of a policy video; multiples of 16 for MP4

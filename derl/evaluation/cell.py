@@ -15,7 +15,7 @@ from pathlib import Path
 
 from derl.evaluation.plan import Cell, cell_config
 from derl.evolution.storage import RunDir
-from derl.fileio import confine_writes
+from derl.fileio.folders import confine_writes
 from derl.lifetime import die_with_parent
 from derl.threads import limit_threads
 from derl.training.run import train_to_folder

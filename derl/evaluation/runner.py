@@ -26,7 +26,7 @@ from derl.evaluation.cell import PARENT_PID_VARIABLE
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.lease import heartbeat_interval
-from derl.fileio import make_folders
+from derl.fileio.folders import make_folders
 from derl.lifetime import die_with_parent
 from derl.progress import progress_bar
 

@@ -8,7 +8,7 @@ Layout::
     eval/summary.json, summary.csv     every finished cell and a per-task ranking
 
 A cell is finished when its ``metrics.json`` exists: train_to_folder writes it last. A cell is
-claimed by creating ``<id>-s<seed>-0.json`` exclusively (``derl.fileio.create_exclusive``); the
+claimed by creating ``<id>-s<seed>-0.json`` exclusively (``derl.fileio.writes.create_exclusive``); the
 claiming process touches it while the training runs (its mtime is the heartbeat). A claim is
 stale when its process is gone (same host, pid not running) or, from any host, when its mtime is
 older than the run's ``EVO.LEASE_SECONDS`` on the shared filesystem's clock (the rule of
@@ -35,16 +35,9 @@ from derl.evaluation.plan import Cell
 from derl.evolution.lease import is_stale
 from derl.evolution.schema import eval_claim_problem, eval_result_problem
 from derl.evolution.storage import RunDir
-from derl.fileio import (
-    JsonFileError,
-    NotAFolder,
-    atomic_write_text,
-    create_exclusive,
-    make_folders,
-    open_folder,
-    read_json,
-    write_json,
-)
+from derl.fileio.folders import NotAFolder, make_folders, open_folder
+from derl.fileio.reads import JsonFileError, read_json
+from derl.fileio.writes import atomic_write_text, create_exclusive, write_json
 from derl.shared_folder import Identity
 from derl.training.run import FINAL_METRICS_FILE
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from derl.checked_config import Config
 from derl.evolution.storage import RunDir
-from derl.fileio import make_folders
+from derl.fileio.folders import make_folders
 from derl.morphology import Genome, GenomeError
 
 SEARCH_TAGS = ("search/fitness", "search/return", "search/best", "search/aging_window_mean",

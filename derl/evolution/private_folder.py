@@ -19,7 +19,7 @@ import psutil
 from derl.checked_config import Config
 from derl.config import dump_config
 from derl.evolution.process import log
-from derl.fileio import atomic_write_text
+from derl.fileio.writes import atomic_write_text
 
 # A node's private config folder in the temporary folder: derl-node<NODE_ID>-<coordinator pid>-<mkdtemp's suffix>.
 _PRIVATE_FOLDER = re.compile(r"^derl-node\d+-(\d+)-[a-z0-9_]+\Z")

@@ -36,7 +36,7 @@ from typing import Any
 from derl.checked_config import DERIVED_KEYS, NODE_LOCAL_KEYS, Config, load_config
 from derl.config import ConfigError, dump_config, flatten
 from derl.evolution.storage import RunDir
-from derl.fileio import NotRegularFile
+from derl.fileio.reads import NotRegularFile
 from derl.paths import REPO_ROOT
 
 HEADER = ("# The config of this search (derl): created once by the first node. Every node and worker runs it\n"

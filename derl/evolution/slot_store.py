@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from derl.evolution import schema
-from derl.fileio import JsonFileError, NotAFolder, read_json
+from derl.fileio.folders import NotAFolder
+from derl.fileio.reads import JsonFileError, read_json
 from derl.shared_folder import SharedFolder
 
 

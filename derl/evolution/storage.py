@@ -58,7 +58,8 @@ from typing import Any, TypeVar
 from derl.evolution import schema
 from derl.evolution.slot_store import SlotStore
 from derl.evolution.worker_store import WorkerStore
-from derl.fileio import JsonFileError, NotAFolder, make_folders, read_bytes, read_json
+from derl.fileio.folders import NotAFolder, make_folders
+from derl.fileio.reads import JsonFileError, read_bytes, read_json
 from derl.shared_folder import SharedFolder
 
 T = TypeVar("T")
@@ -222,7 +223,7 @@ class RunDir(SharedFolder):
 
     def read_in_folder(self, path: Path, read: Callable[..., T]) -> T:
         """``read(path, dir_fd=folder)``: the file ``path``, below ``root``, looked up in a descriptor of
-        its folder (``_folder``), as ``derl.fileio.read_bytes`` and ``read_json`` take one. The check that
+        its folder (``_folder``), as ``derl.fileio.reads.read_bytes`` and ``read_json`` take one. The check that
         every folder on the way is real and the read are one open: a folder swapped for a link at any
         moment is never read through.
 

@@ -35,7 +35,7 @@ from derl.evolution.results import PublishedResults
 from derl.evolution.scheduling import Scheduler
 from derl.evolution.step import Step
 from derl.evolution.storage import RunDir
-from derl.fileio import NotAFolder, confine_writes
+from derl.fileio.folders import NotAFolder, confine_writes
 from derl.lifetime import die_with_parent
 from derl.threads import limit_threads
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.fileio import atomic_write_text
+from derl.fileio.writes import atomic_write_text
 from derl.morphology.config import UnimalCfg
 from derl.morphology.genome import Genome, GenomeError
 from derl.morphology.mjcf import to_mjcf

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from derl.fileio import make_folders
+from derl.fileio.folders import make_folders
 from derl.metrics import REWARD_PREFIX
 
 
@@ -100,7 +100,7 @@ class TensorBoard(Callback):
         if self.writer is None:
             from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked for
 
-            make_folders(self.log_dir)  # none a link (below a confined folder: derl.fileio.confine_writes)
+            make_folders(self.log_dir)  # none a link (below a confined folder: derl.fileio.folders.confine_writes)
             # A resumed run hides the points an earlier run wrote past its last checkpoint.
             self.writer = SummaryWriter(str(self.log_dir), purge_step=record["env_steps"], flush_secs=30)
         for key, value in record.items():

@@ -1,6 +1,6 @@
 """Checkpoints as plain tensors and containers, loadable with ``torch.load(weights_only=True)``.
 
-Written atomically (``torch.save`` into memory, then ``derl.fileio.atomic_write_bytes``): a reader
+Written atomically (``torch.save`` into memory, then ``derl.fileio.writes.atomic_write_bytes``): a reader
 or a resumed run sees the previous checkpoint or the new one, never half a file. NumPy arrays are
 stored as tensors; nothing is pickled beyond what the weights-only loader accepts.
 """
@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from derl.fileio import atomic_write_bytes, open_file
+from derl.fileio.reads import open_file
+from derl.fileio.writes import atomic_write_bytes
 
 
 def _tensors_for_numpy(obj: Any) -> Any:

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from derl.fileio import JsonFileError, NotRegularFile, atomic_write_text, read_bytes
+from derl.fileio.reads import JsonFileError, NotRegularFile, read_bytes
+from derl.fileio.writes import atomic_write_text
 from derl.ppo.callbacks import Callback
 from derl.ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from derl.ppo.config import PpoCfg, TrainerCfg

@@ -29,7 +29,9 @@ import numpy as np
 from derl.checked_config import Config
 from derl.config import dump_config
 from derl.envs.sim_warnings import counted_warnings
-from derl.fileio import atomic_write_text, confine_writes, read_json, write_json
+from derl.fileio.folders import confine_writes
+from derl.fileio.reads import read_json
+from derl.fileio.writes import atomic_write_text, write_json
 from derl.morphology import Genome, GenomeError, to_mjcf
 from derl.ppo.callbacks import Callback, StopWhen, TensorBoard
 from derl.ppo.device import learner_device
