@@ -8,7 +8,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from derl.bench.ppo import _EpisodeReturns
+from derl.bench.cases import env_configs, task_config, unimal_case
+from derl.bench.ppo_replay import EpisodeReturns
+from derl.bench.ppo_runs import case_config, env_factory
 
 
 class _Countdown(gym.Env):
@@ -31,7 +33,7 @@ class _Countdown(gym.Env):
 
 def test_episode_returns_are_the_raw_sums_of_finished_episodes_only():
     returns: list[float] = []
-    env = _EpisodeReturns(gym.vector.SyncVectorEnv([lambda: _Countdown(4), lambda: _Countdown(3)],
+    env = EpisodeReturns(gym.vector.SyncVectorEnv([lambda: _Countdown(4), lambda: _Countdown(3)],
                                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), returns)
     env.reset()
     for _ in range(9):  # env 0: episodes end at steps 4 and 8; env 1 at 3, 6 and 9
@@ -52,8 +54,6 @@ def test_paired_medians_take_ratios_within_each_repeat():
 
 
 def test_unimal_cases_by_name_or_config_file_on_a_seeded_genome(tmp_path):
-    from derl.bench.env import env_configs
-    from derl.bench.ppo import _config, task_config, unimal_case
     from derl.paths import REPO_ROOT as ROOT
 
     assert task_config("vt") == env_configs()["vt"] and task_config("obstacle") == env_configs()["obstacle"]
@@ -62,7 +62,7 @@ def test_unimal_cases_by_name_or_config_file_on_a_seeded_genome(tmp_path):
     case = unimal_case(task_config("vt"), None, 5, tmp_path)
     again = unimal_case(task_config("vt"), None, 5, tmp_path / "..")
     assert case["genome"] == "random_genome seed 5" and Path(case["xml"]).read_text() == Path(again["xml"]).read_text()
-    cfg = _config(case, 2)
+    cfg = case_config(case, 2)
     assert "hfield" in cfg.ENV.KEYS_TO_KEEP and cfg.PPO.MAX_STATE_ACTION_PAIRS == 2 * 32 * 128
     assert unimal_case(task_config("ft"), Path(case["xml"]), 0, tmp_path)["genome"] is None
 
@@ -77,10 +77,9 @@ def test_bench_ppo_names_a_missing_task_config():
 
 
 def test_sb3_steps_the_single_env_on_one_mjdata(tmp_path):
-    from derl.bench.ppo import _config, _env_factory, task_config, unimal_case
     from derl.envs.physics import MujocoDataPhysics
 
     case = unimal_case(task_config("vt"), None, 5, tmp_path)
-    env = _env_factory(case, _config(case, 1), flat=True)(0)
+    env = env_factory(case, case_config(case, 1), flat=True)(0)
     assert isinstance(env.unwrapped.sim.physics, MujocoDataPhysics)
     assert env.observation_space.shape == (sum(env.unwrapped.sim.obs_sizes.values()),)

@@ -69,20 +69,20 @@ def test_profile_of_a_short_unimal_training_adds_up_and_restores_the_code():
 
 
 def test_physics_replays_step_every_recorded_action(monkeypatch):
-    from derl.bench.ppo import _lockstep_physics_seconds, _physics_seconds, _StateRecorder
+    from derl.bench.ppo_replay import StateRecorder, lockstep_physics_seconds, physics_seconds
     from derl.envs import UnimalVectorEnv
 
     cfg = load_preset("ft", {"ENV.EPISODE_LENGTH": 5})
-    recorder = _StateRecorder(UnimalVectorEnv(str(QUADRUPED), cfg, 2))
+    recorder = StateRecorder(UnimalVectorEnv(str(QUADRUPED), cfg.world, 2))
     counted = []
     original = mujoco.mj_step
     recorder.reset(seed=0)
     for _ in range(7):  # an episode end (autoreset), then a second episode
         recorder.step(recorder.action_space.sample())
     monkeypatch.setattr(mujoco, "mj_step", lambda *args: (counted.append(1), original(*args)))
-    seconds, steps = _physics_seconds(recorder.replays)
+    seconds, steps = physics_seconds(recorder.replays)
     assert seconds > 0 and steps == len(counted) == 14
-    assert _lockstep_physics_seconds(recorder.replays) > 0 and len(counted) == 28  # the same 14 steps again
+    assert lockstep_physics_seconds(recorder.replays) > 0 and len(counted) == 28  # the same 14 steps again
     # each replay starts from the recorded states: the physics reproduces the env's trajectory
     replay = recorder.replays[1]
     data = mujoco.MjData(replay.model)

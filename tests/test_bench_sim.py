@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from derl.bench.sim import FRAME_SKIP, WarpSim, add_arguments, ft_model, mujoco_rate, run
+from derl.bench.cases import ft_model
+from derl.bench.sim import FRAME_SKIP, WarpSim, add_arguments, mujoco_rate, run
 from derl.envs.warp_check import WARP_MODULES
 from tests.conftest import ROOT
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from derl.bench import env as bench
+from derl.bench.cases import env_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +23,7 @@ def test_bench_reports_ratio_and_reset_cost_per_env():
     args = parser.parse_args(["--envs", "ft,vt,escape_bowl", "--morphologies", "1", "--steps", "30",
                               "--num-envs", "4", "--resets", "2"])
     result = bench.run(args)
-    assert set(bench.env_configs()) >= {"ft", "vt", "mvt", "patrol", "point_nav", "obstacle", "exploration",
+    assert set(env_configs()) >= {"ft", "vt", "mvt", "patrol", "point_nav", "obstacle", "exploration",
                                         "incline", "push_box_incline", "escape_bowl", "manipulation_ball"}
     for name in ("ft", "vt", "escape_bowl"):
         row = result[name]["per_morphology"][0]

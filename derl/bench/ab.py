@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import io
 import re
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -28,8 +27,9 @@ from pathlib import Path
 
 import torch
 
-from derl.bench.env import env_configs
-from derl.bench.ppo import FT_GENOME_SEED, speed_overrides, unimal_case
+from derl.bench.cases import FT_GENOME_SEED, env_configs, unimal_case
+from derl.bench.ppo_runs import speed_overrides
+from derl.bench.stats import median, paired_median, ratio_of_totals
 from derl.paths import REPO_ROOT
 
 BASE_PACKAGE = "derl_base"
@@ -113,10 +113,10 @@ class _Training:
 def compare(base: list[float], new: list[float]) -> dict:
     """Seconds per iteration of each, alternating pairs -> medians and the median speed ratio."""
     return {
-        "base_median_seconds": round(statistics.median(base), 4),
-        "new_median_seconds": round(statistics.median(new), 4),
-        "speedup_paired_median": round(statistics.median(b / n for b, n in zip(base, new, strict=True)), 4),
-        "speedup_of_totals": round(sum(base) / sum(new), 4),
+        "base_median_seconds": median(base, 4),
+        "new_median_seconds": median(new, 4),
+        "speedup_paired_median": paired_median(base, new, 4),
+        "speedup_of_totals": ratio_of_totals(base, new),
     }
 
 

@@ -23,25 +23,23 @@ first body, and the share of the processes' wall time spent in first steps that 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from derl.bench.cases import genome_files, sampled_in_turns, world_model
+from derl.bench.children import ChildError, run_json, serve
 from derl.checked_config import Config, load_config
 from derl.config import ConfigError
-from derl.morphology.files import InputError, load_genome, sample
-from derl.paths import REPO_ROOT, evo_preset
+from derl.morphology.files import InputError, load_genome
+from derl.paths import evo_preset
 
 # The model sizes that MuJoCo Warp 4.0's kernels specialised per model read on FT bodies, one key per
 # group of kernels: nv (the Newton solver's two Cholesky kernels and its residual kernel, the mass
@@ -161,7 +159,7 @@ def summarise(bodies: Sequence[BodyCompile]) -> dict:
 
 def measure_body(genome_path: Path, cfg_file: Path, device: str, nworld: int) -> BodyCompile:
     """In this process: the body's world on warp's ``device``, its first env step, the modules it added."""
-    from derl.bench.sim import WarpSim, world_model
+    from derl.bench.sim import WarpSim
 
     cfg = load_config(cfg_file)
     genome = load_genome(genome_path)
@@ -186,7 +184,7 @@ def _genome_files(args: argparse.Namespace, cfg: Config, work: Path) -> list[Pat
     if args.genomes is not None:
         if not args.genomes.is_dir():
             raise SystemExit(f"error: --genomes: not a folder: {args.genomes}")
-        paths = sorted(args.genomes.glob("*.json"))
+        paths = genome_files(args.genomes)
         if not paths:
             raise SystemExit(f"error: --genomes: no genome JSON files in {args.genomes}")
         for path in paths:  # a bad file is one line here, before any process starts
@@ -198,12 +196,7 @@ def _genome_files(args: argparse.Namespace, cfg: Config, work: Path) -> list[Pat
         raise SystemExit(f"error: --mutations expects comma-separated integers, got {args.mutations!r}") from None
     if args.sample < 1 or args.seed < 0 or min(mutations) < 0:
         raise SystemExit("error: --sample must be >= 1, --seed and --mutations >= 0")
-    chains = []
-    for turn, count in enumerate(mutations):
-        num = len(range(turn, args.sample, len(mutations)))
-        if num:
-            chains.append(sample(cfg.unimal, num, args.seed + turn, work / f"m{count}", count))
-    return [chain[index] for index in range(len(chains[0])) for chain in chains if index < len(chain)]
+    return sampled_in_turns(cfg, args.sample, args.seed, mutations, work)
 
 
 def _fresh_cache(path: Path | None) -> Path:
@@ -218,21 +211,14 @@ def _fresh_cache(path: Path | None) -> Path:
 def _run_body(genome: Path, args: argparse.Namespace, cache: Path) -> BodyCompile:
     """``measure_body`` in a child process (in the checkout's root, so paths are absolute) with warp's
     cache in ``cache``."""
-    command = [sys.executable, "-m", __name__, str(genome.resolve()), str(args.cfg.resolve()), args.device,
-               str(args.nworld)]
-    env = dict(os.environ, WARP_CACHE_PATH=str(cache.resolve()))
-    started = time.perf_counter()
+    spec = {"genome": str(genome.resolve()), "cfg": str(args.cfg.resolve()), "device": args.device,
+            "nworld": args.nworld}
     try:
-        proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=args.timeout,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        raise SystemExit(f"error: {genome.name}: its process ran past --timeout {args.timeout:g} s") from None
-    seconds = time.perf_counter() - started
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        last = next((line for line in reversed(proc.stderr.splitlines()) if line.strip()), "no output")
-        raise SystemExit(f"error: {genome.name}: its process exited {proc.returncode}: {last.strip()[:300]}")
-    record = json.loads(lines[-1])
+        record = run_json(__name__, spec, f"{genome.name}: its process", timeout=args.timeout,
+                          env=dict(os.environ, WARP_CACHE_PATH=str(cache.resolve())))
+    except ChildError as err:
+        raise SystemExit(f"error: {err}") from None
+    seconds = record.pop("child_seconds")
     return BodyCompile(**{**record, "geom_pairs": tuple(record["geom_pairs"]),
                           "new_modules": tuple(record["new_modules"]), "process_seconds": round(seconds, 3)})
 
@@ -269,15 +255,14 @@ def run(args: argparse.Namespace) -> dict:
             "versions": _versions(), "summary": summarise(bodies), "per_body": [asdict(body) for body in bodies]}
 
 
-def _child(argv: list[str]) -> None:
-    """``python -m derl.bench.compile GENOME CFG DEVICE NWORLD``: one body, its record as JSON on stdout."""
-    genome, cfg_file, device, nworld = argv
+def _child(spec: dict) -> dict:
+    """``python -m derl.bench.compile SPEC`` (``derl.bench.children``): one body's record."""
     try:
-        body = measure_body(Path(genome), Path(cfg_file), device, int(nworld))
+        body = measure_body(Path(spec["genome"]), Path(spec["cfg"]), spec["device"], spec["nworld"])
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
-    print(json.dumps(asdict(body)))
+    return asdict(body)
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1:])
+    serve(_child)

@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from derl.bench.learner import FT_GENOME_SEED, ft_xml
+from derl.bench.cases import FT_GENOME_SEED, ft_xml
+from derl.bench.children import run_command
+from derl.bench.stats import over_seeds
 from derl.checked_config import load_config
 from derl.paths import REPO_ROOT, evo_preset
 
@@ -65,10 +64,8 @@ def _train(args: argparse.Namespace, source: list[str], ranks: int, out: Path, o
     pairs = [str(item) for key, value in keys.items() for item in (key, value)] + args.overrides
     command = [str(REPO_ROOT / "tools" / "train_ddp.sh"), "--nproc", str(ranks), *source, *cfg,
                "--out", str(out), "--quiet", *pairs]
-    env = dict(os.environ, PYTHON=sys.executable)
-    proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stderr[-3000:]}")
+    run_command(command, f"tools/train_ddp.sh --nproc {ranks}", log=out.parent / f"{out.name}.log",
+        env=dict(os.environ, PYTHON=sys.executable))
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
     return {"final": json.loads((out / "metrics.json").read_text()), "records": records}
 
@@ -115,8 +112,7 @@ def _returns(args: argparse.Namespace, source: list[str], folder: Path) -> dict:
                          "PPO.BATCH_SIZE": rows}
             result = _train(args, source, ranks, folder / f"return-{ranks}-{seed}", overrides)
             finals.append(result["final"]["summary"].get("return"))
-        report[f"ranks_{ranks}"] = {"num_envs_per_rank": envs, "batch_size_per_rank": rows, "final_returns": finals,
-                                    "mean": float(np.mean(finals)), "std": float(np.std(finals))}
+        report[f"ranks_{ranks}"] = {"num_envs_per_rank": envs, "batch_size_per_rank": rows, **over_seeds(finals)}
     return report
 
 

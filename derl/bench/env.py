@@ -26,7 +26,6 @@ the ceiling of ``ratio`` for any env written in Python on that body.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -36,25 +35,18 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
+from derl.bench.cases import env_configs, morphology_seeds, seeded_body
+from derl.bench.stats import median
 from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.envs import ENV_ID, UnimalVectorEnv
 from derl.envs.batch import FRAME_SKIP
 from derl.envs.physics import MujocoPhysics
 from derl.envs.world import build_xml
-from derl.morphology import random_genome, to_mjcf
-from derl.paths import EVAL_PRESETS, EVO_PRESETS
 from derl.progress import progress_bar
 from derl.threads import limit_threads
 
 _SIGNATURE = mujoco.mjtState.mjSTATE_INTEGRATION  # a state that mj_step continues from exactly
-
-
-def env_configs() -> dict[str, Path]:
-    """Bench names: the evolution presets (ft, vt, mvt) and every ``configs/eval`` task."""
-    names = {name: EVO_PRESETS / f"{name}.yml" for name in ("ft", "vt", "mvt")}
-    names.update({path.stem: path for path in sorted(EVAL_PRESETS.glob("*.yml"))})
-    return names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -245,20 +237,7 @@ def _summary(rows: list[dict]) -> dict:
     keys = [key for key in ("env_steps_per_sec", "wall_env_steps_per_sec", "batch_physics_steps_per_sec",
                             "loop_physics_steps_per_sec", "physics_steps_per_sec", "ratio", "floor_ratio",
                             "ratio_to_loop", "reset_ms", "compile_ms") if key in rows[0]]
-    return {f"median_{key}": round(statistics.median(row[key] for row in rows), 3) for key in keys}
-
-
-def _seeds(args: argparse.Namespace) -> list[int]:
-    """The morphology seeds: ``--seeds``, else ``--morphologies`` from ``--seed``."""
-    if args.seeds is None:
-        return list(range(args.seed, args.seed + args.morphologies))
-    try:
-        seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
-    except ValueError:
-        raise SystemExit(f"error: --seeds takes comma-separated integers, got {args.seeds!r}") from None
-    if not seeds:
-        raise SystemExit("error: --seeds names no seed")
-    return seeds
+    return {f"median_{key}": median(row[key] for row in rows) for key in keys}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -269,7 +248,7 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit(f"error: unknown env {unknown[0]!r}; known: {', '.join(known)} (or all)")
     if min(args.num_envs, args.threads, args.steps, args.resets) < 1:
         raise SystemExit("error: --num-envs, --threads, --steps and --resets must be >= 1")
-    seeds = _seeds(args)
+    seeds = morphology_seeds(args.seeds, args.seed, args.morphologies)
     overrides = {"VECENV.THREADS": args.threads, "TERRAIN.BANK_SIZE": args.bank_size}
     try:
         configs = {name: load_config(known[name], overrides) for name in names}
@@ -295,9 +274,8 @@ def run(args: argparse.Namespace) -> dict:
                     seed, xml_path, body = args.seed + k, xmls[k], {"xml": xmls[k].name}
                 else:
                     seed = seeds[k]
-                    genome = random_genome(cfg.unimal, np.random.default_rng(seed), f"bench-{seed}")
                     xml_path = Path(folder) / f"{name}-{seed}.xml"
-                    xml_path.write_text(to_mjcf(genome, cfg.unimal))
+                    genome = seeded_body(cfg, seed, xml_path)
                     body = {"seed": seed, "num_limbs": genome.num_limbs}
                 rows.append({**body, **measure(cfg, xml_path, seed, args)})
                 bar.update(1)

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from derl.bench.children import run_command
 from derl.fileio.reads import read_json
-from derl.paths import REPO_ROOT
 from derl.progress import progress_bar
 
 
@@ -44,9 +43,7 @@ def _run(args: argparse.Namespace, workers: int, out_dir: Path) -> dict:
         "PPO.MAX_STATE_ACTION_PAIRS", str(args.steps), "EVO.IS_EVO", str(args.tournament).lower(),
     ]
     command = [sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", *overrides]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"evolution run with {workers} workers failed: {done.stderr.strip()[-500:]}")
+    run_command(command, f"evolution run with {workers} workers", log=out_dir.parent / f"w{workers}.log")
     summary = read_json(out_dir / "summary.json")
     return {
         "workers": workers,

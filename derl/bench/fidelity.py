@@ -34,9 +34,7 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +43,8 @@ import numpy as np
 
 from derl.analysis import plots
 from derl.bench.agreement import agreement, seed_agreement
+from derl.bench.cases import genome_files
+from derl.bench.children import run_command
 from derl.checked_config import Config, ConfigError, load_config
 from derl.fileio.reads import read_json
 from derl.fileio.writes import atomic_write_text
@@ -144,28 +144,17 @@ class Training:
         keys = {**EVERY_RUN, **self.preset.overrides, "RNG_SEED": self.seed, "PPO.MAX_STATE_ACTION_PAIRS": self.budget,
                 **(ON_CPU if self.cpu else {})}
         pairs = [str(item) for key, value in keys.items() for item in (key, value)]
-        # Through derl.bench.gpu_training's launcher: the training dies with this process.
-        return [sys.executable, "-m", "derl.bench.gpu_training", str(os.getpid()),
-                str(REPO_ROOT / "tools" / "train_ppo.py"), "--cfg", str(self.preset.path), "--genome", str(self.genome),
-                "--out", str(self.folder), "--resume", "--quiet", *common, *pairs]
+        return [sys.executable, str(REPO_ROOT / "tools" / "train_ppo.py"), "--cfg", str(self.preset.path),
+                "--genome", str(self.genome), "--out", str(self.folder), "--resume", "--quiet", *common, *pairs]
 
 
 def train(training: Training, common: list[str], criterion: str) -> dict:
     """Runs (or resumes, or reuses) one training; returns its fitness, env steps and seconds."""
     timing_path = training.folder / "fidelity_timing.json"
-    if not timing_path.is_file():
-        started = time.perf_counter()
-        training.folder.parent.mkdir(parents=True, exist_ok=True)
-        log = training.folder.parent / f"{training.folder.name}.log"
-        with log.open("w") as stream:
-            proc = subprocess.Popen(training.command(common), cwd=REPO_ROOT, stdout=stream, stderr=subprocess.STDOUT)
-            _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            raise RuntimeError(f"training failed ({proc.returncode}): {' '.join(training.command(common))}\n"
-                               f"{log.read_text()[-2000:]}")
-        atomic_write_text(timing_path, json.dumps({"wall_seconds": time.perf_counter() - started,
-                                                   "cpu_seconds": usage.ru_utime + usage.ru_stime}))
+    if not timing_path.is_file():  # the training dies with this process (a stopped study resumes it)
+        ended = run_command(training.command(common), f"training {training.folder}",
+                            log=training.folder.parent / f"{training.folder.name}.log", dies_with_parent=True)
+        atomic_write_text(timing_path, json.dumps({"wall_seconds": ended.seconds, "cpu_seconds": ended.cpu_seconds}))
     timing, result = read_json(timing_path), read_json(training.folder / "metrics.json")
     summary = result.get("summary") if isinstance(result, dict) else None
     fitness = summary.get(criterion) if isinstance(summary, dict) else None
@@ -223,7 +212,7 @@ def run(args: argparse.Namespace) -> dict:
     criterion = reference.cfg.EVO.SELECTION_CRITERIA[0]
     larger_is_better = reference.cfg.EVO.SELECTION_CRITERIA_OBJ[0] == -1
     if args.genomes is not None:
-        genomes = sorted(args.genomes.resolve().glob("*.json"))
+        genomes = genome_files(args.genomes.resolve())
         if len(genomes) < 4:
             raise SystemExit(f"error: {args.genomes}: need at least 4 genome JSON files, found {len(genomes)}")
     else:

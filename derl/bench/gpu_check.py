@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from derl.bench.cases import ft_model, seeded_genome
 from derl.bench.gpu_rows import EndToEnd
 from derl.bench.gpu_verdicts import (
     FAIL,
@@ -57,10 +58,10 @@ from derl.bench.gpu_verdicts import (
     sync_verdict,
     task_on_device_verdict,
 )
-from derl.bench.sim import ft_model
-from derl.checked_config import check_warp_cuda_here, load_config
+from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.envs.batch import FRAME_SKIP
+from derl.envs.warp_check import check_warp_cuda_here
 from derl.envs.warp_log import quiet_warp
 from derl.envs.warp_overflow import Buffers
 from derl.evolution.failures import classify, describe
@@ -131,10 +132,10 @@ def _syncs_of(name: str, overrides: dict, device: str, steps: int, nworld: int) 
     import torch
 
     from derl.envs import UnimalVectorEnv
-    from derl.morphology import random_genome, to_mjcf
+    from derl.morphology import to_mjcf
 
     cfg = load_config(evo_preset(name), {"SIM.BACKEND": "warp", "ENV.EPISODE_LENGTH": 20, **overrides})
-    mjcf = to_mjcf(random_genome(cfg.unimal, np.random.default_rng(0), f"gpu-check-{name}"), cfg.unimal)
+    mjcf = to_mjcf(seeded_genome(cfg, 0), cfg.unimal)
     env = UnimalVectorEnv(None, cfg.world, nworld, device=device, mjcf=mjcf)
     env.reset(seed=0)
     actions = torch.zeros((nworld, env.single_action_space.shape[0]), device=device)
@@ -197,11 +198,11 @@ def _on_device(name: str, device: str, nworld: int, steps: int) -> Check:
     import torch
 
     from derl.envs import UnimalVectorEnv
-    from derl.morphology import random_genome, to_mjcf
+    from derl.morphology import to_mjcf
 
     try:  # the config check and UnimalBatch refuse a task the backend cannot run on the device
         cfg = load_config(evo_preset(name), {"SIM.BACKEND": "warp"})
-        mjcf = to_mjcf(random_genome(cfg.unimal, np.random.default_rng(0), f"gpu-check-{name}"), cfg.unimal)
+        mjcf = to_mjcf(seeded_genome(cfg, 0), cfg.unimal)
         env = UnimalVectorEnv(None, cfg.world, nworld, device=device, mjcf=mjcf)
     except (ConfigError, ValueError) as err:
         return task_on_device_verdict(name, str(err), 0, 0, 0.0)

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from derl.bench.cases import ft_xml
 from derl.bench.gpu_training import (
     check_finished,
     loop_rate,
@@ -36,7 +37,6 @@ from derl.bench.gpu_verdicts import (
     utilisation_verdict,
     workers_verdict,
 )
-from derl.bench.learner import ft_xml
 from derl.checked_config import load_config
 from derl.evolution.node_size import usable_cores
 from derl.fileio.reads import read_json

@@ -16,26 +16,19 @@ rates add up (they ran side by side), and the wall rate counts all their env ste
 from __future__ import annotations
 
 import json
-import os
-import runpy
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from derl.bench.children import Child, failure
+from derl.bench.gpu_verdicts import RowError
 from derl.fileio.reads import read_bytes, read_json
-from derl.lifetime import die_with_parent
 from derl.paths import REPO_ROOT, evo_preset
 
 # The evolution of the ft_gpu_evolution row: 4 morphologies, 2 workers, about 3 iterations each.
 TINY_EVOLUTION = {"EVO.NUM_PROCESSES": 2, "EVO.INIT_POPULATION_SIZE": 2, "EVO.SEARCH_SPACE_SIZE": 4,
                   "EVO.AGING_WINDOW_SIZE": 2, "EVO.NUM_PARTICIPANTS": 2, "PPO.MAX_STATE_ACTION_PAIRS": 300000}
-
-
-class RowError(RuntimeError):
-    """A row's processes failed, ran past their limit, or wrote what cannot be read: the row's note."""
 
 
 @dataclass
@@ -66,38 +59,23 @@ def evolution_command(out: Path, device: str, overrides: dict) -> list[str]:
 
 
 def run_at_once(commands: list[list[str]], timeout: float, log_dir: Path) -> Finished:
-    """Starts the Python scripts ``commands`` (``[python, script, args...]``) together, each in its own
-    process group and dying with this process (``main`` below: the check stopped at its time limit
-    leaves nothing on the GPU), output to a log in ``log_dir``; waits for all of them up to ``timeout``
-    seconds in all, and kills the groups of those still running then."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    logs = [log_dir / f"process-{index}.log" for index in range(len(commands))]
+    """Starts the Python scripts ``commands`` (``[python, script, args...]``) together, each a
+    ``derl.bench.children.Child`` in its own process group and dying with this process (the check
+    stopped at its time limit leaves nothing on the GPU), output to a log in ``log_dir``; waits for all
+    of them up to ``timeout`` seconds in all, and kills the groups of those still running then."""
     started = time.perf_counter()
-    procs = []
-    for (python, *script), log in zip(commands, logs, strict=True):
-        with log.open("w") as stream:
-            procs.append(subprocess.Popen([python, "-m", __name__, str(os.getpid()), *script], cwd=REPO_ROOT,
-                                          stdout=stream, stderr=subprocess.STDOUT, start_new_session=True))
-    codes: list[int | None] = []
-    for proc in procs:
-        try:
-            codes.append(proc.wait(timeout=max(0.0, timeout - (time.perf_counter() - started))))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            codes.append(None)
-    seconds = time.perf_counter() - started
-    return Finished(codes, [log.read_text(errors="replace")[-2000:] for log in logs], seconds)
+    children = [Child(command, f"process {index}", log_dir / f"process-{index}.log", dies_with_parent=True)
+                for index, command in enumerate(commands)]
+    ended = [child.wait(max(0.0, timeout - (child.started - started))) for child in children]
+    return Finished([end.returncode for end in ended], [end.output for end in ended], time.perf_counter() - started)
 
 
 def check_finished(finished: Finished, timeout: float, what: str) -> None:
     """Raises ``RowError`` naming the first process that was killed at the limit or failed."""
     for index, (code, tail) in enumerate(zip(finished.returncodes, finished.tails, strict=True)):
-        if code is None:
-            raise RowError(f"{what} {index} still running after {timeout:.0f} s: killed")
-        if code != 0:
-            last = next((line for line in reversed(tail.splitlines()) if line.strip()), "no output")
-            raise RowError(f"{what} {index} exited {code}: {last.strip()[:300]}")
+        line = failure(f"{what} {index}", code, tail, timeout)
+        if line is not None:
+            raise RowError(line)
 
 
 def read_iterations(path: Path) -> list[dict]:
@@ -166,17 +144,3 @@ def tiny_evolution(device: str, overrides: dict, timeout: float, folder: Path) -
         raise RowError(f"{out / 'summary.json'}: unreadable ({err})") from None
     return {**evolution_verdict(summary, out / "summary.json"), "wall_seconds": round(finished.seconds, 1)}
 
-
-def main(argv: list[str]) -> None:
-    """``python -m derl.bench.gpu_training PARENT SCRIPT ARGS...``: runs SCRIPT as ``__main__``, killed when
-    the process PARENT dies (the parent-death signal set here, not in a ``preexec_fn``, which is unsafe
-    in a process with threads such as the GPU check's)."""
-    parent, script, *args = argv
-    die_with_parent(signal.SIGKILL, int(parent))
-    sys.argv = [script, *args]
-    sys.path[0] = str(Path(script).resolve().parent)
-    runpy.run_path(script, run_name="__main__")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

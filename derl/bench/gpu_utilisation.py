@@ -1,11 +1,11 @@
 """One GPU's utilisation and memory, sampled once a second in a background process while something runs.
 
-``python -m derl.bench.gpu_utilisation PARENT UUID`` prints ``utilisation %, memory MiB`` lines (the
-format of ``nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits``) for
-the GPU ``UUID`` until it is stopped or the process ``PARENT`` dies: through NVML (``pynvml``) where
-it is importable, else by becoming ``nvidia-smi -l 1`` (the parent-death signal survives the exec, so
-a check killed at its time limit leaves no sampler behind). ``Sampling`` runs it around a block
-and ``parse_samples`` reads what it printed.
+``python -m derl.bench.gpu_utilisation ARGS`` prints ``utilisation %, memory MiB`` lines (the format of
+``nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits``) for the GPU
+``UUID`` until it is stopped or the process that started it dies (``derl.bench.children``'s launcher):
+through NVML (``pynvml``) where it is importable, else by becoming ``nvidia-smi -l 1`` (the
+parent-death signal survives the exec, so a check killed at its time limit leaves no sampler
+behind). ``Sampling`` runs it around a block and ``parse_samples`` reads what it printed.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from derl.lifetime import die_with_parent
+from derl.bench.children import Child
 
 SMI_QUERY = ("--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits", "-l", "1")
 
 
 def sampler_args(uuid: str, nvml: bool, smi: str | None) -> list[str] | None:
-    """How the sampler samples the GPU ``uuid`` (``main``'s arguments after PARENT): NVML in Python
+    """How the sampler samples the GPU ``uuid`` (``main``'s arguments): NVML in Python
     (``nvml``: pynvml importable), else the program ``smi`` (nvidia-smi's path), else None (nothing
     here can sample a GPU)."""
     if nvml:
@@ -59,22 +59,19 @@ class Sampling:
 
     def __init__(self, args: list[str], path: Path):
         self.args, self.path = args, path
-        self.proc: subprocess.Popen | None = None
+        self.child: Child | None = None
 
     def __enter__(self) -> Sampling:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("w") as stream:
-            self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(os.getpid()), *self.args],
-                                         stdout=stream, stderr=subprocess.STDOUT)
+        self.child = Child([sys.executable, "-m", __name__, *self.args], "the GPU sampler", self.path,
+                           dies_with_parent=True)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.child.stop()
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        return self.child.proc
 
     @property
     def samples(self) -> list[tuple[float, float]]:
@@ -93,10 +90,8 @@ def _nvml(uuid: str) -> None:
         time.sleep(1)
 
 
-def main(argv: list[str]) -> None:
-    """``PARENT --nvml UUID`` or ``PARENT PROGRAM ARGS...`` (nvidia-smi): dies with the process PARENT."""
-    parent, *rest = argv
-    die_with_parent(signal.SIGKILL, int(parent))
+def main(rest: list[str]) -> None:
+    """``--nvml UUID`` or ``PROGRAM ARGS...`` (nvidia-smi)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # Sampling stops it: no traceback in the samples
     if rest[0] == "--nvml":
         _nvml(rest[1])

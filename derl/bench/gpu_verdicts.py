@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from derl.bench.gpu_training import RowError
 from derl.envs.warp_overflow import COUNTED_BITS, Buffers
 from derl.envs.warp_overflow import describe as describe_overflow
 from derl.evolution.failures import classify, describe
@@ -23,6 +22,10 @@ PASS, FAIL, MEASURED, NOT_RUN = "pass", "fail", "measured", "not run"
 SYNC_TASKS = {"ft": {}, "vt": {}}  # VT on warp: a terrain bank (derl.envs.terrain_bank.WARP_BANK_SIZE)
 # preset_fidelity passes when each candidate's Spearman is at most this far below the reference's seed-to-seed one.
 FIDELITY_MARGIN = 0.1
+
+
+class RowError(RuntimeError):
+    """A row's processes failed, ran past their limit, or wrote what cannot be read: the row's note."""
 
 
 @dataclass

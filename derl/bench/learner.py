@@ -20,16 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
+from derl.bench.cases import FT_GENOME_SEED, ft_xml
 from derl.checked_config import load_config
-from derl.morphology import random_genome, to_mjcf
 from derl.paths import evo_preset
 from derl.ppo.device import resolve_device
 from derl.ppo.trainer import PPO
 from derl.training.envs import GymEnvFactory, UnimalEnvFactory
-
-FT_GENOME_SEED = 0
 
 
 def _ints(text: str) -> list[int]:
@@ -44,15 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--amp", choices=("off", "on", "both"), default="off", help="PPO.AMP (bf16, CUDA only)")
     parser.add_argument("--iters", type=int, default=3, help="timed iterations per grid point")
     parser.add_argument("--env-id", help="a Gymnasium env id instead of the FT unimal env")
-
-
-def ft_xml(folder: Path) -> Path:
-    """The MJCF of the FT benchmark morphology (``random_genome`` seed 0 under ``ft.yml``)."""
-    cfg = load_config(evo_preset("ft"))
-    genome = random_genome(cfg.unimal, np.random.default_rng(FT_GENOME_SEED), f"bench-{FT_GENOME_SEED}")
-    path = folder / f"{genome.id}.xml"
-    path.write_text(to_mjcf(genome, cfg.unimal))
-    return path
 
 
 def _point(args: argparse.Namespace, factory, num_envs: int, steps: int, minibatch: int, amp: bool) -> dict:

@@ -11,15 +11,14 @@ trains; ``growth`` is the size after the last morphology over the size after ``-
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 
-from derl.paths import REPO_ROOT, evo_preset
+from derl.bench.children import Child
+from derl.paths import evo_preset
 
 POLL_SECONDS = 0.2
 
@@ -59,11 +58,10 @@ def run(args: argparse.Namespace) -> dict:
             "EVO.SEARCH_SPACE_SIZE", str(args.morphologies), "PPO.MAX_STATE_ACTION_PAIRS", str(args.steps),
         ]
         command = [sys.executable, "evo_single_proc.py", "--cfg", str(evo_preset("ft")), *overrides]
-        log = out_dir / "node.log"
-        with log.open("w") as stream:
-            proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=stream, stderr=subprocess.STDOUT)
-        coordinator, sizes = psutil.Process(proc.pid), {}
-        while proc.poll() is None:
+        evolution = Child(command, "evolution run", log=out_dir / "node.log")
+        coordinator, sizes = psutil.Process(evolution.proc.pid), {}
+
+        def sample() -> None:
             try:
                 worker = _worker(coordinator)
                 count = _published(out_dir)
@@ -71,9 +69,8 @@ def run(args: argparse.Namespace) -> dict:
                     sizes[count] = round(_tree_rss_mb(worker), 1)
             except psutil.Error:
                 pass  # the worker is between morphologies or exiting
-            time.sleep(POLL_SECONDS)
-        if proc.returncode != 0:
-            raise RuntimeError(f"evolution run failed ({proc.returncode}): {log.read_text()[-1000:]}")
+
+        evolution.wait(poll=sample, every=POLL_SECONDS).check()
     last = max(sizes)
     return {
         "config": {"preset": "configs/evo/ft.yml", "init": args.init, "morphologies": args.morphologies,

@@ -32,14 +32,13 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
-from derl.checked_config import Config, check_backend_here, load_config
+from derl.bench.cases import ft_model
+from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.envs.batch import FRAME_SKIP
-from derl.envs.tasks import make_task
+from derl.envs.warp_check import check_backend_here
 from derl.envs.warp_log import quiet_warp
-from derl.envs.world import compile_world
 from derl.evolution.node_size import usable_cores
-from derl.morphology import Genome, random_genome, to_mjcf
 from derl.paths import EVO_PRESETS
 
 DEFAULT_NWORLD = {"cpu": (8, 64), "cuda": (1024, 4096, 8192)}
@@ -68,19 +67,6 @@ class Rate:
     first_step_seconds: float
     setup_seconds: float  # Batch, or put_model + put_data
     nonfinite_worlds: int  # worlds whose qpos went NaN/inf: a physics problem, not a speed one
-
-
-def world_model(genome: Genome, cfg: Config) -> mujoco.MjModel:
-    """The compiled world of ``genome`` in ``cfg``'s task, as an env builds it."""
-    return compile_world(to_mjcf(genome, cfg.unimal), cfg.world, make_task(cfg.world))
-
-
-def ft_model(seed: int) -> tuple[mujoco.MjModel, dict]:
-    """The FT world of ``random_genome`` seed ``seed`` and a description of its body."""
-    cfg = load_config(EVO_PRESETS / "ft.yml")
-    genome = random_genome(cfg.unimal, np.random.default_rng(seed), f"bench-{seed}")
-    model = world_model(genome, cfg)
-    return model, {"seed": seed, "num_limbs": genome.num_limbs, "nv": model.nv, "nu": model.nu, "ngeom": model.ngeom}
 
 
 def _timed_steps(set_ctrl: Callable[[np.ndarray], None], step: Callable[[], None], nworld: int, nu: int,
