@@ -12,7 +12,7 @@ every row. So a test on CPU tensors runs exactly what a GPU runs.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import array_api_compat
 import numpy as np
@@ -57,7 +57,7 @@ def all_set(mask: Array) -> bool:
 def to_host(x: Array) -> np.ndarray:
     """``x`` as a NumPy array (a copy from a device; NumPy's own array as it is)."""
     if isinstance(x, _HOST):
-        return x
+        return cast(np.ndarray, x)  # a NumPy scalar too: the callers read it as a 0-d array
     return x.detach().cpu().numpy()
 
 

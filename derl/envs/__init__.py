@@ -16,6 +16,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
+from derl.envs.config import WorldCfg
 from derl.envs.tasks import TASKS, check_task_config
 from derl.envs.unimal_env import UnimalEnv
 from derl.envs.vector_env import UnimalVectorEnv
@@ -26,7 +27,7 @@ ENV_ID = "Unimal-v0"
 __all__ = ["ENV_ID", "TASKS", "UnimalEnv", "UnimalVectorEnv", "check_task_config", "make_env", "make_genome_env"]
 
 
-def make_env(world, xml_path: str | Path, seed: int | None = None, render_mode: str | None = None,
+def make_env(world: WorldCfg, xml_path: str | Path, seed: int | None = None, render_mode: str | None = None,
              *, flat: bool = False, width: int = 640, height: int = 480) -> gym.Env:
     """The Unimal env for a unimal MJCF file and a config.
 
@@ -43,7 +44,7 @@ def make_env(world, xml_path: str | Path, seed: int | None = None, render_mode: 
     return gym.wrappers.FlattenObservation(env) if flat else env
 
 
-def make_genome_env(world, genome, seed: int | None = None, render_mode: str | None = None,
+def make_genome_env(world: WorldCfg, genome, seed: int | None = None, render_mode: str | None = None,
                     *, flat: bool = False) -> gym.Env:
     """``make_env`` for a ``derl.morphology.Genome`` (its MJCF is built in memory)."""
     env: gym.Env = UnimalEnv(None, world, seed=seed, render_mode=render_mode, mjcf=to_mjcf(genome, world))

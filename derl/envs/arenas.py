@@ -28,6 +28,7 @@ import numpy as np
 from lxml import etree
 
 from derl.arrays import namespace
+from derl.envs.config import WorldCfg
 from derl.envs.lazy_terrain import LazyTerrain
 from derl.envs.mjcf import child, fmt, sub, y_rotation_quat
 from derl.envs.observations import HeightPatch
@@ -50,12 +51,12 @@ HFIELD_BASE_THICKNESS = 0.1
 HFIELD_SINK = 0.05
 
 
-def patch_cells(world, observe_hfield: bool) -> int:
+def patch_cells(world: WorldCfg, observe_hfield: bool) -> int:
     """The cells the height-field observation reads around the head's vertex (0 when not observed)."""
     return HeightPatch.reach_for(world.HFIELD.OBS_SIZE, world.HFIELD.NUM_DIVS) if observe_hfield else 0
 
 
-def height_map(extent: Corridor, world, observe_hfield: bool, num_envs: int, maps: int | None = None,
+def height_map(extent: Corridor, world: WorldCfg, observe_hfield: bool, num_envs: int, maps: int | None = None,
                lazy: bool = False) -> HeightMap:
     """Height maps over ``extent``, padded enough for the height-field observation if observed (one per
     env, or ``maps`` shared ones: a terrain bank); ``lazy``: the terrain is drawn lazily, and so is the
@@ -154,7 +155,7 @@ class Arena:
 class FloorArena(Arena):
     """DERL's Floor: one box of half-sizes ``TERRAIN.SIZE`` centred at the origin."""
 
-    def __init__(self, world, num_envs: int, observe_hfield: bool = False):
+    def __init__(self, world: WorldCfg, num_envs: int, observe_hfield: bool = False):
         self._size = tuple(float(v) for v in world.TERRAIN.SIZE)
         self.extent = Corridor.floor(world)
         self.heights = height_map(self.extent, world, observe_hfield, num_envs) if observe_hfield else None
@@ -177,7 +178,7 @@ class CorridorArena(Arena):
             model is otherwise static (``derl.envs.terrain_bank``); else each episode draws its own.
     """
 
-    def __init__(self, world, num_envs: int, layout: str = "corridor", overlay: Overlay | None = None,
+    def __init__(self, world: WorldCfg, num_envs: int, layout: str = "corridor", overlay: Overlay | None = None,
                  observe_hfield: bool = False, bank: bool = False):
         if layout not in ("corridor", "arena"):
             raise ValueError(f"unknown arena layout {layout!r}")
@@ -202,6 +203,7 @@ class CorridorArena(Arena):
         if self.incline and self.heights is not None:
             self.heights.interior[:] = self._incline_heights()[None, None, :]
         if banked:
+            assert self.heights is not None  # a bank needs obstacles, which keep the map
             self.bank = TerrainBank(self.heights, self._elevation,
                                     lambda rng: draw_heights(world, self.extent, rng), world.RNG_SEED)
 
@@ -267,6 +269,7 @@ class CorridorArena(Arena):
             self._scale = 1.0 / models[0].hfield("terrain").size[2]
         # a host read reads the plan where there is no overlay; under one it writes what it reads, then reads it
         highest = self._highest if self._overlay is None else None
+        assert self.heights is not None  # redrawn: the map is kept
         self.lazy = lazy_terrain(self.heights, models[0], self._write, self._flatten, self._patch_cells, highest)
 
     def initialize_episode(self, env: int, rng: np.random.Generator) -> None:
@@ -307,6 +310,7 @@ class CorridorArena(Arena):
     def _write(self, env: int, r0: int, r1: int, c0: int, c1: int) -> None:
         """Env ``env``'s plan over rows ``[r0, r1)`` and columns ``[c0, c1)`` into its map and height-field data,
         then the overlay into the map."""
+        assert self.heights is not None  # kept (__init__'s ``keep``) whenever this runs
         with self.heights.editing(env) as interior:
             for planned, a, b in self._overlapping(env, c0, c1):
                 first, row_of, hfield = planned.first, planned.block.row_of, self._hfields[env]
@@ -327,6 +331,7 @@ class CorridorArena(Arena):
         """Env ``env``'s plan back to 0 over rows ``[r0, r1)`` and columns ``[c0, c1)``: only the columns of the
         blocks written there (the rest is flat already; a block never written or read has no ``maps``), and
         the whole map there under an overlay."""
+        assert self.heights is not None  # kept (__init__'s ``keep``) whenever this runs
         with self.heights.editing(env) as interior:
             if self._overlay is not None:
                 interior[r0:r1, c0:c1] = 0.0

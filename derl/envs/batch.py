@@ -38,6 +38,7 @@ import mujoco
 import numpy as np
 
 from derl.arrays import any_set, astype, cumulative_sum, namespace, to_host
+from derl.envs.config import WorldCfg
 from derl.envs.observations import Proprioception, as_slice
 from derl.envs.physics import MujocoDataPhysics, MujocoPhysics, Physics
 from derl.envs.scene import Scene
@@ -69,6 +70,7 @@ def unimal_mjcf(xml_path: str | Path | None, mjcf: str | None) -> str:
         raise ValueError("give exactly one of xml_path and mjcf")
     if mjcf is not None:
         return mjcf
+    assert xml_path is not None  # exactly one of them is given
     path = Path(xml_path)
     try:  # never through a link or from a FIFO: an evolution's xml/ is a shared, untrusted folder
         return read_bytes(path).decode()
@@ -94,7 +96,7 @@ class UnimalBatch:
         device: where the warp backend simulates (a torch device name); its arrays are tensors there.
     """
 
-    def __init__(self, mjcf: str, world, num_envs: int, threads: int = 1, persistent: bool = False,
+    def __init__(self, mjcf: str, world: WorldCfg, num_envs: int, threads: int = 1, persistent: bool = False,
                  backend: str = "mujoco", device: str = "cpu"):
         check_task_config(world)
         self.task = task = make_task(world, num_envs)
@@ -148,7 +150,7 @@ class UnimalBatch:
         # MuJoCo C's, their results go to the device.
         self._restart_on_host = array_api_compat.is_numpy_namespace(xp) or self._per_episode_hooks or not self.static
 
-    def _init_agent(self, world, start_height: float, bound: dict[str, np.ndarray]) -> None:
+    def _init_agent(self, world: WorldCfg, start_height: float, bound: dict[str, np.ndarray]) -> None:
         model = self.model
         root = model.joint("root")
         if root.type[0] != mujoco.mjtJoint.mjJNT_FREE or root.qposadr[0] != 0:
@@ -173,7 +175,7 @@ class UnimalBatch:
         simulator's own generator (a device's restarts) from ``seed``."""
         self.rngs = [gym.utils.seeding.np_random(seed + i)[0] for i in range(self.num_envs)]
         if not self._restart_on_host:
-            self.physics.seed(seed)
+            self.physics.seed(seed)  # type: ignore[attr-defined]  # a device backend's (WarpPhysics), as here
 
     def reset(self, envs: np.ndarray) -> None:
         """Starts new episodes in the envs ``envs`` (host indices), each drawn with its own generator
@@ -216,6 +218,7 @@ class UnimalBatch:
         self.arena.cover(qpos, envs)  # a lazily drawn terrain, written where the bodies start
         physics.forward(ended)
         if self._per_episode_hooks:  # such tasks restart on the host (__init__)
+            assert envs is not None  # a restart on the host names its envs
             task.start(scene, envs)
         self._steps[:] = xp.where(ended, 0, self._steps)
         self._problems[:] = xp.where(ended, physics.problems(), self._problems)
@@ -245,7 +248,8 @@ class UnimalBatch:
         (``TerrainBank.choose_on_device``), then every env's reset noise (the ended rows are used)."""
         if self.arena.bank is not None:
             self.arena.bank.choose_on_device(self.physics, ended)
-        return self.physics.uniform((self.num_envs, _length(self._agent_qpos) + _length(self._agent_dofs)), self._noise)
+        return self.physics.uniform((  # type: ignore[attr-defined]  # a device backend's (WarpPhysics)
+            self.num_envs, _length(self._agent_qpos) + _length(self._agent_dofs)), self._noise)
 
     # ------------------------------------------------------------------ step
     def step(self, actions: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray,
@@ -308,7 +312,7 @@ class UnimalBatch:
 
     def data(self, env: int, data: mujoco.MjData | None = None) -> mujoco.MjData:
         """Env ``env``'s ``MjData`` (every field of its last call in a persistent MuJoCo C batch)."""
-        return self.physics.data(env, data)
+        return self.physics.data(env, data)  # type: ignore[attr-defined]  # the host backends' (MuJoCo C)
 
 
 def time_went_back(before, after, least_advance):

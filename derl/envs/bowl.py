@@ -8,8 +8,10 @@ import numpy as np
 from lxml import etree
 
 from derl.envs.arenas import HFIELD_BASE_THICKNESS, Arena, height_map, hfield_views, lazy_terrain, patch_cells
+from derl.envs.config import WorldCfg
 from derl.envs.lazy_terrain import TILE
 from derl.envs.mjcf import child, fmt, sub
+from derl.envs.scene import HeightMap
 from derl.envs.terrain import Corridor
 from derl.envs.terrain_bank import TerrainBank, bank_size
 
@@ -105,7 +107,9 @@ class BowlArena(Arena):
     """DERL's Bowl: a height field of half-side ``SIZE[0]`` around the origin, re-drawn each episode, or
     picked from a terrain bank (``TERRAIN.BANK_SIZE`` > 0)."""
 
-    def __init__(self, world, num_envs: int, observe_hfield: bool = False):
+    heights: HeightMap  # always kept: the bowl is a height field
+
+    def __init__(self, world: WorldCfg, num_envs: int, observe_hfield: bool = False):
         side = float(world.TERRAIN.SIZE[0])
         self.extent = Corridor(-side, side, side, 0.0, int(world.HFIELD.NUM_DIVS), False)
         banked = bank_size(world)
@@ -146,6 +150,7 @@ class BowlArena(Arena):
             self.bank.choose(env, rng)
             return
         self._plans[env] = self._shape.bumps(rng)  # written as far as the bodies reach (LazyTerrain)
+        assert self.lazy is not None  # bound without a bank
         self.lazy.start(env)
 
     def cover(self, qpos: np.ndarray, envs: np.ndarray | None = None) -> None:
@@ -167,6 +172,7 @@ class BowlArena(Arena):
         runs = self._stale.pop(env, None)
         if runs is None:
             return
+        assert self.lazy is not None  # bound without a bank
         written = self.lazy.written[env]
         tiles = [(row, min(row + TILE, r1), tile * TILE, min(tile * TILE + TILE, c1))
                  for r0, r1, c0, c1 in runs for row in range(r0, r1, TILE)

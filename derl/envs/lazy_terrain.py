@@ -97,7 +97,7 @@ class LazyTerrain:
         adr, reaches = free_body_reaches(model)
         reaches += 1 / self._extent.divs
         reaches[adr == head_qpos] = np.maximum(reaches[adr == head_qpos], self._patch)
-        self._xy = np.stack([adr, adr + 1], axis=1).ravel()
+        self._xy: np.ndarray | slice = np.stack([adr, adr + 1], axis=1).ravel()
         self.adr = adr
         if len(adr) == 1:  # the agent alone: a view, no gather
             self._xy = slice(int(adr[0]), int(adr[0]) + 2)
@@ -166,7 +166,7 @@ class LazyTerrain:
             tiles[:] = True
         return tr0, tr1, tc0, tc1
 
-    def cover(self, qpos: np.ndarray, envs: np.ndarray | None = None) -> None:
+    def cover(self, qpos: np.ndarray | None, envs: np.ndarray | None = None) -> None:
         """Writes the tiles that the free bodies of the envs ``envs`` (host indices; None: every env) can
         reach in the next step, where a body came within ``TRAVEL`` of its written rectangle's edge; drawn
         ``whole``, the whole plan of the episodes started since the last call (``qpos`` is not read)."""
@@ -175,6 +175,7 @@ class LazyTerrain:
                 self.ensure(env, 0, self._shape[0], 0, self._shape[1])
             self._started.clear()
             return
+        assert qpos is not None  # None only drawn whole
         xy = qpos[:, self._xy].reshape(len(qpos), -1, 2)
         lo, hi = self._lo, self._hi
         if envs is not None:
@@ -235,4 +236,4 @@ def _rectangles(mask: np.ndarray) -> list[tuple[int, int, int, int]]:
                 rectangle[1] = row + 1
                 ending[col, end] = rectangle
         above = ending
-    return [tuple(rectangle) for rectangle in rectangles]
+    return [(r0, r1, c0, c1) for r0, r1, c0, c1 in rectangles]

@@ -68,7 +68,7 @@ def _mp4(frames: Sequence[np.ndarray], fps: float) -> bytes:
         with imageio.get_writer(encoded, format="FFMPEG", mode="I", fps=fps, codec="libx264",
                                 pixelformat="yuv420p", macro_block_size=16, ffmpeg_log_level="error") as writer:
             for frame in frames:
-                writer.append_data(np.ascontiguousarray(frame))
+                writer.append_data(np.ascontiguousarray(frame))  # type: ignore[attr-defined]  # imageio's v2 Writer has it; its stubs type the base class
         return encoded.read_bytes()
 
 
@@ -88,7 +88,7 @@ def read_video(path: str | Path) -> np.ndarray:
     import imageio.v2 as imageio
 
     with imageio.get_reader(path, format="FFMPEG") as reader:
-        return np.stack([frame for frame in reader])
+        return np.stack([frame for frame in reader])  # type: ignore[attr-defined]  # a v2 Reader iterates its frames; its stubs type the base class
 
 
 def picture_config(world: WorldCfg) -> WorldCfg:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from derl.envs.config import WorldCfg
 from derl.envs.terrain import Corridor
 
 TRIES = 10
@@ -21,7 +22,7 @@ class PlacementGrid:
     a spot that overlaps an earlier footprint is redrawn, up to 10 times.
     """
 
-    def __init__(self, extent: Corridor, world):
+    def __init__(self, extent: Corridor, world: WorldCfg):
         self.extent = extent
         self.divs = extent.divs
         self.rows = round(2 * extent.half_width * self.divs)
@@ -81,7 +82,7 @@ class PlacementGrid:
             return row, col
         return None
 
-    def place_boxes(self, lengths: np.ndarray, widths: np.ndarray, count: int,
+    def place_boxes(self, lengths: np.ndarray | list[float], widths: np.ndarray | list[float], count: int,
                     rng: np.random.Generator) -> list[tuple[int, float, float, float, float]]:
         """``count`` boxes, each of half-length and half-width drawn from ``lengths`` and ``widths`` (one
         ``integers`` draw each, as ``rng.choice``) then placed as ``place_uniform``: (k, x, y, half-length,

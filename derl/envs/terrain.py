@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from derl.envs.config import WorldCfg
+
 # Wall boxes: half-thickness, and height above the ground (half-height 2, centred on it).
 WALL_HALF_THICKNESS = 0.5
 WALL_HEIGHT = 2.0
@@ -43,18 +45,18 @@ class Corridor:
     walls: bool
 
     @classmethod
-    def from_cfg(cls, world) -> Corridor:
+    def from_cfg(cls, world: WorldCfg) -> Corridor:
         """The ground of ``ENV.MODULES``: the Floor module's box or the Terrain module's corridor."""
         return cls.floor(world) if "Floor" in world.ENV.MODULES else cls.terrain(world)
 
     @classmethod
-    def floor(cls, world) -> Corridor:
+    def floor(cls, world: WorldCfg) -> Corridor:
         """The Floor module's box: |x| <= SIZE[0], no walls."""
         x, y, z = (float(v) for v in world.TERRAIN.SIZE)
         return cls(-x, x, y, z, int(world.HFIELD.NUM_DIVS), False)
 
     @classmethod
-    def terrain(cls, world) -> Corridor:
+    def terrain(cls, world: WorldCfg) -> Corridor:
         """The Terrain module's corridor: x from -START_FLAT to 2 SIZE[0] - START_FLAT."""
         size = world.TERRAIN.SIZE
         start_flat = float(world.TERRAIN.START_FLAT)
@@ -64,7 +66,7 @@ class Corridor:
                    int(world.HFIELD.NUM_DIVS), bool(world.TERRAIN.BOUNDARY_WALLS))
 
     @classmethod
-    def arena(cls, world) -> Corridor:
+    def arena(cls, world: WorldCfg) -> Corridor:
         """DERL's flat arena of the evaluation tasks: x in [0, 2 SIZE[0]], |y| <= SIZE[1]."""
         size = world.TERRAIN.SIZE
         if min(size) <= 0:
@@ -143,19 +145,19 @@ def _frozen(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def curve_slope(world, rng: np.random.Generator, rows: int, cols: int) -> Block:
+def curve_slope(world: WorldCfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """A smooth hump ``c * sin(0..pi)`` along x, c drawn from CURVE_HEIGHT_RANGE."""
     height = pick(rng, value_range(world.TERRAIN.CURVE_HEIGHT_RANGE))
     return Block((height * _hump(cols))[None], np.zeros(rows, dtype=np.intp))
 
 
-def steps(world, rng: np.random.Generator, rows: int, cols: int) -> Block:
+def steps(world: WorldCfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """Stairs up then down: levels 0,1,..,top,top,..,1,0 times STEP_HEIGHT (top twice as wide)."""
     return Block(_stairs(world.TERRAIN.NUM_STEPS // 2 - 1, float(world.TERRAIN.STEP_HEIGHT), cols),
                  np.zeros(rows, dtype=np.intp))
 
 
-def rugged_square(world, rng: np.random.Generator, rows: int, cols: int) -> Block:
+def rugged_square(world: WorldCfg, rng: np.random.Generator, rows: int, cols: int) -> Block:
     """Bands of 10-19 rows, each a 0..2 triangle wave along x with f/2 periods, clipped at its own c."""
     bands = rows // 10 + 1  # enough bands of >= 10 rows to cover all rows
     clip_values = value_range(world.TERRAIN.RUGGED_SQUARE_CLIP_RANGE)
@@ -189,12 +191,12 @@ OBSTACLES: dict[str, TerrainType] = {
 }
 
 
-def obstacle_types(world) -> tuple[str, ...]:
+def obstacle_types(world: WorldCfg) -> tuple[str, ...]:
     """The obstacle types asked for by TERRAIN.TYPES ("flat" allowed, meaning none; names checked at load)."""
     return tuple(t for t in world.TERRAIN.TYPES if t != "flat")
 
 
-def obstacles_fit(world) -> bool:
+def obstacles_fit(world: WorldCfg) -> bool:
     """Whether any obstacle can ever be placed: the shortest flat stretch plus the shortest
     obstacle fit in the corridor after the start area (else the terrain is always flat)."""
     types = obstacle_types(world)
@@ -208,7 +210,7 @@ def obstacles_fit(world) -> bool:
     return start + flat + shortest <= corridor.shape[1] - 1
 
 
-def max_height(world) -> float:
+def max_height(world: WorldCfg) -> float:
     """An upper bound on any height map drawn for this config (the hfield's z scale)."""
     return max([OBSTACLES[t].height_bound(world) for t in obstacle_types(world)] + [1e-3])
 
@@ -217,7 +219,7 @@ class CorridorObstacles:
     """A corridor's obstacle draws for one config, its ranges turned into columns once (a reset draws an
     episode's plan from them, ``blocks``: no config read or float arithmetic per draw)."""
 
-    def __init__(self, world, corridor: Corridor):
+    def __init__(self, world: WorldCfg, corridor: Corridor):
         self._cfg = world
         self._rows, cols = corridor.shape
         self._last = cols - 1
@@ -253,12 +255,12 @@ class CorridorObstacles:
             col += length
 
 
-def obstacle_blocks(world, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
+def obstacle_blocks(world: WorldCfg, corridor: Corridor, rng: np.random.Generator) -> Iterator[tuple[int, Block]]:
     """One episode's obstacles in corridor order (``CorridorObstacles.blocks``)."""
     return CorridorObstacles(world, corridor).blocks(rng)
 
 
-def draw_heights(world, corridor: Corridor, rng: np.random.Generator) -> np.ndarray:
+def draw_heights(world: WorldCfg, corridor: Corridor, rng: np.random.Generator) -> np.ndarray:
     """One episode's height map (metres above the ground), shape ``corridor.shape`` (``obstacle_blocks``
     on a flat corridor; an env's reset writes only the blocks' columns: ``CorridorArena``)."""
     heights = np.zeros(corridor.shape)

@@ -31,6 +31,7 @@ import numpy as np
 from lxml import etree
 
 from derl.arrays import namespace
+from derl.envs.config import WorldCfg
 from derl.envs.mjcf import child, sub
 from derl.envs.scene import HeightMap
 
@@ -44,7 +45,7 @@ BANK_STREAM = 0x7E44A1
 WARP_BANK_SIZE = 32
 
 
-def bank_size(world) -> int:
+def bank_size(world: WorldCfg) -> int:
     """``TERRAIN.BANK_SIZE``: the bank's K, or 0 for a terrain drawn per episode (DERL's way), which
     ``SIM.BACKEND warp`` cannot do: there 0 means ``WARP_BANK_SIZE``."""
     size = int(world.TERRAIN.BANK_SIZE)

@@ -18,6 +18,7 @@ import mujoco
 import numpy as np
 
 from derl.envs.batch import UnimalBatch, unimal_mjcf
+from derl.envs.config import WorldCfg
 from derl.envs.vector_env import observation_space
 
 FLAGS = ("out_of_map", "unstable")
@@ -38,7 +39,7 @@ class UnimalEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
 
-    def __init__(self, xml_path: str | Path | None, world, seed: int | None = None,
+    def __init__(self, xml_path: str | Path | None, world: WorldCfg, seed: int | None = None,
                  render_mode: str | None = None, width: int = 640, height: int = 480, *,
                  mjcf: str | None = None):
         if render_mode not in (None, "rgb_array"):

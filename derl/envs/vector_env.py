@@ -28,6 +28,7 @@ from gymnasium.vector.utils import batch_space
 
 from derl.arrays import any_set
 from derl.envs.batch import UnimalBatch, unimal_mjcf
+from derl.envs.config import WorldCfg
 
 
 def observation_space(sizes: dict[str, int]) -> gym.spaces.Dict:
@@ -49,7 +50,7 @@ class UnimalVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
-    def __init__(self, xml_path: str | Path | None, world, num_envs: int, *, mjcf: str | None = None,
+    def __init__(self, xml_path: str | Path | None, world: WorldCfg, num_envs: int, *, mjcf: str | None = None,
                  device: Any = "cpu"):
         mjcf = unimal_mjcf(xml_path, mjcf)
         self.num_envs = num_envs

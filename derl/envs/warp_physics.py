@@ -54,11 +54,13 @@ PER_WORLD_FIELDS = frozenset(field.name for field in dataclasses.fields(mjw.Mode
                              if tuple(getattr(field.type, "shape", ()) or ())[:1] == ("*",))
 
 
+# Warp's kernel language types arguments by calls (wp.array(dtype=...)) and wp.tid() by the launch's
+# dimensions, which Python's type system cannot state: mypy is told to skip those three lines.
 @wp.kernel
-def _keep_rows(envs: wp.array(dtype=wp.bool), saved: wp.array2d(dtype=wp.float32),
-               now: wp.array2d(dtype=wp.float32)):
+def _keep_rows(envs: wp.array(dtype=wp.bool), saved: wp.array2d(dtype=wp.float32),  # type: ignore[valid-type]
+               now: wp.array2d(dtype=wp.float32)):  # type: ignore[valid-type]
     """Puts row ``i`` of ``saved`` back into ``now`` where ``envs[i]`` is not set."""
-    i, j = wp.tid()
+    i, j = wp.tid()  # type: ignore[misc]
     if not envs[i]:
         now[i, j] = saved[i, j]
 
@@ -156,7 +158,7 @@ class WarpPhysics:
 
     def _forward_masked(self) -> None:
         for live, saved in self._derived:
-            wp.copy(saved, live)
+            wp.copy(saved, live)  # type: ignore[arg-type]  # warp types its arrays array | array_t, copy takes array
         mjw.forward(self.model, self.data)
         for live, saved in self._derived:
             wp.launch(_keep_rows, dim=live.shape, inputs=[self._mask, saved, live])

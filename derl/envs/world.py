@@ -13,6 +13,7 @@ from __future__ import annotations
 import mujoco
 from lxml import etree
 
+from derl.envs.config import WorldCfg
 from derl.envs.mjcf import child, fmt, sub
 from derl.envs.tasks import make_task
 
@@ -63,7 +64,7 @@ def _parse(unimal_xml: str | bytes) -> tuple[etree._Element, etree._Element, flo
     return root, head, float((head.get("pos") or "0 0 0").split()[2])
 
 
-def build_world(unimal_xml: str | bytes, world, task) -> str:
+def build_world(unimal_xml: str | bytes, world: WorldCfg, task) -> str:
     """The env's MJCF text: the unimal in ``task``'s world (see the module docstring)."""
     root, head, height = _parse(unimal_xml)
     worldbody = root.find("worldbody")
@@ -86,13 +87,13 @@ def build_world(unimal_xml: str | bytes, world, task) -> str:
     return etree.tostring(root, pretty_print=True, encoding="unicode")
 
 
-def build_xml(unimal_xml: str | bytes, world) -> str:
+def build_xml(unimal_xml: str | bytes, world: WorldCfg) -> str:
     """The env's MJCF text for a unimal's MJCF in the world of ``world.ENV.TASK`` (a terrain bank's height
     fields are empty in the text: ``compile_world`` fills them)."""
     return build_world(unimal_xml, world, make_task(world))
 
 
-def compile_world(unimal_xml: str | bytes, world, task) -> mujoco.MjModel:
+def compile_world(unimal_xml: str | bytes, world: WorldCfg, task) -> mujoco.MjModel:
     """The compiled model of ``build_world``, with what the task's arena draws at build written into it
     (a terrain bank's height fields, ``derl.envs.terrain_bank``): simulate this, not the bare text."""
     model = mujoco.MjModel.from_xml_string(build_world(unimal_xml, world, task))

@@ -109,4 +109,5 @@ def _descend(root: str | Path, path: str | Path, make: bool) -> int:
         if fd is not None:
             os.close(fd)
         raise
+    assert fd is not None  # parts is never empty: ``below`` lies strictly below ``top``
     return fd

@@ -74,7 +74,7 @@ def capsule_frame(u: np.ndarray) -> np.ndarray:
 
 def place_limbs(genome: Genome) -> list[PlacedLimb]:
     """Every limb of ``genome`` in group order (a mirrored limb right after its original)."""
-    placed: dict[int, PlacedLimb] = {}
+    placed: dict[int | None, PlacedLimb] = {}  # get(None): the head's limbs have no parent limb
     for group in genome.groups:
         parents = _parents(genome, group)
         u = direction(group.theta, group.phi)

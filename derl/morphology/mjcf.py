@@ -67,7 +67,7 @@ def _build(genome: Genome, options: MjcfOptions, limbs: list[PlacedLimb], height
     _add_defaults(root, options)
     worldbody = etree.SubElement(root, "worldbody")
     head = _add_head(worldbody, genome, height)
-    bodies = {None: head}
+    bodies: dict[int | None, etree._Element] = {None: head}  # None: the head
     for limb in limbs:
         bodies[limb.id] = _add_limb(bodies[limb.parent], limb, genome.limb_density)
     etree.SubElement(root, "contact")

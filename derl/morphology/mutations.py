@@ -54,7 +54,7 @@ def growth_sites(genome: Genome) -> list[tuple[int | None, str, bool]]:
     (once per limb). Both entries name the group's first limb: a pair grown on
     either limb of a pair is the same pair (the second limb hangs from the mirror site).
     """
-    sites = [(None, HEAD_SITE, False)]
+    sites: list[tuple[int | None, str, bool]] = [(None, HEAD_SITE, False)]
     for group in genome.groups:
         sites += [(group.ids[0], site, group.is_pair) for _limb in group.ids for site in LIMB_SITES]
     return sites

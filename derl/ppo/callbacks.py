@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from derl.fileio.folders import make_folders
 from derl.metrics import REWARD_PREFIX
+
+if TYPE_CHECKING:  # tensorboard is imported only when a curve is written
+    from torch.utils.tensorboard import SummaryWriter
 
 
 class Callback:
@@ -94,7 +98,7 @@ class TensorBoard(Callback):
 
     def __init__(self, log_dir: str | Path):
         self.log_dir = Path(log_dir)
-        self.writer = None
+        self.writer: SummaryWriter | None = None
 
     def on_iteration(self, record: dict) -> None:
         if self.writer is None:

@@ -15,9 +15,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+# NumPy arrays or tensors (Any): which one follows the normaliser's device, a link mypy cannot follow.
+from derl.arrays import Array
+
 EPSILON = 1e-8
 CLIP = 10.0
-Array = np.ndarray | torch.Tensor
 Moments = tuple[float, Array, Array]  # (count, mean, M2 = var * count)
 
 

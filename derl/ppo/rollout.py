@@ -163,6 +163,7 @@ class Collector:
         # Envs receive actions clipped to the action space (as SB3 and CleanRL); the rollout keeps the
         # sampled, unclipped action, whose log-probability the loss uses.
         space = envs.single_action_space
+        assert isinstance(space, gym.spaces.Box)  # check_vector_env
         self._low = xp.asarray(np.asarray(space.low, np.float32), device=device)
         self._high = xp.asarray(np.asarray(space.high, np.float32), device=device)
 

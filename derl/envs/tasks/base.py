@@ -37,6 +37,7 @@ import numpy as np
 from lxml import etree
 
 from derl.envs.arenas import Arena
+from derl.envs.config import WorldCfg
 from derl.envs.mjcf import fmt
 from derl.envs.observations import HeightPatch, head_frame
 from derl.envs.scene import Array, Scene
@@ -75,7 +76,7 @@ class Task:
     edge_termination: ClassVar[bool] = False
     camera: ClassVar[Camera] = Camera()
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         self.world = world
         self.num_envs = num_envs
         check_modules(type(self), world.ENV.MODULES)
@@ -83,6 +84,7 @@ class Task:
         self.arena = self.make_arena()
         self._patch: HeightPatch | None = None
         if self.observe_hfield:
+            assert self.arena.heights is not None  # an observed height field keeps the arena's map
             width = self.arena.heights.width
             self._patch = HeightPatch(world.HFIELD.OBS_SIZE, world.HFIELD.NUM_DIVS, width)
 
@@ -178,6 +180,7 @@ class Task:
     def _height_patch(self, scene: Scene, envs: np.ndarray | None) -> Array:
         """The height patch of every env, or of the rows ``envs`` only (the gather is the dear part)."""
         heights = self.arena.heights
+        assert heights is not None and self._patch is not None  # only when the height field is observed
         qpos, xmat, entry = scene.qpos, scene.xmat[:, scene.head], heights.entry
         if envs is not None:
             qpos, xmat, entry = qpos[envs], xmat[envs], entry[envs]

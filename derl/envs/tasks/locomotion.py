@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 from lxml import etree
 
 from derl.envs.arenas import Arena, CorridorArena, FloorArena
+from derl.envs.config import WorldCfg
 from derl.envs.mjcf import y_rotation_quat
 from derl.envs.placement import PlacementGrid
 from derl.envs.props import StaticBoxes
@@ -27,11 +29,11 @@ class Locomotion(Task):
     """
 
     reward_terms = ("__reward__forward", "__reward__stand")
-    observables = ("hfield",)
-    grounds = ("Floor", "Terrain")
+    observables: ClassVar[tuple[str, ...]] = ("hfield",)
+    grounds: ClassVar[tuple[str, ...]] = ("Floor", "Terrain")
     edge_termination = True
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         super().__init__(world, num_envs)
         self._forward_weight = float(world.ENV.FORWARD_REWARD_WEIGHT)
         self._stand_weight = float(world.ENV.STAND_REWARD_WEIGHT)
@@ -79,7 +81,7 @@ class Obstacle(Locomotion):
     grounds = ("Terrain",)
     needs = ("Objects",)
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         super().__init__(world, num_envs)
         self._boxes = StaticBoxes(int(world.OBJECT.NUM_OBSTACLES))
         self._lengths = value_range(world.OBJECT.OBSTACLE_LEN_RANGE)
@@ -145,7 +147,7 @@ class Incline(Locomotion):
 
     grounds = ("Terrain",)
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         super().__init__(world, num_envs)
         self._cos = math.cos(math.radians(float(world.TERRAIN.INCLINE_ANGLE)))
         self._start_x = incline_start(world, 0.0)[0][0]
@@ -163,7 +165,7 @@ class Incline(Locomotion):
         return (scene.qpos[:, 0] - self._start_x) / self._cos
 
 
-def incline_start(world, head_height: float) -> tuple[tuple[float, float, float], str | None]:
+def incline_start(world: WorldCfg, head_height: float) -> tuple[tuple[float, float, float], str | None]:
     """DERL's start on an incline: 2 m from the corridor's start end, on the plane, tilted with it."""
     angle = float(world.TERRAIN.INCLINE_ANGLE)
     half_len, ground = float(world.TERRAIN.SIZE[0]), float(world.TERRAIN.SIZE[2])

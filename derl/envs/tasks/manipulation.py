@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import ClassVar
 
 import mujoco
 import numpy as np
 from lxml import etree
 
 from derl.envs.arenas import Arena, CorridorArena, FloorArena
+from derl.envs.config import WorldCfg
 from derl.envs.observations import head_frame, names_with_prefix
 from derl.envs.props import Ball, Box, GoalMarker
 from derl.envs.scene import Array, Scene
@@ -22,13 +25,13 @@ GOAL_LIFT = 0.11
 
 
 # OBJECT.TYPE -> the prop it builds.
-OBJECTS = {
+OBJECTS: dict[str, Callable[[WorldCfg], Box | Ball]] = {
     "box": lambda world: Box(world.OBJECT.BOX_SIDE, world.OBJECT.BOX_MASS),
     "ball": lambda world: Ball(world.OBJECT.BALL_RADIUS),
 }
 
 
-def make_object(world) -> Box | Ball:
+def make_object(world: WorldCfg) -> Box | Ball:
     """The OBJECT.TYPE prop: a box (BOX_SIDE, BOX_MASS) or a ball (BALL_RADIUS); checked at config load."""
     return OBJECTS[world.OBJECT.TYPE](world)
 
@@ -63,12 +66,12 @@ class Manipulation(Task):
 
     reward_terms = ("__reward__reach", "__reward__push")
     aggregates = {"__reward__manipulation": ("__reward__reach", "__reward__push")}
-    observables = ("obj", "goal", "hfield")
-    grounds = ("Floor", "Terrain")
-    needs = ("Objects",)
+    observables: ClassVar[tuple[str, ...]] = ("obj", "goal", "hfield")
+    grounds: ClassVar[tuple[str, ...]] = ("Floor", "Terrain")
+    needs: ClassVar[tuple[str, ...]] = ("Objects",)
     camera = camera_above(2.5, 5.0)
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         super().__init__(world, num_envs)
         self.object = make_object(world)
         self.goal = GoalMarker()
@@ -126,7 +129,7 @@ class Manipulation(Task):
         """Puts env ``env``'s object and goal for the episode."""
         x_lo, x_hi = self._x_span
         ahead = self._ahead  # whole metres, high excluded, as DERL's forward placement
-        obj_x = float(min(max(rng.integers(*ahead), x_lo), x_hi - self._min_gap))  # np.clip's, 5 us less
+        obj_x = float(min(max(int(rng.integers(*ahead)), x_lo), x_hi - self._min_gap))  # np.clip's, 5 us less
         goal_x = min(obj_x + float(rng.integers(*ahead)), x_hi)
         obj_y, goal_y = rng.uniform(-self._y_half, self._y_half, size=2)
         half = self.object.half_height
@@ -226,10 +229,10 @@ class PushBoxIncline(Manipulation):
     grounds = ("Terrain",)
     observables = ("obj", "goal")
 
-    def __init__(self, world, num_envs: int = 1):
-        for key in ("BOX_POS", "GOAL_POS"):
-            if len(value := getattr(world.OBJECT, key)) != 2:
-                raise ValueError(f"OBJECT.{key} must be [x, y] for push_box_incline, got {list(value)}")
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
+        for key, pos in (("BOX_POS", world.OBJECT.BOX_POS), ("GOAL_POS", world.OBJECT.GOAL_POS)):
+            if len(pos) != 2:
+                raise ValueError(f"OBJECT.{key} must be [x, y] for push_box_incline, got {list(pos)}")
         super().__init__(world, num_envs)
         self._cos = math.cos(math.radians(float(world.TERRAIN.INCLINE_ANGLE)))
 

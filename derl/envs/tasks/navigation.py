@@ -9,6 +9,7 @@ from lxml import etree
 
 from derl.envs.arenas import Arena, CorridorArena, FloorArena
 from derl.envs.bowl import BowlArena
+from derl.envs.config import WorldCfg
 from derl.envs.mjcf import fmt
 from derl.envs.placement import PlacementGrid
 from derl.envs.props import GoalMarker
@@ -29,7 +30,7 @@ class _ReachGoal(Task):
 
     reward_terms = ("__reward__reach",)
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         super().__init__(world, num_envs)
         self.goal = GoalMarker()
         self._scale, self._step_reward, self._bonus = (float(v) for v in world.ENV.REACH_REWARD_PARAMS)
@@ -85,7 +86,7 @@ class Patrol(_ReachGoal):
     camera = Camera(pos="0 -16 9", xyaxes=fmt(1, 0, 0, 0, 9 / math.hypot(9, 16), 16 / math.hypot(9, 16)),
                     mode="fixed", on_head=False)
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         super().__init__(world, num_envs)
         self._half_len = float(world.TERRAIN.PATROL_HALF_LEN)
         if not 0 < self._half_len < float(world.TERRAIN.SIZE[0]):
@@ -138,7 +139,7 @@ class PointNav(_ReachGoal):
     needs = ("Objects",)
     camera = camera_above(3.0, 5.0)
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         super().__init__(world, num_envs)
         self._length = int(world.ENV.EPISODE_LENGTH)
 
@@ -157,7 +158,8 @@ class PointNav(_ReachGoal):
     def initialize_episode(self, scene: Scene, env: int, rng: np.random.Generator) -> None:
         super().initialize_episode(scene, env, rng)
         spot = PlacementGrid(self.arena.extent, self.world).place_uniform((GOAL_HALF_SIDE, GOAL_HALF_SIDE), rng)
-        x, y = spot  # the first try never overlaps: the grid is empty
+        assert spot is not None  # the first try never overlaps: the grid is empty
+        x, y = spot
         heights = scene.heights
         ground = (heights.max_under(env, x, y, GOAL_HALF_SIDE, GOAL_HALF_SIDE) if heights is not None
                   else scene.ground_z)
@@ -190,7 +192,7 @@ class Exploration(Task):
     needs = ("Objects",)
     camera = camera_above(3.0, 5.0)
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         super().__init__(world, num_envs)
         self._forward_weight = float(world.ENV.FORWARD_REWARD_WEIGHT)
 
@@ -251,7 +253,7 @@ class EscapeBowl(Task):
     grounds = ("Bowl",)
     camera = camera_above(3.0, 5.0)
 
-    def __init__(self, world, num_envs: int = 1):
+    def __init__(self, world: WorldCfg, num_envs: int = 1):
         super().__init__(world, num_envs)
         self._forward_weight = float(world.ENV.FORWARD_REWARD_WEIGHT)
         self._escape_radius = float(world.TERRAIN.SIZE[0]) - ESCAPE_MARGIN

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from derl.config import ConfigError
+from derl.envs.config import WorldCfg
 from derl.envs.tasks.base import Task
 from derl.metrics import CTRL_TERM, SUMMARY_FIELDS
 
@@ -24,7 +25,7 @@ def register(name: str) -> Callable[[type[Task]], type[Task]]:
     return add
 
 
-def task_class(world) -> type[Task]:
+def task_class(world: WorldCfg) -> type[Task]:
     """The class of ``world.ENV.TASK``; an unknown name is a one-line error."""
     name = world.ENV.TASK
     if name not in TASKS:
@@ -32,12 +33,12 @@ def task_class(world) -> type[Task]:
     return TASKS[name]
 
 
-def make_task(world, num_envs: int = 1) -> Task:
+def make_task(world: WorldCfg, num_envs: int = 1) -> Task:
     """A new task of ``world.ENV.TASK`` for the config, serving ``num_envs`` envs."""
     return task_class(world)(world, num_envs)
 
 
-def check_task_config(world, criteria: Sequence[str] = ()) -> None:
+def check_task_config(world: WorldCfg, criteria: Sequence[str] = ()) -> None:
     """Checks ``ENV.TASK``, ``ENV.KEYS_TO_KEEP`` and ``criteria`` (``EVO.SELECTION_CRITERIA``) against the task.
 
     Observation keys must be ``proprioceptive`` or keys the task declares; selection criteria must
