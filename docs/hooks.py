@@ -1,8 +1,8 @@
-"""mkdocs hooks (mkdocs.yml ``hooks``): the config reference generated from ``derl.config``.
+"""mkdocs hooks (mkdocs.yml ``hooks``): the config reference generated from the typed config.
 
 ``docs/reference/config.md`` holds the marker line ``<!-- config-keys -->``; the build replaces it with
-the table of every flattened key from the one declaration in ``derl/config.py`` (default, type,
-meaning), so the page cannot drift from the code. ``tests/test_docs.py`` checks the table.
+the table of every flattened key of ``derl.checked_config.Config`` from its one declaration in the
+section that holds it (default, type, meaning), so the page cannot drift from the code. ``tests/test_docs.py`` checks the table.
 """
 
 from __future__ import annotations

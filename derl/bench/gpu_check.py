@@ -2,7 +2,7 @@
 
 Checks on the real device what no CPU test can show, and prints a verdict table (and writes it as
 JSON, rewritten after each row): warp's CUDA, driver, conditional graphs and memory pool
-(``derl.checked_config.check_warp_cuda``); the first step captured and launched
+(``derl.envs.warp_check.check_warp_cuda``); the first step captured and launched
 (``derl.envs.warp_physics``: warp's own stream, a warm-up that leaves the state as it was); zero
 host syncs in env steps with episode restarts (FT, and VT on a terrain bank) under
 ``torch.cuda.set_sync_debug_mode("error")``;
