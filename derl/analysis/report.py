@@ -149,7 +149,7 @@ def _summary(w: _Writer) -> None:
         ("state", "finished" if view.is_finished() else "in progress"),
         ("published", f"{len(view)} / {view.total}"),
         ("training now", str(len(view.in_progress()))),
-        ("failed", str(len(view.run.failed_ids()))),
+        ("failed", str(len(view.run.failures.failed_ids()))),
         ("task", f"{cfg.ENV.TASK} ({', '.join(cfg.ENV.MODULES)})"),
         ("search", search_text(cfg.EVO)),
         ("PPO budget", f"{cfg.PPO.MAX_STATE_ACTION_PAIRS:,} env steps ({cfg.PPO.MAX_ITERS} iterations) per morphology"),
@@ -295,7 +295,7 @@ def _top(w: _Writer) -> None:
             w.bar.update(1)
         run = view.run
         files = "<br>".join(f'<a href="{w.link(path)}">{name}</a>' for name, path in (
-            ("genome", run.genome_path(record.id)), ("xml", run.xml_path(record.id)),
+            ("genome", run.genomes.genome_path(record.id)), ("xml", run.genomes.xml_path(record.id)),
             ("checkpoint", run.checkpoint_path(record.id)), ("curve", run.metrics_path(record.id))) if path.exists())
         if record.id in videos:
             files += f'<br><a href="{w.link(videos[record.id])}">evolution video</a>'
@@ -395,7 +395,7 @@ def _media(w: _Writer, record: Morphology) -> tuple[str, str]:
     image_path = w.out / "media" / f"{record.id}.png"
     try:
         if not image_path.exists():
-            write_png(render_body(view.run.read_xml(record.id), view.cfg), image_path, w.root)
+            write_png(render_body(view.run.genomes.read_xml(record.id), view.cfg), image_path, w.root)
         w.report.media[f"{record.id}.png"] = str(image_path)
         image = f'<img src="{w.link(image_path)}" width="240" alt="{_esc(record.id)}">'
     except Exception as err:  # noqa: BLE001 - a body that cannot be rendered keeps its row

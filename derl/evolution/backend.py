@@ -38,7 +38,7 @@ class TrainOutcome(Protocol):
 
 
 class GenomeFiles(NamedTuple):
-    """A new genome as it is written (``RunDir.write_genome``): its JSON text and its MJCF, both made
+    """A new genome as it is written (``GenomeStore.write_genome``): its JSON text and its MJCF, both made
     from the one genome object the backend built."""
 
     genome_json: str
@@ -53,7 +53,7 @@ class Backend(Protocol):
         """One new random morphology (replaces a failed initial one)."""
 
     def mutate(self, cfg: CfgNode, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
-        """A child of the genome ``parent`` (as ``RunDir.read_genome`` returns it), by one mutation."""
+        """A child of the genome ``parent`` (as ``GenomeStore.read_genome`` returns it), by one mutation."""
 
     def train(
         self,
