@@ -35,11 +35,13 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from derl.fileio.folders import NotAFolder, make_folders, open_folder
 from derl.fileio.reads import JsonFileError, NotRegularFile, open_file, read_json
 from derl.fileio.writes import atomic_write_bytes, atomic_write_text, write_json
+
+T = TypeVar("T")
 
 
 class Identity(NamedTuple):
@@ -144,6 +146,23 @@ class SharedFolder:
         except NotAFolder as err:
             self._refuse(err)
             return None
+
+    def read_in_folder(self, path: Path, read: Callable[..., T]) -> T:
+        """``read(path, dir_fd=folder)``: the file ``path``, below ``root``, looked up in a descriptor of
+        its folder (``_folder``), as ``derl.fileio.read_bytes`` and ``read_json`` take one: a folder
+        swapped for a link at any moment is never read through.
+
+        Raises:
+            NotAFolder: a folder on the way is a link or a file: the search stops on it; a reader
+                is warned once (``_refuse``) and should skip the file.
+            FileNotFoundError: the folder is missing (or, from ``read``, the file).
+        """
+        try:
+            with self._folder(path.parent) as folder:
+                return read(path, dir_fd=folder)
+        except NotAFolder as err:
+            self._refuse(err)
+            raise
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root))

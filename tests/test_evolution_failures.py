@@ -331,7 +331,7 @@ def test_a_child_of_a_quarantined_parent_is_published_with_its_lineage_from_the_
     run = RunDir(tmp_path)
     run.create()
     for genome_id, parent_id in [("000003", None), ("000007", "000003"), ("000010", "000007")]:
-        run.write_genome(genome_id, _genome(genome_id, parent_id, None, 1.0), "<mujoco/>")
+        run.genomes.write_genome(genome_id, _genome(genome_id, parent_id, None, 1.0), "<mujoco/>")
     results = PublishedResults(run, load_config(None, []).EVO)
     assert lineage(run, results, "000010", "000007") == "000003/000007/000010"
     assert lineage(run, results, "000003", None) == "000003"

@@ -159,15 +159,16 @@ def test_a_bad_metrics_file_is_dropped_and_training_goes_on_from_the_checkpoint(
 
 def test_a_genome_whose_xml_is_a_link_is_made_anew_from_scratch(tmp_path, sentinel):
     run = search_run(tmp_path)
-    run.write_genome("000004", json.dumps({"schema_version": 1, "id": "000004", "parent_id": None}), "<mujoco/>")
+    genome = json.dumps({"schema_version": 1, "id": "000004", "parent_id": None})
+    run.genomes.write_genome("000004", genome, "<mujoco/>")
     for path in (run.checkpoint_path("000004"), run.metrics_path("000004")):
         path.write_text("trained on the body outside\n")
-    run.xml_path("000004").unlink()
-    run.xml_path("000004").symlink_to(sentinel / "victim.json")
-    assert not run.has_genome("000004")
-    assert not run.has_genome("000004")  # the link moved aside once
-    run.write_genome("000004", json.dumps({"schema_version": 1, "id": "000004", "parent_id": None}), "<mujoco/>")
-    assert run.has_genome("000004") and run.read_xml("000004") == "<mujoco/>"
+    run.genomes.xml_path("000004").unlink()
+    run.genomes.xml_path("000004").symlink_to(sentinel / "victim.json")
+    assert not run.genomes.has_genome("000004")
+    assert not run.genomes.has_genome("000004")  # the link moved aside once
+    run.genomes.write_genome("000004", genome, "<mujoco/>")
+    assert run.genomes.has_genome("000004") and run.genomes.read_xml("000004") == "<mujoco/>"
     assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == [
         "metrics-000004.jsonl", "models-000004.pt", "xml-000004.xml"]  # the new body trains from scratch
 
@@ -175,10 +176,11 @@ def test_a_genome_whose_xml_is_a_link_is_made_anew_from_scratch(tmp_path, sentin
 def test_a_checkpoint_that_is_a_link_is_moved_aside_before_training(tmp_path, sentinel):
     """Before: ``load_checkpoint`` read it through the link (a node problem, restart after restart)."""
     run = search_run(tmp_path)
-    run.write_genome("000004", json.dumps({"schema_version": 1, "id": "000004", "parent_id": None}), "<mujoco/>")
+    genome = json.dumps({"schema_version": 1, "id": "000004", "parent_id": None})
+    run.genomes.write_genome("000004", genome, "<mujoco/>")
     run.checkpoint_path("000004").symlink_to(sentinel / "victim.json")
     os.mkfifo(run.metrics_path("000004"))
-    assert run.has_genome("000004") and not os.path.lexists(run.checkpoint_path("000004"))
+    assert run.genomes.has_genome("000004") and not os.path.lexists(run.checkpoint_path("000004"))
     assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == ["metrics-000004.jsonl", "models-000004.pt"]
 
 
@@ -296,7 +298,7 @@ def test_a_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read
 
     run = RunDir(search_run(tmp_path).root, quarantine=quarantine, skip=not quarantine)
     failure = {"id": "000001", "slot": 1, "attempt": 0, "reason": "the run's own", "node": 0, "worker": 0}
-    run.record_failure(failure)
+    run.failures.record_failure(failure)
     outside = sentinel / "error_metadata"
     name, real = ("read_json", shared_folder.read_json) if use == "read" else ("scandir", os.scandir)
     swapped = []
@@ -311,9 +313,9 @@ def test_a_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read
 
     monkeypatch.setattr(shared_folder if use == "read" else os, name, swap_then_use)
     if use == "read":
-        assert run.read_failure("000001") == failure  # from the folder opened, never through the link
+        assert run.failures.read_failure("000001") == failure  # from the folder opened, never through the link
     else:
-        assert run.failed_ids() == ["000001"]
+        assert run.failures.failed_ids() == ["000001"]
     assert (run.root / "error_metadata").is_symlink()  # the swap did happen
 
 

@@ -47,7 +47,7 @@ def test_metadata_written_by_earlier_derl_reads_and_writes_back_unchanged(tmp_pa
     run = _base_run(tmp_path)
     for morphology_id in IDS:
         text = (BASE_FORMAT / "metadata" / f"{morphology_id}.json").read_text()
-        data = run.read_metadata(morphology_id, RULES)  # raises JsonFileError if it failed its schema
+        data = run.publications.read_metadata(morphology_id, RULES)  # raises JsonFileError if it failed its schema
         assert data == json.loads(text)
         record = PublishedRecord.from_json(data)
         terms = ("__reward__ctrl", "__reward__forward", "__reward__stand", "energy", "metric", "return", "x_pos")
@@ -56,7 +56,7 @@ def test_metadata_written_by_earlier_derl_reads_and_writes_back_unchanged(tmp_pa
     view = RunView(tmp_path)
     child = view.by_id["000006"]
     assert child.lineage == ("000002", "000005", "000006") and child.parent_id == "000005"
-    assert child.fitness == PublishedRecord.from_json(run.read_metadata("000006", RULES)).fitness
+    assert child.fitness == PublishedRecord.from_json(run.publications.read_metadata("000006", RULES)).fitness
     assert child.limbs is not None  # the genome read once, as a dict, gives the body
 
 

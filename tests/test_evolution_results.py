@@ -18,14 +18,15 @@ FORWARD = [5.0, 9.0, 1.0, 7.0, 3.0, 2.0, 8.0, 4.0, 6.0, 0.5]  # slot k has FORWA
 def publish(run, slot, value):
     """Slot ``slot``'s morphology (its claim, genome, stand-in files and record) with fitness ``value``."""
     morphology_id = slot_id(slot)
-    run.write_genome(morphology_id, json.dumps({"id": morphology_id}), "<mujoco/>")  # first: a new body's
+    run.genomes.write_genome(morphology_id, json.dumps({"id": morphology_id}), "<mujoco/>")  # first: a new body's
     for relative in morphology_files(morphology_id).values():  # genome quarantines an older checkpoint
         if not (run.root / relative).exists():
             (run.root / relative).write_text("stand-in\n")
     run.slots.claim(slot, {"slot": slot, "id": morphology_id, "attempt": 0, "node": 0, "worker": 0})
-    number = run.take_publication_number(morphology_id, node=0, worker=0)
-    run.publish({"id": morphology_id, "slot": slot, "attempt": 0, "lineage": morphology_id, "__reward__forward": value,
-                 "publication": number, "files": morphology_files(morphology_id)})
+    number = run.publications.take_publication_number(morphology_id, node=0, worker=0)
+    run.publications.publish({"id": morphology_id, "slot": slot, "attempt": 0, "lineage": morphology_id,
+                              "__reward__forward": value, "publication": number,
+                              "files": morphology_files(morphology_id)})
     return number
 
 
@@ -75,7 +76,7 @@ def test_publication_numbers_are_unique_with_gaps_after_a_death(tmp_path):
     assert publish(run, 0, 1.0) == 0
     # A worker takes number 1 for slot 1 and dies before writing the metadata: the number stays
     # taken and unused. Resumed, it publishes slot 1 under a new number; 1 is a gap forever.
-    assert run.take_publication_number(slot_id(1), node=0, worker=1) == 1
+    assert run.publications.take_publication_number(slot_id(1), node=0, worker=1) == 1
     assert publish(run, 2, 2.0) == 2
     assert publish(run, 1, 3.0) == 3
     # A number taken meanwhile by another process (here: created by hand) is skipped.
@@ -93,7 +94,7 @@ def test_vanilla_tournament_retires_losers_for_good(tmp_path):
     cfg = config(TOURNAMENT_TYPE="vanilla_num", NUM_PARTICIPANTS=2)
     rng = np.random.default_rng(1)
     winners = [results.select_parent(cfg, rng)["id"] for _ in range(60)]
-    retired = run.retired_ids()
+    retired = run.publications.retired_ids()
     assert retired and "000001" not in retired  # the best is never dominated
     assert len(results.by_id) == len(FORWARD)  # published metadata stays
     later = [results.select_parent(cfg, rng)["id"] for _ in range(20)]

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from derl.evolution.lease import is_stale, takeover_reason
+from derl.evolution.record import morphology_files
 from derl.evolution.schema import RecordRules
 from derl.evolution.storage import RunDir
 from derl.fileio.reads import JsonFileError
@@ -103,9 +104,10 @@ def test_takeover_reason_stale_owner_or_owner_elsewhere(tmp_path):
     assert "last beat 20 s ago" in takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10)
     run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 3})  # alive, but on another slot
     assert "works on slot 3" in takeover_reason(run, 2, claim, now=beat, lease_seconds=10)
-    run.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002", "publication": 0})
+    run.publications.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002", "publication": 0})
     assert takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10) is None  # done: nothing to take
-    assert not run.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002", "publication": 1})
+    assert not run.publications.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002",
+                                         "publication": 1})
 
 
 def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_path, capsys):
@@ -116,12 +118,12 @@ def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_
     (tmp_path / "workers" / "0-0.json").write_text('{"node": 5, "worker": 0}')
     reader = RunDir(tmp_path)
     with pytest.raises(JsonFileError, match=r"metadata/000001.json: not valid JSON"):
-        reader.read_metadata("000001", RULES)
+        reader.publications.read_metadata("000001", RULES)
     with pytest.raises(ValueError, match=r"slots/000003.json: has no valid morphology id"):
         reader.slots.read(3)
     search = RunDir(tmp_path, quarantine=True)
-    assert search.published_ids() == ["000001"]  # notes.txt moved out of the way
-    assert search.read_metadata("000001", RULES) is None and search.workers.read_state(0, 0) is None
+    assert search.publications.published_ids() == ["000001"]  # notes.txt moved out of the way
+    assert search.publications.read_metadata("000001", RULES) is None and search.workers.read_state(0, 0) is None
     # A damaged claim stays: the lease, not the file's content, decides who owns the slot.
     assert search.slots.read(3)["damaged"] == "has no valid morphology id (id=None)" and search.slots.is_claimed(3)
     moved = sorted(p.name for p in (tmp_path / "quarantine").iterdir())
@@ -163,10 +165,43 @@ def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
 def test_a_corrupt_genome_is_quarantined_and_counts_as_missing(tmp_path):
     search = RunDir(tmp_path, quarantine=True)
     search.create()
-    search.write_genome("000004", '{"id": "000004", "size": 1.0}\n', "<mujoco/>")
-    assert search.has_genome("000004") and search.read_genome("000004")["size"] == 1.0
+    search.genomes.write_genome("000004", '{"id": "000004", "size": 1.0}\n', "<mujoco/>")
+    assert search.genomes.has_genome("000004") and search.genomes.read_genome("000004")["size"] == 1.0
     (tmp_path / "genomes" / "000004.json").write_text('{"id": "000004", "si')
-    assert not search.has_genome("000004")
+    assert not search.genomes.has_genome("000004")
     with pytest.raises(FileNotFoundError, match="genomes/000004.json is missing"):
-        search.read_genome("000004")
+        search.genomes.read_genome("000004")
     assert [p.name for p in (tmp_path / "quarantine").iterdir()] == ["genomes-000004.json"]
+
+
+def test_the_genome_store_lays_out_a_morphology_s_files_as_its_record_lists_them(tmp_path):
+    run = RunDir(tmp_path)
+    paths = {"genome": run.genomes.genome_path("000004"), "xml": run.genomes.xml_path("000004"),
+             "checkpoint": run.checkpoint_path("000004"), "metrics": run.metrics_path("000004")}
+    assert {key: run.relative(path) for key, path in paths.items()} == morphology_files("000004")
+    assert run.genomes is run.genomes and run.publications.slots is run.slots  # built once, sharing the slots
+
+
+def test_a_damaged_failure_record_is_quarantined_and_the_morphology_tried_again(tmp_path):
+    search = RunDir(tmp_path, quarantine=True)
+    search.create()
+    failure = {"id": "000003", "slot": 3, "attempt": 0, "reason": "ValueError: bad body", "node": 0, "worker": 1}
+    search.failures.record_failure(failure)
+    assert search.failures.has_failed("000003") and search.failures.read_failure("000003") == failure
+    assert search.failures.failed_ids() == ["000003"] and not search.failures.has_failed("000004")
+    search.failures.error_path("000003").write_text('{"id": "000003", "sl')
+    assert not search.failures.has_failed("000003")
+    assert [p.name for p in (tmp_path / "quarantine").iterdir()] == ["error_metadata-000003.json"]
+
+
+def test_a_morphology_is_retired_once_and_stays_published(tmp_path):
+    run = RunDir(tmp_path)
+    run.create()
+    number = run.publications.take_publication_number("000002", node=0, worker=0)
+    assert not run.publications.is_published("000002")
+    assert run.publications.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002",
+                                     "publication": number})
+    run.publications.retire("000002")
+    run.publications.retire("000002")  # a second tournament that drew the loser: nothing changes
+    assert run.publications.retired_ids() == {"000002"} and run.publications.published_ids() == ["000002"]
+    assert run.publications.is_published("000002")

@@ -39,14 +39,15 @@ def search_run(tmp_path):
 def test_an_id_from_a_record_never_becomes_a_path_outside_the_folder(tmp_path, sentinel):
     run = search_run(tmp_path)
     before = snapshot(sentinel)
-    for build in (run.genome_path, run.metadata_path, run.checkpoint_path, run.error_path, run.video_path):
+    for build in (run.genomes.genome_path, run.genomes.xml_path, run.publications.metadata_path, run.checkpoint_path,
+                  run.metrics_path, run.failures.error_path, run.video_path):
         with pytest.raises(ValueError, match="not a morphology id"):
             build("../../sentinel/victim")
     with pytest.raises(ValueError, match="not a morphology id"):
-        run.metadata_path("000001\n")
+        run.publications.metadata_path("000001\n")
     # A genome naming such a parent is itself invalid: quarantined, never followed.
-    run.write_genome("000004", json.dumps({"id": "000004", "parent_id": "../../sentinel/victim"}), "<mujoco/>")
-    assert not run.has_genome("000004")
+    run.genomes.write_genome("000004", json.dumps({"id": "000004", "parent_id": "../../sentinel/victim"}), "<mujoco/>")
+    assert not run.genomes.has_genome("000004")
     with pytest.raises(ValueError, match="is not a file of"):
         run.quarantine(run.root / "genomes" / ".." / ".." / "sentinel" / "victim.json", "crafted")
     assert snapshot(sentinel) == before
@@ -82,7 +83,7 @@ def test_a_quarantine_folder_that_is_a_link_is_refused(tmp_path, sentinel):
     (run.root / "metadata").mkdir()
     (run.root / "metadata" / "000001.json").write_text("[]")
     with pytest.raises(OSError, match="quarantine is not a folder"):
-        run.read_metadata("000001", RULES)
+        run.publications.read_metadata("000001", RULES)
     assert (run.root / "metadata" / "000001.json").exists() and sorted(os.listdir(sentinel)) == ["victim.json"]
 
 
@@ -91,7 +92,8 @@ def test_a_fifo_or_folder_where_a_record_belongs_is_quarantined_at_once(tmp_path
     os.mkfifo(run.root / "metadata" / "000007.json")
     (run.root / "metadata" / "000008.json").mkdir()
     os.mkfifo(run.root / "summary.json")
-    assert run.read_metadata("000007", RULES) is None and run.read_metadata("000008", RULES) is None
+    assert run.publications.read_metadata("000007", RULES) is None
+    assert run.publications.read_metadata("000008", RULES) is None
     assert run.read_summary() is None
     assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == [
         "metadata-000007.json", "metadata-000008.json", "summary.json"]
@@ -104,7 +106,7 @@ def published_record(run, morphology_id, **fields):
         (run.root / relative).write_text("stand-in\n")
     slot, attempt = parse_id(morphology_id)
     run.slots.claim(slot, {"slot": slot, "id": morphology_id, "attempt": attempt, "node": 0, "worker": 0})
-    number = run.take_publication_number(morphology_id, 0, 0)
+    number = run.publications.take_publication_number(morphology_id, 0, 0)
     return {"id": morphology_id, "parent_id": None, "lineage": morphology_id, "mutation": None, "slot": slot,
             "attempt": attempt, "seed": 1, "node": 0, "worker": 0, "device": "cpu", "__reward__forward": 2.0,
             "env_steps": 100, "iterations": 1, "wall_time": 1.0, "steps_per_sec": 100.0,
@@ -127,22 +129,23 @@ def test_a_record_that_lies_is_refused(tmp_path, fields, reason):
 
 def test_a_planted_record_or_a_reused_publication_number_is_quarantined(tmp_path, capsys):
     run = search_run(tmp_path)
-    run.publish(published_record(run, "000000"))
+    run.publications.publish(published_record(run, "000000"))
     planted = {"id": "000001", "slot": 1, "attempt": 0, "lineage": "000001", "publication": 0,
                "__reward__forward": 1e300, "files": morphology_files("000001")}
     (run.root / "metadata" / "000001.json").write_text(json.dumps(planted))  # no files, number 0 is 000000's
     record = published_record(run, "000002")
     os.unlink(run.root / "models" / "000002.pt")
-    run.publish(record)
-    assert run.read_metadata("000000", RULES)["publication"] == 0
-    assert run.read_metadata("000001", RULES) is None and run.read_metadata("000002", RULES) is None
+    run.publications.publish(record)
+    assert run.publications.read_metadata("000000", RULES)["publication"] == 0
+    assert run.publications.read_metadata("000001", RULES) is None
+    assert run.publications.read_metadata("000002", RULES) is None
     err = capsys.readouterr().err
     assert "000001.json lists genomes/000001.json, which is missing" in err
     assert "000002.json lists models/000002.pt, which is missing" in err
     for relative in morphology_files("000001").values():
         (run.root / relative).write_text("stand-in\n")
     (run.root / "metadata" / "000001.json").write_text(json.dumps(planted))
-    assert run.read_metadata("000001", RULES) is None
+    assert run.publications.read_metadata("000001", RULES) is None
     assert "has publication 0, which published/00000000.json gives to '000000'" in capsys.readouterr().err
 
 
@@ -152,21 +155,22 @@ def test_a_record_its_slot_never_held_is_quarantined(tmp_path, capsys):
     the search's and the slot's current claim (``slots/`` or its latest lease) names it."""
     run = search_run(tmp_path)
     for name in ("000000", "999999", "000005-1"):
-        run.publish(published_record(run, name, slot=parse_id(name)[0]))
+        run.publications.publish(published_record(run, name, slot=parse_id(name)[0]))
     run.slots.replace(5, {"slot": 5, "id": "000005", "attempt": 0, "node": 0, "worker": 0})  # slot 5 holds 000005
     record = published_record(run, "000004")
     os.unlink(run.root / "slots" / "000004.json")
-    run.publish(record)
+    run.publications.publish(record)
     for name, taker in (("000006", "000006-2"), ("000008", "000008")):  # slots taken over by another worker
         record = published_record(run, name)
         run.slots.take_over(parse_id(name)[0], run.slots.read(parse_id(name)[0]),
                            {"slot": parse_id(name)[0], "id": taker, "attempt": parse_id(taker)[1], "node": 1,
                             "worker": 0})
-        run.publish(record)
+        run.publications.publish(record)
     record = published_record(run, "000007")
     (run.root / "slots" / "000007.json").write_text("{}")
-    run.publish(record)
-    accepted = [name for name in sorted(run.published_ids()) if run.read_metadata(name, RULES) is not None]
+    run.publications.publish(record)
+    accepted = [name for name in sorted(run.publications.published_ids())
+                if run.publications.read_metadata(name, RULES) is not None]
     # The taker of slot 8 holds the same morphology; slot 7's damaged claim names nobody, refutes nothing.
     assert accepted == ["000000", "000007", "000008"]
     err = capsys.readouterr().err
@@ -243,8 +247,8 @@ def test_a_folder_of_the_layout_that_is_a_link_is_never_read_through(tmp_path, s
     os.rmdir(run.root / "metadata")
     (run.root / "metadata").symlink_to(sentinel)
     reader = RunDir(run.root, skip=True)
-    assert reader.published_ids() == [] and reader.read_metadata("000003", RULES) is None
+    assert reader.publications.published_ids() == [] and reader.publications.read_metadata("000003", RULES) is None
     assert "metadata is a link or a file, not a folder" in capsys.readouterr().err
     assert len(RunView(run.root)) == 0  # the report's reader too
     with pytest.raises(OSError, match="metadata is not a folder"):
-        run.published_ids()  # the search stops on it
+        run.publications.published_ids()  # the search stops on it

@@ -120,7 +120,7 @@ def publication_order(metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def to_record(metadata: dict[str, Any], genome: dict[str, Any] | None, publication: int) -> Morphology:
-    """The morphology of a metadata object that passed its schema (``RunDir.read_metadata``), with the
+    """The morphology of a metadata object that passed its schema (``PublicationStore.read_metadata``), with the
     body of its genome, ``publication``-th in publication order."""
     published = PublishedRecord.from_json(metadata)
     return Morphology(

@@ -108,7 +108,7 @@ def with_episode_length(cfg: Config, steps: int) -> Config:
 def _private_copies(run: RunDir, morphology_id: str) -> Iterator[tuple[Path, Path]]:
     """The body (``xml/<id>.xml``) and the policy (``models/<id>.pt``) of ``morphology_id``, copied into a
     private temporary folder, where ``run_policy`` opens them by path. Each is read through a descriptor
-    of its folder (``RunDir.read_in_folder``): a folder swapped for a link at any moment is never read
+    of its folder (``SharedFolder.read_in_folder``): a folder swapped for a link at any moment is never read
     through, and a link or a FIFO in its place is refused.
 
     Raises:
@@ -118,7 +118,7 @@ def _private_copies(run: RunDir, morphology_id: str) -> Iterator[tuple[Path, Pat
     """
     with tempfile.TemporaryDirectory(prefix="derl-replay-") as private:
         originals = {}  # copy -> the run's file
-        for path in (run.xml_path(morphology_id), run.checkpoint_path(morphology_id)):
+        for path in (run.genomes.xml_path(morphology_id), run.checkpoint_path(morphology_id)):
             try:
                 data = run.read_in_folder(path, partial(read_bytes, max_bytes=MAX_FILE_BYTES))
             except FileNotFoundError:

@@ -67,7 +67,7 @@ def _summary(w: PageWriter) -> None:
         ("state", "finished" if view.is_finished() else "in progress"),
         ("published", f"{len(view)} / {view.total}"),
         ("training now", str(len(view.in_progress()))),
-        ("failed", str(len(view.run.failed_ids()))),
+        ("failed", str(len(view.run.failures.failed_ids()))),
         ("task", f"{cfg.ENV.TASK} ({', '.join(cfg.ENV.MODULES)})"),
         ("search", search_text(cfg.EVO)),
         ("PPO budget", f"{cfg.PPO.MAX_STATE_ACTION_PAIRS:,} env steps ({cfg.PPO.MAX_ITERS} iterations) per morphology"),

@@ -44,7 +44,7 @@ def top_section(w: PageWriter) -> None:
             w.bar.update(1)
         run = view.run
         files = "<br>".join(f'<a href="{w.link(path)}">{name}</a>' for name, path in (
-            ("genome", run.genome_path(record.id)), ("xml", run.xml_path(record.id)),
+            ("genome", run.genomes.genome_path(record.id)), ("xml", run.genomes.xml_path(record.id)),
             ("checkpoint", run.checkpoint_path(record.id)), ("curve", run.metrics_path(record.id))) if path.exists())
         if record.id in videos:
             files += f'<br><a href="{w.link(videos[record.id])}">evolution video</a>'
@@ -106,7 +106,7 @@ def _media(w: PageWriter, record: Morphology) -> tuple[str, str]:
     image_path = w.out / "media" / f"{record.id}.png"
     try:
         if not image_path.exists():
-            write_png(render_body(view.run.read_xml(record.id), view.cfg.world), image_path, w.root)
+            write_png(render_body(view.run.genomes.read_xml(record.id), view.cfg.world), image_path, w.root)
         w.report.media[f"{record.id}.png"] = str(image_path)
         image = f'<img src="{w.link(image_path)}" width="240" alt="{esc(record.id)}">'
     except Exception as err:  # noqa: BLE001 - a body that cannot be rendered keeps its row

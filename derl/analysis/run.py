@@ -25,8 +25,8 @@ import numpy as np
 from derl.analysis.curves import EMPTY, Curve, iterations_to_fraction, read_curve
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
-from derl.checked_config import Config, load_config, load_run_config
-from derl.config import ConfigError
+from derl.checked_config import load_config, load_run_config
+from derl.config import Config, ConfigError
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.evolution.schema import RecordRules
@@ -89,18 +89,18 @@ class RunView:
     # ------------------------------------------------------------------ records
     def refresh(self) -> None:
         """Reads the morphologies published since the last call (each file once)."""
-        for morphology_id in self.run.published_ids():
+        for morphology_id in self.run.publications.published_ids():
             if morphology_id in self._metadata:
                 continue
             try:
-                metadata = self.run.read_metadata(morphology_id, RecordRules.of(self.cfg.EVO))
+                metadata = self.run.publications.read_metadata(morphology_id, RecordRules.of(self.cfg.EVO))
             except json.JSONDecodeError as err:  # derl.fileio.reads.JsonFileError names the file
                 # A corrupt or foreign file: the search quarantines it; a reader skips it and retries.
-                self.unreadable[str(self.run.metadata_path(morphology_id))] = str(err)
+                self.unreadable[str(self.run.publications.metadata_path(morphology_id))] = str(err)
                 continue
             if metadata is None:
                 continue  # moved to quarantine/ by a worker meanwhile
-            self.unreadable.pop(str(self.run.metadata_path(morphology_id)), None)
+            self.unreadable.pop(str(self.run.publications.metadata_path(morphology_id)), None)
             self._metadata[morphology_id] = metadata
             self._genomes[morphology_id] = self._read_genome(morphology_id)
         ordered = publication_order(list(self._metadata.values()))
@@ -109,7 +109,7 @@ class RunView:
 
     def _read_genome(self, morphology_id: str) -> dict[str, Any] | None:
         try:
-            return self.run.read_genome(morphology_id)
+            return self.run.genomes.read_genome(morphology_id)
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
@@ -191,10 +191,10 @@ class RunView:
             if slot in published_slots or (claim := self._read_slot(slot)) is None:
                 continue
             morphology_id = claim["id"]
-            if morphology_id in self._metadata or self.run.is_published(morphology_id):
+            if morphology_id in self._metadata or self.run.publications.is_published(morphology_id):
                 continue
             try:
-                if self.run.has_failed(morphology_id):
+                if self.run.failures.has_failed(morphology_id):
                     continue
             except JsonFileError as err:  # a failure record that fails its schema: named, and the slot skipped
                 self.unreadable[str(err.path)] = str(err)
@@ -213,9 +213,9 @@ class RunView:
 
     def failed(self) -> list[dict[str, Any]]:
         failures = []
-        for morphology_id in sorted(self.run.failed_ids()):
+        for morphology_id in sorted(self.run.failures.failed_ids()):
             try:
-                failure = self.run.read_failure(morphology_id)
+                failure = self.run.failures.read_failure(morphology_id)
             except JsonFileError as err:  # names the file
                 self.unreadable[str(err.path)] = str(err)
                 continue
@@ -259,5 +259,5 @@ class RunView:
             except ValueError:
                 raise RunError(f"not a morphology id: {morphology_id!r}") from None
             raise RunError(f"morphology {morphology_id} is not published in {self.run.root} "
-                           f"(no {self.run.relative(self.run.metadata_path(morphology_id))})")
+                           f"(no {self.run.relative(self.run.publications.metadata_path(morphology_id))})")
         return self.by_id[morphology_id]

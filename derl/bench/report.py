@@ -81,7 +81,7 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
         parent = None if slot < init else slot_id(int(rng.integers(max(0, slot - init), slot)))
         mutation = None if parent is None else str(rng.choice(MUTATIONS))
         genome, mjcf = pool[body]
-        run.write_genome(morphology_id, json.dumps({**genome, "id": morphology_id, "parent_id": parent,
+        run.genomes.write_genome(morphology_id, json.dumps({**genome, "id": morphology_id, "parent_id": parent,
                                                      "mutation": mutation}), mjcf)
         lineage[morphology_id] = morphology_id if parent is None else f"{lineage[parent]}/{morphology_id}"
         progress = slot / morphologies
@@ -90,15 +90,15 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
         atomic_write_text(run.metrics_path(morphology_id), _curve_lines(final, iterations, speed, rng))
         atomic_write_text(run.checkpoint_path(morphology_id), "a synthetic run has no trained checkpoint\n")
         run.slots.claim(slot, {"slot": slot, "id": morphology_id, "attempt": 0, "node": 0, "worker": slot % 16})
-        publication = run.take_publication_number(morphology_id, 0, slot % 16)
-        run.publish({
+        publication = run.publications.take_publication_number(morphology_id, 0, slot % 16)
+        run.publications.publish({
             "id": morphology_id, "parent_id": parent, "lineage": lineage[morphology_id], "mutation": mutation,
             "slot": slot, "attempt": 0, "seed": slot, "node": 0, "worker": slot % 16, "return": final - 0.1,
             "__reward__forward": final, "__reward__ctrl": -0.1, "energy": 80.0, "__reward__stand": 0.0,
             "x_pos": final / 100, "metric": final / 100, "env_steps": iterations * 4096, "iterations": iterations,
             "wall_time": 3600.0, "steps_per_sec": 1400.0,
             "files": {name: run.relative(path) for name, path in (
-                ("genome", run.genome_path(morphology_id)), ("xml", run.xml_path(morphology_id)),
+                ("genome", run.genomes.genome_path(morphology_id)), ("xml", run.genomes.xml_path(morphology_id)),
                 ("checkpoint", run.checkpoint_path(morphology_id)), ("metrics", run.metrics_path(morphology_id)))},
             "published_at": started + 10.0 * slot, "publication": publication,
         })

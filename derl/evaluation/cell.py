@@ -42,6 +42,6 @@ def main(argv: list[str]) -> None:
     confine_writes(cell.run)  # every write below OUT_DIR (the trainer's too): no folder passed as a link
     cfg = cell_config(cell, Path(out_dir), overrides)
     limit_threads(cfg.TORCH_THREADS)  # one training per core: no BLAS or OpenMP pools fighting
-    train_to_folder(cfg, {"xml": str(RunDir(cell.run).xml_path(cell.id))}, Path(out_dir), resume=True,
+    train_to_folder(cfg, {"xml": str(RunDir(cell.run).genomes.xml_path(cell.id))}, Path(out_dir), resume=True,
                     progress=False)
 

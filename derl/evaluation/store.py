@@ -213,7 +213,7 @@ def _mean(values) -> float | None:
 
 
 def _claim_time_and_owner(path: Path, dir_fd: int) -> tuple[float, Any]:
-    """A claim's mtime and content, both in its folder's descriptor (``RunDir.read_in_folder``); the
+    """A claim's mtime and content, both in its folder's descriptor (``SharedFolder.read_in_folder``); the
     content ``{}`` where it does not parse: being written right now (``create_exclusive`` writes after
     creating), or not a file."""
     mtime = os.lstat(path.name, dir_fd=dir_fd).st_mtime

@@ -53,7 +53,7 @@ class Backend(Protocol):
         """One new random morphology (replaces a failed initial one)."""
 
     def mutate(self, cfg: Config, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
-        """A child of the genome ``parent`` (as ``RunDir.read_genome`` returns it), by one mutation."""
+        """A child of the genome ``parent`` (as ``GenomeStore.read_genome`` returns it), by one mutation."""
 
     def train(
         self,

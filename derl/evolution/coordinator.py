@@ -72,8 +72,8 @@ def prepare_run(cfg: Config, run: RunDir, backend: Backend) -> None:
     log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
     genomes = backend.initial_population(cfg, cfg.RNG_SEED, ids, num_workers=usable_cores())
     for morphology_id, files in zip(ids, genomes, strict=True):
-        if not run.has_genome(morphology_id):  # init_population.json lost, genomes kept: never rewrite one
-            run.write_genome(morphology_id, files.genome_json, files.mjcf)
+        if not run.genomes.has_genome(morphology_id):  # init_population.json lost, genomes kept: never rewrite one
+            run.genomes.write_genome(morphology_id, files.genome_json, files.mjcf)
     run.mark_init_population(ids)
 
 
@@ -338,7 +338,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
         prepare_run(cfg, run, load_backend())
     with private_folder(cfg.NODE_ID) as private:
         code = Coordinator(cfg, run, ["--cfg", str(node_config_file(cfg, private))], devices).run_workers()
-    published = len(run.published_ids())
+    published = len(run.publications.published_ids())
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
         log(f"search complete: {published} morphologies in {run.root} (see summary.json)")
     elif run.stop_requested() and code == 0:

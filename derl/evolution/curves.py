@@ -66,7 +66,7 @@ class SearchCurves:
     def _body(self, morphology_id: str, step: int) -> None:
         """Limbs and degrees of freedom of the genome, where it is one of ``derl.morphology``."""
         try:
-            genome = Genome.from_dict(self.run.read_genome(morphology_id))
+            genome = Genome.from_dict(self.run.genomes.read_genome(morphology_id))
         except (GenomeError, OSError, ValueError):
             return
         self.writer.add_scalar("morphology/limbs", genome.num_limbs, step)

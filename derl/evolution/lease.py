@@ -63,7 +63,7 @@ def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, l
     owner = (claim["node"], claim["worker"])
     name = f"{owner[0]}-{owner[1]}"
     state = run.workers.read_state(*owner) or {}  # read before the metadata: the owner publishes, then moves on
-    if run.is_published(claim["id"]):
+    if run.publications.is_published(claim["id"]):
         return None
     if state.get("slot") != slot:
         return f"its owner {name} works on slot {state.get('slot')}"

@@ -33,8 +33,9 @@ class PublishedResults:
         self.unavailable: set[str] = set()
 
     def refresh(self) -> None:
-        for morphology_id in self.run.published_ids():
-            if morphology_id not in self.by_id and (metadata := self.run.read_metadata(morphology_id, self.rules)):
+        publications = self.run.publications
+        for morphology_id in publications.published_ids():
+            if morphology_id not in self.by_id and (metadata := publications.read_metadata(morphology_id, self.rules)):
                 self.by_id[morphology_id] = metadata  # None: quarantined meanwhile
 
     def count_slots_below(self, limit: int) -> int:
@@ -62,7 +63,7 @@ class PublishedResults:
                                              len(pool))
             winner, participants = selection.tournament(costs, num, rng)
             try:
-                genome = self.run.read_genome(pool[winner]["id"])
+                genome = self.run.genomes.read_genome(pool[winner]["id"])
             except FileNotFoundError as err:
                 print(f"warning: {pool[winner]['id']} leaves the tournament pool: {err}", file=sys.stderr, flush=True)
                 self.unavailable.add(pool[winner]["id"])
@@ -70,7 +71,7 @@ class PublishedResults:
             if not evo.TOURNAMENT_TYPE.startswith("aging"):
                 loser = selection.first_dominated(costs, participants)
                 if loser is not None:
-                    self.run.retire(pool[loser]["id"])
+                    self.run.publications.retire(pool[loser]["id"])
             return genome
 
     def _tournament_pool(self, evo: Config) -> list[dict[str, Any]]:
@@ -79,7 +80,7 @@ class PublishedResults:
         if evo.TOURNAMENT_TYPE.startswith("aging"):
             window = selection.aging_window([r["publication"] for r in records], evo.AGING_WINDOW_SIZE)
             return [records[i] for i in window]
-        retired = self.run.retired_ids()
+        retired = self.run.publications.retired_ids()
         return sorted((r for r in records if r["id"] not in retired), key=lambda r: r["slot"])
 
 
@@ -108,7 +109,7 @@ def summarize(
         "search": search_kind(evo),
         "initial_population_size": num_initial_slots(evo),
         "claimed_slots": run.slots.num_claimed(),
-        "failed": len(run.failed_ids()),
+        "failed": len(run.failures.failed_ids()),
         "selection_criteria": list(evo.SELECTION_CRITERIA),
         "best": top[0] if top else None,
         "top_k": top,

@@ -233,9 +233,9 @@ class Scheduler:
         failed_here = 0
         while True:
             morphology_id = slot_id(slot, attempt)
-            if self.run.is_published(morphology_id):
+            if self.run.publications.is_published(morphology_id):
                 return
-            if not self.run.has_failed(morphology_id):
+            if not self.run.failures.has_failed(morphology_id):
                 try:
                     self.state.write(slot=slot, id=morphology_id, status="training")
                     self.step(slot, attempt)
@@ -263,7 +263,7 @@ class Scheduler:
     def _record_failure(self, morphology_id: str, slot: int, attempt: int, err: Exception) -> None:
         reason = f"{type(err).__name__}: {err}".splitlines()[0]
         self.state.log(f"{morphology_id} failed: {reason}")
-        self.run.record_failure({
+        self.run.failures.record_failure({
             "id": morphology_id, "slot": slot, "attempt": attempt, "reason": reason,
             "traceback": traceback.format_exc(limit=-8), "node": self.node, "worker": self.worker,
         })

@@ -7,7 +7,7 @@ every read, so nothing downstream sees a file that fails
 matching the file name, parent ids that are ids, the files a record lists being the run's own, a
 published record agreeing with the run's config
 (``RecordRules``). Pure functions: no filesystem access here (what needs the folder, such as
-listed files being present or the slot's claim naming the record, is checked in ``RunDir.read_metadata``).
+listed files being present or the slot's claim naming the record, is checked in ``PublicationStore.read_metadata``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,14 @@ from derl.evolution.record import BOOKKEEPING, morphology_files
 def is_id(value: Any) -> bool:
     """True for a morphology id (``000042``, ``000042-1``): the only names that become paths."""
     return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
+
+
+def checked_id(morphology_id: str) -> str:
+    """``morphology_id`` if it is a morphology id; a ``ValueError`` before it can become a path
+    (``../../victim`` from a crafted record must never name a file outside ``OUT_DIR``)."""
+    if not is_id(morphology_id):
+        raise ValueError(f"not a morphology id: {morphology_id!r:.60}")
+    return morphology_id
 
 
 def _is_int(value: Any, minimum: int = 0) -> bool:
@@ -107,7 +115,7 @@ class RecordRules(NamedTuple):
 
 def metadata_problem(data: Any, name: str, rules: RecordRules) -> str | None:
     """Why ``data`` is not the published metadata (``derl.evolution.record.PublishedRecord``) of
-    ``name`` in a run with ``rules``, or None (the folder-level checks: ``RunDir.read_metadata``)."""
+    ``name`` in a run with ``rules``, or None (the folder-level checks: ``PublicationStore.read_metadata``)."""
     problem = _id_problem(data, name) or _required(data, ("lineage", "publication", "files"))
     if problem:
         return problem

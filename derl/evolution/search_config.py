@@ -86,7 +86,7 @@ def _begun(run: RunDir) -> str:
     """What shows that ``run``'s search has begun, in words; empty if nothing does."""
     if nodes := run.manifest():
         return f"node(s) {', '.join(map(str, nodes))} joined it"
-    if published := run.published_ids():
+    if published := run.publications.published_ids():
         return f"{len(published)} morphologies are published"
     if claimed := run.slots.num_claimed():
         return f"{claimed} slots are claimed"

@@ -69,7 +69,7 @@ def aging_window(publication_numbers: Sequence[int], window_size: int) -> np.nda
     """Indices of the ``window_size`` newest entries by publication number, oldest first.
 
     Publication numbers are taken by exclusive creation when a result is published
-    (``RunDir.take_publication_number``), so they order the population as it was
+    (``PublicationStore.take_publication_number``), so they order the population as it was
     published, without file times or the clocks of several machines (DERL sorted
     by file time). Ordering by slot instead would let a morphology that is slow to
     train enter the window late yet leave it on schedule. Gaps are allowed.

@@ -96,7 +96,7 @@ def status_lines(out_dir: str) -> list[str]:
     lines = [
         f"run: {run.root}",
         f"search: {search_text(evo)}",
-        f"done: {done}/{total} ({100 * done / total:.1f}%), failed: {len(run.failed_ids())}, "
+        f"done: {done}/{total} ({100 * done / total:.1f}%), failed: {len(run.failures.failed_ids())}, "
         f"claimed slots: {run.slots.num_claimed()}",
         f"running workers: {len(running)}",
         "nodes:",

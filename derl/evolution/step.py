@@ -43,14 +43,14 @@ class Step:
         """
         evo = self.cfg.EVO
         child_id = slot_id(slot, attempt)
-        if not self.run.has_genome(child_id):
+        if not self.run.genomes.has_genome(child_id):
             rng = slot_rng(self.cfg.RNG_SEED, slot, attempt)
             if slot < num_initial_slots(evo):  # a replacement of a failed initial morphology
                 child = self.backend.random_genome(self.cfg, rng, child_id)
             else:
                 parent = self._tournament(rng)
                 child = self.backend.mutate(self.cfg, parent, rng, child_id)
-            self.run.write_genome(child_id, child.genome_json, child.mjcf)
+            self.run.genomes.write_genome(child_id, child.genome_json, child.mjcf)
         seed = ppo_seed(self.cfg.RNG_SEED, slot, attempt)
         outcome = self._train(child_id, seed)
         if slot >= evo.SEARCH_SPACE_SIZE - evo.VIDEOS_LAST_N:
@@ -69,7 +69,7 @@ class Step:
         resume = checkpoint.exists()
         self.log(f"{'resuming' if resume else 'training'} {morphology_id} (seed {seed})")
         outcome = self.backend.train(
-            self.cfg, self.run.xml_path(morphology_id), seed=seed, checkpoint_path=checkpoint,
+            self.cfg, self.run.genomes.xml_path(morphology_id), seed=seed, checkpoint_path=checkpoint,
             metrics_path=self.run.metrics_path(morphology_id), resume=resume, should_stop=self.stop,
             may_save=self.stop.still_ours,
         )
@@ -86,8 +86,9 @@ class Step:
         A video that cannot be made (no headless GL, say) is logged and skipped: it never costs the result.
         """
         try:
+            xml, checkpoint = self.run.genomes.xml_path(morphology_id), self.run.checkpoint_path(morphology_id)
             path = self.run.save_video(morphology_id, lambda staged: self.backend.record_video(
-                self.cfg, self.run.xml_path(morphology_id), self.run.checkpoint_path(morphology_id), seed, staged))
+                self.cfg, xml, checkpoint, seed, staged))
             self.log(f"video {self.run.relative(path)}")
         except Exception as err:  # noqa: BLE001 - see the docstring
             self.log(f"no video for {morphology_id}: {type(err).__name__}: {err}".splitlines()[0])
@@ -98,8 +99,8 @@ class Step:
         # resumed worker finds the finished checkpoint and takes a new number.
         if not self.stop.still_ours():
             raise SlotLost
-        publication = self.run.take_publication_number(morphology_id, self.node, self.worker)
-        genome = self.run.read_genome(morphology_id)
+        publication = self.run.publications.take_publication_number(morphology_id, self.node, self.worker)
+        genome = self.run.genomes.read_genome(morphology_id)
         self.results.refresh()
         record = PublishedRecord(
             id=morphology_id, parent_id=genome.get("parent_id"),
@@ -111,7 +112,7 @@ class Step:
             steps_per_sec=float(outcome.steps_per_sec), files=morphology_files(morphology_id),
             published_at=time.time(), publication=publication,
         )
-        if not self.run.publish(record.to_json()):
+        if not self.run.publications.publish(record.to_json()):
             raise SlotLost  # published by the worker that took the slot over
         shown = (self.cfg.EVO.SELECTION_CRITERIA[0], "return")
         fitness = {key: outcome.summary.get(key, float("nan")) for key in shown}
@@ -133,7 +134,7 @@ def lineage(run: RunDir, results: PublishedResults, morphology_id: str, parent_i
             return "/".join([parent["lineage"], *reversed(chain)])
         chain.append(parent_id)
         try:
-            parent_id = run.read_genome(parent_id).get("parent_id")
+            parent_id = run.genomes.read_genome(parent_id).get("parent_id")
         except FileNotFoundError:
             break
     return "/".join(reversed(chain))

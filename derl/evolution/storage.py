@@ -3,7 +3,17 @@
 Nothing else in derl builds paths inside ``OUT_DIR``. ``RunDir`` adds the layout and the records
 of the protocol to the primitives of ``derl.shared_folder.SharedFolder`` (staged writes, exclusive
 creations, checked reads, quarantine), which make the folder safe to share between processes and
-nodes. Besides those:
+nodes. It keeps the run-level files (config, summary, manifest, initial population, videos) and
+composes one small store per corner of the layout, each on those primitives:
+
+- ``run.slots`` (``slot_store.SlotStore``): ``slots/`` and ``leases/``, who trains which slot;
+- ``run.workers`` (``worker_store.WorkerStore``): ``workers/`` and ``nodes/``, states and heartbeats;
+- ``run.genomes`` (``genome_store.GenomeStore``): ``genomes/`` and ``xml/``, each body before it trains;
+- ``run.publications`` (``publication_store.PublicationStore``): ``published/``, ``metadata/`` and
+  ``retired/``, the results and the vanilla population;
+- ``run.failures`` (``failure_store.FailureStore``): ``error_metadata/``, the failed morphologies.
+
+Besides those:
 
 - ``models/`` and ``metrics/`` are written by derl.ppo, atomically too (a temporary file next to
   the target, then a rename);
@@ -53,16 +63,17 @@ import tempfile
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from derl.evolution import schema
+from derl.evolution.failure_store import FailureStore
+from derl.evolution.genome_store import GenomeStore, morphology_file
+from derl.evolution.publication_store import PublicationStore
 from derl.evolution.slot_store import SlotStore
 from derl.evolution.worker_store import WorkerStore
-from derl.fileio.folders import NotAFolder, make_folders
-from derl.fileio.reads import JsonFileError, read_bytes, read_json
+from derl.fileio.folders import make_folders
+from derl.fileio.reads import read_bytes
 from derl.shared_folder import SharedFolder
-
-T = TypeVar("T")
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
             "retired", "workers", "nodes", "videos", "manifest", "tmp", "quarantine")
@@ -79,14 +90,6 @@ _NAMES = {
     "nodes": re.compile(r"^\d+-[0-9A-Za-z_]+\.preparing\Z"),
     "manifest": re.compile(r"^\d+\.json\Z"),
 }
-
-
-def _checked_id(morphology_id: str) -> str:
-    """``morphology_id`` if it is a morphology id; a ``ValueError`` before it can become a path
-    (``../../victim`` from a crafted record must never name a file outside ``OUT_DIR``)."""
-    if not schema.is_id(morphology_id):
-        raise ValueError(f"not a morphology id: {morphology_id!r:.60}")
-    return morphology_id
 
 
 class RunDir(SharedFolder):
@@ -114,6 +117,21 @@ class RunDir(SharedFolder):
         """Worker states, their locks and heartbeats, and the coordinators' preparing beats."""
         return WorkerStore(self)
 
+    @cached_property
+    def genomes(self) -> GenomeStore:
+        """Each morphology's genome and MJCF, written before it trains."""
+        return GenomeStore(self)
+
+    @cached_property
+    def publications(self) -> PublicationStore:
+        """Publication numbers, published records (checked against the slots) and retirements."""
+        return PublicationStore(self, self.slots)
+
+    @cached_property
+    def failures(self) -> FailureStore:
+        """The records of failed morphologies."""
+        return FailureStore(self)
+
     def not_a_search(self) -> str | None:
         """Why ``root`` is no evolution ``OUT_DIR`` (missing, empty, a ``tools/train_ppo.py`` training), or None."""
         if not self.root.is_dir():
@@ -128,26 +146,14 @@ class RunDir(SharedFolder):
         return None
 
     # Paths of a morphology's files.
-    def genome_path(self, morphology_id: str) -> Path:
-        return self.root / "genomes" / f"{_checked_id(morphology_id)}.json"
-
-    def xml_path(self, morphology_id: str) -> Path:
-        return self.root / "xml" / f"{_checked_id(morphology_id)}.xml"
-
     def checkpoint_path(self, morphology_id: str) -> Path:
-        return self.root / "models" / f"{_checked_id(morphology_id)}.pt"
+        return morphology_file(self.root, "checkpoint", morphology_id)
 
     def metrics_path(self, morphology_id: str) -> Path:
-        return self.root / "metrics" / f"{_checked_id(morphology_id)}.jsonl"
-
-    def metadata_path(self, morphology_id: str) -> Path:
-        return self.root / "metadata" / f"{_checked_id(morphology_id)}.json"
-
-    def error_path(self, morphology_id: str) -> Path:
-        return self.root / "error_metadata" / f"{_checked_id(morphology_id)}.json"
+        return morphology_file(self.root, "metrics", morphology_id)
 
     def video_path(self, morphology_id: str, suffix: str = ".mp4") -> Path:
-        return self.root / "videos" / f"{_checked_id(morphology_id)}{suffix}"
+        return self.root / "videos" / f"{schema.checked_id(morphology_id)}{suffix}"
 
     def tensorboard_dir(self, name: str) -> Path:
         """``tensorboard/<name>``: event files (``search``, ``morphologies/<id>``) for ``tensorboard --logdir``."""
@@ -207,189 +213,6 @@ class RunDir(SharedFolder):
 
     def mark_init_population(self, ids: list[str]) -> None:
         self._write_json(self.root / "init_population.json", {"ids": ids})
-
-    # Genomes.
-    def write_genome(self, morphology_id: str, genome_json: str, mjcf: str) -> None:
-        """Writes the MJCF, then the genome (the genome file means both exist).
-
-        A checkpoint and metrics already there belong to the body this one replaces (``has_genome``
-        found it damaged): they are quarantined, so that the new body trains from scratch.
-        """
-        for stale in (self.checkpoint_path(morphology_id), self.metrics_path(morphology_id)):
-            if self._lexists(stale):
-                self.quarantine(stale, "belongs to a body made anew (its genome or MJCF was damaged)")
-        self._write_text(self.xml_path(morphology_id), mjcf)
-        self._write_text(self.genome_path(morphology_id), genome_json)
-
-    def read_in_folder(self, path: Path, read: Callable[..., T]) -> T:
-        """``read(path, dir_fd=folder)``: the file ``path``, below ``root``, looked up in a descriptor of
-        its folder (``_folder``), as ``derl.fileio.reads.read_bytes`` and ``read_json`` take one. The check that
-        every folder on the way is real and the read are one open: a folder swapped for a link at any
-        moment is never read through.
-
-        Raises:
-            NotAFolder: a folder on the way is a link or a file (its entries lie outside): the search
-                stops on it; a reader is warned once (``_refuse``) and should skip the file.
-            FileNotFoundError: the folder is missing (or, from ``read``, the file).
-        """
-        try:
-            with self._folder(path.parent) as folder:
-                return read(path, dir_fd=folder)
-        except NotAFolder as err:
-            self._refuse(err)
-            raise
-
-    def read_xml(self, morphology_id: str) -> str:
-        """The MJCF text of ``morphology_id``, never read through a link or from a FIFO.
-
-        Raises:
-            NotRegularFile: it (or ``xml/``) is a symbolic link, FIFO or folder, or over 16 MiB.
-            FileNotFoundError: it is missing.
-        """
-        return self.read_in_folder(self.xml_path(morphology_id), read_bytes).decode(errors="replace")
-
-    def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
-        return self._read_checked(self.genome_path(morphology_id),
-                                  lambda data: schema.genome_problem(data, morphology_id))
-
-    def has_genome(self, morphology_id: str) -> bool:
-        """True if the genome exists and parses and its MJCF is a regular file; else the morphology
-        is made anew (``write_genome``), once.
-
-        A corrupt genome is quarantined; so is an MJCF that is a link, FIFO or folder (trained on,
-        it would be read from outside ``OUT_DIR``, and its published record refused, again and again),
-        and a checkpoint or metrics file that is one (the training then starts without it).
-        """
-        for path in (self.checkpoint_path(morphology_id), self.metrics_path(morphology_id)):
-            if (kind := self._lstat(path)) is not None and not stat.S_ISREG(kind.st_mode):
-                self._bad_file(path, "is not a regular file (a link, FIFO or folder); training starts without it")
-        xml = self.xml_path(morphology_id)
-        found = self._lstat(xml)
-        if found is not None and not stat.S_ISREG(found.st_mode):
-            self._bad_file(xml, "is not a regular file (a link, FIFO or folder); the morphology is made anew")
-            return False
-        return found is not None and self._checked_genome(morphology_id) is not None
-
-    def read_genome(self, morphology_id: str) -> dict[str, Any]:
-        """The genome, parsed and checked (``schema.genome_problem``; the body itself is the backend's to check).
-
-        Raises:
-            FileNotFoundError: it is missing, or was just quarantined.
-        """
-        data = self._checked_genome(morphology_id)
-        if data is None:
-            raise FileNotFoundError(f"{self.genome_path(morphology_id)} is missing (see quarantine/)")
-        return data
-
-    # Results.
-    def published_ids(self) -> list[str]:
-        return self._names("metadata")
-
-    def failed_ids(self) -> list[str]:
-        return self._names("error_metadata")
-
-    def is_published(self, morphology_id: str) -> bool:
-        return self._lexists(self.metadata_path(morphology_id))
-
-    def has_failed(self, morphology_id: str) -> bool:
-        """True if ``error_metadata/<id>.json`` exists and matches its schema (a bad one is quarantined,
-        and the morphology counts as not failed: it is tried again)."""
-        return self._read_checked(self.error_path(morphology_id),
-                                  lambda data: schema.error_problem(data, morphology_id)) is not None
-
-    def read_failure(self, morphology_id: str) -> dict[str, Any] | None:
-        return self._read_checked(self.error_path(morphology_id),
-                                  lambda data: schema.error_problem(data, morphology_id))
-
-    def read_metadata(self, morphology_id: str, rules: schema.RecordRules) -> dict[str, Any] | None:
-        """The published metadata of ``morphology_id`` in a run with ``rules``; None if missing or quarantined.
-
-        Besides its schema (``derl.evolution.schema.metadata_problem``: a slot of the search, the
-        selection criteria), the files it lists must be regular files of this folder, its publication
-        number must be its own (``published/<n>.json`` names it), so no two records share a number,
-        and its slot's claim must name it, so that only the morphology a worker held the slot for counts.
-        """
-        return self._read_checked(self.metadata_path(morphology_id),
-                                  lambda data: schema.metadata_problem(data, morphology_id, rules)
-                                  or self._metadata_files_problem(data) or self._metadata_claim_problem(data))
-
-    def _metadata_files_problem(self, data: dict[str, Any]) -> str | None:
-        for relative in data["files"].values():
-            if (found := self._lstat(self.root / relative)) is None:
-                return f"lists {relative}, which is missing"
-            if not stat.S_ISREG(found.st_mode):
-                return f"lists {relative}, which is not a regular file"
-        number = data["publication"]
-        path = self.root / "published" / f"{number:08d}.json"
-        try:
-            with self._folder(path.parent) as folder:
-                taken = read_json(path, dir_fd=folder)
-        except FileNotFoundError:
-            return f"has publication {number}, which was never taken (no {self.relative(path)})"
-        except NotAFolder as err:
-            self._refuse(err)
-            return f"has publication {number}, whose folder {self.relative(err.path)}/ is a link or a file"
-        except JsonFileError as err:
-            return f"has publication {number}, whose record {self.relative(path)} {err.reason}"
-        if schema.published_problem(taken) or taken["id"] != data["id"]:
-            return f"has publication {number}, which {self.relative(path)} gives to {taken.get('id')!r:.40}" \
-                if isinstance(taken, dict) else f"has publication {number}, whose record is not an object"
-        return None
-
-    def _metadata_claim_problem(self, data: dict[str, Any]) -> str | None:
-        """Why the current claim of the record's slot (``slots/`` or its latest lease) refutes it, or None.
-
-        A worker names each morphology in its slot's claim before training it and never changes the
-        claim once it is published, so a record its slot never held (planted) is refused. A damaged
-        claim names nobody and refutes nothing (``SlotStore.read``: the lease, not its content, decides who
-        finishes the slot): refusing the record would throw away the result its owner just published.
-        """
-        slot = data["slot"]
-        try:
-            claim = self.slots.read(slot)
-        except JsonFileError:  # damaged, read by a reader that neither quarantines nor skips
-            return None
-        if claim is None:
-            return f"is in slot {slot}, which was never claimed (no {self.relative(self.slots.path(slot))})"
-        if claim.get("damaged") or claim["id"] == data["id"]:
-            return None
-        name = self.relative(self.slots.lease_path(slot, claim["lease"]))
-        return f"is in slot {slot}, whose claim {name} names {claim['id']}"
-
-    def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
-        """The next free publication number, taken by creating ``published/<n>.json`` exclusively.
-
-        Numbers are unique on every node (exclusive creation), increasing in the order they
-        are taken, and need no clock. The search starts above the highest number seen; a
-        number taken concurrently by another process makes this one try the next.
-        A number whose taker died before writing its metadata stays taken and unused (a gap):
-        the morphology takes a new number when it is published again.
-        """
-        folder = self.root / "published"
-        taken = [int(name) for name in self._names("published")]  # a damaged record's number stays taken
-        number = max(taken, default=-1) + 1
-        record = {"id": morphology_id, "node": node, "worker": worker}
-        while not self._create_json(folder / f"{number:08d}.json", record):
-            number += 1
-        return number
-
-    def publish(self, metadata: dict[str, Any]) -> bool:
-        """Publishes a finished morphology (exclusive creation); False if it was already published.
-
-        Its other files must already be on disk, and ``metadata["publication"]`` must come
-        from ``take_publication_number``.
-        """
-        return self._create_json(self.metadata_path(metadata["id"]), metadata)
-
-    def record_failure(self, failure: dict[str, Any]) -> None:
-        self._write_json(self.error_path(failure["id"]), failure)
-
-    def retire(self, morphology_id: str) -> None:
-        """Removes a morphology from the vanilla population; its files stay."""
-        self._create_json(self.root / "retired" / f"{_checked_id(morphology_id)}.json", {"id": morphology_id})
-
-    def retired_ids(self) -> set[str]:
-        return set(self._names("retired"))
 
     # Videos and what other tools write.
     def save_video(self, morphology_id: str, write: Callable[[Path], Path]) -> Path:

@@ -1,0 +1,98 @@
+"""The genomes' corner of ``OUT_DIR`` (``derl.evolution.storage`` has the layout): each morphology's
+genome (``genomes/<id>.json``) and its MJCF (``xml/<id>.xml``), written before it trains; its
+checkpoint (``models/<id>.pt``) and curves (``metrics/<id>.jsonl``), which derl.ppo writes, are
+checked and cleared here when the body is made anew.
+
+The genome is written last: a genome file means both exist.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+from derl.evolution import schema
+from derl.evolution.record import MORPHOLOGY_FILES
+from derl.fileio.reads import read_bytes
+from derl.shared_folder import SharedFolder
+
+
+def morphology_file(root: Path, key: str, morphology_id: str) -> Path:
+    """``<root>/<folder>/<id><suffix>``: a morphology's file ``key`` (genome, xml, checkpoint or metrics,
+    as ``record.MORPHOLOGY_FILES`` lays them out), the id checked before it becomes a path."""
+    folder, suffix = MORPHOLOGY_FILES[key]
+    return root / folder / f"{schema.checked_id(morphology_id)}{suffix}"
+
+
+class GenomeStore:
+    """Reads and writes of the genomes and MJCFs in ``run`` (a ``RunDir``), through the checked
+    primitives of its ``SharedFolder``."""
+
+    def __init__(self, run: SharedFolder):
+        self.run = run
+
+    def genome_path(self, morphology_id: str) -> Path:
+        return morphology_file(self.run.root, "genome", morphology_id)
+
+    def xml_path(self, morphology_id: str) -> Path:
+        return morphology_file(self.run.root, "xml", morphology_id)
+
+    def _trained_files(self, morphology_id: str) -> tuple[Path, Path]:
+        """The checkpoint and metrics of ``morphology_id`` (derl.ppo writes them)."""
+        return morphology_file(self.run.root, "checkpoint", morphology_id), \
+            morphology_file(self.run.root, "metrics", morphology_id)
+
+    def write_genome(self, morphology_id: str, genome_json: str, mjcf: str) -> None:
+        """Writes the MJCF, then the genome (the genome file means both exist).
+
+        A checkpoint and metrics already there belong to the body this one replaces (``has_genome``
+        found it damaged): they are quarantined, so that the new body trains from scratch.
+        """
+        for stale in self._trained_files(morphology_id):
+            if self.run._lexists(stale):
+                self.run.quarantine(stale, "belongs to a body made anew (its genome or MJCF was damaged)")
+        self.run._write_text(self.xml_path(morphology_id), mjcf)
+        self.run._write_text(self.genome_path(morphology_id), genome_json)
+
+    def read_xml(self, morphology_id: str) -> str:
+        """The MJCF text of ``morphology_id``, never read through a link or from a FIFO.
+
+        Raises:
+            NotRegularFile: it (or ``xml/``) is a symbolic link, FIFO or folder, or over 16 MiB.
+            FileNotFoundError: it is missing.
+        """
+        return self.run.read_in_folder(self.xml_path(morphology_id), read_bytes).decode(errors="replace")
+
+    def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
+        return self.run._read_checked(self.genome_path(morphology_id),
+                                      lambda data: schema.genome_problem(data, morphology_id))
+
+    def has_genome(self, morphology_id: str) -> bool:
+        """True if the genome exists and parses and its MJCF is a regular file; else the morphology
+        is made anew (``write_genome``), once.
+
+        A corrupt genome is quarantined; so is an MJCF that is a link, FIFO or folder (trained on,
+        it would be read from outside ``OUT_DIR``, and its published record refused, again and again),
+        and a checkpoint or metrics file that is one (the training then starts without it).
+        """
+        for path in self._trained_files(morphology_id):
+            if (kind := self.run._lstat(path)) is not None and not stat.S_ISREG(kind.st_mode):
+                self.run._bad_file(path, "is not a regular file (a link, FIFO or folder); training starts without it")
+        xml = self.xml_path(morphology_id)
+        found = self.run._lstat(xml)
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            self.run._bad_file(xml, "is not a regular file (a link, FIFO or folder); the morphology is made anew")
+            return False
+        return found is not None and self._checked_genome(morphology_id) is not None
+
+    def read_genome(self, morphology_id: str) -> dict[str, Any]:
+        """The genome, parsed and checked (``schema.genome_problem``; the body itself is the backend's to check).
+
+        Raises:
+            FileNotFoundError: it is missing, or was just quarantined.
+        """
+        data = self._checked_genome(morphology_id)
+        if data is None:
+            raise FileNotFoundError(f"{self.genome_path(morphology_id)} is missing (see quarantine/)")
+        return data

@@ -1,0 +1,127 @@
+"""The publications' corner of ``OUT_DIR`` (``derl.evolution.storage`` has the layout): the publication
+numbers (``published/<n>.json``, each taken by exclusive creation), the published records
+(``metadata/<id>.json``, written last and created exclusively, so no morphology is published twice)
+and the morphologies retired from the vanilla-tournament population (``retired/<id>.json``).
+
+Published files are never rewritten or deleted, so readers may cache them. A record is read only
+once the folder backs it: its files are there, its number is its own, its slot's claim names it.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+from derl.evolution import schema
+from derl.evolution.slot_store import SlotStore
+from derl.fileio.folders import NotAFolder
+from derl.fileio.reads import JsonFileError, read_json
+from derl.shared_folder import SharedFolder
+
+
+class PublicationStore:
+    """Publication numbers, published records and retirements in ``run`` (a ``RunDir``), through the
+    checked primitives of its ``SharedFolder``; ``slots`` (its ``SlotStore``) vouches for a record's slot."""
+
+    def __init__(self, run: SharedFolder, slots: SlotStore):
+        self.run = run
+        self.slots = slots
+
+    def metadata_path(self, morphology_id: str) -> Path:
+        return self.run.root / "metadata" / f"{schema.checked_id(morphology_id)}.json"
+
+    def published_ids(self) -> list[str]:
+        return self.run._names("metadata")
+
+    def is_published(self, morphology_id: str) -> bool:
+        return self.run._lexists(self.metadata_path(morphology_id))
+
+    def read_metadata(self, morphology_id: str, rules: schema.RecordRules) -> dict[str, Any] | None:
+        """The published metadata of ``morphology_id`` in a run with ``rules``; None if missing or quarantined.
+
+        Besides its schema (``derl.evolution.schema.metadata_problem``: a slot of the search, the
+        selection criteria), the files it lists must be regular files of this folder, its publication
+        number must be its own (``published/<n>.json`` names it), so no two records share a number,
+        and its slot's claim must name it, so that only the morphology a worker held the slot for counts.
+        """
+        return self.run._read_checked(self.metadata_path(morphology_id),
+                                      lambda data: schema.metadata_problem(data, morphology_id, rules)
+                                      or self._metadata_files_problem(data) or self._metadata_claim_problem(data))
+
+    def _metadata_files_problem(self, data: dict[str, Any]) -> str | None:
+        for relative in data["files"].values():
+            if (found := self.run._lstat(self.run.root / relative)) is None:
+                return f"lists {relative}, which is missing"
+            if not stat.S_ISREG(found.st_mode):
+                return f"lists {relative}, which is not a regular file"
+        number = data["publication"]
+        path = self.run.root / "published" / f"{number:08d}.json"
+        try:
+            with self.run._folder(path.parent) as folder:
+                taken = read_json(path, dir_fd=folder)
+        except FileNotFoundError:
+            return f"has publication {number}, which was never taken (no {self.run.relative(path)})"
+        except NotAFolder as err:
+            self.run._refuse(err)
+            return f"has publication {number}, whose folder {self.run.relative(err.path)}/ is a link or a file"
+        except JsonFileError as err:
+            return f"has publication {number}, whose record {self.run.relative(path)} {err.reason}"
+        if schema.published_problem(taken) or taken["id"] != data["id"]:
+            return f"has publication {number}, which {self.run.relative(path)} gives to {taken.get('id')!r:.40}" \
+                if isinstance(taken, dict) else f"has publication {number}, whose record is not an object"
+        return None
+
+    def _metadata_claim_problem(self, data: dict[str, Any]) -> str | None:
+        """Why the current claim of the record's slot (``slots/`` or its latest lease) refutes it, or None.
+
+        A worker names each morphology in its slot's claim before training it and never changes the
+        claim once it is published, so a record its slot never held (planted) is refused. A damaged
+        claim names nobody and refutes nothing (``SlotStore.read``: the lease, not its content, decides who
+        finishes the slot): refusing the record would throw away the result its owner just published.
+        """
+        slot = data["slot"]
+        try:
+            claim = self.slots.read(slot)
+        except JsonFileError:  # damaged, read by a reader that neither quarantines nor skips
+            return None
+        if claim is None:
+            return f"is in slot {slot}, which was never claimed (no {self.run.relative(self.slots.path(slot))})"
+        if claim.get("damaged") or claim["id"] == data["id"]:
+            return None
+        name = self.run.relative(self.slots.lease_path(slot, claim["lease"]))
+        return f"is in slot {slot}, whose claim {name} names {claim['id']}"
+
+    def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
+        """The next free publication number, taken by creating ``published/<n>.json`` exclusively.
+
+        Numbers are unique on every node (exclusive creation), increasing in the order they
+        are taken, and need no clock. The search starts above the highest number seen; a
+        number taken concurrently by another process makes this one try the next.
+        A number whose taker died before writing its metadata stays taken and unused (a gap):
+        the morphology takes a new number when it is published again.
+        """
+        folder = self.run.root / "published"
+        taken = [int(name) for name in self.run._names("published")]  # a damaged record's number stays taken
+        number = max(taken, default=-1) + 1
+        record = {"id": morphology_id, "node": node, "worker": worker}
+        while not self.run._create_json(folder / f"{number:08d}.json", record):
+            number += 1
+        return number
+
+    def publish(self, metadata: dict[str, Any]) -> bool:
+        """Publishes a finished morphology (exclusive creation); False if it was already published.
+
+        Its other files must already be on disk, and ``metadata["publication"]`` must come
+        from ``take_publication_number``.
+        """
+        return self.run._create_json(self.metadata_path(metadata["id"]), metadata)
+
+    # The vanilla tournament's population: a published morphology that lost leaves it.
+    def retire(self, morphology_id: str) -> None:
+        """Removes a morphology from the vanilla population; its files stay."""
+        self.run._create_json(self.run.root / "retired" / f"{schema.checked_id(morphology_id)}.json",
+                              {"id": morphology_id})
+
+    def retired_ids(self) -> set[str]:
+        return set(self.run._names("retired"))
