@@ -49,7 +49,7 @@ def _cases():
     """name -> (config, make_env, seed). Short episodes, so ends and time limits fall in the run."""
     unimal = load_preset("ft", {**PPO_KEYS, "ENV.EPISODE_LENGTH": 40})
     return {
-        "unimal": (unimal, UnimalEnvFactory(unimal, str(QUADRUPED), seed=3), 7),
+        "unimal": (unimal, UnimalEnvFactory(unimal.world, str(QUADRUPED), seed=3), 7),
         "pendulum": (load_config(None, PPO_KEYS), partial(sync_vector_env, _pendulum), 2),
     }
 
