@@ -387,7 +387,7 @@ def test_a_folder_swapped_for_a_link_between_the_replays_check_and_its_use_is_ne
     own = (run / folder / name).read_bytes()
     played = []
 
-    def run_policy(cfg, xml_path, checkpoint, seed, **kwargs):
+    def run_policy(world, xml_path, checkpoint, seed, **kwargs):
         played.append((Path(xml_path).read_bytes(), Path(checkpoint).read_bytes()))
         return [{"return": 1.0, "length": 2}], [], 50.0
 

@@ -49,5 +49,5 @@ def test_ppo_beats_the_random_policy_on_point_nav(tmp_path):
     for seed in SEEDS:
         folder = tmp_path / f"train-{seed}"
         train_to_folder(config(seed), {"xml": str(xml)}, folder, progress=False)
-        trained.append(evaluate(cfg, folder / CHECKPOINT_FILE, None, EPISODES, seed=1000)["metric"])
+        trained.append(evaluate(cfg.world, cfg.DEVICE, folder / CHECKPOINT_FILE, None, EPISODES, seed=1000)["metric"])
     assert np.mean(trained) > np.mean(random_metrics) + 0.1, (trained, np.mean(random_metrics))

@@ -129,7 +129,7 @@ def test_a_bad_metrics_file_is_dropped_and_training_goes_on_from_the_checkpoint(
     cfg = _cfg(iters=4, CHECKPOINT_PERIOD=1)
     ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"
     calls = iter(range(100))
-    train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
+    train(cfg.trainer, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
           callbacks=[StopWhen(lambda: next(calls) >= 2)])
     good = metrics.read_text()
     metrics.unlink()
@@ -147,7 +147,7 @@ def test_a_bad_metrics_file_is_dropped_and_training_goes_on_from_the_checkpoint(
                "long line": '{"iteration": 1, "pad": "' + "x" * 2**17 + '"}'}[plant]
         metrics.write_text(good + bad + "\n")
     before = snapshot(sentinel)
-    resumed = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True)
+    resumed = train(cfg.trainer, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True)
     assert resumed.completed and resumed.iterations == 4
     if carried:
         assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [1, 2, 3, 4]

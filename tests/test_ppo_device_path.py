@@ -39,7 +39,7 @@ def test_the_device_path_learns_to_move_right():
     # Pushing right every step earns about 15 per 20-step episode, a random policy about 0.
     # 15 iterations (~1 s) reach 12-15 for seed 0; the test asks for 10 and a gain of 5.
     curve = []
-    result = train(_cfg(15), PointMassFactory(), seed=0, callbacks=[OnIteration(lambda r: curve.append(r["return"]))])
+    result = train(_cfg(15).trainer, PointMassFactory(), seed=0, callbacks=[OnIteration(lambda r: curve.append(r["return"]))])
     assert result.completed and result.iterations == 15 and result.env_steps == 15 * NUM_ENVS * STEPS
     assert curve[-1] > 10.0 and curve[-1] > curve[0] + 5.0
     assert result.summary["x_pos"] == pytest.approx(result.summary["return"], abs=0.2)  # x_pos: from final_info
@@ -47,7 +47,7 @@ def test_the_device_path_learns_to_move_right():
 
 def test_a_device_run_checkpoints_in_the_usual_format_and_resumes(tmp_path):
     checkpoint, metrics = tmp_path / "model.pt", tmp_path / "metrics.jsonl"
-    train(_cfg(2, CHECKPOINT_PERIOD=1), PointMassFactory(), seed=0, checkpoint_path=checkpoint,
+    train(_cfg(2, CHECKPOINT_PERIOD=1).trainer, PointMassFactory(), seed=0, checkpoint_path=checkpoint,
           metrics_path=metrics)
     state = torch.load(checkpoint, weights_only=True)
     obs_norm, ret_norm = state["obs_norm"], state["ret_norm"]  # as the NumPy path saves them:
@@ -55,12 +55,12 @@ def test_a_device_run_checkpoints_in_the_usual_format_and_resumes(tmp_path):
     assert all(isinstance(value, float) for value in (ret_norm["mean"], ret_norm["var"], ret_norm["count"]))
     assert "torch_generator" in json.loads(state["action_rngs"][0])
 
-    ppo = PPO(_cfg(4), PointMassFactory(), seed=0)
+    ppo = PPO(_cfg(4).trainer, PointMassFactory(), seed=0)
     ppo.load_state_dict(load_checkpoint(checkpoint))
     assert ppo.collector.rng_state() == state["action_rngs"][0]
     np.testing.assert_array_equal(ppo.obs_norm.state_dict()["var"], state["obs_norm"]["var"].numpy())
     ppo.pool.close()
-    result = train(_cfg(4, CHECKPOINT_PERIOD=1), PointMassFactory(), seed=0, checkpoint_path=checkpoint,
+    result = train(_cfg(4, CHECKPOINT_PERIOD=1).trainer, PointMassFactory(), seed=0, checkpoint_path=checkpoint,
                    metrics_path=metrics, resume=True)
     assert (result.iterations, result.env_steps) == (4, 4 * NUM_ENVS * STEPS)
     assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [1, 2, 3, 4]
@@ -77,7 +77,7 @@ def test_the_trainer_decides_the_device_once_and_hands_it_to_the_env_factory(mon
         handed.append(device)
         return PointMassVectorEnv(num_envs, first_index, device)
 
-    ppo = PPO(_cfg(1), factory, seed=0)
+    ppo = PPO(_cfg(1).trainer, factory, seed=0)
     ppo.pool.close()
     assert handed == [ppo.device] == [torch.device("cpu")] and ppo.pool.device == ppo.device
     assert isinstance(ppo.collector.policy, TorchActor) and ppo.rollout.obs.device == ppo.device
@@ -85,7 +85,7 @@ def test_the_trainer_decides_the_device_once_and_hands_it_to_the_env_factory(mon
 
 def test_an_env_on_another_device_than_the_learner_is_refused():
     with pytest.raises(ValueError, match="^the vector env's tensors are on meta but the learner is on cpu"):
-        train(_cfg(1), PointMassFactory(device="meta"), seed=0)
+        train(_cfg(1).trainer, PointMassFactory(device="meta"), seed=0)
 
 
 def test_collect_never_reads_a_value_back_per_step(monkeypatch):
@@ -206,7 +206,7 @@ def _device_rank(rank: int, port: int, out_dir: str) -> None:
     with ProcessGroup(torch.device("cpu")) as comm:
         advantages = torch.from_numpy(np.random.default_rng(rank).normal(size=(4, 3)).astype(np.float32))
         normalised = normalize_advantages(advantages, comm)
-        result = train(_cfg(4, CHECKPOINT_PERIOD=1), PointMassFactory(), seed=0, comm=comm,
+        result = train(_cfg(4, CHECKPOINT_PERIOD=1).trainer, PointMassFactory(), seed=0, comm=comm,
                        checkpoint_path=os.path.join(out_dir, "model.pt"))
     torch.save({"advantages": advantages, "normalised": normalised, "summary": result.summary,
                 "steps": result.env_steps}, os.path.join(out_dir, f"rank{rank}.pt"))

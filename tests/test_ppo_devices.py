@@ -143,7 +143,7 @@ def test_amp_is_ignored_on_the_cpu_with_a_note(caplog):
     from derl.training.envs import GymEnvFactory
 
     cfg = load_config(None, {"PPO.AMP": True, "PPO.NUM_ENVS": 1, "PPO.TIMESTEPS": 4})
-    ppo = PPO(cfg, GymEnvFactory("Pendulum-v1"), seed=0)
+    ppo = PPO(cfg.trainer, GymEnvFactory("Pendulum-v1"), seed=0)
     ppo.pool.close()
     assert not ppo.learner.amp and "PPO.AMP is ignored on cpu" in caplog.text
 
@@ -156,7 +156,7 @@ def test_cuda_training_with_and_without_amp_learns_the_same_shapes(tmp_path):
     for amp in (False, True):
         cfg = load_config(None, {"DEVICE": "cuda", "PPO.AMP": amp, "PPO.NUM_ENVS": 2, "PPO.TIMESTEPS": 16,
                                  "PPO.BATCH_SIZE": 16, "PPO.MAX_STATE_ACTION_PAIRS": 64})
-        result = train(cfg, GymEnvFactory("Pendulum-v1"), seed=0, checkpoint_path=tmp_path / f"{amp}.pt")
+        result = train(cfg.trainer, GymEnvFactory("Pendulum-v1"), seed=0, checkpoint_path=tmp_path / f"{amp}.pt")
         assert result.completed and result.device == "cuda:0" and result.iterations == 2
 
 

@@ -208,7 +208,7 @@ def _train_rank(rank: int, port: int, out_dir: str, stop_after: int, resume: boo
     # Only rank 1 asks to stop: the request is joint.
     stop = StopWhen(lambda: rank == 1 and next(calls) >= stop_after)
     with ProcessGroup(torch.device("cpu")) as comm:
-        result = train(cfg, vec(_counting_env), seed=0, checkpoint_path=os.path.join(out_dir, "model.pt"),
+        result = train(cfg.trainer, vec(_counting_env), seed=0, checkpoint_path=os.path.join(out_dir, "model.pt"),
                        metrics_path=os.path.join(out_dir, "metrics.jsonl"), resume=resume, callbacks=[stop],
                        comm=comm)
     with open(os.path.join(out_dir, f"result{rank}.json"), "w") as f:

@@ -49,7 +49,7 @@ def _cases():
     """name -> (config, make_env, seed). Short episodes, so ends and time limits fall in the run."""
     unimal = load_preset("ft", {**PPO_KEYS, "ENV.EPISODE_LENGTH": 40})
     return {
-        "unimal": (unimal, UnimalEnvFactory(unimal, str(QUADRUPED), seed=3), 7),
+        "unimal": (unimal, UnimalEnvFactory(unimal.world, str(QUADRUPED), seed=3), 7),
         "pendulum": (load_config(None, PPO_KEYS), partial(sync_vector_env, _pendulum), 2),
     }
 
@@ -72,7 +72,7 @@ def _assert_close_in_norm(got: np.ndarray, expected: np.ndarray, key: str) -> No
 def run_case(name: str) -> dict[str, np.ndarray]:
     """Trains case ``name`` and returns every compared array, keyed ``name/what``."""
     cfg, make_env, seed = _cases()[name]
-    ppo = PPO(cfg, make_env, seed)
+    ppo = PPO(cfg.trainer, make_env, seed)
     out: dict[str, list] = {}
     try:
         ppo.collector.reset(seed)

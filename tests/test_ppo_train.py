@@ -42,7 +42,7 @@ def test_pendulum_return_clearly_improves():
         "PPO.ENTROPY_COEF": 0.0, "PPO.LINEAR_LR_DECAY": False,
     })
     first = []
-    result = train(cfg, _pendulum, seed=0, callbacks=[OnIteration(lambda record: first.append(record.get("return")))])
+    result = train(cfg.trainer, _pendulum, seed=0, callbacks=[OnIteration(lambda record: first.append(record.get("return")))])
     assert result.completed and result.iterations == 30 and result.env_steps == 30 * 8 * 256
     # The learning curve's last point (mean of the last 10 episodes) against its first; the fitness
     # (mean of all 30 points here, fewer than 100) averages the whole curve, early iterations included.
@@ -53,7 +53,7 @@ def test_pendulum_return_clearly_improves():
 
 
 def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
-    ppo = PPO(_cfg(), _pendulum, seed=0)
+    ppo = PPO(_cfg().trainer, _pendulum, seed=0)
     ppo.collector.reset(0)
     ppo.iterate()
     path = tmp_path / "model.pt"
@@ -74,7 +74,7 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
 @pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")
 def test_load_policy_on_a_non_cpu_device_keeps_the_normaliser_on_the_cpu(tmp_path, monkeypatch):
     # A CUDA stand-in: "meta" tensors, like CUDA ones, cannot become NumPy arrays.
-    ppo = PPO(_cfg(), _pendulum, seed=0)
+    ppo = PPO(_cfg().trainer, _pendulum, seed=0)
     ppo.collector.reset(0)
     ppo.iterate()
     path = tmp_path / "model.pt"
@@ -89,7 +89,7 @@ def test_load_policy_on_a_non_cpu_device_keeps_the_normaliser_on_the_cpu(tmp_pat
 def test_minibatch_order_is_drawn_on_the_cpu_generator(monkeypatch):
     # Checkpoints keep torch.get_rng_state(), the CPU generator's: an order drawn on a GPU's own
     # generator would restart from the seed at every resume.
-    ppo = PPO(_cfg(), _pendulum, seed=0)
+    ppo = PPO(_cfg().trainer, _pendulum, seed=0)
     ppo.collector.reset(0)
     draws, randperm = [], torch.randperm
     monkeypatch.setattr(torch, "randperm", lambda *args, **kwargs: draws.append(kwargs) or randperm(*args, **kwargs))
@@ -102,10 +102,10 @@ def test_resume_continues_step_count_and_learning_rate(tmp_path):
     cfg = _cfg(iters=4, CHECKPOINT_PERIOD=1)
     ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"
     calls = iter(range(100))
-    first = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
+    first = train(cfg.trainer, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
                   callbacks=[StopWhen(lambda: next(calls) >= 2)])
     assert not first.completed and first.iterations == 2 and first.env_steps == 64
-    second = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True)
+    second = train(cfg.trainer, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True)
     assert second.completed and second.iterations == 4 and second.env_steps == 128
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["iteration"] for r in records] == [1, 2, 3, 4]
@@ -119,12 +119,12 @@ def test_no_checkpoint_is_written_once_the_files_are_another_process_s(tmp_path)
     cfg = _cfg(iters=4, CHECKPOINT_PERIOD=1)
     ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"
     ours = iter([True, True, False])
-    result = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
+    result = train(cfg.trainer, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
                    callbacks=[SaveWhile(lambda: next(ours))])
     assert not result.completed and result.iterations == 3
     assert torch.load(ckpt, weights_only=True)["iteration"] == 2
     assert len(metrics.read_text().splitlines()) == 2
-    stopped = train(cfg, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True,
+    stopped = train(cfg.trainer, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics, resume=True,
                     callbacks=[StopWhen(lambda: True), SaveWhile(lambda: False)])
     assert not stopped.completed and torch.load(ckpt, weights_only=True)["iteration"] == 2  # no final save
 
@@ -140,7 +140,7 @@ def test_the_checkpoint_is_on_disk_before_the_metrics_that_describe_it(tmp_path,
         atomic_write_text(path, text)
 
     monkeypatch.setattr(trainer, "atomic_write_text", write_metrics)
-    train(_cfg(iters=3, CHECKPOINT_PERIOD=1), _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics)
+    train(_cfg(iters=3, CHECKPOINT_PERIOD=1).trainer, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics)
     assert seen == [(1, 1), (2, 2), (3, 3), (3, 3)]  # the last: the final save
 
 
@@ -148,10 +148,10 @@ def test_a_resume_after_a_kill_between_checkpoint_and_metrics_leaves_no_gap(tmp_
     """Killed after the checkpoint of iteration 2 and before its metrics: the file still ends at 1.
     The resume takes the records the checkpoint carries: iterations 1, 2, 3, the first two unchanged."""
     ckpt, metrics = tmp_path / "ckpt.pt", tmp_path / "metrics.jsonl"
-    train(_cfg(iters=2, CHECKPOINT_PERIOD=1), _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics)
+    train(_cfg(iters=2, CHECKPOINT_PERIOD=1).trainer, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics)
     lines = metrics.read_text().splitlines()
     metrics.write_text(lines[0] + "\n")
-    train(_cfg(iters=3, CHECKPOINT_PERIOD=1), _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
+    train(_cfg(iters=3, CHECKPOINT_PERIOD=1).trainer, _pendulum, seed=0, checkpoint_path=ckpt, metrics_path=metrics,
           resume=True)
     after = metrics.read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in after] == [1, 2, 3] and after[:2] == lines
@@ -160,15 +160,15 @@ def test_a_resume_after_a_kill_between_checkpoint_and_metrics_leaves_no_gap(tmp_
 @pytest.mark.parametrize("records", [[{"iteration": 7}], [{"iteration": 1}, {"iteration": 1}], "1", [[1]]])
 def test_a_checkpoint_whose_records_do_not_fit_it_is_refused(tmp_path, records):
     ckpt = tmp_path / "ckpt.pt"
-    train(_cfg(iters=1), _pendulum, seed=0, checkpoint_path=ckpt)
+    train(_cfg(iters=1).trainer, _pendulum, seed=0, checkpoint_path=ckpt)
     state = torch.load(ckpt, weights_only=True)
     torch.save({**state, "metrics": records}, ckpt)
     with pytest.raises(CheckpointError, match=r"ckpt.pt: its metrics records are not iterations up to 1$"):
-        train(_cfg(iters=2), _pendulum, seed=0, checkpoint_path=ckpt, resume=True)
+        train(_cfg(iters=2).trainer, _pendulum, seed=0, checkpoint_path=ckpt, resume=True)
 
 
 def test_run_too_short_to_end_an_episode_reports_finite_fields():
-    result = train(_cfg(iters=1), vec(lambda i: CountingEnv(i, limit=1000, fall_above=math.inf)), seed=0)
+    result = train(_cfg(iters=1).trainer, vec(lambda i: CountingEnv(i, limit=1000, fall_above=math.inf)), seed=0)
     assert set(result.summary) == {"return", "__reward__forward", "x_pos"}
     assert all(math.isfinite(v) for v in result.summary.values())
     assert result.summary["x_pos"] == 16.0  # the episodes in progress, 16 steps in
@@ -178,7 +178,7 @@ def test_run_too_short_to_end_an_episode_reports_finite_fields():
 def test_truncated_steps_store_the_value_of_the_true_final_observation():
     # Three steps, time limit 3: the last step truncates, so the normaliser statistics after the
     # rollout are those the collector used for the final observations.
-    ppo = PPO(_cfg(steps=3), vec(lambda i: CountingEnv(i, limit=3, fall_above=math.inf)), seed=0)
+    ppo = PPO(_cfg(steps=3).trainer, vec(lambda i: CountingEnv(i, limit=3, fall_above=math.inf)), seed=0)
     ppo.collector.reset(0)
     ppo.collector.collect(ppo.rollout)
     rollout = ppo.rollout
@@ -192,7 +192,7 @@ def test_truncated_steps_store_the_value_of_the_true_final_observation():
 
 
 def test_dict_observations_train_with_one_encoder_per_key():
-    result = train(_cfg(), vec(lambda i: CountingEnv(i, dict_obs=True)), seed=0)
+    result = train(_cfg().trainer, vec(lambda i: CountingEnv(i, dict_obs=True)), seed=0)
     assert result.completed and math.isfinite(result.summary["return"])
 
 
@@ -233,7 +233,7 @@ def test_envs_receive_clipped_actions_and_the_rollout_keeps_the_sampled_ones():
         envs.append(RecordingEnv(index))
         return envs[-1]
 
-    ppo = PPO(_cfg(steps=64), vec(make), seed=0)
+    ppo = PPO(_cfg(steps=64).trainer, vec(make), seed=0)
     with torch.no_grad():
         ppo.model.log_std.fill_(math.log(3.0))  # sigma 3: most samples fall outside [-1, 1]
     ppo.collector.policy.sync()
@@ -257,7 +257,7 @@ def test_a_fresh_policy_reports_the_per_dimension_entropy(tmp_path):
     # log_std starts at 0: each dimension's entropy is 0.5*ln(2*pi*e) = 1.41894, whatever the action size;
     # with three actions a sum over the dimensions would read 4.26. The first line of metrics.jsonl shows it.
     metrics = tmp_path / "metrics.jsonl"
-    train(_cfg(iters=1), vec(lambda i: ThreeActions(i)), seed=0,
+    train(_cfg(iters=1).trainer, vec(lambda i: ThreeActions(i)), seed=0,
           metrics_path=metrics)
     first = json.loads(metrics.read_text().splitlines()[0])
     assert first["entropy"] == pytest.approx(1.419, abs=2e-3)
@@ -271,5 +271,5 @@ def test_a_factory_that_builds_the_wrong_number_of_envs_is_refused_and_closed():
         return built[-1]
 
     with pytest.raises(ValueError, match="the env factory built 3 envs, PPO.NUM_ENVS is 2"):
-        PPO(_cfg(), make, seed=0)
+        PPO(_cfg().trainer, make, seed=0)
     assert built[0].closed

@@ -55,11 +55,11 @@ def main(argv: list[str]) -> None:
             for path in sample(cfg.unimal, args.num, args.seed, args.out, args.mutations):
                 print(path)
         elif args.command == "xml":
-            sys.stdout.write(morphology.genome_xml(cfg, args.genome))
+            sys.stdout.write(morphology.genome_xml(cfg.unimal, args.genome))
         elif args.command == "mutate":
-            print(morphology.mutate_file(cfg, args.genome, args.seed, args.out))
+            print(morphology.mutate_file(cfg.unimal, args.genome, args.seed, args.out))
         elif args.command == "image":
-            print(morphology.image(cfg, args.genome, args.out, tuple(args.size)))
+            print(morphology.image(cfg.world, args.genome, args.out, tuple(args.size)))
         else:
             print(json.dumps(morphology.stats(args.dir), indent=2))
     except (ValueError, OSError) as err:  # morphology.InputError, unwritable --out

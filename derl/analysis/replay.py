@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from derl.analysis.run import RunError, RunView
-from derl.checked_config import Config
+from derl.envs.config import WorldCfg
 from derl.envs.media import VIDEO_SIZE, write_video
 from derl.evolution.storage import RunDir
 from derl.fileio.folders import make_folders
@@ -100,8 +100,9 @@ def replay_line(result: ReplayResult, episodes: int) -> str:
             f"replay's {key} over {episodes} episodes: {replayed}")
 
 
-def with_episode_length(cfg: Config, steps: int) -> Config:
-    return dataclasses.replace(cfg, ENV=dataclasses.replace(cfg.ENV, EPISODE_LENGTH=int(steps)))
+def with_episode_length(world: WorldCfg, steps: int) -> WorldCfg:
+    """``world`` with episodes of ``steps`` env steps (``ENV.EPISODE_LENGTH``)."""
+    return dataclasses.replace(world, ENV=dataclasses.replace(world.ENV, EPISODE_LENGTH=int(steps)))
 
 
 @contextlib.contextmanager
@@ -154,23 +155,25 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
     run = view.run
     if steps is not None and steps < 1:
         raise RunError(f"--steps must be at least 1, got {steps}")
-    cfg = view.cfg if steps is None else with_episode_length(view.cfg, steps)
-    seed = cfg.RNG_SEED if seed is None else seed
-    frames_wanted = 0 if video is None else (video_steps or cfg.ENV.EPISODE_LENGTH)
+    world = view.cfg.world if steps is None else with_episode_length(view.cfg.world, steps)
+    seed = view.cfg.RNG_SEED if seed is None else seed
+    threads = view.cfg.TORCH_THREADS
+    frames_wanted = 0 if video is None else (video_steps or world.ENV.EPISODE_LENGTH)
     with _private_copies(run, morphology_id) as (xml_path, checkpoint):
-        played, frames, fps = run_policy(cfg, xml_path, checkpoint, seed, video_frames=frames_wanted, size=size,
-                                         episodes=max(episodes, 1))
-        sampled = [] if episodes == 0 else run_policy(cfg, xml_path, checkpoint, seed, deterministic=False,
-                                                      episodes=episodes)[0]
+        played, frames, fps = run_policy(world, xml_path, checkpoint, seed, torch_threads=threads,
+                                         video_frames=frames_wanted, size=size, episodes=max(episodes, 1))
+        sampled = [] if episodes == 0 else run_policy(world, xml_path, checkpoint, seed, torch_threads=threads,
+                                                      deterministic=False, episodes=episodes)[0]
     episode = played[0]
     spreads: dict[str, Any] = {}
     if episodes > 0:
-        criteria = (*cfg.EVO.SELECTION_CRITERIA, *((RETURN,) if RETURN not in cfg.EVO.SELECTION_CRITERIA else ()))
+        selection = view.cfg.EVO.SELECTION_CRITERIA
+        criteria = (*selection, *((RETURN,) if RETURN not in selection else ()))
         for name, records in (("deterministic", played), ("stochastic", sampled)):
             spreads[name] = Spread([float(r["return"]) for r in records],
                                    [float(r.get("metric", math.nan)) for r in records],
                                    {key: [float(r.get(key, math.nan)) for r in records]
-                                    for key in cfg.EVO.SELECTION_CRITERIA})
+                                    for key in selection})
         spreads["published"] = {key: float(published.fitness.get(key, math.nan)) for key in criteria}
     written = None
     if video is not None:

@@ -14,7 +14,7 @@ import numpy as np
 from derl.analysis.curves import Curve
 from derl.analysis.run import RunView
 from derl.analysis.stats import TREND_ALPHA, TREND_MIN_POINTS, trend_test
-from derl.checked_config import Config
+from derl.ppo.config import PpoCfg
 from derl.ppo.episodes import EPISODES_PER_POINT
 
 
@@ -59,10 +59,10 @@ def episode_lengths(curves: Iterable[Curve], longest: int) -> list[float]:
     return lengths
 
 
-def curve_note(cfg: Config, lengths: Sequence[float]) -> str:
-    """The caption under the top morphologies' curves: how long their episodes lasted, and why the
-    curves of bodies that do not fall climb in steps."""
-    length, steps, envs = cfg.ENV.EPISODE_LENGTH, cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS
+def curve_note(episode_length: int, ppo: PpoCfg, lengths: Sequence[float]) -> str:
+    """The caption under the top morphologies' curves: how long their episodes lasted (at most
+    ``episode_length``, ``ENV.EPISODE_LENGTH``), and why the curves of bodies that do not fall climb in steps."""
+    length, steps, envs = episode_length, ppo.TIMESTEPS, ppo.NUM_ENVS
     seen = (f"These trainings' episodes lasted about {min(lengths):.0f} to {max(lengths):.0f} steps on average (an "
             f"episode ends at {length} steps or when the body falls). ") if lengths else ""
     return (f"{seen}A point is the mean of the last {EPISODES_PER_POINT} finished training episodes. The {envs} "

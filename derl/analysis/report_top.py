@@ -64,7 +64,7 @@ def top_section(w: PageWriter) -> None:
         body += w.figure("top_curves", lambda: plots.learning_curves(
             {name: (curve.iterations, curve.values[key]) for name, curve in curves.items()}, key))
         lengths = episode_lengths(curves.values(), view.cfg.ENV.EPISODE_LENGTH)
-        body += f'<p class="caption">{esc(curve_note(view.cfg, lengths))}</p>'
+        body += f'<p class="caption">{esc(curve_note(view.cfg.ENV.EPISODE_LENGTH, view.cfg.PPO, lengths))}</p>'
     w.section("top", f"Top {len(top)} by {', '.join(view.criteria)}", body)
 
 

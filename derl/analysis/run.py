@@ -54,7 +54,9 @@ class RunView:
     """Typed records, learning curves, lineage and replays of the run in ``out_dir``.
 
     Attributes:
-        cfg: the run's config (``OUT_DIR/config.yaml``).
+        cfg: the run's whole config (``OUT_DIR/config.yaml``), kept whole: a view is the read side's entry
+            point, and what reads a run (the report, a replay) takes its sections from here (``EVO``,
+            ``PPO``, ``ENV``, ``RNG_SEED``, ``TORCH_THREADS``, ``cfg.world``).
         run: the folder's reader (``derl.evolution.storage.RunDir``: paths such as ``xml_path(id)``).
         records: the published morphologies (``Morphology``), in publication order.
         by_id: the same records by id.

@@ -14,6 +14,7 @@ its iterations (the global one is swapped in and out), so each is the training i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import io
@@ -94,7 +95,9 @@ class _Training:
         envs = importlib.import_module(f"{package}.training.envs")
         trainer = importlib.import_module(f"{package}.ppo.trainer")
         cfg = _config_loader(package).load_preset(preset, speed_overrides(iters))
-        self.ppo = trainer.PPO(cfg.trainer, envs.UnimalEnvFactory(cfg, str(xml)), seed=0)
+        # The factory takes the world (``cfg.world``); in a base from before that, the whole config.
+        takes_world = "world" in {field.name for field in dataclasses.fields(envs.UnimalEnvFactory)}
+        self.ppo = trainer.PPO(cfg.trainer, envs.UnimalEnvFactory(cfg.world if takes_world else cfg, str(xml)), seed=0)
         self.ppo.collector.reset(0)
         self.rng_state = torch.get_rng_state()
         self.seconds: list[float] = []

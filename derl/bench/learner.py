@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> dict:
         if args.env_id:
             factory, env = GymEnvFactory(args.env_id), args.env_id
         else:
-            factory = UnimalEnvFactory(load_config(evo_preset("ft")), str(ft_xml(Path(folder))))
+            factory = UnimalEnvFactory(load_config(evo_preset("ft")).world, str(ft_xml(Path(folder))))
             env = f"ft (random_genome seed {FT_GENOME_SEED})"
         grid = itertools.product(args.envs, args.timesteps, args.minibatch, amps)
         points = [_point(args, factory, *point) for point in grid]

@@ -52,7 +52,7 @@ def vector_env_factory(case: dict, cfg: Config) -> Callable:
     ``SyncVectorEnv`` of an env id."""
     from derl.training.envs import GymEnvFactory, UnimalEnvFactory  # lazy: as in env_factory
 
-    return UnimalEnvFactory(cfg, case["xml"]) if case["kind"] == "unimal" else GymEnvFactory(case["env_id"])
+    return UnimalEnvFactory(cfg.world, case["xml"]) if case["kind"] == "unimal" else GymEnvFactory(case["env_id"])
 
 
 def run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: bool) -> dict:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.checked_config import Config
+from derl.envs.config import WorldCfg
 from derl.envs.media import MAX_IMAGE_SIDE, render_body, write_png
+from derl.morphology.config import UnimalCfg
 from derl.morphology.files import InputError, load_genome, write_genome
 from derl.morphology.geometry import rotation_signature
 from derl.morphology.mjcf import to_mjcf
@@ -16,26 +17,30 @@ from derl.morphology.mutations import mutate
 from derl.morphology.population import species_labels
 
 
-def genome_xml(cfg: Config, path: Path) -> str:
-    return to_mjcf(load_genome(path), cfg.unimal)
+def genome_xml(unimal: UnimalCfg, path: Path) -> str:
+    """The MJCF of the genome at ``path``."""
+    return to_mjcf(load_genome(path), unimal)
 
 
-def image(cfg: Config, path: Path, out: Path, size: tuple[int, int] = (480, 360)) -> Path:
-    """Writes a PNG picture of the genome at ``path`` (rendered headless; see derl.envs.media)."""
+def image(world: WorldCfg, path: Path, out: Path, size: tuple[int, int] = (480, 360)) -> Path:
+    """Writes a PNG picture of the genome at ``path`` (rendered headless in ``world``; see derl.envs.media).
+
+    The MJCF is built with ``world``'s ``XML`` and ``BODY``, the same sections as ``Config.unimal``'s.
+    """
     if out.suffix.lower() != ".png" or not 16 <= min(size) <= max(size) <= MAX_IMAGE_SIDE:
         raise InputError(f"--out must be a .png file and --size within 16 .. {MAX_IMAGE_SIDE} pixels a side "
                          f"(got {out}, {size})")
     out.parent.mkdir(parents=True, exist_ok=True)
-    return write_png(render_body(to_mjcf(load_genome(path), cfg.unimal), cfg.world, size), out)
+    return write_png(render_body(to_mjcf(load_genome(path), world), world, size), out)
 
 
-def mutate_file(cfg: Config, path: Path, seed: int, out: Path) -> Path:
+def mutate_file(unimal: UnimalCfg, path: Path, seed: int, out: Path) -> Path:
     """Writes one child of the genome at ``path``, with id ``<parent id>-c<seed>``."""
     if seed < 0:
         raise InputError(f"--seed must be >= 0, got {seed}")
     parent = load_genome(path)
-    child = mutate(parent, cfg.unimal, np.random.default_rng(seed), f"{parent.id}-c{seed}")
-    return write_genome(out, child, cfg.unimal)
+    child = mutate(parent, unimal, np.random.default_rng(seed), f"{parent.id}-c{seed}")
+    return write_genome(out, child, unimal)
 
 
 def stats(folder: Path) -> dict:

@@ -64,10 +64,10 @@ def main(args: argparse.Namespace) -> int:
             source = None
             if args.xml or args.genome:
                 out.mkdir(parents=True, exist_ok=True)
-                source = {"xml": str(args.xml or genome_to_xml(cfg, args.genome, out))}
+                source = {"xml": str(args.xml or genome_to_xml(cfg.unimal, args.genome, out))}
             elif args.env_id:
                 source = {"env_id": args.env_id}
-            print(json.dumps(evaluate(cfg, args.eval, source, args.episodes, cfg.RNG_SEED), indent=2))
+            print(json.dumps(evaluate(cfg.world, cfg.DEVICE, args.eval, source, args.episodes, cfg.RNG_SEED), indent=2))
             return 0
         if not (source_given or args.resume):
             raise ValueError("give one of --xml, --genome or --env-id (or --eval CKPT, or --out DIR --resume)")
@@ -85,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
             elif not (args.xml or args.genome):
                 source = saved_source(out)  # --resume alone: the run recorded in --out
             else:
-                source = {"xml": str((args.xml or genome_to_xml(cfg, args.genome, out)).resolve())}
+                source = {"xml": str((args.xml or genome_to_xml(cfg.unimal, args.genome, out)).resolve())}
             result = train_to_folder(cfg, source, out, resume=args.resume, progress=not args.quiet,
                                      callbacks=[stop])
     except (ValueError, OSError) as err:  # CheckpointError, GenomeError, missing or unwritable files

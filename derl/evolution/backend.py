@@ -115,8 +115,8 @@ class DerlBackend:
         try:
             with counted_warnings(f"training {Path(xml_path).stem}"):
                 return train(
-                    cfg.trainer, UnimalEnvFactory(cfg, str(xml_path), seed), seed=seed, checkpoint_path=checkpoint_path,
-                    metrics_path=metrics_path, resume=resume, callbacks=callbacks,
+                    cfg.trainer, UnimalEnvFactory(cfg.world, str(xml_path), seed), seed=seed,
+                    checkpoint_path=checkpoint_path, metrics_path=metrics_path, resume=resume, callbacks=callbacks,
                 )
         finally:
             for callback in callbacks[2:]:
@@ -126,7 +126,8 @@ class DerlBackend:
     def record_video(self, cfg: Config, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
         from derl.training.play import run_policy  # lazy: torch (see the class docstring)
 
-        _, frames, fps = run_policy(cfg, xml_path, checkpoint_path, seed, video_frames=cfg.PPO.VIDEO_LENGTH)
+        _, frames, fps = run_policy(cfg.world, xml_path, checkpoint_path, seed, torch_threads=cfg.TORCH_THREADS,
+                                   video_frames=cfg.PPO.VIDEO_LENGTH)
         return write_video(frames, path, fps)
 
 

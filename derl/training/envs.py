@@ -16,14 +16,14 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import VectorEnv
 
-from derl.checked_config import Config
 from derl.envs import UnimalVectorEnv
+from derl.envs.config import WorldCfg
 from derl.ppo.rollout import sync_vector_env
 
 
 @dataclass(frozen=True)
 class UnimalEnvFactory:
-    """The Unimal envs of ``cfg`` for the MJCF at ``xml_path``: one ``UnimalVectorEnv`` (all of them
+    """The Unimal envs of ``world`` for the MJCF at ``xml_path``: one ``UnimalVectorEnv`` (all of them
     in one ``mujoco.batch.Batch`` stepped on ``VECENV.THREADS`` threads, or, with ``SIM.BACKEND warp``,
     in one MuJoCo Warp data on the ``device`` the trainer hands over, its learner's).
 
@@ -31,19 +31,19 @@ class UnimalEnvFactory:
     first reset).
 
     Attributes:
-        cfg: the config of the envs (``ENV``, ``TERRAIN``, ``SIM``, ``VECENV``, ...).
+        world: what the envs read (``ENV``, ``TERRAIN``, ``SIM``, ``VECENV``, ...; ``Config.world``).
         xml_path: the unimal's MJCF file (``OUT_DIR/xml/<id>.xml`` for a morphology of a run).
         seed: seeds env ``i``'s generator with ``seed + i``; None: unseeded until the first reset.
     """
 
-    cfg: Config
+    world: WorldCfg
     xml_path: str
     seed: int | None = None
 
     def __call__(self, num_envs: int, first_index: int = 0, device: Any = "cpu") -> VectorEnv:
         """``num_envs`` envs, ``first_index`` the index of the first (``r * NUM_ENVS`` on rank ``r``), on the
         learner's ``device`` (used by ``SIM.BACKEND warp`` only: MuJoCo C steps on the host)."""
-        env = UnimalVectorEnv(self.xml_path, self.cfg.world, num_envs, device=device)
+        env = UnimalVectorEnv(self.xml_path, self.world, num_envs, device=device)
         if self.seed is not None:
             env.sim.seed(self.seed + first_index)
         return env
@@ -65,8 +65,8 @@ def _make_gym_env(env_id: str, index: int) -> gym.Env:
     return gym.make(env_id)
 
 
-def env_factory(cfg: Config, source: dict[str, str]) -> UnimalEnvFactory | GymEnvFactory:
-    """The factory for ``{"xml": path}`` (a Unimal env) or ``{"env_id": id}`` (a Gymnasium env).
+def env_factory(world: WorldCfg, source: dict[str, str]) -> UnimalEnvFactory | GymEnvFactory:
+    """The factory for ``{"xml": path}`` (a Unimal env in ``world``) or ``{"env_id": id}`` (a Gymnasium env).
 
     Raises:
         FileNotFoundError: the MJCF file is missing. ValueError: the env id is unknown.
@@ -74,7 +74,7 @@ def env_factory(cfg: Config, source: dict[str, str]) -> UnimalEnvFactory | GymEn
     if "xml" in source:
         if not Path(source["xml"]).is_file():
             raise FileNotFoundError(f"unimal MJCF not found: {source['xml']}")
-        return UnimalEnvFactory(cfg, str(source["xml"]))
+        return UnimalEnvFactory(world, str(source["xml"]))
     env_id = source["env_id"]
     if env_id not in gym.registry:
         raise ValueError(f"unknown Gymnasium env id {env_id!r}")

@@ -12,27 +12,28 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from derl.checked_config import Config
 from derl.envs import make_env
+from derl.envs.config import WorldCfg
 from derl.envs.media import VIDEO_SIZE
 from derl.ppo.episode_stats import EpisodeStats
 from derl.ppo.policy import load_policy
 from derl.threads import limit_threads
 
 
-def run_policy(cfg: Config, xml_path: Path, checkpoint: Path, seed: int, *, video_frames: int = 0,
-               size: tuple[int, int] = VIDEO_SIZE, deterministic: bool = True,
+def run_policy(world: WorldCfg, xml_path: Path, checkpoint: Path, seed: int, *, torch_threads: int,
+               video_frames: int = 0, size: tuple[int, int] = VIDEO_SIZE, deterministic: bool = True,
                episodes: int = 1) -> tuple[list[dict[str, float]], list[np.ndarray], float]:
-    """``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) and ``video_frames`` rendered frames.
+    """``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) and ``video_frames`` rendered frames, in
+    ``world`` on ``torch_threads`` threads (``TORCH_THREADS``).
 
     Actions are the policy's mean, or sampled (``deterministic=False``, torch seeded with ``seed``).
     Returns the episodes' ``info["episode"]`` records, the frames and the frame rate.
     """
-    limit_threads(cfg.TORCH_THREADS)  # replays, reports and --eval play on the budget the trainer had
+    limit_threads(torch_threads)  # replays, reports and --eval play on the budget the trainer had
     policy = load_policy(checkpoint)
     torch.manual_seed(seed)  # the action noise of a stochastic replay
     width, height = size
-    env = EpisodeStats(make_env(cfg.world, str(xml_path), render_mode="rgb_array" if video_frames else None,
+    env = EpisodeStats(make_env(world, str(xml_path), render_mode="rgb_array" if video_frames else None,
                                 width=width, height=height))
     frames: list[np.ndarray] = []
     finished: list[dict[str, float]] = []

@@ -28,11 +28,13 @@ import numpy as np
 
 from derl.checked_config import Config
 from derl.config import dump_config
+from derl.envs.config import WorldCfg
 from derl.envs.sim_warnings import counted_warnings
 from derl.fileio.folders import confine_writes
 from derl.fileio.reads import read_json
 from derl.fileio.writes import atomic_write_text, write_json
 from derl.morphology import Genome, GenomeError, to_mjcf
+from derl.morphology.config import UnimalCfg
 from derl.ppo.callbacks import Callback, StopWhen, TensorBoard
 from derl.ppo.device import learner_device
 from derl.ppo.distributed import ProcessGroup, RankInfo
@@ -51,8 +53,8 @@ RUN_FILE = "run.json"
 TENSORBOARD_DIR = "tensorboard"
 
 
-def genome_to_xml(cfg: Config, genome_path: Path, out_dir: Path) -> Path:
-    """Writes the MJCF of a genome JSON file to ``out_dir/<id>.xml``; returns its path."""
+def genome_to_xml(unimal: UnimalCfg, genome_path: Path, out_dir: Path) -> Path:
+    """Writes the MJCF (``unimal``'s options) of a genome JSON file to ``out_dir/<id>.xml``; returns its path."""
     if not genome_path.is_file():
         raise FileNotFoundError(f"genome file not found: {genome_path}")
     try:
@@ -60,7 +62,7 @@ def genome_to_xml(cfg: Config, genome_path: Path, out_dir: Path) -> Path:
     except GenomeError as err:
         raise ValueError(f"{genome_path}: {err}") from None
     xml_path = out_dir / f"{genome.id}.xml"
-    atomic_write_text(xml_path, to_mjcf(genome, cfg.unimal))
+    atomic_write_text(xml_path, to_mjcf(genome, unimal))
     return xml_path
 
 
@@ -166,7 +168,8 @@ def train_to_folder(
     """Trains with ``seed = RNG_SEED`` and writes the output folder (module docstring).
 
     Args:
-        cfg: the training's config (``PPO.*``, the env's keys, ``RNG_SEED``, ``DEVICE``).
+        cfg: the training's whole config: it is written to ``config.yaml``, and its bundles go to the
+            envs (``cfg.world``) and the trainer (``cfg.trainer``), with ``RNG_SEED`` and ``TENSORBOARD``.
         source: the env, ``{"xml": MJCF path}`` (a unimal) or ``{"env_id": id}`` (a Gymnasium env).
         out_dir: the output folder (created if missing).
         resume: continue from ``out_dir/model.pt`` if it exists.
@@ -178,7 +181,7 @@ def train_to_folder(
     (``finished_result``); a run stopped by a callback keeps its checkpoint and gets no
     ``metrics.json``. With ``TENSORBOARD.ENABLED``, rank 0 writes ``out_dir/tensorboard/``.
     """
-    factory = env_factory(cfg, source)
+    factory = env_factory(cfg.world, source)
     info = RankInfo.from_environ()
     if resume and (done := finished_result(out_dir, max_iterations(cfg.PPO, info.world_size))) is not None:
         return done
@@ -197,7 +200,7 @@ def train_to_folder(
         try:
             with counted_warnings(f"training {out_dir}"):
                 result = train(
-                    cfg,
+                    cfg.trainer,
                     factory,
                     seed=cfg.RNG_SEED,
                     checkpoint_path=out_dir / CHECKPOINT_FILE,
@@ -214,18 +217,20 @@ def train_to_folder(
     return result
 
 
-def evaluate(cfg: Config, checkpoint: Path, source: dict[str, str] | None, episodes: int, seed: int) -> dict:
-    """Replays the policy deterministically (mean actions) for ``episodes`` episodes.
+def evaluate(world: WorldCfg, device: str, checkpoint: Path, source: dict[str, str] | None, episodes: int,
+             seed: int) -> dict:
+    """Replays the policy deterministically (mean actions) for ``episodes`` episodes in ``world``.
 
-    ``source`` defaults to the ``run.json`` next to the checkpoint. Returns the mean return,
+    ``device`` is the ``DEVICE`` a training would learn on (an env that simulates on a device, ``SIM.BACKEND
+    warp``, runs there). ``source`` defaults to the ``run.json`` next to the checkpoint. Returns the mean return,
     each episode's return, and the means of the ``__reward__*``/``x_pos``/``metric`` fields.
     """
     if source is None:
         source = saved_source(checkpoint.parent)
     policy = load_policy(checkpoint)
     # one env, as the trainer builds them: on the device this process would learn on, if it simulates on one
-    device = "cpu" if cfg.SIM.BACKEND == "mujoco" else learner_device(cfg.DEVICE, 0, 1)
-    envs = env_factory(cfg, source)(1, 0, device)
+    env_on = "cpu" if world.SIM.BACKEND == "mujoco" else learner_device(device, 0, 1)
+    envs = env_factory(world, source)(1, 0, env_on)
     stats, finished = EpisodeStatistics(1, env_device(envs)), []
     try:
         for k in range(episodes):
