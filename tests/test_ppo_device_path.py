@@ -39,7 +39,8 @@ def test_the_device_path_learns_to_move_right():
     # Pushing right every step earns about 15 per 20-step episode, a random policy about 0.
     # 15 iterations (~1 s) reach 12-15 for seed 0; the test asks for 10 and a gain of 5.
     curve = []
-    result = train(_cfg(15).trainer, PointMassFactory(), seed=0, callbacks=[OnIteration(lambda r: curve.append(r["return"]))])
+    result = train(_cfg(15).trainer, PointMassFactory(), seed=0,
+                   callbacks=[OnIteration(lambda r: curve.append(r["return"]))])
     assert result.completed and result.iterations == 15 and result.env_steps == 15 * NUM_ENVS * STEPS
     assert curve[-1] > 10.0 and curve[-1] > curve[0] + 5.0
     assert result.summary["x_pos"] == pytest.approx(result.summary["return"], abs=0.2)  # x_pos: from final_info

@@ -42,7 +42,8 @@ def test_pendulum_return_clearly_improves():
         "PPO.ENTROPY_COEF": 0.0, "PPO.LINEAR_LR_DECAY": False,
     })
     first = []
-    result = train(cfg.trainer, _pendulum, seed=0, callbacks=[OnIteration(lambda record: first.append(record.get("return")))])
+    result = train(cfg.trainer, _pendulum, seed=0,
+                   callbacks=[OnIteration(lambda record: first.append(record.get("return")))])
     assert result.completed and result.iterations == 30 and result.env_steps == 30 * 8 * 256
     # The learning curve's last point (mean of the last 10 episodes) against its first; the fitness
     # (mean of all 30 points here, fewer than 100) averages the whole curve, early iterations included.
