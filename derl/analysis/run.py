@@ -25,8 +25,8 @@ import numpy as np
 from derl.analysis.curves import EMPTY, Curve, iterations_to_fraction, read_curve
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
-from derl.checked_config import load_config, load_run_config
-from derl.config import Config, ConfigError
+from derl.checked_config import Config, load_config, load_run_config
+from derl.config import ConfigError
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.evolution.schema import RecordRules
