@@ -81,7 +81,7 @@ def test_kernel_names_and_collision_pairs_are_read_as_mujoco_warp_writes_them():
 
 
 def test_sampled_bodies_take_the_mutation_counts_in_turns(tmp_path):
-    paths = _genome_files(_args("--sample", "5", "--seed", "3", "--mutations", "0,2"), FT, tmp_path)
+    paths = _genome_files(_args("--sample", "5", "--seed", "3", "--mutations", "0,2"), FT.unimal, tmp_path)
     assert [path.stem for path in paths] == ["s3-0000-m0", "s4-0000-m2", "s3-0001-m0", "s4-0001-m2", "s3-0002-m0"]
 
 
@@ -114,7 +114,7 @@ def test_a_body_seen_by_an_earlier_process_compiles_nothing(tmp_path):
     loads the first's modules; a third, of another nv, compiles a few."""
     pytest.importorskip("mujoco_warp")
     genomes = tmp_path / "genomes"
-    first, other = _genome_files(_args("--sample", "2", "--mutations", "0,4"), FT, tmp_path / "sampled")
+    first, other = _genome_files(_args("--sample", "2", "--mutations", "0,4"), FT.unimal, tmp_path / "sampled")
     genomes.mkdir()
     shutil.copy(first, genomes / "1.json")
     shutil.copy(first, genomes / "2.json")

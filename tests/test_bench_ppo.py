@@ -80,6 +80,6 @@ def test_sb3_steps_the_single_env_on_one_mjdata(tmp_path):
     from derl.envs.physics import MujocoDataPhysics
 
     case = unimal_case(task_config("vt"), None, 5, tmp_path)
-    env = env_factory(case, case_config(case, 1), flat=True)(0)
+    env = env_factory(case, case_config(case, 1).world, flat=True)(0)
     assert isinstance(env.unwrapped.sim.physics, MujocoDataPhysics)
     assert env.observation_space.shape == (sum(env.unwrapped.sim.obs_sizes.values()),)

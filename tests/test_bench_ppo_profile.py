@@ -50,7 +50,7 @@ def test_profile_of_a_short_unimal_training_adds_up_and_restores_the_code():
     step, own_add, vector_step = mujoco.mj_step, EpisodeStatistics.add, SyncVectorEnv.step
     cfg = load_preset("ft", {"PPO.NUM_ENVS": 2, "PPO.TIMESTEPS": 32, "PPO.BATCH_SIZE": 32,
                              "PPO.MAX_STATE_ACTION_PAIRS": 128, "ENV.EPISODE_LENGTH": 40})
-    profiled = profile_run(cfg, UnimalEnvFactory(cfg.world, str(QUADRUPED)), seed=0)
+    profiled = profile_run(cfg.trainer, UnimalEnvFactory(cfg.world, str(QUADRUPED)), seed=0)
     assert mujoco.mj_step is step and EpisodeStatistics.add is own_add
     assert rollout.vector_step_values is vector_step_values and SyncVectorEnv.step is vector_step
     assert profiled["env_steps"] == 128

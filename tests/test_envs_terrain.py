@@ -23,7 +23,7 @@ def test_value_range_includes_the_stop_and_accepts_a_constant():
 
 
 def test_corridor_grid_matches_mujoco_vertex_spacing():
-    corridor = Corridor.from_cfg(vt_cfg())
+    corridor = Corridor.of(vt_cfg())
     assert (corridor.x_min, corridor.x_max, corridor.half_width) == (-3.0, 97.0, 50.0)
     rows, cols = corridor.shape
     assert (rows, cols) == (1001, 1001)  # vertex spacing 2W/(n-1) = 0.1 m
@@ -46,7 +46,7 @@ def test_cells_of_arrays_are_cell_of_each_point():
 
 def test_heights_keep_the_start_flat_and_stay_within_the_hfield_scale():
     cfg = vt_cfg()
-    corridor = Corridor.from_cfg(cfg)
+    corridor = Corridor.of(cfg)
     for seed in range(5):
         heights = draw_heights(cfg, corridor, np.random.default_rng(seed))
         assert heights.shape == corridor.shape
@@ -58,7 +58,7 @@ def test_heights_keep_the_start_flat_and_stay_within_the_hfield_scale():
 
 def test_heights_depend_on_the_generator_only():
     cfg = vt_cfg()
-    corridor = Corridor.from_cfg(cfg)
+    corridor = Corridor.of(cfg)
     one = draw_heights(cfg, corridor, np.random.default_rng(1))
     assert np.array_equal(one, draw_heights(cfg, corridor, np.random.default_rng(1)))
     assert not np.array_equal(one, draw_heights(cfg, corridor, np.random.default_rng(2)))
@@ -67,7 +67,7 @@ def test_heights_depend_on_the_generator_only():
 @pytest.mark.parametrize("kind", ["curve_slope", "steps", "rugged_square"])
 def test_each_obstacle_type_alone(kind):
     cfg = vt_cfg(**{"TERRAIN.TYPES": [kind]})
-    heights = draw_heights(cfg, Corridor.from_cfg(cfg), np.random.default_rng(0))
+    heights = draw_heights(cfg, Corridor.of(cfg), np.random.default_rng(0))
     assert heights.max() > 0
     if kind == "steps":
         levels = np.unique(heights.round(6))
@@ -89,7 +89,7 @@ class _Scripted:
 
 def test_an_obstacle_that_does_not_fit_is_skipped_and_the_corridor_goes_on():
     # DERL's corridor: a flat stretch and an obstacle until it is full; a too long obstacle is left out.
-    corridor = Corridor.from_cfg(vt_cfg())
+    corridor = Corridor.of(vt_cfg())
     start = round(2 * -corridor.x_min * corridor.divs)
     cols = corridor.shape[1]
     long_flat = (cols - 1 - start - 6 * corridor.divs) // (2 * corridor.divs)  # leaves 6 m of corridor
@@ -119,7 +119,7 @@ def test_pick_draws_as_rng_choice():
 
 def test_rugged_square_draws_a_clip_height_per_band():
     cfg = vt_cfg(**{"TERRAIN.TYPES": ["rugged_square"], "TERRAIN.RUGGED_SQUARE_CLIP_RANGE": [0.2, 0.3, 0.1]})
-    heights = draw_heights(cfg, Corridor.from_cfg(cfg), np.random.default_rng(0))
+    heights = draw_heights(cfg, Corridor.of(cfg), np.random.default_rng(0))
     used = np.flatnonzero(heights.any(axis=0))
     first = used[: np.argmax(np.diff(used) > 1)]  # the columns of the first obstacle
     assert {round(float(top), 6) for top in heights[:, first].max(axis=1)} == {0.2, 0.3}
@@ -128,7 +128,7 @@ def test_rugged_square_draws_a_clip_height_per_band():
 def test_flat_and_unknown_types():
     cfg = load_preset("ft")  # asks for curve_slope, but a 75 m flat stretch fills the corridor
     assert not obstacles_fit(cfg)
-    assert not draw_heights(cfg, Corridor.from_cfg(cfg), np.random.default_rng(0)).any()
+    assert not draw_heights(cfg, Corridor.of(cfg), np.random.default_rng(0)).any()
     with pytest.raises(ValueError, match="config key TERRAIN.TYPES: unknown value 'lava'"):
         vt_cfg(**{"TERRAIN.TYPES": ["lava"]})  # checked when the config loads (derl.checked_config)
 
@@ -199,7 +199,7 @@ def test_grid_cells_are_the_nearest_vertices_clamped_and_corners_for_non_finite_
     from derl.envs.arenas import height_map
 
     cfg = vt_cfg()
-    extent = Corridor.from_cfg(cfg)
+    extent = Corridor.of(cfg)
     heights = height_map(extent, cfg, True, 1)
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.uniform(extent.x_min - 3, extent.x_max + 3, 200), [extent.x_min + 0.05, np.nan, 1.0,

@@ -32,7 +32,7 @@ def test_bank_entries_have_the_distribution_of_the_per_episode_draws():
     sim = UnimalBatch(FIXTURE.read_text(), cfg, 2)
     bank = np.asarray(sim.task.arena.heights.interior)
     assert bank.shape[0] == count
-    corridor = Corridor.from_cfg(cfg)
+    corridor = Corridor.of(cfg)
     rng = np.random.default_rng(12345)
     direct = [draw_heights(cfg, corridor, rng) for _ in range(count)]
     for k, name in enumerate(("raised share", "mean height", "highest")):
@@ -263,7 +263,7 @@ def test_a_per_episode_redraw_writes_only_the_obstacles_and_equals_a_fresh_draw(
     cfg = _vt(**{"TERRAIN.BANK_SIZE": 0})
     sim = UnimalBatch(FIXTURE.read_text(), cfg, 1)
     arena = sim.task.arena
-    corridor = Corridor.from_cfg(cfg)
+    corridor = Corridor.of(cfg)
     scale = 1.0 / sim.model.hfield("terrain").size[2]
     arena.draw_whole()
     for seed in range(8):

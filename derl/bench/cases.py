@@ -14,11 +14,13 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from derl.checked_config import Config, load_config
+from derl.checked_config import load_config
 from derl.config import ConfigError
+from derl.envs.config import WorldCfg
 from derl.envs.tasks import make_task
 from derl.envs.world import compile_world
 from derl.morphology import Genome, random_genome, to_mjcf
+from derl.morphology.config import UnimalCfg
 from derl.morphology.files import sample
 from derl.paths import EVAL_PRESETS, EVO_PRESETS, evo_preset
 
@@ -45,15 +47,15 @@ def task_config(name: str) -> Path | None:
     return None
 
 
-def seeded_genome(cfg: Config, seed: int) -> Genome:
-    """``random_genome`` of ``seed`` under ``cfg`` (id ``bench-<seed>``)."""
-    return random_genome(cfg.unimal, np.random.default_rng(seed), f"bench-{seed}")
+def seeded_genome(unimal: UnimalCfg, seed: int) -> Genome:
+    """``random_genome`` of ``seed`` under ``unimal`` (id ``bench-<seed>``)."""
+    return random_genome(unimal, np.random.default_rng(seed), f"bench-{seed}")
 
 
-def seeded_body(cfg: Config, seed: int, path: Path) -> Genome:
+def seeded_body(unimal: UnimalCfg, seed: int, path: Path) -> Genome:
     """``seeded_genome`` with its MJCF written to ``path``."""
-    genome = seeded_genome(cfg, seed)
-    path.write_text(to_mjcf(genome, cfg.unimal))
+    genome = seeded_genome(unimal, seed)
+    path.write_text(to_mjcf(genome, unimal))
     return genome
 
 
@@ -68,27 +70,27 @@ def unimal_case(config: Path, xml: Path | None, genome_seed: int, folder: Path) 
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
     path = folder / f"{config.stem}-bench-{genome_seed}.xml"
-    genome = seeded_body(cfg, genome_seed, path)
+    genome = seeded_body(cfg.unimal, genome_seed, path)
     return {**case, "xml": str(path), "genome": f"random_genome seed {genome_seed}", "num_limbs": genome.num_limbs}
 
 
 def ft_xml(folder: Path) -> Path:
     """The MJCF of the FT benchmark body (``FT_GENOME_SEED`` under ``ft.yml``), written to ``folder``."""
     path = folder / f"bench-{FT_GENOME_SEED}.xml"
-    seeded_body(load_config(evo_preset("ft")), FT_GENOME_SEED, path)
+    seeded_body(load_config(evo_preset("ft")).unimal, FT_GENOME_SEED, path)
     return path
 
 
-def world_model(genome: Genome, cfg: Config) -> mujoco.MjModel:
-    """The compiled world of ``genome`` in ``cfg``'s task, as an env builds it."""
-    return compile_world(to_mjcf(genome, cfg.unimal), cfg.world, make_task(cfg.world))
+def world_model(genome: Genome, world: WorldCfg) -> mujoco.MjModel:
+    """The compiled world of ``genome`` in ``world``'s task, as an env builds it."""
+    return compile_world(to_mjcf(genome, world), world, make_task(world))
 
 
 def ft_model(seed: int) -> tuple[mujoco.MjModel, dict]:
     """The FT world of the body of ``seed`` and a description of that body."""
     cfg = load_config(EVO_PRESETS / "ft.yml")
-    genome = seeded_genome(cfg, seed)
-    model = world_model(genome, cfg)
+    genome = seeded_genome(cfg.unimal, seed)
+    model = world_model(genome, cfg.world)
     return model, {"seed": seed, "num_limbs": genome.num_limbs, "nv": model.nv, "nu": model.nu, "ngeom": model.ngeom}
 
 
@@ -110,12 +112,12 @@ def genome_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.json"))
 
 
-def sampled_in_turns(cfg: Config, num: int, seed: int, mutations: list[int], folder: Path) -> list[Path]:
+def sampled_in_turns(unimal: UnimalCfg, num: int, seed: int, mutations: list[int], folder: Path) -> list[Path]:
     """``num`` sampled genomes taking the ``mutations`` counts in turn, one ``sample`` chain per count
     (seed ``seed + turn``), interleaved: small and large bodies alternate from the first."""
     chains = []
     for turn, count in enumerate(mutations):
         chain_length = len(range(turn, num, len(mutations)))
         if chain_length:
-            chains.append(sample(cfg.unimal, chain_length, seed + turn, folder / f"m{count}", count))
+            chains.append(sample(unimal, chain_length, seed + turn, folder / f"m{count}", count))
     return [chain[index] for index in range(len(chains[0])) for chain in chains if index < len(chain)]

@@ -36,8 +36,9 @@ from pathlib import Path
 
 from derl.bench.cases import genome_files, sampled_in_turns, world_model
 from derl.bench.children import ChildError, run_json, serve
-from derl.checked_config import Config, load_config
+from derl.checked_config import load_config
 from derl.config import ConfigError
+from derl.morphology.config import UnimalCfg
 from derl.morphology.files import InputError, load_genome
 from derl.paths import evo_preset
 
@@ -157,13 +158,13 @@ def summarise(bodies: Sequence[BodyCompile]) -> dict:
     }
 
 
-def measure_body(genome_path: Path, cfg_file: Path, device: str, nworld: int) -> BodyCompile:
+def measure_body(genome_path: Path, config_file: Path, device: str, nworld: int) -> BodyCompile:
     """In this process: the body's world on warp's ``device``, its first env step, the modules it added."""
     from derl.bench.sim import WarpSim
 
-    cfg = load_config(cfg_file)
+    cfg = load_config(config_file)
     genome = load_genome(genome_path)
-    model = world_model(genome, cfg)
+    model = world_model(genome, cfg.world)
     warp = WarpSim(device)
     before = warp.modules()
     cost = warp.build_cost(model, nworld, cfg.SIM.NCONMAX, cfg.SIM.NJMAX)
@@ -177,7 +178,7 @@ def measure_body(genome_path: Path, cfg_file: Path, device: str, nworld: int) ->
                        round(cost["put_model_seconds"] + cost["put_data_seconds"], 4), cost["first_step_seconds"])
 
 
-def _genome_files(args: argparse.Namespace, cfg: Config, work: Path) -> list[Path]:
+def _genome_files(args: argparse.Namespace, unimal: UnimalCfg, work: Path) -> list[Path]:
     """The bodies' genome files, in the order they run."""
     if (args.genomes is None) == (args.sample is None):
         raise SystemExit("error: give --genomes DIR or --sample N (one of them)")
@@ -196,7 +197,7 @@ def _genome_files(args: argparse.Namespace, cfg: Config, work: Path) -> list[Pat
         raise SystemExit(f"error: --mutations expects comma-separated integers, got {args.mutations!r}") from None
     if args.sample < 1 or args.seed < 0 or min(mutations) < 0:
         raise SystemExit("error: --sample must be >= 1, --seed and --mutations >= 0")
-    return sampled_in_turns(cfg, args.sample, args.seed, mutations, work)
+    return sampled_in_turns(unimal, args.sample, args.seed, mutations, work)
 
 
 def _fresh_cache(path: Path | None) -> Path:
@@ -243,7 +244,7 @@ def run(args: argparse.Namespace) -> dict:
     cache = _fresh_cache(args.cache)
     with tempfile.TemporaryDirectory(prefix="derl-bench-compile-") as work:
         try:
-            genomes = _genome_files(args, cfg, Path(work))
+            genomes = _genome_files(args, cfg.unimal, Path(work))
             bodies = [_run_body(path, args, cache) for path in genomes]
         except InputError as err:
             raise SystemExit(f"error: {err}") from None

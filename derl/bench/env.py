@@ -41,6 +41,7 @@ from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.envs import ENV_ID, UnimalVectorEnv
 from derl.envs.batch import FRAME_SKIP
+from derl.envs.config import WorldCfg
 from derl.envs.physics import MujocoPhysics
 from derl.envs.world import build_xml
 from derl.progress import progress_bar
@@ -109,8 +110,8 @@ class _Physics:
         return time.process_time() - t0
 
 
-def _measure(cfg, xml_path: Path, seed: int, args) -> dict:
-    env = UnimalVectorEnv(xml_path, cfg.world, args.num_envs)
+def _measure(world: WorldCfg, xml_path: Path, seed: int, args) -> dict:
+    env = UnimalVectorEnv(xml_path, world, args.num_envs)
     n = env.num_envs
     actions = np.random.default_rng(seed).uniform(-1, 1, (args.steps, *env.action_space.shape)).astype(np.float32)
     env.reset(seed=seed)
@@ -133,7 +134,7 @@ def _measure(cfg, xml_path: Path, seed: int, args) -> dict:
         env.reset()
     reset_ms = (time.process_time() - t0) / (args.resets * n) * 1e3
     t0 = time.process_time()
-    mujoco.MjModel.from_xml_string(build_xml(xml_path.read_bytes(), cfg))
+    mujoco.MjModel.from_xml_string(build_xml(xml_path.read_bytes(), world))
     compile_ms = (time.process_time() - t0) * 1e3
     steps = args.steps * n
     return {
@@ -190,9 +191,9 @@ def _floor_seconds(model: mujoco.MjModel, episodes: list[tuple[np.ndarray, int, 
     return seconds
 
 
-def _measure_single(cfg, xml_path: Path, seed: int, args) -> dict:
+def _measure_single(world: WorldCfg, xml_path: Path, seed: int, args) -> dict:
     """The single env's steps and resets against ``mj_step`` alone, paired episode by episode."""
-    env = gym.make(ENV_ID, xml_path=xml_path, world=cfg.world, seed=seed)
+    env = gym.make(ENV_ID, xml_path=xml_path, world=world, seed=seed)
     model = env.unwrapped.model
     data = mujoco.MjData(model)
     state = np.empty(mujoco.mj_stateSize(model, _SIGNATURE))
@@ -275,7 +276,7 @@ def run(args: argparse.Namespace) -> dict:
                 else:
                     seed = seeds[k]
                     xml_path = Path(folder) / f"{name}-{seed}.xml"
-                    genome = seeded_body(cfg, seed, xml_path)
+                    genome = seeded_body(cfg.unimal, seed, xml_path)
                     body = {"seed": seed, "num_limbs": genome.num_limbs}
                 rows.append({**body, **measure(cfg, xml_path, seed, args)})
                 bar.update(1)

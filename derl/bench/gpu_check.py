@@ -135,7 +135,7 @@ def _syncs_of(name: str, overrides: dict, device: str, steps: int, nworld: int) 
     from derl.morphology import to_mjcf
 
     cfg = load_config(evo_preset(name), {"SIM.BACKEND": "warp", "ENV.EPISODE_LENGTH": 20, **overrides})
-    mjcf = to_mjcf(seeded_genome(cfg, 0), cfg.unimal)
+    mjcf = to_mjcf(seeded_genome(cfg.unimal, 0), cfg.unimal)
     env = UnimalVectorEnv(None, cfg.world, nworld, device=device, mjcf=mjcf)
     env.reset(seed=0)
     actions = torch.zeros((nworld, env.single_action_space.shape[0]), device=device)
@@ -202,7 +202,7 @@ def _on_device(name: str, device: str, nworld: int, steps: int) -> Check:
 
     try:  # the config check and UnimalBatch refuse a task the backend cannot run on the device
         cfg = load_config(evo_preset(name), {"SIM.BACKEND": "warp"})
-        mjcf = to_mjcf(seeded_genome(cfg, 0), cfg.unimal)
+        mjcf = to_mjcf(seeded_genome(cfg.unimal, 0), cfg.unimal)
         env = UnimalVectorEnv(None, cfg.world, nworld, device=device, mjcf=mjcf)
     except (ConfigError, ValueError) as err:
         return task_on_device_verdict(name, str(err), 0, 0, 0.0)

@@ -57,6 +57,7 @@ from gymnasium.vector import VectorEnv
 
 from derl.envs import batch
 from derl.ppo import acting, episode_stats, learner, normalize, rollout, train, trainer
+from derl.ppo.config import TrainerCfg
 
 FULL_TRAINING_STEPS = 5_000_000
 
@@ -155,14 +156,14 @@ def _instrumenting_factory(profiler: Profiler, make_vec_env: Callable[[int, int,
     return profiler.wrap(build, "setup_envs")
 
 
-def profile_run(cfg, make_vec_env: Callable[[int, int, Any], VectorEnv], seed: int) -> dict:
+def profile_run(trainer: TrainerCfg, make_vec_env: Callable[[int, int, Any], VectorEnv], seed: int) -> dict:
     """One instrumented training: seconds per component (exclusive, wall) and the run's clocks."""
     profiler = Profiler()
     try:
         _instrument_derl(profiler)
         build = _instrumenting_factory(profiler, make_vec_env)
         wall, cpu = time.perf_counter(), time.process_time()
-        result = train(cfg.trainer, build, seed=seed)
+        result = train(trainer, build, seed=seed)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
         profiler.restore()

@@ -19,6 +19,7 @@ import numpy as np
 from derl.bench.children import serve
 from derl.bench.ppo_replay import EpisodeReturns, StateRecorder, lockstep_physics_seconds, physics_seconds
 from derl.checked_config import Config, load_config
+from derl.envs.config import WorldCfg
 from derl.threads import limit_threads
 
 
@@ -38,21 +39,21 @@ def case_config(case: dict, iters: int) -> Config:
     return load_config(case["config"] if case["kind"] == "unimal" else None, overrides)
 
 
-def env_factory(case: dict, cfg: Config, flat: bool) -> Callable[[int], gym.Env]:
+def env_factory(case: dict, world: WorldCfg, flat: bool) -> Callable[[int], gym.Env]:
     """``make(i)`` builds one env (SB3 steps them in its ``DummyVecEnv``)."""
     if case["kind"] == "unimal":
         from derl.envs import make_env  # lazy: each trainer's child imports only what it runs (peak RSS)
 
-        return lambda _i: make_env(cfg.world, case["xml"], flat=flat)
+        return lambda _i: make_env(world, case["xml"], flat=flat)
     return lambda _i: gym.make(case["env_id"])
 
 
-def vector_env_factory(case: dict, cfg: Config) -> Callable:
+def vector_env_factory(case: dict, world: WorldCfg) -> Callable:
     """What derl trains on: ``factory(num_envs, first_index)``, the batched Unimal env or Gymnasium's
     ``SyncVectorEnv`` of an env id."""
     from derl.training.envs import GymEnvFactory, UnimalEnvFactory  # lazy: as in env_factory
 
-    return UnimalEnvFactory(cfg.world, case["xml"]) if case["kind"] == "unimal" else GymEnvFactory(case["env_id"])
+    return UnimalEnvFactory(world, case["xml"]) if case["kind"] == "unimal" else GymEnvFactory(case["env_id"])
 
 
 def run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: bool) -> dict:
@@ -61,7 +62,7 @@ def run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: bool
     from derl.ppo import OnIteration, train  # lazy: the SB3 child never imports derl's learner
 
     cfg = case_config(case, iters)
-    base = vector_env_factory(case, cfg)
+    base = vector_env_factory(case, cfg.world)
     recorders: list[StateRecorder] = []
     returns: list[float] = []
 
@@ -106,7 +107,7 @@ def run_sb3(case: dict, iters: int, seed: int) -> dict:
     limit_threads(1)  # torch is loaded now (derl's trainer does this itself)
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # its one-off import is not timed
     cfg = case_config(case, iters)
-    make = env_factory(case, cfg, flat=True)
+    make = env_factory(case, cfg.world, flat=True)
     started, cpu_started = time.perf_counter(), time.process_time()
     venv = DummyVecEnv([lambda i=i: Monitor(make(i)) for i in range(32)])
     venv.seed(seed)
@@ -155,7 +156,7 @@ def run_profiled(case: dict, iters: int, seed: int) -> dict:
     from derl.bench.ppo_profile import profile_run  # lazy: only the profiled child imports the profiler
 
     cfg = case_config(case, iters)
-    return profile_run(cfg, vector_env_factory(case, cfg), seed)
+    return profile_run(cfg.trainer, vector_env_factory(case, cfg.world), seed)
 
 
 def child(spec: dict) -> dict:

@@ -149,11 +149,11 @@ def _build(cls: type[S], tree: Mapping[str, Any]) -> S:
     return cls(**values)
 
 
-def check_keys(cfg: Section) -> None:
-    """Holds every key of ``cfg`` to its declaration (finite numbers, ``allowed``, ``choices``), then every
+def check_keys(tree: Section) -> None:
+    """Holds every key of ``tree`` to its declaration (finite numbers, ``allowed``, ``choices``), then every
     section to its own ``check``; raises ``ConfigError`` for the first value that cannot work."""
-    for path, field in _fields(type(cfg)):
-        value = cfg.get_path(path)
+    for path, field in _fields(type(tree)):
+        value = tree.get_path(path)
         if not all(math.isfinite(v) for v in _numbers(value)):
             raise ConfigError(f"config key {path} must be finite, got {_show(value)}", path)
         allowed, choices = field.metadata["allowed"], field.metadata["choices"]
@@ -171,7 +171,7 @@ def check_keys(cfg: Section) -> None:
                 expand_range(value, path)
             except ValueError as err:
                 raise ConfigError(str(err), path) from None
-    _check_sections(cfg)
+    _check_sections(tree)
 
 
 def _check_sections(node: Section) -> None:

@@ -111,9 +111,9 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return pairs
 
 
-def _read_yaml(cfg_file: str | Path, read: Callable[[Path], Any] | None = None) -> Mapping[str, Any]:
-    """The mapping in ``cfg_file``; ``read``: how to read and parse it (``parse_config``)."""
-    path = Path(cfg_file)
+def _read_yaml(file: str | Path, read: Callable[[Path], Any] | None = None) -> Mapping[str, Any]:
+    """The mapping in ``file``; ``read``: how to read and parse it (``parse_config``)."""
+    path = Path(file)
     if read is not None:
         try:
             data = read(path)
@@ -226,18 +226,18 @@ def parse_config(
     return cfg
 
 
-def with_values(cfg: S, values: Mapping[str, Any]) -> S:
-    """``cfg`` with some keys set to values a program computed (an absolute ``OUT_DIR``, a worker count).
+def with_values(tree: S, values: Mapping[str, Any]) -> S:
+    """``tree`` with some keys set to values a program computed (an absolute ``OUT_DIR``, a worker count).
 
     No file is read: a node that loaded and checked its config once passes it on this way. Values
     take their key's type, derived keys are recomputed; the values are the caller's to keep valid.
     """
-    tree = cfg.to_dict()
+    plain = tree.to_dict()
     for key, value in values.items():
-        if key in derived_keys(type(cfg)):
+        if key in derived_keys(type(tree)):
             raise ConfigError(f"config key {key} is derived and cannot be set")
-        _set(tree, key, value)
-    return _build(type(cfg), tree)
+        _set(plain, key, value)
+    return _build(type(tree), plain)
 
 
 def _origin(keys: Sequence[str], origins: Mapping[str, str]) -> str:
@@ -249,6 +249,6 @@ def _origin_text(origin: str) -> str:
     return "set on the command line" if origin == "command line" else f"set in {origin}"
 
 
-def dump_config(cfg: Section) -> str:
-    """The resolved config as YAML text; loading it gives ``cfg`` back."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)
+def dump_config(tree: Section) -> str:
+    """The resolved config as YAML text; loading it gives ``tree`` back."""
+    return yaml.safe_dump(tree.to_dict(), sort_keys=False, default_flow_style=None)

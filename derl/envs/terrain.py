@@ -45,7 +45,7 @@ class Corridor:
     walls: bool
 
     @classmethod
-    def from_cfg(cls, world: WorldCfg) -> Corridor:
+    def of(cls, world: WorldCfg) -> Corridor:
         """The ground of ``ENV.MODULES``: the Floor module's box or the Terrain module's corridor."""
         return cls.floor(world) if "Floor" in world.ENV.MODULES else cls.terrain(world)
 
@@ -202,7 +202,7 @@ def obstacles_fit(world: WorldCfg) -> bool:
     types = obstacle_types(world)
     if not types or "Terrain" not in world.ENV.MODULES:
         return False
-    corridor = Corridor.from_cfg(world)
+    corridor = Corridor.of(world)
     divs = corridor.divs
     start = round(2 * (0.0 - corridor.x_min) * divs)
     flat = round(2 * min(value_range(world.TERRAIN.FLAT_LENGTH_RANGE)) * divs)
