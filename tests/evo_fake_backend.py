@@ -44,15 +44,15 @@ class Result:
 
 
 class FakeBackend:
-    def initial_population(self, cfg, seed, ids, num_workers):
+    def initial_population(self, unimal, seed, ids, num_workers):
         while os.path.exists(os.environ.get("DERL_FAKE_HOLD_INIT", "")):  # a long draw, as on a 72-core node
             time.sleep(0.05)
         return [_files(genome_id, None, None, 1.0 + k) for k, genome_id in enumerate(ids)]
 
-    def random_genome(self, cfg, rng, genome_id):
+    def random_genome(self, unimal, rng, genome_id):
         return _files(genome_id, None, None, float(rng.uniform(0, 5)))
 
-    def mutate(self, cfg, parent, rng, child_id):
+    def mutate(self, unimal, parent, rng, child_id):
         return _files(child_id, parent["id"], "size", parent["size"] + float(rng.normal()))
 
     def train(self, cfg, xml_path, *, seed, checkpoint_path, metrics_path, resume, should_stop, may_save):

@@ -17,7 +17,7 @@ def test_running_best_and_aging_window_mean_by_publication(tmp_path):
     cfg = load_config(None, ["EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ", "[-1]",
                              "EVO.AGING_WINDOW_SIZE", "2"])
     run = RunDir(tmp_path)
-    curves = SearchCurves(cfg, run)
+    curves = SearchCurves(cfg.EVO, run)
     fitness = [3.0, 1.0, 5.0, 2.0]
     records = [{"id": f"{k:06d}", "publication": k, "__reward__forward": f, "return": f + 1}
                for k, f in enumerate(fitness)]

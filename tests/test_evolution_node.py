@@ -80,7 +80,7 @@ def test_a_preparing_coordinator_never_holds_its_workers_slots(tmp_path):
     claim = run.slots.read(4)
     assert takeover_reason(run, 4, claim, now, 600.0) == "its owner 1-0 last beat 700 s ago (EVO.LEASE_SECONDS 600)"
     cfg = load_config(None, {"EVO.LEASE_SECONDS": 600})
-    [line] = node_lines(cfg, run, PublishedResults(run, cfg.EVO))
+    [line] = node_lines(cfg.EVO, run, PublishedResults(run, cfg.EVO))
     assert re.fullmatch(r"  node 1: last heartbeat 70\d s ago, holds slots 4; workers 0: training 000004 STALE "
                         r"\(older than EVO.LEASE_SECONDS 600: its slots are taken over\); its coordinator is "
                         r"preparing \(waiting for node 0's initial population\), last heartbeat \d s ago", line), line

@@ -153,7 +153,7 @@ def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
     os.utime(run.workers.heartbeat_path(1, 0), (old, old))
     os.utime(tmp_path / "slots" / "000001.json", (old, old))
     cfg = load_config(None, {"EVO.LEASE_SECONDS": 10})
-    lines = node_lines(cfg, run, PublishedResults(run, cfg.EVO))
+    lines = node_lines(cfg.EVO, run, PublishedResults(run, cfg.EVO))
     assert len(lines) == 2
     # Ages are read off the clock while the test runs: a loaded machine may add a second or two.
     fresh = re.match(r"  node 0: last heartbeat (\d+) s ago, holds slots 0", lines[0])

@@ -22,6 +22,7 @@ from derl.checked_config import Config
 from derl.envs.media import write_video
 from derl.evolution.storage import RunDir
 from derl.morphology import Genome, initial_population, mutate, random_genome, to_mjcf
+from derl.morphology.config import UnimalCfg
 
 BACKEND_VARIABLE = "DERL_EVO_BACKEND"
 
@@ -46,13 +47,20 @@ class GenomeFiles(NamedTuple):
 
 
 class Backend(Protocol):
-    def initial_population(self, cfg: Config, seed: int, ids: Sequence[str], num_workers: int) -> list[GenomeFiles]:
+    """What the DERL step asks of bodies and brains. ``DERL_EVO_BACKEND`` (``module:attr``) names another
+    (tests run the search on a fake one). The genome methods take what bodies are drawn from
+    (``UnimalCfg``); ``train`` and ``record_video`` the run's whole config, since a backend trains as it
+    likes and may read any key."""
+
+    def initial_population(self, unimal: UnimalCfg, seed: int, ids: Sequence[str],
+                           num_workers: int) -> list[GenomeFiles]:
         """A de-duplicated initial population, one genome per id."""
 
-    def random_genome(self, cfg: Config, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
+    def random_genome(self, unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
         """One new random morphology (replaces a failed initial one)."""
 
-    def mutate(self, cfg: Config, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
+    def mutate(self, unimal: UnimalCfg, parent: dict[str, Any], rng: np.random.Generator,
+               child_id: str) -> GenomeFiles:
         """A child of the genome ``parent`` (as ``GenomeStore.read_genome`` returns it), by one mutation."""
 
     def train(
@@ -82,15 +90,17 @@ class DerlBackend:
     backend (``DERL_EVO_BACKEND``) never load it.
     """
 
-    def initial_population(self, cfg: Config, seed: int, ids: Sequence[str], num_workers: int) -> list[GenomeFiles]:
-        genomes = initial_population(cfg.unimal, seed, len(ids), list(ids), num_workers=num_workers)
-        return [_files(cfg, genome) for genome in genomes]
+    def initial_population(self, unimal: UnimalCfg, seed: int, ids: Sequence[str],
+                           num_workers: int) -> list[GenomeFiles]:
+        genomes = initial_population(unimal, seed, len(ids), list(ids), num_workers=num_workers)
+        return [_files(unimal, genome) for genome in genomes]
 
-    def random_genome(self, cfg: Config, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
-        return _files(cfg, random_genome(cfg.unimal, rng, genome_id))
+    def random_genome(self, unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
+        return _files(unimal, random_genome(unimal, rng, genome_id))
 
-    def mutate(self, cfg: Config, parent: dict[str, Any], rng: np.random.Generator, child_id: str) -> GenomeFiles:
-        return _files(cfg, mutate(Genome.from_dict(parent), cfg.unimal, rng, child_id))
+    def mutate(self, unimal: UnimalCfg, parent: dict[str, Any], rng: np.random.Generator,
+               child_id: str) -> GenomeFiles:
+        return _files(unimal, mutate(Genome.from_dict(parent), unimal, rng, child_id))
 
     def train(
         self,
@@ -131,9 +141,9 @@ class DerlBackend:
         return write_video(frames, path, fps)
 
 
-def _files(cfg: Config, genome: Any) -> GenomeFiles:
+def _files(unimal: UnimalCfg, genome: Genome) -> GenomeFiles:
     """The JSON and MJCF of a ``derl.morphology.Genome``."""
-    return GenomeFiles(genome.to_json(), to_mjcf(genome, cfg.unimal))
+    return GenomeFiles(genome.to_json(), to_mjcf(genome, unimal))
 
 
 def load_backend() -> Backend:

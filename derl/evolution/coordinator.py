@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from derl.checked_config import Config, load_config
+from derl.checked_config import Config, EvoCfg, load_config
 from derl.config import with_values
 from derl.evolution.backend import Backend, load_backend
 from derl.evolution.curves import SearchCurves
@@ -64,13 +64,13 @@ def _cpu_seconds() -> float:
 def prepare_run(cfg: Config, run: RunDir, backend: Backend) -> None:
     """Node 0 writes the initial population; other nodes wait for it."""
     if cfg.NODE_ID != 0:
-        _wait_for_initial_population(cfg, run)
+        _wait_for_initial_population(cfg.EVO, cfg.NODE_ID, run)
         return
     if run.init_population_ids() is not None:
         return
     ids = [slot_id(slot) for slot in range(num_initial_slots(cfg.EVO))]
     log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
-    genomes = backend.initial_population(cfg, cfg.RNG_SEED, ids, num_workers=usable_cores())
+    genomes = backend.initial_population(cfg.unimal, cfg.RNG_SEED, ids, num_workers=usable_cores())
     for morphology_id, files in zip(ids, genomes, strict=True):
         if not run.genomes.has_genome(morphology_id):  # init_population.json lost, genomes kept: never rewrite one
             run.genomes.write_genome(morphology_id, files.genome_json, files.mjcf)
@@ -93,15 +93,15 @@ def preparing(run: RunDir, node: int, lease_seconds: float) -> Iterator[None]:
             run.workers.end_preparing(node)
 
 
-def _wait_for_initial_population(cfg: Config, run: RunDir) -> None:
-    deadline = time.monotonic() + cfg.EVO.INIT_WAIT_TIMEOUT
+def _wait_for_initial_population(evo: EvoCfg, node: int, run: RunDir) -> None:
+    deadline = time.monotonic() + evo.INIT_WAIT_TIMEOUT
     if run.init_population_ids() is None:
-        log(f"node {cfg.NODE_ID}: waiting for node 0 to write the initial population in {run.root} "
-            f"(timeout EVO.INIT_WAIT_TIMEOUT={cfg.EVO.INIT_WAIT_TIMEOUT} s)")
+        log(f"node {node}: waiting for node 0 to write the initial population in {run.root} "
+            f"(timeout EVO.INIT_WAIT_TIMEOUT={evo.INIT_WAIT_TIMEOUT} s)")
     while run.init_population_ids() is None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"no initial population from node 0 in {run.root} after "
-                               f"{cfg.EVO.INIT_WAIT_TIMEOUT} s; is node 0 running with the same OUT_DIR?")
+                               f"{evo.INIT_WAIT_TIMEOUT} s; is node 0 running with the same OUT_DIR?")
         time.sleep(INIT_POLL_SECONDS)
 
 
@@ -132,7 +132,7 @@ class Coordinator:
         self.signalled: int | None = None
         self.results = PublishedResults(run, cfg.EVO)
         self.logged_progress: tuple[int, int] | None = None
-        self.curves = SearchCurves(cfg, run) if cfg.NODE_ID == 0 and cfg.TENSORBOARD.ENABLED else None
+        self.curves = SearchCurves(cfg.EVO, run) if cfg.NODE_ID == 0 and cfg.TENSORBOARD.ENABLED else None
 
     def _handle_signal(self, signum: int, frame) -> None:
         self.signalled = signum
@@ -273,7 +273,7 @@ class Coordinator:
 
     def _write_summary(self, session: dict[str, float]) -> None:
         self.results.refresh()
-        summary = summarize(self.cfg, self.run, self.results, session)
+        summary = summarize(self.cfg.EVO, self.run, self.results, session)
         elapsed = max(time.time() - session["started"], 1e-9)
         summary["coordinator"] = {
             "node": self.cfg.NODE_ID, "workers": self.cfg.EVO.NUM_PROCESSES,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from derl.checked_config import Config
+from derl.checked_config import EvoCfg
 from derl.evolution.storage import RunDir
 from derl.fileio.folders import make_folders
 from derl.morphology import Genome, GenomeError
@@ -29,15 +29,15 @@ SEARCH_TAGS = ("search/fitness", "search/return", "search/best", "search/aging_w
 class SearchCurves:
     """Writes the points of newly published morphologies each time ``update`` is called."""
 
-    def __init__(self, cfg: Config, run: RunDir):
+    def __init__(self, evo: EvoCfg, run: RunDir):
         from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked for
 
         # Drawing never moves a file: a genome that does not parse is skipped here and left for the
         # search to judge (quarantined only if a worker needs it as a parent).
         self.run = RunDir(run.root, skip=True)
-        self.criterion = cfg.EVO.SELECTION_CRITERIA[0]
-        self.sign = -cfg.EVO.SELECTION_CRITERIA_OBJ[0]  # +1: larger is better
-        self.window = cfg.EVO.AGING_WINDOW_SIZE
+        self.criterion = evo.SELECTION_CRITERIA[0]
+        self.sign = -evo.SELECTION_CRITERIA_OBJ[0]  # +1: larger is better
+        self.window = evo.AGING_WINDOW_SIZE
         make_folders(run.tensorboard_dir("search"), run.root)  # none a link: the events would land outside
         self.writer = SummaryWriter(str(run.tensorboard_dir("search")), purge_step=0, flush_secs=30)
         self.fitness: dict[int, float] = {}  # publication number -> fitness, of the points written

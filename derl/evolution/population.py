@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from derl.checked_config import Config
+from derl.checked_config import EvoCfg
 
 # A morphology id: the slot (6 digits or more), then ``-attempt`` for a replacement; nothing else.
 ID_PATTERN = re.compile(r"(\d{6,})(?:-(\d+))?")
@@ -39,7 +39,7 @@ def parse_id(morphology_id: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2) or 0)
 
 
-def num_initial_slots(evo: Config) -> int:
+def num_initial_slots(evo: EvoCfg) -> int:
     """Slots filled from the initial population: ``INIT_POPULATION_SIZE``, or every slot in random search.
 
     Random search (``EVO.IS_EVO false``) draws all ``SEARCH_SPACE_SIZE`` morphologies like the
@@ -52,12 +52,12 @@ def num_initial_slots(evo: Config) -> int:
 SEARCH_KINDS = ("evolution", "random search")
 
 
-def search_kind(evo: Config) -> str:
+def search_kind(evo: EvoCfg) -> str:
     """``evolution``, or ``random search`` with ``EVO.IS_EVO false`` (DERL's baseline)."""
     return SEARCH_KINDS[0] if evo.IS_EVO else SEARCH_KINDS[1]
 
 
-def search_text(evo: Config) -> str:
+def search_text(evo: EvoCfg) -> str:
     """The search in one line, as ``tools/status.py``, the report and the coordinator's log show it.
 
     Random search has no tournament, window or mutation: its line names none of them, so a baseline

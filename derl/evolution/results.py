@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from derl.checked_config import Config
+from derl.checked_config import EvoCfg
 from derl.evolution import selection
 from derl.evolution.population import num_initial_slots, parse_id, search_kind
 from derl.evolution.schema import RecordRules
@@ -26,7 +26,7 @@ class PublishedResults:
     stay published (and counted) but leave the tournament pool.
     """
 
-    def __init__(self, run: RunDir, evo: Config):
+    def __init__(self, run: RunDir, evo: EvoCfg):
         self.run = run
         self.rules = RecordRules.of(evo)
         self.by_id: dict[str, dict[str, Any]] = {}
@@ -42,7 +42,7 @@ class PublishedResults:
         """Published morphologies in slots below ``limit`` (``num_initial_slots``: the initial ones)."""
         return sum(1 for morphology_id in self.by_id if parse_id(morphology_id)[0] < limit)
 
-    def select_parent(self, cfg: Config, rng: np.random.Generator) -> dict[str, Any]:
+    def select_parent(self, evo: EvoCfg, rng: np.random.Generator) -> dict[str, Any]:
         """The genome of the parent chosen by ``EVO.TOURNAMENT_TYPE`` (vanilla retires a loser).
 
         A winner whose genome cannot be read leaves the pool and the tournament is drawn again, so
@@ -51,7 +51,6 @@ class PublishedResults:
         Raises:
             FileNotFoundError: no morphology in the pool has a readable genome (the folder's problem).
         """
-        evo = cfg.EVO
         while True:
             pool = self._tournament_pool(evo)
             if not pool:
@@ -74,7 +73,7 @@ class PublishedResults:
                     self.run.publications.retire(pool[loser]["id"])
             return genome
 
-    def _tournament_pool(self, evo: Config) -> list[dict[str, Any]]:
+    def _tournament_pool(self, evo: EvoCfg) -> list[dict[str, Any]]:
         """The records a tournament may draw: the aging window, or those not retired (vanilla)."""
         records = [r for r in self.by_id.values() if r["id"] not in self.unavailable]
         if evo.TOURNAMENT_TYPE.startswith("aging"):
@@ -85,7 +84,7 @@ class PublishedResults:
 
 
 def summarize(
-    cfg: Config, run: RunDir, results: PublishedResults, session: dict[str, float]
+    evo: EvoCfg, run: RunDir, results: PublishedResults, session: dict[str, float]
 ) -> dict[str, Any]:
     """The content of ``summary.json``.
 
@@ -94,7 +93,6 @@ def summarize(
             coordinator writing it; the rate is measured over its own session so
             that no clock of another machine is involved.
     """
-    evo = cfg.EVO
     records = list(results.by_id.values())
     done = len(records)
     total = evo.SEARCH_SPACE_SIZE

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from derl.checked_config import Config
+from derl.checked_config import EvoCfg
 from derl.evolution.failures import classify
 from derl.evolution.lease import SlotLost, StopSignal, heartbeat_interval, takeover_reason
 from derl.evolution.population import init_claim_order, num_initial_slots, parse_id, slot_id
@@ -39,12 +39,13 @@ WAIT_POLL_SECONDS = 5.0
 class Scheduler:
     """Claims, resumes, adopts and takes over slots for one worker and runs ``step(slot, attempt)`` in them."""
 
-    def __init__(self, cfg: Config, run: RunDir, results: PublishedResults, stop: StopSignal, state: WorkerState,
-                 step: Callable[[int, int], None]):
-        self.cfg, self.run, self.results, self.stop, self.state, self.step = cfg, run, results, stop, state, step
+    def __init__(self, evo: EvoCfg, num_nodes: int, run: RunDir, results: PublishedResults, stop: StopSignal,
+                 state: WorkerState, step: Callable[[int, int], None]):
+        self.evo, self.num_nodes, self.run, self.results = evo, num_nodes, run, results
+        self.stop, self.state, self.step = stop, state, step
         self.node, self.worker = state.node, state.worker
-        self.next_child_slot = num_initial_slots(cfg.EVO)
-        self.lease_seconds = cfg.EVO.LEASE_SECONDS
+        self.next_child_slot = num_initial_slots(evo)
+        self.lease_seconds = evo.LEASE_SECONDS
         self.wait_seconds = min(WAIT_POLL_SECONDS, heartbeat_interval(self.lease_seconds))
         # Scans for slots to take over read a few files per slot in flight: one per heartbeat interval.
         self.scan_seconds = heartbeat_interval(self.lease_seconds)
@@ -55,8 +56,8 @@ class Scheduler:
         if self.state.previous.get("slot") is not None:
             self._resume(self.state.previous["slot"])
         self._adopt_orphaned_slots()
-        evo = self.cfg.EVO
-        order = init_claim_order(num_initial_slots(evo), self.cfg.NUM_NODES, self.node, evo.NUM_PROCESSES,
+        evo = self.evo
+        order = init_claim_order(num_initial_slots(evo), self.num_nodes, self.node, evo.NUM_PROCESSES,
                                  self.worker)
         for slot in order:
             if not self.run.slots.is_claimed(slot) and self._claim(slot):
@@ -75,7 +76,7 @@ class Scheduler:
         silent for ``EVO.LEASE_SECONDS`` (a dead node) or works elsewhere (its result was
         quarantined). Without this, a node that dies for good would hold its slots forever.
         """
-        total = self.cfg.EVO.SEARCH_SPACE_SIZE
+        total = self.evo.SEARCH_SPACE_SIZE
         while True:
             self.results.refresh()
             done = {parse_id(morphology_id)[0] for morphology_id in self.results.by_id}
@@ -148,7 +149,7 @@ class Scheduler:
         start) would leave their claimed slots unfinished forever. Our own state records the slot
         before the claim changes hands, so a crash in between is resumed like any other.
         """
-        count = self.cfg.EVO.NUM_PROCESSES
+        count = self.evo.NUM_PROCESSES
         for other in self.run.workers.indices(self.node):
             if other < count or other % count != self.worker:
                 continue
@@ -180,7 +181,7 @@ class Scheduler:
 
     def _claim_next_child_slot(self) -> int | None:
         # Claims are permanent, so every slot passed over stays claimed: never scan it again.
-        while self.next_child_slot < self.cfg.EVO.SEARCH_SPACE_SIZE:
+        while self.next_child_slot < self.evo.SEARCH_SPACE_SIZE:
             slot = self.next_child_slot
             self.next_child_slot += 1
             if not self.run.slots.is_claimed(slot) and self._claim(slot):
@@ -188,8 +189,8 @@ class Scheduler:
         return None
 
     def _wait_for_initial_population(self) -> None:
-        size = num_initial_slots(self.cfg.EVO)
-        deadline = time.monotonic() + self.cfg.EVO.INIT_WAIT_TIMEOUT
+        size = num_initial_slots(self.evo)
+        deadline = time.monotonic() + self.evo.INIT_WAIT_TIMEOUT
         self.results.refresh()
         while (published := self.results.count_slots_below(size)) < size:
             done = {parse_id(morphology_id)[0] for morphology_id in self.results.by_id}
@@ -200,7 +201,7 @@ class Scheduler:
             self.state.write(slot=None, id=None, status=status)
             if time.monotonic() > deadline:
                 raise FatalError(f"initial population still incomplete ({published}/{size}) after "
-                                 f"EVO.INIT_WAIT_TIMEOUT={self.cfg.EVO.INIT_WAIT_TIMEOUT} s")
+                                 f"EVO.INIT_WAIT_TIMEOUT={self.evo.INIT_WAIT_TIMEOUT} s")
             self.stop.check()
             time.sleep(INIT_POLL_SECONDS)
             self.results.refresh()

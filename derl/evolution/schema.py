@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from derl.checked_config import Config
+from derl.checked_config import EvoCfg
 from derl.evolution.population import ID_PATTERN, SEARCH_KINDS, parse_id
 from derl.evolution.record import BOOKKEEPING, morphology_files
 
@@ -109,7 +109,7 @@ class RecordRules(NamedTuple):
     criteria: tuple[str, ...]  # EVO.SELECTION_CRITERIA: each a finite number in every record
 
     @staticmethod
-    def of(evo: Config) -> RecordRules:
+    def of(evo: EvoCfg) -> RecordRules:
         return RecordRules(evo.SEARCH_SPACE_SIZE, tuple(evo.SELECTION_CRITERIA))
 
 

@@ -6,7 +6,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
-from derl.checked_config import Config, load_run_config
+from derl.checked_config import EvoCfg, load_run_config
 from derl.evolution.population import parse_id, search_text
 from derl.evolution.results import PublishedResults, rank
 from derl.evolution.storage import RunDir
@@ -34,7 +34,7 @@ def preparing_text(node: int) -> str:
     return "drawing the initial population" if node == 0 else "waiting for node 0's initial population"
 
 
-def node_lines(cfg: Config, run: RunDir, results: PublishedResults) -> list[str]:
+def node_lines(evo: EvoCfg, run: RunDir, results: PublishedResults) -> list[str]:
     """One line per node: its workers' states, its last heartbeat and the unfinished slots it holds,
     or that its coordinator prepares the run (``preparing_ages``).
 
@@ -42,7 +42,7 @@ def node_lines(cfg: Config, run: RunDir, results: PublishedResults) -> list[str]
     older than ``EVO.LEASE_SECONDS`` is stale: other nodes take its slots over.
     """
     now = _filesystem_now(run)
-    preparing = preparing_ages(run, now, cfg.EVO.LEASE_SECONDS)
+    preparing = preparing_ages(run, now, evo.LEASE_SECONDS)
     done = {parse_id(morphology_id)[0] for morphology_id in results.by_id}
     held: dict[int, list[int]] = defaultdict(list)
     for slot in run.slots.claimed():
@@ -62,12 +62,12 @@ def node_lines(cfg: Config, run: RunDir, results: PublishedResults) -> list[str]
         beats = [b for b in beats if b is not None]
         age = now - max(beats) if beats else None
         working = [s for s in states[node] if not str(s.get("status")).startswith(_IDLE)]
-        stale = bool(working or held[node]) and (age is None or age > cfg.EVO.LEASE_SECONDS)
+        stale = bool(working or held[node]) and (age is None or age > evo.LEASE_SECONDS)
         statuses = ", ".join(f"{s['worker']}: {s.get('status')} {s.get('id') or ''}".rstrip()
                              for s in sorted(states[node], key=lambda s: s["worker"]))
         heartbeat = "never" if age is None else f"{age:.0f} s ago"
         slots = ", ".join(map(str, held[node])) or "none"
-        flag = f" STALE (older than EVO.LEASE_SECONDS {cfg.EVO.LEASE_SECONDS:g}: its slots are taken over)" \
+        flag = f" STALE (older than EVO.LEASE_SECONDS {evo.LEASE_SECONDS:g}: its slots are taken over)" \
             if stale else ""
         also = f"; its coordinator is {prepares}" if prepares else ""
         lines.append(f"  node {node}: last heartbeat {heartbeat}, holds slots {slots}; workers {statuses}{flag}{also}")
@@ -100,7 +100,7 @@ def status_lines(out_dir: str) -> list[str]:
         f"claimed slots: {run.slots.num_claimed()}",
         f"running workers: {len(running)}",
         "nodes:",
-        *node_lines(cfg, run, results),
+        *node_lines(cfg.EVO, run, results),
     ]
     ranked = rank(list(results.by_id.values()), evo.SELECTION_CRITERIA, evo.SELECTION_CRITERIA_OBJ)
     if ranked:

@@ -46,10 +46,10 @@ class Step:
         if not self.run.genomes.has_genome(child_id):
             rng = slot_rng(self.cfg.RNG_SEED, slot, attempt)
             if slot < num_initial_slots(evo):  # a replacement of a failed initial morphology
-                child = self.backend.random_genome(self.cfg, rng, child_id)
+                child = self.backend.random_genome(self.cfg.unimal, rng, child_id)
             else:
                 parent = self._tournament(rng)
-                child = self.backend.mutate(self.cfg, parent, rng, child_id)
+                child = self.backend.mutate(self.cfg.unimal, parent, rng, child_id)
             self.run.genomes.write_genome(child_id, child.genome_json, child.mjcf)
         seed = ppo_seed(self.cfg.RNG_SEED, slot, attempt)
         outcome = self._train(child_id, seed)
@@ -61,7 +61,7 @@ class Step:
         """The genome of the parent that ``EVO.TOURNAMENT_TYPE`` chooses among the published morphologies
         (a parent whose genome was quarantined leaves the pool: ``PublishedResults.select_parent``)."""
         self.results.refresh()
-        return self.results.select_parent(self.cfg, rng)
+        return self.results.select_parent(self.cfg.EVO, rng)
 
     def _train(self, morphology_id: str, seed: int) -> TrainOutcome:
         """Trains the controller of ``morphology_id`` to the end, from its checkpoint if it has one."""

@@ -77,7 +77,7 @@ def _run_worker(cfg: Config, worker: int, backend: Backend | None) -> int:
     stop = StopSignal(run, state.write)
     results = PublishedResults(run, cfg.EVO)
     step = Step(cfg, run, backend or load_backend(), results, stop, worker, state.log)
-    scheduler = Scheduler(cfg, run, results, stop, state, step)
+    scheduler = Scheduler(cfg.EVO, cfg.NUM_NODES, run, results, stop, state, step)
     catch_stop_signals(stop.handle_signal)
     try:
         scheduler.run_all()
