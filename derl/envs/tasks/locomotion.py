@@ -8,8 +8,9 @@ from typing import ClassVar
 import numpy as np
 from lxml import etree
 
-from derl.envs.arenas import Arena, CorridorArena, FloorArena
+from derl.envs.arenas import Arena, FloorArena
 from derl.envs.config import WorldCfg
+from derl.envs.corridor_arena import CorridorArena
 from derl.envs.mjcf import y_rotation_quat
 from derl.envs.placement import PlacementGrid
 from derl.envs.props import StaticBoxes

@@ -10,8 +10,9 @@ import mujoco
 import numpy as np
 from lxml import etree
 
-from derl.envs.arenas import Arena, CorridorArena, FloorArena
+from derl.envs.arenas import Arena, FloorArena
 from derl.envs.config import WorldCfg
+from derl.envs.corridor_arena import CorridorArena
 from derl.envs.observations import head_frame, names_with_prefix
 from derl.envs.props import Ball, Box, GoalMarker
 from derl.envs.scene import Array, Scene

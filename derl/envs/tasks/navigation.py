@@ -7,9 +7,10 @@ import math
 import numpy as np
 from lxml import etree
 
-from derl.envs.arenas import Arena, CorridorArena, FloorArena
+from derl.envs.arenas import Arena, FloorArena
 from derl.envs.bowl import BowlArena
 from derl.envs.config import WorldCfg
+from derl.envs.corridor_arena import CorridorArena
 from derl.envs.mjcf import fmt
 from derl.envs.placement import PlacementGrid
 from derl.envs.props import GoalMarker
