@@ -95,9 +95,12 @@ class _Training:
         envs = importlib.import_module(f"{package}.training.envs")
         trainer = importlib.import_module(f"{package}.ppo.trainer")
         cfg = _config_loader(package).load_preset(preset, speed_overrides(iters))
-        # The factory takes the world (``cfg.world``); in a base from before that, the whole config.
+        # The trainer takes ``cfg.trainer`` and the factory ``cfg.world``; a base from before the typed
+        # config's bundles takes the whole tree for either.
         takes_world = "world" in {field.name for field in dataclasses.fields(envs.UnimalEnvFactory)}
-        self.ppo = trainer.PPO(cfg.trainer, envs.UnimalEnvFactory(cfg.world if takes_world else cfg, str(xml)), seed=0)
+        settings = cfg.trainer if hasattr(cfg, "trainer") else cfg
+        factory = envs.UnimalEnvFactory(cfg.world if takes_world else cfg, str(xml))
+        self.ppo = trainer.PPO(settings, factory, seed=0)
         self.ppo.collector.reset(0)
         self.rng_state = torch.get_rng_state()
         self.seconds: list[float] = []
