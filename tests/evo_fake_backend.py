@@ -55,7 +55,7 @@ class FakeBackend:
     def mutate(self, unimal, parent, rng, child_id):
         return _files(child_id, parent["id"], "size", parent["size"] + float(rng.normal()))
 
-    def train(self, cfg, xml_path, *, seed, checkpoint_path, metrics_path, resume, should_stop, may_save):
+    def train(self, training, xml_path, *, seed, checkpoint_path, metrics_path, resume, should_stop, may_save):
         genome_id = Path(xml_path).stem
         out_dir = Path(xml_path).parents[1]
         done = json.loads(checkpoint_path.read_text())["iteration"] if resume else 0
@@ -66,7 +66,7 @@ class FakeBackend:
             raise RuntimeError("injected MuJoCo failure")
         size = json.loads((out_dir / "genomes" / f"{genome_id}.json").read_text())["size"]
         start = time.monotonic()
-        while done < cfg.PPO.MAX_ITERS:
+        while done < training.trainer.PPO.MAX_ITERS:
             if should_stop():  # as derl.ppo.train: a final checkpoint, if the files are still ours
                 if may_save():
                     atomic_write_text(checkpoint_path, json.dumps({"iteration": done}))

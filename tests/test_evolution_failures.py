@@ -298,7 +298,8 @@ def test_a_full_disk_during_real_training_keeps_every_checkpoint_and_a_rerun_com
 
 def test_a_transient_error_postpones_a_restart_instead_of_stopping_the_node(tmp_path, monkeypatch):
     # ESTALE from the STOP file's check, or EAGAIN from fork: the node's healthy workers keep running.
-    coordinator = Coordinator(load_config(None, {"OUT_DIR": str(tmp_path)}), RunDir(tmp_path), [])
+    coordinator = Coordinator(load_config(None, {"OUT_DIR": str(tmp_path)}).EVO, RunDir(tmp_path), [], node=0,
+                              tensorboard=True)
     started = []
     stop_errors = iter([OSError(errno.ESTALE, "Stale file handle")])
     start_errors = iter([OSError(errno.EAGAIN, "Resource temporarily unavailable")])

@@ -81,9 +81,10 @@ def test_workers_fit_the_gpus_free_memory_round_robin():
 
 def test_cpu_workers_get_no_device_override_and_import_no_torch(tmp_path):
     cfg = load_config(None, {"OUT_DIR": str(tmp_path)})
-    assert worker_devices(cfg, RunDir(tmp_path), 3) == (["cpu"] * 3, 3)
+    assert worker_devices(cfg.EVO, cfg.trainer, RunDir(tmp_path), 3, node=0, sim_backend="mujoco") == (["cpu"] * 3, 3)
     code = ("import sys; from derl.checked_config import load_config; import derl.evolution.coordinator; "
-            "from derl.evolution.node_size import worker_devices; worker_devices(load_config(), None, 2); "
+            "from derl.evolution.node_size import worker_devices; cfg = load_config(); "
+            "worker_devices(cfg.EVO, cfg.trainer, None, 2, node=0, sim_backend='mujoco'); "
             "print('torch' in sys.modules)")
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
@@ -124,7 +125,7 @@ def test_gpu_memory_estimate_uses_measured_gpu_peaks(tmp_path):
 @needs_cuda
 def test_cuda_workers_get_round_robin_devices(tmp_path):
     cfg = load_config(None, {"OUT_DIR": str(tmp_path), "DEVICE": "cuda", "EVO.NUM_PROCESSES": 3})
-    devices, num = worker_devices(cfg, RunDir(tmp_path), 3)
+    devices, num = worker_devices(cfg.EVO, cfg.trainer, RunDir(tmp_path), 3, node=0, sim_backend=cfg.SIM.BACKEND)
     count = torch.cuda.device_count()
     assert num == 3 and devices == [f"cuda:{w % count}" for w in range(3)]
     assert resolve_device(devices[-1]).type == "cuda"

@@ -13,16 +13,19 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from derl.checked_config import Config
+from derl.checked_config import Config, TensorboardCfg
+from derl.envs.config import WorldCfg
 from derl.envs.media import write_video
 from derl.evolution.storage import RunDir
 from derl.morphology import Genome, initial_population, mutate, random_genome, to_mjcf
 from derl.morphology.config import UnimalCfg
+from derl.ppo.config import TrainerCfg
 
 BACKEND_VARIABLE = "DERL_EVO_BACKEND"
 
@@ -46,11 +49,27 @@ class GenomeFiles(NamedTuple):
     mjcf: str
 
 
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What training and filming a morphology of the search read: the learner's bundle (``PPO``,
+    ``MODEL``, ``DEVICE``, ``TORCH_THREADS``, ``CHECKPOINT_PERIOD``), the world's, ``TENSORBOARD`` and
+    ``OUT_DIR`` (where per-morphology curves go)."""
+
+    trainer: TrainerCfg
+    world: WorldCfg
+    tensorboard: TensorboardCfg
+    out_dir: str
+
+    @staticmethod
+    def of(tree: Config) -> TrainingSetup:
+        """The training setup of a node's config (the worker's entry point holds the whole tree)."""
+        return TrainingSetup(tree.trainer, tree.world, tree.TENSORBOARD, tree.OUT_DIR)
+
+
 class Backend(Protocol):
     """What the DERL step asks of bodies and brains. ``DERL_EVO_BACKEND`` (``module:attr``) names another
     (tests run the search on a fake one). The genome methods take what bodies are drawn from
-    (``UnimalCfg``); ``train`` and ``record_video`` the run's whole config, since a backend trains as it
-    likes and may read any key."""
+    (``UnimalCfg``); ``train`` and ``record_video`` what a training reads (``TrainingSetup``)."""
 
     def initial_population(self, unimal: UnimalCfg, seed: int, ids: Sequence[str],
                            num_workers: int) -> list[GenomeFiles]:
@@ -65,7 +84,7 @@ class Backend(Protocol):
 
     def train(
         self,
-        cfg: Config,
+        training: TrainingSetup,
         xml_path: Path,
         *,
         seed: int,
@@ -78,7 +97,8 @@ class Backend(Protocol):
         """Trains a controller for the MJCF at ``xml_path``; writes ``checkpoint_path`` and
         ``metrics_path`` only while ``may_save()`` (False: another worker owns them now)."""
 
-    def record_video(self, cfg: Config, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
+    def record_video(self, training: TrainingSetup, xml_path: Path, checkpoint_path: Path, seed: int,
+                     path: Path) -> Path:
         """Writes a video of the trained policy to ``path`` (``PPO.VIDEO_LENGTH`` frames); returns the file
         written (its suffix may differ: GIF fallback)."""
 
@@ -104,7 +124,7 @@ class DerlBackend:
 
     def train(
         self,
-        cfg: Config,
+        training: TrainingSetup,
         xml_path: Path,
         *,
         seed: int,
@@ -120,12 +140,14 @@ class DerlBackend:
         from derl.training.envs import UnimalEnvFactory
 
         callbacks = [StopWhen(should_stop), SaveWhile(may_save)]
-        if cfg.TENSORBOARD.ENABLED and cfg.TENSORBOARD.PER_MORPHOLOGY:  # a search has thousands: if asked
-            callbacks.append(TensorBoard(RunDir(cfg.OUT_DIR).tensorboard_dir(f"morphologies/{Path(xml_path).stem}")))
+        tensorboard = training.tensorboard
+        if tensorboard.ENABLED and tensorboard.PER_MORPHOLOGY:  # a search has thousands: if asked
+            folder = RunDir(training.out_dir).tensorboard_dir(f"morphologies/{Path(xml_path).stem}")
+            callbacks.append(TensorBoard(folder))
         try:
             with counted_warnings(f"training {Path(xml_path).stem}"):
                 return train(
-                    cfg.trainer, UnimalEnvFactory(cfg.world, str(xml_path), seed), seed=seed,
+                    training.trainer, UnimalEnvFactory(training.world, str(xml_path), seed), seed=seed,
                     checkpoint_path=checkpoint_path, metrics_path=metrics_path, resume=resume, callbacks=callbacks,
                 )
         finally:
@@ -133,11 +155,13 @@ class DerlBackend:
                 callback.close()
 
 
-    def record_video(self, cfg: Config, xml_path: Path, checkpoint_path: Path, seed: int, path: Path) -> Path:
+    def record_video(self, training: TrainingSetup, xml_path: Path, checkpoint_path: Path, seed: int,
+                     path: Path) -> Path:
         from derl.training.play import run_policy  # lazy: torch (see the class docstring)
 
-        _, frames, fps = run_policy(cfg.world, xml_path, checkpoint_path, seed, torch_threads=cfg.TORCH_THREADS,
-                                   video_frames=cfg.PPO.VIDEO_LENGTH)
+        trainer = training.trainer
+        _, frames, fps = run_policy(training.world, xml_path, checkpoint_path, seed,
+                                    torch_threads=trainer.TORCH_THREADS, video_frames=trainer.PPO.VIDEO_LENGTH)
         return write_video(frames, path, fps)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from derl.checked_config import Config, EvoCfg, load_config
+from derl.checked_config import EvoCfg, load_config
 from derl.config import with_values
 from derl.evolution.backend import Backend, load_backend
 from derl.evolution.curves import SearchCurves
@@ -49,6 +49,7 @@ from derl.evolution.process import (
 from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.search_config import join_search
 from derl.evolution.storage import RunDir
+from derl.morphology.config import UnimalCfg
 from derl.threads import limit_threads
 
 POLL_SECONDS = 1.0
@@ -61,16 +62,17 @@ def _cpu_seconds() -> float:
     return times.user + times.system
 
 
-def prepare_run(cfg: Config, run: RunDir, backend: Backend) -> None:
-    """Node 0 writes the initial population; other nodes wait for it."""
-    if cfg.NODE_ID != 0:
-        _wait_for_initial_population(cfg.EVO, cfg.NODE_ID, run)
+def prepare_run(evo: EvoCfg, unimal: UnimalCfg, run: RunDir, backend: Backend, *, node: int, rng_seed: int) -> None:
+    """Node 0 writes the initial population (drawn from ``unimal`` with seed ``rng_seed``, the run's
+    ``RNG_SEED``); other nodes wait for it."""
+    if node != 0:
+        _wait_for_initial_population(evo, node, run)
         return
     if run.init_population_ids() is not None:
         return
-    ids = [slot_id(slot) for slot in range(num_initial_slots(cfg.EVO))]
+    ids = [slot_id(slot) for slot in range(num_initial_slots(evo))]
     log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
-    genomes = backend.initial_population(cfg.unimal, cfg.RNG_SEED, ids, num_workers=usable_cores())
+    genomes = backend.initial_population(unimal, rng_seed, ids, num_workers=usable_cores())
     for morphology_id, files in zip(ids, genomes, strict=True):
         if not run.genomes.has_genome(morphology_id):  # init_population.json lost, genomes kept: never rewrite one
             run.genomes.write_genome(morphology_id, files.genome_json, files.mjcf)
@@ -118,10 +120,15 @@ def _interrupt(signum: int, frame) -> None:
 
 
 class Coordinator:
-    """Starts, watches, restarts and stops this node's worker processes."""
+    """Starts, watches, restarts and stops this node's worker processes.
 
-    def __init__(self, cfg: Config, run: RunDir, worker_args: Sequence[str], devices: Sequence[str] = ()):
-        self.cfg = cfg
+    It reads the search (``evo``: its ``NUM_PROCESSES`` workers, their lease, the fitness shown), this
+    ``node`` and whether TensorBoard is on (``TENSORBOARD.ENABLED``: node 0 then draws the search's curves).
+    """
+
+    def __init__(self, evo: EvoCfg, run: RunDir, worker_args: Sequence[str], devices: Sequence[str] = (), *,
+                 node: int, tensorboard: bool):
+        self.evo, self.node = evo, node
         self.run = run
         self.worker_args = list(worker_args)
         self.devices = list(devices)  # worker w's DEVICE override; empty: the config's DEVICE
@@ -130,9 +137,9 @@ class Coordinator:
         self.streaks: dict[int, Streak] = {}  # each failing worker's failures in a row
         self.restart_at: dict[int, float] = {}  # workers waiting out their back-off: when to restart
         self.signalled: int | None = None
-        self.results = PublishedResults(run, cfg.EVO)
+        self.results = PublishedResults(run, evo)
         self.logged_progress: tuple[int, int] | None = None
-        self.curves = SearchCurves(cfg.EVO, run) if cfg.NODE_ID == 0 and cfg.TENSORBOARD.ENABLED else None
+        self.curves = SearchCurves(evo, run) if node == 0 and tensorboard else None
 
     def _handle_signal(self, signum: int, frame) -> None:
         self.signalled = signum
@@ -159,9 +166,9 @@ class Coordinator:
         session = {"started": time.time(), "published_at_start": len(self.results.by_id),
                    "cpu_at_start": _cpu_seconds()}
         try:
-            for worker in range(self.cfg.EVO.NUM_PROCESSES):
+            for worker in range(self.evo.NUM_PROCESSES):
                 self._start(worker)
-            log(f"node {self.cfg.NODE_ID}: started {len(self.procs)} workers, output in {self.run.root}")
+            log(f"node {self.node}: started {len(self.procs)} workers, output in {self.run.root}")
             code = self._supervise(session)
         finally:
             self.stop_all()
@@ -200,7 +207,7 @@ class Coordinator:
             log(f"worker {worker} hit a fatal error; stopping the node")
             return EXIT_FATAL
         now = time.monotonic()
-        limit = self.cfg.EVO.LEASE_SECONDS
+        limit = self.evo.LEASE_SECONDS
         # A run shorter than the lease or the longest back-off is part of the same crash loop.
         healthy = max(limit, MAX_DELAY_SECONDS)
         streak = self.streaks[worker] = next_streak(self.streaks.get(worker), now, now - self.started[worker], healthy)
@@ -208,7 +215,7 @@ class Coordinator:
         if gives_up(streak, now, limit):
             log(f"worker {worker} {what} (exit {code}) and has been failing for {now - streak.since:.0f} s "
                 f"({streak.failures} times in a row, EVO.LEASE_SECONDS {limit:g}): stopping node "
-                f"{self.cfg.NODE_ID}; fix the cause in the worker's last error line and run the same command "
+                f"{self.node}; fix the cause in the worker's last error line and run the same command "
                 "to resume")
             return EXIT_ENVIRONMENT
         delay = restart_delay(streak.failures)
@@ -273,10 +280,10 @@ class Coordinator:
 
     def _write_summary(self, session: dict[str, float]) -> None:
         self.results.refresh()
-        summary = summarize(self.cfg.EVO, self.run, self.results, session)
+        summary = summarize(self.evo, self.run, self.results, session)
         elapsed = max(time.time() - session["started"], 1e-9)
         summary["coordinator"] = {
-            "node": self.cfg.NODE_ID, "workers": self.cfg.EVO.NUM_PROCESSES,
+            "node": self.node, "workers": self.evo.NUM_PROCESSES,
             "session_seconds": elapsed, "cpu_fraction": (_cpu_seconds() - session["cpu_at_start"]) / elapsed,
         }
         self.run.write_summary(summary)
@@ -287,7 +294,7 @@ class Coordinator:
             return
         self.logged_progress = progress
         best = summary["best"]
-        best_text = f", best {best['id']} {best.get(self.cfg.EVO.SELECTION_CRITERIA[0]):.3f}" if best else ""
+        best_text = f", best {best['id']} {best.get(self.evo.SELECTION_CRITERIA[0]):.3f}" if best else ""
         memory = f", worker memory up to {self._worker_memory_mb():.0f} MB" if self.procs else ""
         log(f"{summary['published']}/{summary['total']} published, {summary['failed']} failed"
             f"{best_text}{eta_text(summary)}{memory}")
@@ -323,21 +330,24 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     run = RunDir(cfg.OUT_DIR, quarantine=True)
     if run.stop_requested():
         raise ValueError(f"{run.root / 'STOP'} exists (a stop was requested); delete it to resume the run")
-    num = worker_count(cfg, run)  # before anything is created: a count the node cannot hold is refused
+    # Before anything is created: a count the node cannot hold is refused.
+    num = worker_count(cfg.EVO, run, node=cfg.NODE_ID, vecenv_threads=cfg.VECENV.THREADS)
     run.create()
     cfg = join_search(cfg, run, log)  # OUT_DIR/config.yaml plus this node's node-local keys
     log(f"node {cfg.NODE_ID}: {search_text(cfg.EVO)}")
     limit_threads(cfg.TORCH_THREADS)  # the initial population is drawn here; workers set their own
-    devices, num = worker_devices(cfg, run, num)
+    devices, num = worker_devices(cfg.EVO, cfg.trainer, run, num, node=cfg.NODE_ID, sim_backend=cfg.SIM.BACKEND)
     if cfg.DEVICE != "cpu":
         log(f"learner devices of workers 0..{num - 1}: {', '.join(devices)}")
     # Workers run this node's config, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
     cfg = with_values(cfg, {"OUT_DIR": str(run.root), "EVO.NUM_PROCESSES": num})
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops preparation like Ctrl-C, exit 143
     with preparing(run, cfg.NODE_ID, cfg.EVO.LEASE_SECONDS):
-        prepare_run(cfg, run, load_backend())
+        prepare_run(cfg.EVO, cfg.unimal, run, load_backend(), node=cfg.NODE_ID, rng_seed=cfg.RNG_SEED)
     with private_folder(cfg.NODE_ID) as private:
-        code = Coordinator(cfg, run, ["--cfg", str(node_config_file(cfg, private))], devices).run_workers()
+        worker_args = ["--cfg", str(node_config_file(cfg, private))]
+        code = Coordinator(cfg.EVO, run, worker_args, devices, node=cfg.NODE_ID,
+                           tensorboard=cfg.TENSORBOARD.ENABLED).run_workers()
     published = len(run.publications.published_ids())
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
         log(f"search complete: {published} morphologies in {run.root} (see summary.json)")

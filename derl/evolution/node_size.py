@@ -11,10 +11,11 @@ import os
 
 import psutil
 
-from derl.checked_config import Config
+from derl.checked_config import EvoCfg
 from derl.config import ConfigError
 from derl.evolution.process import log
 from derl.evolution.storage import RunDir
+from derl.ppo.config import TrainerCfg
 
 # Peak resident memory of one worker before any was measured in this OUT_DIR: the largest preset
 # measured (ft.yml, 32 envs: 1.23 GB; vt 0.74 GB; mvt 0.53 GB) plus a margin.
@@ -86,40 +87,47 @@ def default_worker_gpu_bytes(backend: str, num_envs: int) -> int:
     return DEFAULT_WORKER_GPU_BYTES + worlds
 
 
-def worker_devices(cfg: Config, run: RunDir, num: int) -> tuple[list[str], int]:
-    """Each worker's ``DEVICE`` (round-robin over the visible GPUs) and the worker count GPUs allow.
+def worker_devices(evo: EvoCfg, trainer: TrainerCfg, run: RunDir, num: int, *, node: int,
+                   sim_backend: str) -> tuple[list[str], int]:
+    """Each worker's ``DEVICE`` (``trainer.DEVICE``, round-robin over the visible GPUs) and the worker
+    count GPUs allow.
 
     With ``NUM_PROCESSES 0`` and CUDA workers, ``num`` shrinks until each GPU's free memory holds
-    its share of workers at their measured GPU peak. Torch is imported only for a non-CPU device.
+    its share of workers at their measured GPU peak (before any: ``default_worker_gpu_bytes`` of
+    ``sim_backend``, ``SIM.BACKEND``, and ``PPO.NUM_ENVS``), as ``node``'s workers reported it. Torch is
+    imported only for a non-CPU device.
     """
-    if cfg.DEVICE == "cpu":
+    device = trainer.DEVICE
+    if device == "cpu":
         return ["cpu"] * num, num
     from derl.ppo.device import assign_device, gpu_free_memory, max_workers_on_gpus, visible_gpu_count
 
     gpus = visible_gpu_count()
-    if cfg.EVO.NUM_PROCESSES == 0 and gpus > 0 and assign_device(cfg.DEVICE, 0, gpus).startswith("cuda"):
+    if evo.NUM_PROCESSES == 0 and gpus > 0 and assign_device(device, 0, gpus).startswith("cuda"):
         free = gpu_free_memory()
         if free is None or len(free) != gpus:
             log("NUM_PROCESSES 0: GPU free memory unknown (nvidia-smi failed); counting cores and RAM only")
         else:
-            default = default_worker_gpu_bytes(cfg.SIM.BACKEND, cfg.PPO.NUM_ENVS)
-            per_gpu, source = worker_memory_estimate(run, cfg.NODE_ID, "peak_gpu_bytes", default)
+            default = default_worker_gpu_bytes(sim_backend, trainer.PPO.NUM_ENVS)
+            per_gpu, source = worker_memory_estimate(run, node, "peak_gpu_bytes", default)
             fit = max(1, max_workers_on_gpus(free, per_gpu))
             if fit < num:
                 log(f"NUM_PROCESSES 0: {gpus} GPUs with {sum(free) / 2**30:.1f} GB free hold {fit} workers "
                     f"({per_gpu / 2**20:.0f} MB each, {source})")
                 num = fit
-    return [assign_device(cfg.DEVICE, worker, gpus) for worker in range(num)], num
+    return [assign_device(device, worker, gpus) for worker in range(num)], num
 
 
-def worker_count(cfg: Config, run: RunDir) -> int:
-    """``resolve_num_processes`` on this node's cores and memory; a count of 0 is logged with why."""
+def worker_count(evo: EvoCfg, run: RunDir, *, node: int, vecenv_threads: int) -> int:
+    """``resolve_num_processes`` of ``EVO.NUM_PROCESSES`` on this node's cores (a worker per
+    ``vecenv_threads``, ``VECENV.THREADS``) and memory (at the peak ``node``'s workers reported); a count
+    of 0 is logged with why."""
     memory = psutil.virtual_memory()
-    per_worker, source = worker_memory_estimate(run, cfg.NODE_ID)
-    cores = max(1, usable_cores() // cfg.VECENV.THREADS)  # each worker steps its envs on THREADS cores
-    num = resolve_num_processes(cfg.EVO.NUM_PROCESSES, cores, memory.available, memory.total, per_worker)
-    if cfg.EVO.NUM_PROCESSES == 0:
+    per_worker, source = worker_memory_estimate(run, node)
+    cores = max(1, usable_cores() // vecenv_threads)  # each worker steps its envs on THREADS cores
+    num = resolve_num_processes(evo.NUM_PROCESSES, cores, memory.available, memory.total, per_worker)
+    if evo.NUM_PROCESSES == 0:
         log(f"NUM_PROCESSES 0: using {num} workers ({usable_cores()} cores, VECENV.THREADS "
-            f"{cfg.VECENV.THREADS}, {memory.available / 2**30:.1f} GB free, "
+            f"{vecenv_threads}, {memory.available / 2**30:.1f} GB free, "
             f"{per_worker / 2**20:.0f} MB per worker, {source})")
     return num

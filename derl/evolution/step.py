@@ -16,23 +16,31 @@ from typing import Any
 
 import numpy as np
 
-from derl.checked_config import Config
-from derl.evolution.backend import Backend, TrainOutcome
+from derl.checked_config import EvoCfg
+from derl.evolution.backend import Backend, TrainingSetup, TrainOutcome
 from derl.evolution.lease import SlotLost, StopSignal
 from derl.evolution.population import num_initial_slots, ppo_seed, slot_id, slot_rng
 from derl.evolution.process import Stopped
 from derl.evolution.record import PublishedRecord, morphology_files
 from derl.evolution.results import PublishedResults, is_finite_summary
 from derl.evolution.storage import RunDir
+from derl.morphology.config import UnimalCfg
 
 
 class Step:
-    """One worker's DERL step; ``results`` is the worker's cache of what is published."""
+    """One worker's DERL step; ``results`` is the worker's cache of what is published.
 
-    def __init__(self, cfg: Config, run: RunDir, backend: Backend, results: PublishedResults, stop: StopSignal,
-                 worker: int, log: Callable[[str], None]):
-        self.cfg, self.run, self.backend, self.results, self.stop = cfg, run, backend, results, stop
-        self.node, self.worker, self.log = cfg.NODE_ID, worker, log
+    It reads the search (``evo``), what bodies are made with (``unimal``) and trained with
+    (``training``; its ``trainer.DEVICE`` is the worker's concrete device), the worker's ``node`` and
+    the run's ``rng_seed`` (``RNG_SEED``, root of each slot's streams).
+    """
+
+    def __init__(self, evo: EvoCfg, unimal: UnimalCfg, training: TrainingSetup, run: RunDir, backend: Backend,
+                 results: PublishedResults, stop: StopSignal, worker: int, log: Callable[[str], None], *,
+                 node: int, rng_seed: int):
+        self.evo, self.unimal, self.training, self.rng_seed = evo, unimal, training, rng_seed
+        self.run, self.backend, self.results, self.stop = run, backend, results, stop
+        self.node, self.worker, self.log = node, worker, log
 
     def __call__(self, slot: int, attempt: int) -> None:
         """Makes, trains and publishes morphology ``slot_id(slot, attempt)``.
@@ -41,17 +49,17 @@ class Step:
             Stopped, SlotLost: asked to stop, or the slot was taken over, before it was published.
             Exception: the morphology failed (the scheduler records it and tries the next attempt).
         """
-        evo = self.cfg.EVO
+        evo = self.evo
         child_id = slot_id(slot, attempt)
         if not self.run.genomes.has_genome(child_id):
-            rng = slot_rng(self.cfg.RNG_SEED, slot, attempt)
+            rng = slot_rng(self.rng_seed, slot, attempt)
             if slot < num_initial_slots(evo):  # a replacement of a failed initial morphology
-                child = self.backend.random_genome(self.cfg.unimal, rng, child_id)
+                child = self.backend.random_genome(self.unimal, rng, child_id)
             else:
                 parent = self._tournament(rng)
-                child = self.backend.mutate(self.cfg.unimal, parent, rng, child_id)
+                child = self.backend.mutate(self.unimal, parent, rng, child_id)
             self.run.genomes.write_genome(child_id, child.genome_json, child.mjcf)
-        seed = ppo_seed(self.cfg.RNG_SEED, slot, attempt)
+        seed = ppo_seed(self.rng_seed, slot, attempt)
         outcome = self._train(child_id, seed)
         if slot >= evo.SEARCH_SPACE_SIZE - evo.VIDEOS_LAST_N:
             self._record_video(child_id, seed)
@@ -61,7 +69,7 @@ class Step:
         """The genome of the parent that ``EVO.TOURNAMENT_TYPE`` chooses among the published morphologies
         (a parent whose genome was quarantined leaves the pool: ``PublishedResults.select_parent``)."""
         self.results.refresh()
-        return self.results.select_parent(self.cfg.EVO, rng)
+        return self.results.select_parent(self.evo, rng)
 
     def _train(self, morphology_id: str, seed: int) -> TrainOutcome:
         """Trains the controller of ``morphology_id`` to the end, from its checkpoint if it has one."""
@@ -69,7 +77,7 @@ class Step:
         resume = checkpoint.exists()
         self.log(f"{'resuming' if resume else 'training'} {morphology_id} (seed {seed})")
         outcome = self.backend.train(
-            self.cfg, self.run.genomes.xml_path(morphology_id), seed=seed, checkpoint_path=checkpoint,
+            self.training, self.run.genomes.xml_path(morphology_id), seed=seed, checkpoint_path=checkpoint,
             metrics_path=self.run.metrics_path(morphology_id), resume=resume, should_stop=self.stop,
             may_save=self.stop.still_ours,
         )
@@ -88,7 +96,7 @@ class Step:
         try:
             xml, checkpoint = self.run.genomes.xml_path(morphology_id), self.run.checkpoint_path(morphology_id)
             path = self.run.save_video(morphology_id, lambda staged: self.backend.record_video(
-                self.cfg, xml, checkpoint, seed, staged))
+                self.training, xml, checkpoint, seed, staged))
             self.log(f"video {self.run.relative(path)}")
         except Exception as err:  # noqa: BLE001 - see the docstring
             self.log(f"no video for {morphology_id}: {type(err).__name__}: {err}".splitlines()[0])
@@ -102,11 +110,12 @@ class Step:
         publication = self.run.publications.take_publication_number(morphology_id, self.node, self.worker)
         genome = self.run.genomes.read_genome(morphology_id)
         self.results.refresh()
+        device = self.training.trainer.DEVICE  # the coordinator gives each worker a concrete device
         record = PublishedRecord(
             id=morphology_id, parent_id=genome.get("parent_id"),
             lineage=lineage(self.run, self.results, morphology_id, genome.get("parent_id")),
             mutation=genome.get("mutation"), slot=slot, attempt=attempt, seed=seed, node=self.node,
-            worker=self.worker, device=self.cfg.DEVICE,  # the coordinator gives each worker a concrete device
+            worker=self.worker, device=device,
             fitness={key: float(value) for key, value in outcome.summary.items()},
             env_steps=int(outcome.env_steps), iterations=int(outcome.iterations), wall_time=float(outcome.wall_time),
             steps_per_sec=float(outcome.steps_per_sec), files=morphology_files(morphology_id),
@@ -114,7 +123,7 @@ class Step:
         )
         if not self.run.publications.publish(record.to_json()):
             raise SlotLost  # published by the worker that took the slot over
-        shown = (self.cfg.EVO.SELECTION_CRITERIA[0], "return")
+        shown = (self.evo.SELECTION_CRITERIA[0], "return")
         fitness = {key: outcome.summary.get(key, float("nan")) for key in shown}
         self.log(f"published {morphology_id} (publication {publication}): "
                  + ", ".join(f"{key} {value:.3f}" for key, value in fitness.items()))

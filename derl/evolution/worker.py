@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from derl.checked_config import Config, load_config_or_exit
-from derl.evolution.backend import Backend, load_backend
+from derl.evolution.backend import Backend, TrainingSetup, load_backend
 from derl.evolution.failures import WHOSE, classify, describe
 from derl.evolution.lease import Heartbeat, StopSignal, heartbeat_interval
 from derl.evolution.process import (
@@ -76,7 +76,8 @@ def _run_worker(cfg: Config, worker: int, backend: Backend | None) -> int:
     state = WorkerState(run, cfg.NODE_ID, worker)
     stop = StopSignal(run, state.write)
     results = PublishedResults(run, cfg.EVO)
-    step = Step(cfg, run, backend or load_backend(), results, stop, worker, state.log)
+    step = Step(cfg.EVO, cfg.unimal, TrainingSetup.of(cfg), run, backend or load_backend(), results, stop, worker,
+                state.log, node=cfg.NODE_ID, rng_seed=cfg.RNG_SEED)
     scheduler = Scheduler(cfg.EVO, cfg.NUM_NODES, run, results, stop, state, step)
     catch_stop_signals(stop.handle_signal)
     try:
