@@ -244,9 +244,10 @@ def check_config(cfg: Config, this_node: bool = False) -> None:
     """
     check_world(cfg.world, cfg.EVO.SELECTION_CRITERIA)
     if this_node:
-        from derl.ppo.device import check_device_here  # lazy: torch takes seconds, and only a GPU device needs it
-
         check_backend_here(cfg.SIM.BACKEND)
-        check_device_here(cfg.DEVICE)
+        if cfg.DEVICE not in ("cpu", "auto"):  # only a CUDA device is looked for (auto falls back to the CPU)
+            from derl.ppo.device import check_device_here  # lazy: torch takes seconds; a CPU run never loads it
+
+            check_device_here(cfg.DEVICE)
         if cfg.SIM.BACKEND == "warp" and cfg.DEVICE.startswith("cuda"):
             check_warp_cuda_here(cfg.DEVICE)

@@ -80,10 +80,12 @@ def test_workers_fit_the_gpus_free_memory_round_robin():
 
 
 def test_cpu_workers_get_no_device_override_and_import_no_torch(tmp_path):
+    """A CPU node loads its config (this_node: DEVICE checked) and sizes its workers without torch, which
+    takes seconds and memory a coordinator does not need."""
     cfg = load_config(None, {"OUT_DIR": str(tmp_path)})
     assert worker_devices(cfg.EVO, cfg.trainer, RunDir(tmp_path), 3, node=0, sim_backend="mujoco") == (["cpu"] * 3, 3)
     code = ("import sys; from derl.checked_config import load_config; import derl.evolution.coordinator; "
-            "from derl.evolution.node_size import worker_devices; cfg = load_config(); "
+            "from derl.evolution.node_size import worker_devices; cfg = load_config(this_node=True); "
             "worker_devices(cfg.EVO, cfg.trainer, None, 2, node=0, sim_backend='mujoco'); "
             "print('torch' in sys.modules)")
     root = Path(__file__).resolve().parents[1]

@@ -137,9 +137,7 @@ def learner_device(name: str, local_rank: int, world_size: int) -> torch.device:
 
 
 def check_device_here(device: str) -> None:
-    """``DEVICE`` exists on this machine: ``cuda`` without a visible GPU is an error (torch only for CUDA)."""
-    if device in ("cpu", "auto"):
-        return
+    """``DEVICE`` (``cuda`` or ``cuda:N``) exists on this machine: without a visible GPU it is an error."""
     gpus = visible_gpu_count()
     index = int(device.partition(":")[2] or 0)
     if index >= gpus:
