@@ -2,7 +2,7 @@
 
 It prepares ``OUT_DIR`` (the first node creates ``config.yaml``, every node
 must match it: ``search_config``; node 0 writes the initial population, other
-nodes wait for it, each beating ``nodes/<node>-<token>.preparing`` meanwhile: ``preparing``),
+nodes wait for it, each beating ``nodes/<node>-<token>.preparing`` meanwhile: ``derl.evolution.prepare``),
 starts ``EVO.NUM_PROCESSES`` worker processes (refused above what the node's cores and memory
 hold: ``derl.evolution.node_size``), each in its own session (process group) and
 loading this node's config from a node-private file (``node_config_file``, in a ``private_folder``
@@ -18,25 +18,24 @@ coordinator itself is killed (``PR_SET_PDEATHSIG``), so none is left orphaned.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
 
 from derl.checked_config import EvoCfg, load_config
 from derl.config import with_values
-from derl.evolution.backend import Backend, load_backend
+from derl.evolution.backend import load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
-from derl.evolution.lease import Heartbeat, heartbeat_interval
-from derl.evolution.node_size import usable_cores, worker_count, worker_devices
-from derl.evolution.population import num_initial_slots, search_text, slot_id
+from derl.evolution.node_size import worker_count, worker_devices
+from derl.evolution.population import search_text
+from derl.evolution.prepare import prepare_run, preparing
 from derl.evolution.private_folder import node_config_file, private_folder
 from derl.evolution.process import (
     COORDINATOR_PID_VARIABLE,
@@ -49,62 +48,15 @@ from derl.evolution.process import (
 from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.search_config import join_search
 from derl.evolution.storage import RunDir
-from derl.morphology.config import UnimalCfg
 from derl.threads import limit_threads
 
 POLL_SECONDS = 1.0
 SUMMARY_SECONDS = 10.0
 RETRY_SECONDS = 10.0
-INIT_POLL_SECONDS = 1.0
 GRACE_SECONDS = 10.0
 def _cpu_seconds() -> float:
     times = psutil.Process().cpu_times()
     return times.user + times.system
-
-
-def prepare_run(evo: EvoCfg, unimal: UnimalCfg, run: RunDir, backend: Backend, *, node: int, rng_seed: int) -> None:
-    """Node 0 writes the initial population (drawn from ``unimal`` with seed ``rng_seed``, the run's
-    ``RNG_SEED``); other nodes wait for it."""
-    if node != 0:
-        _wait_for_initial_population(evo, node, run)
-        return
-    if run.init_population_ids() is not None:
-        return
-    ids = [slot_id(slot) for slot in range(num_initial_slots(evo))]
-    log(f"building the initial population ({len(ids)} morphologies, {10 * len(ids)} candidates)")
-    genomes = backend.initial_population(unimal, rng_seed, ids, num_workers=usable_cores())
-    for morphology_id, files in zip(ids, genomes, strict=True):
-        if not run.genomes.has_genome(morphology_id):  # init_population.json lost, genomes kept: never rewrite one
-            run.genomes.write_genome(morphology_id, files.genome_json, files.mjcf)
-    run.mark_init_population(ids)
-
-
-@contextlib.contextmanager
-def preparing(run: RunDir, node: int, lease_seconds: float) -> Iterator[None]:
-    """Beats ``nodes/<node>-<token>.preparing`` while the body prepares the run, and removes it after.
-
-    ``tools/status.py`` then tells a node drawing (or waiting for) the initial population from a run
-    nobody runs; a beat older than ``lease_seconds`` (a node killed meanwhile) counts for nothing.
-    """
-    heartbeat = Heartbeat(lambda: run.workers.beat_preparing(node), heartbeat_interval(lease_seconds)).start()
-    try:
-        yield
-    finally:
-        heartbeat.stop()
-        with contextlib.suppress(OSError):  # left behind, it goes stale: never worth the node's error
-            run.workers.end_preparing(node)
-
-
-def _wait_for_initial_population(evo: EvoCfg, node: int, run: RunDir) -> None:
-    deadline = time.monotonic() + evo.INIT_WAIT_TIMEOUT
-    if run.init_population_ids() is None:
-        log(f"node {node}: waiting for node 0 to write the initial population in {run.root} "
-            f"(timeout EVO.INIT_WAIT_TIMEOUT={evo.INIT_WAIT_TIMEOUT} s)")
-    while run.init_population_ids() is None:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no initial population from node 0 in {run.root} after "
-                               f"{evo.INIT_WAIT_TIMEOUT} s; is node 0 running with the same OUT_DIR?")
-        time.sleep(INIT_POLL_SECONDS)
 
 
 class Interrupted(KeyboardInterrupt):
