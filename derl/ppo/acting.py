@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from derl.ppo.losses import LOG_SQRT_2PI, gaussian_log_prob
 from derl.ppo.networks import ActorCritic
 
 Layer = tuple[np.ndarray, np.ndarray]  # (weight transposed [in, out], C-contiguous; bias [out])
-Array = np.ndarray | torch.Tensor
+Array: TypeAlias = np.ndarray | torch.Tensor
 log = logging.getLogger(__name__)
 
 

@@ -8,7 +8,7 @@ bootstraps from the value of its true final observation; a terminated episode bo
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import array_api_compat
 import numpy as np
@@ -17,7 +17,7 @@ import torch
 from derl.ppo.config import PpoCfg
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-Array = np.ndarray | torch.Tensor
+Array: TypeAlias = np.ndarray | torch.Tensor
 
 
 def compute_gae(
