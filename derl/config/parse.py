@@ -232,9 +232,9 @@ def with_values(tree: S, values: Mapping[str, Any]) -> S:
     No file is read: a node that loaded and checked its config once passes it on this way. Values
     take their key's type, derived keys are recomputed; the values are the caller's to keep valid.
     """
-    plain = tree.to_dict()
+    plain, derived = tree.to_dict(), derived_keys(type(tree))
     for key, value in values.items():
-        if key in derived_keys(type(tree)):
+        if key in derived:
             raise ConfigError(f"config key {key} is derived and cannot be set")
         _set(plain, key, value)
     return _build(type(tree), plain)
