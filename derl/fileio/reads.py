@@ -124,6 +124,28 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def parse_json(text: str | bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value of ``text`` that came from outside the process (``source`` names it in errors):
+    at most ``max_bytes`` long, ``MAX_JSON_DEPTH`` deep, checked before it is parsed where it can be.
+
+    Raises:
+        JsonFileError: too large, not UTF-8, not JSON or nested too deep (the message names ``source``).
+    """
+    if len(text) > max_bytes:  # a str is at least as many bytes as characters
+        raise JsonFileError(source, f"is larger than {max_bytes} bytes")
+    try:
+        data = json.loads(text)
+    except UnicodeDecodeError:
+        raise JsonFileError(source, "not UTF-8 text") from None
+    except ValueError as err:  # JSONDecodeError, or an integer of more digits than Python converts
+        raise JsonFileError(source, f"not valid JSON ({err})") from None
+    except RecursionError:
+        raise JsonFileError(source, f"nests deeper than {MAX_JSON_DEPTH} levels") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise JsonFileError(source, f"nests deeper than {MAX_JSON_DEPTH} levels")
+    return data
+
+
 def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | None = None) -> Any:
     """The JSON content of the regular file ``path``: at most ``max_bytes``, ``MAX_JSON_DEPTH`` deep
     (``dir_fd``: as ``read_bytes``).
@@ -134,18 +156,10 @@ def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | N
         OSError: the file cannot be read (FileNotFoundError included).
     """
     try:
-        data = json.loads(read_bytes(path, max_bytes, dir_fd).decode())
+        data = read_bytes(path, max_bytes, dir_fd)
     except NotRegularFile as err:
         raise JsonFileError(path, err.reason) from None
-    except UnicodeDecodeError:
-        raise JsonFileError(path, "not UTF-8 text") from None
-    except ValueError as err:  # JSONDecodeError, or an integer of more digits than Python converts
-        raise JsonFileError(path, f"not valid JSON ({err})") from None
-    except RecursionError:
-        raise JsonFileError(path, f"nests deeper than {MAX_JSON_DEPTH} levels") from None
-    if _depth(data) > MAX_JSON_DEPTH:
-        raise JsonFileError(path, f"nests deeper than {MAX_JSON_DEPTH} levels")
-    return data
+    return parse_json(data, str(path), max_bytes)
 
 
 class _NoAliasLoader(yaml.SafeLoader):
