@@ -6,7 +6,7 @@ is the reward), ``energy`` and the values ``x_pos`` and ``metric``; the episode 
 (``derl.ppo.episode_stats``) sum the terms and ``energy`` over an episode and keep the last
 ``x_pos`` and ``metric``; the learner's summary (``derl.ppo.episodes``) averages those and
 ``return`` over the last episodes; the evolution publishes that summary as the fitness terms of a
-morphology (``derl.evolution.record.PublishedRecord``), any of which may be a selection criterion
+morphology (``derl.evolution.folder.record.PublishedRecord``), any of which may be a selection criterion
 (``EVO.SELECTION_CRITERIA``, checked against the task in ``derl.envs.tasks.registry``).
 
 A leaf module: it imports nothing from derl, so the learner and the robot world share it without

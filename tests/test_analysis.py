@@ -24,7 +24,7 @@ from derl.analysis.stats import TREND_MIN_POINTS, running_best, trend, trend_tes
 from derl.bench.report import build_synthetic_run
 from derl.checked_config import load_preset, load_run_config
 from derl.config import dump_config, with_values
-from derl.evolution.record import fitness_terms
+from derl.evolution.folder.record import fitness_terms
 from derl.evolution.results import rank
 from derl.evolution.status import status_lines
 from derl.morphology import random_genome, to_mjcf
@@ -331,7 +331,7 @@ def test_a_metrics_folder_swapped_for_a_link_between_its_check_and_its_use_is_ne
     from derl.analysis import run as run_module
     from derl.checked_config import load_config
     from derl.config import dump_config
-    from derl.evolution.storage import RunDir
+    from derl.evolution.folder.run_dir import RunDir
 
     folder = RunDir(tmp_path / "run")
     folder.create()

@@ -14,8 +14,8 @@ import yaml
 from derl.checked_config import DERIVED_KEYS, Config, load_config, load_run_config
 from derl.config import REPLACED_KEYS, RETIRED_KEYS, ConfigError, declared_keys, dump_config, flatten
 from derl.envs.warp_check import WARP_MODULES, check_backend_here
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.search_config import join_search
-from derl.evolution.storage import RunDir
 from derl.ppo.config import LR_SCALING_NAMES
 from tests.conftest import ROOT
 

@@ -20,7 +20,7 @@ from derl.analysis.run import RunView
 from derl.evaluation import Cell, EvalError, plan_cells, task_names
 from derl.evaluation.cell import PARENT_PID_VARIABLE, orphaned
 from derl.evaluation.store import EvalDir, compare_runs, ranking
-from derl.shared_folder import Identity
+from derl.evolution.folder.shared import Identity
 from tests.test_analysis import swap_before
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from derl.checked_config import load_config
 from derl.evolution.coordinator import eta_text
 from derl.evolution.curves import SearchCurves
-from derl.evolution.storage import RunDir
+from derl.evolution.folder.run_dir import RunDir
 
 
 def _points(accumulator: EventAccumulator, tag: str) -> dict[int, float]:

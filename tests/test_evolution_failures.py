@@ -18,10 +18,10 @@ from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.evolution.coordinator import RETRY_SECONDS, Coordinator
 from derl.evolution.failures import Streak, classify, describe, gives_up, next_streak, restart_delay
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.process import EXIT_ENVIRONMENT, EXIT_FATAL
 from derl.evolution.results import PublishedResults
 from derl.evolution.step import lineage
-from derl.evolution.storage import RunDir
 from derl.fileio.reads import JsonFileError
 from derl.morphology.genome import GenomeError
 from derl.ppo.checkpoint import CheckpointError

@@ -293,8 +293,8 @@ def test_a_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read
     """The check-then-use race: ``error_metadata/`` becomes a link to a folder outside right before
     the file is opened (``read_json``) or the folder listed (``os.scandir``), after any check of the
     folder by path. Before: the record planted outside was read, or listed, as the run's own."""
-    from derl import shared_folder
-    from derl.evolution.storage import RunDir
+    from derl.evolution.folder import shared as shared_folder
+    from derl.evolution.folder.run_dir import RunDir
 
     run = RunDir(search_run(tmp_path).root, quarantine=quarantine, skip=not quarantine)
     failure = {"id": "000001", "slot": 1, "attempt": 0, "reason": "the run's own", "node": 0, "worker": 0}

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 from derl.checked_config import load_config
+from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.shared import Identity
 from derl.evolution.lease import takeover_reason
 from derl.evolution.private_folder import remove_dead_private_folders
 from derl.evolution.results import PublishedResults
 from derl.evolution.status import node_lines, progress_lines, status_lines
-from derl.evolution.storage import RunDir
-from derl.shared_folder import Identity
 from tests.test_evolution_protocol import ENV, ROOT, start, start_until_published
 
 

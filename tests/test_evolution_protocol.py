@@ -20,9 +20,9 @@ import psutil
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.population import parse_id
 from derl.evolution.process import EXIT_STOPPED
-from derl.evolution.storage import RunDir
 from tests.conftest import DEFAULT_CFG
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,9 +15,9 @@ import pytest
 from derl.analysis.run import RunView
 from derl.checked_config import load_config
 from derl.envs.tasks import TASKS
-from derl.evolution.record import BOOKKEEPING, FIELDS, REQUIRED, PublishedRecord, fitness_terms, morphology_files
-from derl.evolution.schema import METADATA_TYPES, RecordRules, metadata_problem
-from derl.evolution.storage import RunDir
+from derl.evolution.folder.record import BOOKKEEPING, FIELDS, REQUIRED, PublishedRecord, fitness_terms, morphology_files
+from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.schema import METADATA_TYPES, RecordRules, metadata_problem
 from derl.metrics import CTRL_TERM, SUMMARY_FIELDS, is_reward_term, is_summary_key
 from derl.ppo.episodes import mean_fields
 

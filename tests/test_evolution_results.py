@@ -7,10 +7,10 @@ import pytest
 
 from derl.checked_config import load_config
 from derl.evolution.failures import classify
+from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.schema import morphology_files, summary_problem
 from derl.evolution.population import search_text, slot_id
 from derl.evolution.results import PublishedResults, rank, summarize
-from derl.evolution.schema import morphology_files, summary_problem
-from derl.evolution.storage import RunDir
 
 FORWARD = [5.0, 9.0, 1.0, 7.0, 3.0, 2.0, 8.0, 4.0, 6.0, 0.5]  # slot k has FORWARD[k]
 

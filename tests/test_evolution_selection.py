@@ -5,9 +5,9 @@ import pytest
 
 from derl.config import ConfigError
 from derl.evolution import selection
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.node_size import DEFAULT_WORKER_MEMORY_BYTES, resolve_num_processes, worker_memory_estimate
 from derl.evolution.population import init_claim_order, init_share, parse_id, ppo_seed, slot_id, slot_rng
-from derl.evolution.storage import RunDir
 
 
 def test_pareto_mask_two_criteria_with_an_exact_tie():

@@ -7,12 +7,12 @@ import re
 
 import pytest
 
+from derl.evolution.folder.record import morphology_files
+from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.schema import RecordRules
+from derl.evolution.folder.shared import Identity
 from derl.evolution.lease import is_stale, takeover_reason
-from derl.evolution.record import morphology_files
-from derl.evolution.schema import RecordRules
-from derl.evolution.storage import RunDir
 from derl.fileio.reads import JsonFileError
-from derl.shared_folder import Identity
 
 RACES = 1000
 

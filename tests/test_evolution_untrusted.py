@@ -9,10 +9,10 @@ import os
 
 import pytest
 
+from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.schema import RecordRules, metadata_problem, morphology_files
 from derl.evolution.lease import takeover_reason
 from derl.evolution.population import parse_id
-from derl.evolution.schema import RecordRules, metadata_problem, morphology_files
-from derl.evolution.storage import RunDir
 
 RULES = RecordRules(search_space_size=24, criteria=("__reward__forward",))
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from derl.checked_config import load_config
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.node_size import (
     DEFAULT_WORKER_GPU_BYTES,
     default_worker_gpu_bytes,
@@ -16,7 +17,6 @@ from derl.evolution.node_size import (
     worker_memory_estimate,
 )
 from derl.evolution.process import CUDA_CONTEXT_BYTES, peak_gpu_bytes
-from derl.evolution.storage import RunDir
 from derl.ppo.device import (
     DeviceError,
     assign_device,

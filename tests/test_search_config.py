@@ -17,8 +17,8 @@ import pytest
 
 from derl.checked_config import load_config
 from derl.config import ConfigError, dump_config
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.search_config import HEADER, differences, join_search, versions
-from derl.evolution.storage import RunDir
 from tests.conftest import DEFAULT_CFG
 from tests.test_evolution_protocol import ENV, ROOT, alive, published, start, worker_pids
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from derl.evolution.record import PublishedRecord
+from derl.evolution.folder.record import PublishedRecord
 
 
 @dataclass(frozen=True)

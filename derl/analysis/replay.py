@@ -32,7 +32,7 @@ import numpy as np
 from derl.analysis.run import RunError, RunView
 from derl.envs.config import WorldCfg
 from derl.envs.media import VIDEO_SIZE, write_video
-from derl.evolution.storage import RunDir
+from derl.evolution.folder.run_dir import RunDir
 from derl.fileio.folders import make_folders
 from derl.fileio.reads import NotRegularFile, read_bytes
 from derl.metrics import RETURN, REWARD_PREFIX

@@ -1,6 +1,6 @@
 """A read-only view of one evolution run (``OUT_DIR``), finished or in progress.
 
-Reads go through ``derl.evolution.storage.RunDir``. Published files never change, so each
+Reads go through ``derl.evolution.folder.run_dir.RunDir``. Published files never change, so each
 metadata file and genome is read once, each learning curve once per statistic and kept; ``refresh()`` picks up
 what was published since. Nothing is written to the run folder.
 
@@ -27,10 +27,10 @@ from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
 from derl.checked_config import Config, load_config, load_run_config
 from derl.config import ConfigError
+from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.schema import RecordRules
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
-from derl.evolution.schema import RecordRules
-from derl.evolution.storage import RunDir
 from derl.fileio.folders import NotAFolder
 from derl.fileio.reads import JsonFileError, read_json
 
@@ -57,7 +57,7 @@ class RunView:
         cfg: the run's whole config (``OUT_DIR/config.yaml``), kept whole: a view is the read side's entry
             point, and what reads a run (the report, a replay) takes its sections from here (``EVO``,
             ``PPO``, ``ENV``, ``RNG_SEED``, ``TORCH_THREADS``, ``cfg.world``).
-        run: the folder's reader (``derl.evolution.storage.RunDir``: paths such as ``xml_path(id)``).
+        run: the folder's reader (``derl.evolution.folder.run_dir.RunDir``: paths such as ``xml_path(id)``).
         records: the published morphologies (``Morphology``), in publication order.
         by_id: the same records by id.
         unreadable: files skipped because they did not parse or failed their schema: path -> reason.

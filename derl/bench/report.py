@@ -26,8 +26,8 @@ from derl.analysis.report import ReportOptions, write_report
 from derl.analysis.run import RunView
 from derl.checked_config import load_preset
 from derl.config import dump_config
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.population import slot_id
-from derl.evolution.storage import RunDir
 from derl.fileio.writes import atomic_write_text, write_json
 from derl.morphology import random_genome, to_mjcf
 

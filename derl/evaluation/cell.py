@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from derl.evaluation.plan import Cell, cell_config
-from derl.evolution.storage import RunDir
+from derl.evolution.folder.run_dir import RunDir
 from derl.fileio.folders import confine_writes
 from derl.lifetime import die_with_parent
 from derl.threads import limit_threads

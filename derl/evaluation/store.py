@@ -32,13 +32,13 @@ from typing import Any
 import psutil
 
 from derl.evaluation.plan import Cell
+from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.schema import eval_claim_problem, eval_result_problem
+from derl.evolution.folder.shared import Identity
 from derl.evolution.lease import is_stale
-from derl.evolution.schema import eval_claim_problem, eval_result_problem
-from derl.evolution.storage import RunDir
 from derl.fileio.folders import NotAFolder, make_folders, open_folder
 from derl.fileio.reads import JsonFileError, read_json
 from derl.fileio.writes import atomic_write_text, create_exclusive, write_json
-from derl.shared_folder import Identity
 from derl.training.run import FINAL_METRICS_FILE
 
 COLUMNS = ("id", "source", "task", "seed", "return", "metric", "env_steps", "iterations")
@@ -60,7 +60,7 @@ class EvalDir:
     def result(self, cell: Cell) -> dict[str, Any] | None:
         """The final ``TrainResult`` of a finished cell, or None.
 
-        A ``metrics.json`` that does not parse or match its schema (``derl.evolution.schema``) counts
+        A ``metrics.json`` that does not parse or match its schema (``derl.evolution.folder.schema``) counts
         as unfinished (one warning line): the cell is trained again, from its checkpoint, and the
         file rewritten.
         """

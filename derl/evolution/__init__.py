@@ -2,8 +2,10 @@
 
 - ``selection``: Pareto front and tournaments (pure functions).
 - ``population``: slots, morphology ids, seed streams, the split of the initial population.
-- ``storage``: ``RunDir``, the only code that knows the ``OUT_DIR`` layout (on ``derl.shared_folder``).
-- ``record`` and ``schema``: the published record, typed; the schema of every file kind.
+- ``folder``: the run folder (``OUT_DIR``) as one package: ``folder.run_dir.RunDir``, the only code that
+  knows its layout, its stores (slots, workers, genomes, publications, failures) on the shared-folder
+  primitives of ``folder.shared``, the published record (``folder.record``) and the schema of every
+  file kind (``folder.schema``).
 - ``search_config``: one ``config.yaml`` per search, node-local keys, each node's versions (``manifest/``).
 - ``results``: published metadata, parent selection, ``summary.json``.
 - ``backend``: genomes and training (derl.morphology, derl.envs, derl.ppo).

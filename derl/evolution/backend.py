@@ -22,7 +22,7 @@ import numpy as np
 from derl.checked_config import Config, TensorboardCfg
 from derl.envs.config import WorldCfg
 from derl.envs.media import write_video
-from derl.evolution.storage import RunDir
+from derl.evolution.folder.run_dir import RunDir
 from derl.morphology import Genome, initial_population, mutate, random_genome, to_mjcf
 from derl.morphology.config import UnimalCfg
 from derl.ppo.config import TrainerCfg

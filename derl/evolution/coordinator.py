@@ -33,6 +33,7 @@ from derl.config import with_values
 from derl.evolution.backend import load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.node_size import worker_count, worker_devices
 from derl.evolution.population import search_text
 from derl.evolution.prepare import prepare_run, preparing
@@ -47,7 +48,6 @@ from derl.evolution.process import (
 )
 from derl.evolution.results import PublishedResults, summarize
 from derl.evolution.search_config import join_search
-from derl.evolution.storage import RunDir
 from derl.threads import limit_threads
 
 POLL_SECONDS = 1.0

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from derl.checked_config import EvoCfg
-from derl.evolution.storage import RunDir
+from derl.evolution.folder.run_dir import RunDir
 from derl.fileio.folders import make_folders
 from derl.morphology import Genome, GenomeError
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.process import COORDINATOR_PID_VARIABLE, Stopped
-from derl.evolution.storage import RunDir
 
 # Heartbeats at most this far apart, and at least four per lease.
 HEARTBEAT_SECONDS = 30.0

@@ -13,8 +13,8 @@ import psutil
 
 from derl.checked_config import EvoCfg
 from derl.config import ConfigError
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.process import log
-from derl.evolution.storage import RunDir
 from derl.ppo.config import TrainerCfg
 
 # Peak resident memory of one worker before any was measured in this OUT_DIR: the largest preset

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 
 from derl.checked_config import EvoCfg
 from derl.evolution.backend import Backend
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.lease import Heartbeat, heartbeat_interval
 from derl.evolution.node_size import usable_cores
 from derl.evolution.population import num_initial_slots, slot_id
 from derl.evolution.process import log
-from derl.evolution.storage import RunDir
 from derl.morphology.config import UnimalCfg
 
 INIT_POLL_SECONDS = 1.0

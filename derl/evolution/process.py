@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from derl.evolution.storage import RunDir
+from derl.evolution.folder.run_dir import RunDir
 
 EXIT_FATAL = 3
 EXIT_STOPPED = 4

@@ -11,9 +11,9 @@ import numpy as np
 
 from derl.checked_config import EvoCfg
 from derl.evolution import selection
+from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.schema import RecordRules
 from derl.evolution.population import num_initial_slots, parse_id, search_kind
-from derl.evolution.schema import RecordRules
-from derl.evolution.storage import RunDir
 
 TOP_K = 10
 

@@ -22,11 +22,11 @@ from typing import Any
 
 from derl.checked_config import EvoCfg
 from derl.evolution.failures import classify
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.lease import SlotLost, StopSignal, heartbeat_interval, takeover_reason
 from derl.evolution.population import init_claim_order, num_initial_slots, parse_id, slot_id
 from derl.evolution.process import FatalError, Stopped, WorkerState, try_worker_lock
 from derl.evolution.results import PublishedResults
-from derl.evolution.storage import RunDir
 
 # Morphologies that may fail in a row in one slot, in one worker's hands, before the run is declared
 # broken (only failures of the morphology itself count: derl.evolution.failures).

@@ -35,7 +35,7 @@ from typing import Any
 
 from derl.checked_config import DERIVED_KEYS, NODE_LOCAL_KEYS, Config, load_config
 from derl.config import ConfigError, dump_config, flatten
-from derl.evolution.storage import RunDir
+from derl.evolution.folder.run_dir import RunDir
 from derl.fileio.reads import NotRegularFile
 from derl.paths import REPO_ROOT
 

@@ -7,9 +7,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from derl.checked_config import EvoCfg, load_run_config
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.population import parse_id, search_text
 from derl.evolution.results import PublishedResults, rank
-from derl.evolution.storage import RunDir
 
 _IDLE = ("finished", "stopped", "fatal")
 

@@ -18,12 +18,12 @@ import numpy as np
 
 from derl.checked_config import EvoCfg
 from derl.evolution.backend import Backend, TrainingSetup, TrainOutcome
+from derl.evolution.folder.record import PublishedRecord, morphology_files
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.lease import SlotLost, StopSignal
 from derl.evolution.population import num_initial_slots, ppo_seed, slot_id, slot_rng
 from derl.evolution.process import Stopped
-from derl.evolution.record import PublishedRecord, morphology_files
 from derl.evolution.results import PublishedResults, is_finite_summary
-from derl.evolution.storage import RunDir
 from derl.morphology.config import UnimalCfg
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from derl.checked_config import Config, load_config_or_exit
 from derl.evolution.backend import Backend, TrainingSetup, load_backend
 from derl.evolution.failures import WHOSE, classify, describe
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.lease import Heartbeat, StopSignal, heartbeat_interval
 from derl.evolution.process import (
     EXIT_ENVIRONMENT,
@@ -34,7 +35,6 @@ from derl.evolution.process import (
 from derl.evolution.results import PublishedResults
 from derl.evolution.scheduling import Scheduler
 from derl.evolution.step import Step
-from derl.evolution.storage import RunDir
 from derl.fileio.folders import NotAFolder, confine_writes
 from derl.lifetime import die_with_parent
 from derl.threads import limit_threads

@@ -1,7 +1,7 @@
 """The evolution's shared output folder (``OUT_DIR``): its layout and every read and write of it.
 
 Nothing else in derl builds paths inside ``OUT_DIR``. ``RunDir`` adds the layout and the records
-of the protocol to the primitives of ``derl.shared_folder.SharedFolder`` (staged writes, exclusive
+of the protocol to the primitives of ``derl.evolution.folder.shared.SharedFolder`` (staged writes, exclusive
 creations, checked reads, quarantine), which make the folder safe to share between processes and
 nodes. It keeps the run-level files (config, summary, manifest, initial population, videos) and
 composes one small store per corner of the layout, each on those primitives:
@@ -21,7 +21,7 @@ Besides those:
 - a morphology is published by its ``metadata/<id>.json``, written last and created exclusively,
   so no morphology is published twice;
 - published files are never rewritten or deleted, so readers may cache them;
-- every read checks its file kind's schema (``derl.evolution.schema``); ids are checked before
+- every read checks its file kind's schema (``derl.evolution.folder.schema``); ids are checked before
   they become paths. A damaged claim is kept: the lease decides (``SlotStore.read``).
 
 Layout::
@@ -36,7 +36,7 @@ Layout::
     slots/<slot>.json           claim of a slot: {slot, id, attempt, node, worker, host, pid, token, lease}
     leases/<slot>-<g>.json      the claim after the g-th takeover of a slot whose owner went silent
     published/<n>.json          publication number n, taken by exclusive creation: {id, node, worker}
-    metadata/<id>.json          published result (derl.evolution.record.PublishedRecord)
+    metadata/<id>.json          published result (derl.evolution.folder.record.PublishedRecord)
     error_metadata/<id>.json    failed morphology: {id, slot, attempt, reason, node, worker}
     retired/<id>.json           removed from the vanilla-tournament population
     workers/<node>-<worker>.json  worker state; .lock: held while it runs; .alive: heartbeat (its mtime)
@@ -65,15 +65,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from derl.evolution import schema
-from derl.evolution.failure_store import FailureStore
-from derl.evolution.genome_store import GenomeStore, morphology_file
-from derl.evolution.publication_store import PublicationStore
-from derl.evolution.slot_store import SlotStore
-from derl.evolution.worker_store import WorkerStore
+from derl.evolution.folder import schema
+from derl.evolution.folder.failure_store import FailureStore
+from derl.evolution.folder.genome_store import GenomeStore, morphology_file
+from derl.evolution.folder.publication_store import PublicationStore
+from derl.evolution.folder.shared import SharedFolder
+from derl.evolution.folder.slot_store import SlotStore
+from derl.evolution.folder.worker_store import WorkerStore
 from derl.fileio.folders import make_folders
 from derl.fileio.reads import read_bytes
-from derl.shared_folder import SharedFolder
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
             "retired", "workers", "nodes", "videos", "manifest", "tmp", "quarantine")
@@ -162,11 +162,11 @@ class RunDir(SharedFolder):
     # Run-level files.
     def create_config(self, text: str) -> bool:
         """Creates ``config.yaml`` unless it exists (exclusive, complete from the first moment); True if created."""
-        return self._create_text(self.config_path(), text)
+        return self.create_text(self.config_path(), text)
 
     def write_config(self, text: str) -> None:
         """Replaces ``config.yaml`` (a run from before the one-config rule adopts the current config)."""
-        self._write_text(self.config_path(), text)
+        self.write_text(self.config_path(), text)
 
     def read_config_text(self) -> str | None:
         """The text of ``config.yaml``, None if missing.
@@ -186,20 +186,20 @@ class RunDir(SharedFolder):
         return os.path.lexists(self.root / "STOP")
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        self._write_json(self.root / "summary.json", summary)
+        self.write_json(self.root / "summary.json", summary)
 
     def read_summary(self) -> dict[str, Any] | None:
-        return self._read_checked(self.root / "summary.json", schema.summary_problem)
+        return self.read_checked(self.root / "summary.json", schema.summary_problem)
 
     # Versions of each node (manifest/<node>.json: one writer per file, so no update is lost).
     def write_manifest(self, node: int, entry: dict[str, Any]) -> None:
-        self._write_json(self.root / "manifest" / f"{node}.json", entry)
+        self.write_json(self.root / "manifest" / f"{node}.json", entry)
 
     def manifest(self) -> dict[int, dict[str, Any]]:
         """Every node's manifest entry, by node."""
         entries = {}
-        for node in sorted(int(name) for name in self._names("manifest")):
-            entry = self._read_checked(self.root / "manifest" / f"{node}.json",
+        for node in sorted(int(name) for name in self.names("manifest")):
+            entry = self.read_checked(self.root / "manifest" / f"{node}.json",
                                        lambda data, node=node: schema.manifest_problem(data, node))
             if entry is not None:
                 entries[node] = entry
@@ -208,11 +208,11 @@ class RunDir(SharedFolder):
     # Initial population.
     def init_population_ids(self) -> list[str] | None:
         """The ids of the initial population, or None until node 0 has written all of it."""
-        data = self._read_checked(self.root / "init_population.json", schema.init_population_problem)
+        data = self.read_checked(self.root / "init_population.json", schema.init_population_problem)
         return None if data is None else data["ids"]
 
     def mark_init_population(self, ids: list[str]) -> None:
-        self._write_json(self.root / "init_population.json", {"ids": ids})
+        self.write_json(self.root / "init_population.json", {"ids": ids})
 
     # Videos and what other tools write.
     def save_video(self, morphology_id: str, write: Callable[[Path], Path]) -> Path:
@@ -220,7 +220,7 @@ class RunDir(SharedFolder):
 
         ``write(path)`` writes the video to a ``.mp4`` path in a private temporary folder of this
         node and returns the file it wrote (its suffix may differ: the GIF fallback), which is then
-        staged and renamed into place (``_write_bytes``). The encoder writes by path, so it never
+        staged and renamed into place (``write_bytes``). The encoder writes by path, so it never
         writes in ``OUT_DIR``, where a folder swapped for a link would take its file outside; a
         failed encoder leaves nothing behind.
         """
@@ -228,14 +228,14 @@ class RunDir(SharedFolder):
         with tempfile.TemporaryDirectory(prefix="derl-video-") as private:
             written = write(Path(private) / f"{morphology_id}.mp4")
             target = self.video_path(morphology_id, written.suffix)
-            self._write_bytes(target, written.read_bytes())
+            self.write_bytes(target, written.read_bytes())
         return target
 
     def videos(self) -> dict[str, Path]:
         """The published videos by morphology id."""
         found = [self.root / "videos" / name for name in self.entries(self.root / "videos")]
         return {p.stem: p for p in found if schema.is_id(p.stem) and p.suffix in (".mp4", ".gif")
-                and (kind := self._lstat(p)) is not None and stat.S_ISREG(kind.st_mode)}
+                and (kind := self.lstat(p)) is not None and stat.S_ISREG(kind.st_mode)}
 
     def eval_summary_path(self) -> Path:
         return self.root / "eval" / "summary.json"

@@ -1,4 +1,4 @@
-"""The publications' corner of ``OUT_DIR`` (``derl.evolution.storage`` has the layout): the publication
+"""The publications' corner of ``OUT_DIR`` (``derl.evolution.folder.run_dir`` has the layout): the publication
 numbers (``published/<n>.json``, each taken by exclusive creation), the published records
 (``metadata/<id>.json``, written last and created exclusively, so no morphology is published twice)
 and the morphologies retired from the vanilla-tournament population (``retired/<id>.json``).
@@ -13,11 +13,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from derl.evolution import schema
-from derl.evolution.slot_store import SlotStore
+from derl.evolution.folder import schema
+from derl.evolution.folder.shared import SharedFolder
+from derl.evolution.folder.slot_store import SlotStore
 from derl.fileio.folders import NotAFolder
 from derl.fileio.reads import JsonFileError, read_json
-from derl.shared_folder import SharedFolder
 
 
 class PublicationStore:
@@ -32,38 +32,38 @@ class PublicationStore:
         return self.run.root / "metadata" / f"{schema.checked_id(morphology_id)}.json"
 
     def published_ids(self) -> list[str]:
-        return self.run._names("metadata")
+        return self.run.names("metadata")
 
     def is_published(self, morphology_id: str) -> bool:
-        return self.run._lexists(self.metadata_path(morphology_id))
+        return self.run.lexists(self.metadata_path(morphology_id))
 
     def read_metadata(self, morphology_id: str, rules: schema.RecordRules) -> dict[str, Any] | None:
         """The published metadata of ``morphology_id`` in a run with ``rules``; None if missing or quarantined.
 
-        Besides its schema (``derl.evolution.schema.metadata_problem``: a slot of the search, the
+        Besides its schema (``derl.evolution.folder.schema.metadata_problem``: a slot of the search, the
         selection criteria), the files it lists must be regular files of this folder, its publication
         number must be its own (``published/<n>.json`` names it), so no two records share a number,
         and its slot's claim must name it, so that only the morphology a worker held the slot for counts.
         """
-        return self.run._read_checked(self.metadata_path(morphology_id),
+        return self.run.read_checked(self.metadata_path(morphology_id),
                                       lambda data: schema.metadata_problem(data, morphology_id, rules)
                                       or self._metadata_files_problem(data) or self._metadata_claim_problem(data))
 
     def _metadata_files_problem(self, data: dict[str, Any]) -> str | None:
         for relative in data["files"].values():
-            if (found := self.run._lstat(self.run.root / relative)) is None:
+            if (found := self.run.lstat(self.run.root / relative)) is None:
                 return f"lists {relative}, which is missing"
             if not stat.S_ISREG(found.st_mode):
                 return f"lists {relative}, which is not a regular file"
         number = data["publication"]
         path = self.run.root / "published" / f"{number:08d}.json"
         try:
-            with self.run._folder(path.parent) as folder:
+            with self.run.open_dir(path.parent) as folder:
                 taken = read_json(path, dir_fd=folder)
         except FileNotFoundError:
             return f"has publication {number}, which was never taken (no {self.run.relative(path)})"
         except NotAFolder as err:
-            self.run._refuse(err)
+            self.run.refuse(err)
             return f"has publication {number}, whose folder {self.run.relative(err.path)}/ is a link or a file"
         except JsonFileError as err:
             return f"has publication {number}, whose record {self.run.relative(path)} {err.reason}"
@@ -102,10 +102,10 @@ class PublicationStore:
         the morphology takes a new number when it is published again.
         """
         folder = self.run.root / "published"
-        taken = [int(name) for name in self.run._names("published")]  # a damaged record's number stays taken
+        taken = [int(name) for name in self.run.names("published")]  # a damaged record's number stays taken
         number = max(taken, default=-1) + 1
         record = {"id": morphology_id, "node": node, "worker": worker}
-        while not self.run._create_json(folder / f"{number:08d}.json", record):
+        while not self.run.create_json(folder / f"{number:08d}.json", record):
             number += 1
         return number
 
@@ -115,13 +115,13 @@ class PublicationStore:
         Its other files must already be on disk, and ``metadata["publication"]`` must come
         from ``take_publication_number``.
         """
-        return self.run._create_json(self.metadata_path(metadata["id"]), metadata)
+        return self.run.create_json(self.metadata_path(metadata["id"]), metadata)
 
     # The vanilla tournament's population: a published morphology that lost leaves it.
     def retire(self, morphology_id: str) -> None:
         """Removes a morphology from the vanilla population; its files stay."""
-        self.run._create_json(self.run.root / "retired" / f"{schema.checked_id(morphology_id)}.json",
+        self.run.create_json(self.run.root / "retired" / f"{schema.checked_id(morphology_id)}.json",
                               {"id": morphology_id})
 
     def retired_ids(self) -> set[str]:
-        return set(self.run._names("retired"))
+        return set(self.run.names("retired"))

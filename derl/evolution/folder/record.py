@@ -1,7 +1,7 @@
 """The published record of a morphology (``metadata/<id>.json``, docs/reference/output-folder.md#metadataidjson), typed.
 
 One definition for the writer (``derl.evolution.step``), the validator
-(``derl.evolution.schema.metadata_problem``) and the readers (``derl.analysis.records``): every
+(``derl.evolution.folder.schema.metadata_problem``) and the readers (``derl.analysis.records``): every
 field of ``PublishedRecord`` but ``fitness`` is bookkeeping; ``fitness`` holds the training
 summary (``derl.metrics``: ``return``, the ``__reward__*`` terms, ``energy``, ``x_pos``,
 ``metric``) and is written flat, between ``device`` and ``env_steps``, as derl always wrote it.

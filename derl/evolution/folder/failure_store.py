@@ -1,4 +1,4 @@
-"""The failures' corner of ``OUT_DIR`` (``derl.evolution.storage`` has the layout): a morphology that
+"""The failures' corner of ``OUT_DIR`` (``derl.evolution.folder.run_dir`` has the layout): a morphology that
 failed (``error_metadata/<id>.json``: ``{id, slot, attempt, reason, node, worker}``); its slot then
 tries its next attempt (``derl.evolution.scheduling``).
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from derl.evolution import schema
-from derl.shared_folder import SharedFolder
+from derl.evolution.folder import schema
+from derl.evolution.folder.shared import SharedFolder
 
 
 class FailureStore:
@@ -25,7 +25,7 @@ class FailureStore:
         return self.run.root / "error_metadata" / f"{schema.checked_id(morphology_id)}.json"
 
     def failed_ids(self) -> list[str]:
-        return self.run._names("error_metadata")
+        return self.run.names("error_metadata")
 
     def has_failed(self, morphology_id: str) -> bool:
         """True if ``error_metadata/<id>.json`` exists and matches its schema (a bad one is quarantined,
@@ -33,8 +33,8 @@ class FailureStore:
         return self.read_failure(morphology_id) is not None
 
     def read_failure(self, morphology_id: str) -> dict[str, Any] | None:
-        return self.run._read_checked(self.error_path(morphology_id),
+        return self.run.read_checked(self.error_path(morphology_id),
                                       lambda data: schema.error_problem(data, morphology_id))
 
     def record_failure(self, failure: dict[str, Any]) -> None:
-        self.run._write_json(self.error_path(failure["id"]), failure)
+        self.run.write_json(self.error_path(failure["id"]), failure)

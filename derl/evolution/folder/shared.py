@@ -1,7 +1,7 @@
 """A folder that processes on several nodes write and read at once: staged writes, exclusive
 creations, and what to do with a file that does not belong.
 
-The primitives under ``derl.evolution.storage.RunDir`` (which adds the layout and the records of
+The primitives under ``derl.evolution.folder.run_dir.RunDir`` (which adds the layout and the records of
 the evolution's protocol, docs/reference/output-folder.md):
 
 - every file is staged in ``tmp/`` (``derl.fileio``: temp + fsync + rename) and then renamed into
@@ -11,7 +11,7 @@ the evolution's protocol, docs/reference/output-folder.md):
 - an exclusive creation links the complete staged file to its target with ``os.link``, which fails
   if the target exists: the file is complete from the first moment it is seen;
 - every read, listing, existence check, write, rename, link and move goes through descriptors of its
-  folders, each opened from the root down without following a symbolic link (``_folder``), at each
+  folders, each opened from the root down without following a symbolic link (``open_dir``), at each
   use: the check that a folder is real and its use are one open, so a folder of the layout swapped
   for a link (or a file) at any moment, even between two calls, is refused, never read or written
   through; the search stops on it (``NotAFolder``: the node's problem, never a morphology's), a
@@ -107,12 +107,12 @@ class SharedFolder:
         files written or moved through it would land outside the folder."""
         self.root.mkdir(parents=True, exist_ok=True)
         for folder in self.FOLDERS:  # every one checked before any is made
-            with contextlib.suppress(FileNotFoundError), self._folder(self.root / folder):
+            with contextlib.suppress(FileNotFoundError), self.open_dir(self.root / folder):
                 pass
         for folder in self.FOLDERS:
             make_folders(self.root / folder, self.root)
 
-    def _folder(self, folder: Path) -> _OpenFolder:
+    def open_dir(self, folder: Path) -> _OpenFolder:
         """A descriptor of ``folder`` (``root`` or below it), every folder from ``root`` down opened
         without following a symbolic link (``open_folder``); closed on exit. Every read and write
         below ``root`` goes through one: the check that a folder is real and its use are one open, so
@@ -124,44 +124,44 @@ class SharedFolder:
         """
         return _OpenFolder(open_folder(folder, self.root))
 
-    def _refuse(self, err: NotAFolder) -> None:
+    def refuse(self, err: NotAFolder) -> None:
         """A folder that is a link or a file holds nothing of the folder's: the search (``quarantine``)
         stops on it (raises ``err``: the node's problem, never a morphology's); a reader is warned once."""
         if self.quarantine_bad_files:
             raise err
-        self._warn_once(err.path, "is a link or a file, not a folder; its files are not read")
+        self.warn_once(err.path, "is a link or a file, not a folder; its files are not read")
 
-    def _lexists(self, path: Path) -> bool:
-        """Whether the entry ``path`` exists (a link counts), as ``_lstat``."""
-        return self._lstat(path) is not None
+    def lexists(self, path: Path) -> bool:
+        """Whether the entry ``path`` exists (a link counts), as ``lstat``."""
+        return self.lstat(path) is not None
 
-    def _lstat(self, path: Path) -> os.stat_result | None:
-        """The entry ``path`` (a link itself), looked up in its folder's descriptor (``_folder``); None if
-        missing, or if its folder is a link or a file (``_refuse``)."""
+    def lstat(self, path: Path) -> os.stat_result | None:
+        """The entry ``path`` (a link itself), looked up in its folder's descriptor (``open_dir``); None if
+        missing, or if its folder is a link or a file (``refuse``)."""
         try:
-            with self._folder(path.parent) as folder:
+            with self.open_dir(path.parent) as folder:
                 return os.lstat(path.name, dir_fd=folder)
         except FileNotFoundError:
             return None
         except NotAFolder as err:
-            self._refuse(err)
+            self.refuse(err)
             return None
 
     def read_in_folder(self, path: Path, read: Callable[..., T]) -> T:
         """``read(path, dir_fd=folder)``: the file ``path``, below ``root``, looked up in a descriptor of
-        its folder (``_folder``), as ``derl.fileio.read_bytes`` and ``read_json`` take one: a folder
+        its folder (``open_dir``), as ``derl.fileio.read_bytes`` and ``read_json`` take one: a folder
         swapped for a link at any moment is never read through.
 
         Raises:
             NotAFolder: a folder on the way is a link or a file: the search stops on it; a reader
-                is warned once (``_refuse``) and should skip the file.
+                is warned once (``refuse``) and should skip the file.
             FileNotFoundError: the folder is missing (or, from ``read``, the file).
         """
         try:
-            with self._folder(path.parent) as folder:
+            with self.open_dir(path.parent) as folder:
                 return read(path, dir_fd=folder)
         except NotAFolder as err:
-            self._refuse(err)
+            self.refuse(err)
             raise
 
     def relative(self, path: Path) -> str:
@@ -172,15 +172,15 @@ class SharedFolder:
         me, call = self.identity, next(self._counter)
         return self.root / "tmp" / f"{me.host}-{me.pid}-{me.token}-{call}-{target.parent.name}-{target.name}"
 
-    def _write_text(self, target: Path, text: str) -> None:
-        self._write_bytes(target, text.encode())
+    def write_text(self, target: Path, text: str) -> None:
+        self.write_bytes(target, text.encode())
 
-    def _write_bytes(self, target: Path, data: bytes) -> None:
+    def write_bytes(self, target: Path, data: bytes) -> None:
         staged = self._staged(target)
         atomic_write_bytes(staged, data, self.root)
         self._move_staged(staged, target)
 
-    def _write_json(self, target: Path, obj: Any) -> None:
+    def write_json(self, target: Path, obj: Any) -> None:
         staged = self._staged(target)
         write_json(staged, obj, self.root)
         self._move_staged(staged, target)
@@ -189,7 +189,7 @@ class SharedFolder:
         """Renames a staged file into place; if that fails (I/O error, full disk, a folder that is a
         link), removes it."""
         try:
-            with self._folder(staged.parent) as source, self._folder(target.parent) as folder:
+            with self.open_dir(staged.parent) as source, self.open_dir(target.parent) as folder:
                 os.replace(staged.name, target.name, src_dir_fd=source, dst_dir_fd=folder)
         except BaseException:
             self._drop_staged(staged)
@@ -197,16 +197,16 @@ class SharedFolder:
 
     def _drop_staged(self, staged: Path) -> None:
         """Removes a staged file, never through a ``tmp/`` that became a link."""
-        with contextlib.suppress(OSError), self._folder(staged.parent) as source:
+        with contextlib.suppress(OSError), self.open_dir(staged.parent) as source:
             os.unlink(staged.name, dir_fd=source)
 
-    def _create_json(self, target: Path, obj: Any) -> bool:
+    def create_json(self, target: Path, obj: Any) -> bool:
         """Creates ``target`` with ``obj`` unless it exists; True if this call created it."""
         staged = self._staged(target)
         write_json(staged, obj, self.root)
         return self._link_staged(staged, target)
 
-    def _create_text(self, target: Path, text: str) -> bool:
+    def create_text(self, target: Path, text: str) -> bool:
         staged = self._staged(target)
         atomic_write_text(staged, text, self.root)
         return self._link_staged(staged, target)
@@ -214,7 +214,7 @@ class SharedFolder:
     def _link_staged(self, staged: Path, target: Path) -> bool:
         """Links the complete ``staged`` file to ``target`` unless it exists (then False), and drops ``staged``."""
         try:
-            with self._folder(staged.parent) as source, self._folder(target.parent) as folder:
+            with self.open_dir(staged.parent) as source, self.open_dir(target.parent) as folder:
                 os.link(staged.name, target.name, src_dir_fd=source, dst_dir_fd=folder, follow_symlinks=False)
         except FileExistsError:
             return False
@@ -238,7 +238,7 @@ class SharedFolder:
             folder.mkdir(exist_ok=True)
         target = folder / "-".join(relative.parts)
         try:
-            with self._folder(path.parent) as source, self._folder(folder) as destination:
+            with self.open_dir(path.parent) as source, self.open_dir(folder) as destination:
                 with contextlib.suppress(FileNotFoundError):  # the name is taken: this one made unique
                     os.lstat(target.name, dir_fd=destination)
                     target = target.with_name(f"{target.name}.{self.identity.token}-{next(self._counter)}")
@@ -247,45 +247,45 @@ class SharedFolder:
             return  # moved by another process, or gone
         print(f"warning: {path} {reason}; moved to {self.relative(target)}", file=sys.stderr, flush=True)
 
-    def _bad_file(self, path: Path, reason: str) -> None:
+    def bad_file(self, path: Path, reason: str) -> None:
         if self.quarantine_bad_files:
             self.quarantine(path, reason)
         elif self.skip_bad_files:
-            self._warn_once(path, f"{reason}; skipped")
+            self.warn_once(path, f"{reason}; skipped")
         else:
             raise JsonFileError(path, reason)
 
-    def _warn_once(self, path: Path, message: str) -> None:
+    def warn_once(self, path: Path, message: str) -> None:
         if path not in self._warned:
             self._warned.add(path)
             print(f"warning: {path} {message}", file=sys.stderr, flush=True)
 
-    def _read_checked(self, path: Path, problem: Callable[[Any], str | None]) -> Any | None:
+    def read_checked(self, path: Path, problem: Callable[[Any], str | None]) -> Any | None:
         """The JSON content of ``path`` if it parses and ``problem`` finds nothing; None if missing.
 
         A bad file is quarantined (``quarantine=True``, then None) or raises ``JsonFileError``. So is
         a file whose folder is a link (its content lies outside the folder: never read).
         """
         try:
-            with self._folder(path.parent) as folder:
+            with self.open_dir(path.parent) as folder:
                 data = read_json(path, dir_fd=folder)
         except FileNotFoundError:
             return None
         except NotAFolder:
             if self.quarantine_bad_files:
                 raise  # the search stops on it (the node's problem)
-            self._bad_file(path, f"is in {path.parent.name}/, which is a link or a file, not a folder")
+            self.bad_file(path, f"is in {path.parent.name}/, which is a link or a file, not a folder")
             return None
         except JsonFileError as err:
-            self._bad_file(path, err.reason)
+            self.bad_file(path, err.reason)
             return None
         reason = problem(data)
         if reason is None:
             return data
-        self._bad_file(path, reason)
+        self.bad_file(path, reason)
         return None
 
-    def _names(self, folder: str, suffix: str = ".json") -> list[str]:
+    def names(self, folder: str, suffix: str = ".json") -> list[str]:
         """Stems of the ``suffix`` files of ``folder``; names ``NAMES`` does not allow are quarantined (or skipped).
 
         Hidden names are ignored: NFS keeps deleted open files as ``.nfsXXXX``.
@@ -303,15 +303,15 @@ class SharedFolder:
         return names
 
     def entries(self, folder: Path) -> list[str]:
-        """The names in ``folder``, listed through its descriptor (``_folder``); none if it is missing, or
-        a link or a file (``_refuse``: its entries lie outside)."""
+        """The names in ``folder``, listed through its descriptor (``open_dir``); none if it is missing, or
+        a link or a file (``refuse``: its entries lie outside)."""
         try:
-            with self._folder(folder) as fd, os.scandir(fd) as entries:
+            with self.open_dir(folder) as fd, os.scandir(fd) as entries:
                 return [entry.name for entry in entries]
         except FileNotFoundError:
             return []
         except NotAFolder as err:
-            self._refuse(err)
+            self.refuse(err)
             return []
 
     def open_own_file(self, path: Path) -> int:
@@ -320,7 +320,7 @@ class SharedFolder:
         Something else planted there (a symbolic link to a file outside the folder, a FIFO) is
         never followed: it is moved to ``quarantine/`` and a regular file created in its place.
         """
-        with self._folder(path.parent) as folder:
+        with self.open_dir(path.parent) as folder:
             try:
                 return open_file(path.name, os.O_CREAT | os.O_RDWR, dir_fd=folder)
             except NotRegularFile as err:
@@ -330,7 +330,7 @@ class SharedFolder:
     def filesystem_now(self) -> float:
         """The shared filesystem's clock: the mtime of a probe file created now in ``tmp/``."""
         probe = f"clock-{self.identity.host}-{self.identity.pid}-{self.identity.token}"
-        with self._folder(self.root / "tmp") as folder:
+        with self.open_dir(self.root / "tmp") as folder:
             fd = open_file(probe, os.O_CREAT | os.O_WRONLY, dir_fd=folder)
             try:
                 os.utime(fd)

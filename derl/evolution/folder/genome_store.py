@@ -1,4 +1,4 @@
-"""The genomes' corner of ``OUT_DIR`` (``derl.evolution.storage`` has the layout): each morphology's
+"""The genomes' corner of ``OUT_DIR`` (``derl.evolution.folder.run_dir`` has the layout): each morphology's
 genome (``genomes/<id>.json``) and its MJCF (``xml/<id>.xml``), written before it trains; its
 checkpoint (``models/<id>.pt``) and curves (``metrics/<id>.jsonl``), which derl.ppo writes, are
 checked and cleared here when the body is made anew.
@@ -12,10 +12,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from derl.evolution import schema
-from derl.evolution.record import MORPHOLOGY_FILES
+from derl.evolution.folder import schema
+from derl.evolution.folder.record import MORPHOLOGY_FILES
+from derl.evolution.folder.shared import SharedFolder
 from derl.fileio.reads import read_bytes
-from derl.shared_folder import SharedFolder
 
 
 def morphology_file(root: Path, key: str, morphology_id: str) -> Path:
@@ -50,10 +50,10 @@ class GenomeStore:
         found it damaged): they are quarantined, so that the new body trains from scratch.
         """
         for stale in self._trained_files(morphology_id):
-            if self.run._lexists(stale):
+            if self.run.lexists(stale):
                 self.run.quarantine(stale, "belongs to a body made anew (its genome or MJCF was damaged)")
-        self.run._write_text(self.xml_path(morphology_id), mjcf)
-        self.run._write_text(self.genome_path(morphology_id), genome_json)
+        self.run.write_text(self.xml_path(morphology_id), mjcf)
+        self.run.write_text(self.genome_path(morphology_id), genome_json)
 
     def read_xml(self, morphology_id: str) -> str:
         """The MJCF text of ``morphology_id``, never read through a link or from a FIFO.
@@ -65,7 +65,7 @@ class GenomeStore:
         return self.run.read_in_folder(self.xml_path(morphology_id), read_bytes).decode(errors="replace")
 
     def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
-        return self.run._read_checked(self.genome_path(morphology_id),
+        return self.run.read_checked(self.genome_path(morphology_id),
                                       lambda data: schema.genome_problem(data, morphology_id))
 
     def has_genome(self, morphology_id: str) -> bool:
@@ -77,12 +77,12 @@ class GenomeStore:
         and a checkpoint or metrics file that is one (the training then starts without it).
         """
         for path in self._trained_files(morphology_id):
-            if (kind := self.run._lstat(path)) is not None and not stat.S_ISREG(kind.st_mode):
-                self.run._bad_file(path, "is not a regular file (a link, FIFO or folder); training starts without it")
+            if (kind := self.run.lstat(path)) is not None and not stat.S_ISREG(kind.st_mode):
+                self.run.bad_file(path, "is not a regular file (a link, FIFO or folder); training starts without it")
         xml = self.xml_path(morphology_id)
-        found = self.run._lstat(xml)
+        found = self.run.lstat(xml)
         if found is not None and not stat.S_ISREG(found.st_mode):
-            self.run._bad_file(xml, "is not a regular file (a link, FIFO or folder); the morphology is made anew")
+            self.run.bad_file(xml, "is not a regular file (a link, FIFO or folder); the morphology is made anew")
             return False
         return found is not None and self._checked_genome(morphology_id) is not None
 

@@ -1,7 +1,7 @@
 """The schema of every JSON file kind of ``OUT_DIR``: one checker per kind, shared by writer and readers.
 
 Each checker takes the parsed content (and what the file's name says it must be) and returns why
-it is not a valid file of its kind, or None. ``derl.evolution.storage.RunDir`` applies them at
+it is not a valid file of its kind, or None. ``derl.evolution.folder.run_dir.RunDir`` applies them at
 every read, so nothing downstream sees a file that fails
 (docs/design/run-folder.md#the-output-folder-is-untrusted-input): types, finite numbers, ranges, the id
 matching the file name, parent ids that are ids, the files a record lists being the run's own, a
@@ -16,8 +16,8 @@ import math
 from typing import Any, NamedTuple
 
 from derl.checked_config import EvoCfg
+from derl.evolution.folder.record import BOOKKEEPING, morphology_files
 from derl.evolution.population import ID_PATTERN, SEARCH_KINDS, parse_id
-from derl.evolution.record import BOOKKEEPING, morphology_files
 
 
 def is_id(value: Any) -> bool:
@@ -114,7 +114,7 @@ class RecordRules(NamedTuple):
 
 
 def metadata_problem(data: Any, name: str, rules: RecordRules) -> str | None:
-    """Why ``data`` is not the published metadata (``derl.evolution.record.PublishedRecord``) of
+    """Why ``data`` is not the published metadata (``derl.evolution.folder.record.PublishedRecord``) of
     ``name`` in a run with ``rules``, or None (the folder-level checks: ``PublicationStore.read_metadata``)."""
     problem = _id_problem(data, name) or _required(data, ("lineage", "publication", "files"))
     if problem:

@@ -1,4 +1,4 @@
-"""The workers' corner of ``OUT_DIR`` (``derl.evolution.storage`` has the layout): each worker's state
+"""The workers' corner of ``OUT_DIR`` (``derl.evolution.folder.run_dir`` has the layout): each worker's state
 file, lock and heartbeat (``workers/<node>-<worker>.json|.lock|.alive``), and the heartbeat of a
 node's coordinator while it prepares the run (``nodes/<node>-<token>.preparing``).
 
@@ -14,8 +14,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from derl.evolution import schema
-from derl.shared_folder import SharedFolder
+from derl.evolution.folder import schema
+from derl.evolution.folder.shared import SharedFolder
 
 
 class WorkerStore:
@@ -35,20 +35,20 @@ class WorkerStore:
         return self._file(node, worker, ".lock")
 
     def write_state(self, node: int, worker: int, state: dict[str, Any]) -> None:
-        self.run._write_json(self._file(node, worker, ".json"), state)
+        self.run.write_json(self._file(node, worker, ".json"), state)
 
     def read_state(self, node: int, worker: int) -> dict[str, Any] | None:
-        return self.run._read_checked(self._file(node, worker, ".json"),
+        return self.run.read_checked(self._file(node, worker, ".json"),
                                       lambda data: schema.worker_state_problem(data, node, worker))
 
     def indices(self, node: int) -> list[int]:
         """Every worker index of ``node`` that has ever written its state, in any session."""
         prefix = f"{node}-"
-        return sorted(int(name[len(prefix):]) for name in self.run._names("workers") if name.startswith(prefix))
+        return sorted(int(name[len(prefix):]) for name in self.run.names("workers") if name.startswith(prefix))
 
     def states(self) -> list[dict[str, Any]]:
         states = []
-        for name in self.run._names("workers"):
+        for name in self.run.names("workers"):
             node, worker = (int(part) for part in name.split("-"))
             if (state := self.read_state(node, worker)) is not None:
                 states.append(state)
@@ -72,7 +72,7 @@ class WorkerStore:
 
     def heartbeat_time(self, node: int, worker: int) -> float | None:
         """The last heartbeat of ``node-worker`` (file mtime), None if it never beat."""
-        found = self.run._lstat(self.heartbeat_path(node, worker))
+        found = self.run.lstat(self.heartbeat_path(node, worker))
         return None if found is None else found.st_mtime
 
     # A node's coordinator while it prepares the run: a heartbeat of its own, never a worker's.
@@ -87,14 +87,14 @@ class WorkerStore:
     def end_preparing(self, node: int) -> None:
         """Removes this coordinator's preparing heartbeat (its workers beat from now on)."""
         path = self.preparing_path(node)
-        with contextlib.suppress(FileNotFoundError), self.run._folder(path.parent) as folder:
+        with contextlib.suppress(FileNotFoundError), self.run.open_dir(path.parent) as folder:
             os.unlink(path.name, dir_fd=folder)
 
     def preparing_beats(self) -> dict[int, float]:
         """The newest preparing heartbeat (mtime of a regular file) of each node, fresh or stale."""
         beats: dict[int, float] = {}
-        for stem in self.run._names("nodes", ".preparing"):
-            found = self.run._lstat(self.run.root / "nodes" / f"{stem}.preparing")
+        for stem in self.run.names("nodes", ".preparing"):
+            found = self.run.lstat(self.run.root / "nodes" / f"{stem}.preparing")
             if found is not None and stat.S_ISREG(found.st_mode):
                 node = int(stem.split("-")[0])
                 beats[node] = max(beats.get(node, found.st_mtime), found.st_mtime)
