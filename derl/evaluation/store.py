@@ -141,9 +141,10 @@ class EvalDir:
                 continue
             for cell_dir in sorted(task_dir.iterdir()):
                 match = _CELL_NAME.match(cell_dir.name)
-                cell = match and Cell(self.run.root, task_dir.name, match.group(1), int(match.group(2)))
-                result = self.result(cell) if cell else None
-                if result is not None:
+                if match is None:
+                    continue
+                cell = Cell(self.run.root, task_dir.name, match.group(1), int(match.group(2)))
+                if (result := self.result(cell)) is not None:
                     rows.append({"id": cell.id, "source": str(self.run.root), "task": cell.task, "seed": cell.seed,
                                  "return": result["summary"].get("return"), "metric": result["summary"].get("metric"),
                                  "env_steps": result["env_steps"], "iterations": result["iterations"]})

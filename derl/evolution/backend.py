@@ -139,20 +139,19 @@ class DerlBackend:
         from derl.ppo.callbacks import TensorBoard
         from derl.training.envs import UnimalEnvFactory
 
-        callbacks = [StopWhen(should_stop), SaveWhile(may_save)]
-        tensorboard = training.tensorboard
+        tensorboard, board = training.tensorboard, None
         if tensorboard.ENABLED and tensorboard.PER_MORPHOLOGY:  # a search has thousands: if asked
-            folder = RunDir(training.out_dir).tensorboard_dir(f"morphologies/{Path(xml_path).stem}")
-            callbacks.append(TensorBoard(folder))
+            board = TensorBoard(RunDir(training.out_dir).tensorboard_dir(f"morphologies/{Path(xml_path).stem}"))
+        callbacks = [StopWhen(should_stop), SaveWhile(may_save), *([board] if board else [])]
         try:
             with counted_warnings(f"training {Path(xml_path).stem}"):
                 return train(
-                    training.trainer, UnimalEnvFactory(training.world, str(xml_path), seed), seed=seed,
+                    training.trainer, UnimalEnvFactory(training.world, str(xml_path), seed), seed=seed,  # type: ignore[arg-type]
                     checkpoint_path=checkpoint_path, metrics_path=metrics_path, resume=resume, callbacks=callbacks,
                 )
         finally:
-            for callback in callbacks[2:]:
-                callback.close()
+            if board is not None:
+                board.close()
 
 
     def record_video(self, training: TrainingSetup, xml_path: Path, checkpoint_path: Path, seed: int,

@@ -64,8 +64,8 @@ class Scheduler:
                 self._fill_slot(slot)
         if evo.IS_EVO:  # random search has no children: every slot was in the order above
             self._wait_for_initial_population()
-        while (slot := self._claim_next_child_slot()) is not None:
-            self._fill_slot(slot)
+        while (child := self._claim_next_child_slot()) is not None:
+            self._fill_slot(child)
         self._finish_search()
         self.state.write(slot=None, id=None, status="finished")
 

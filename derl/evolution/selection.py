@@ -43,14 +43,14 @@ def pareto_mask(costs: np.ndarray) -> np.ndarray:
 def costs_from_table(table: np.ndarray, objectives: Sequence[float]) -> np.ndarray:
     """Turns criteria values into costs to minimise: ``objective * value`` per column."""
     table = np.asarray(table, dtype=float)
-    objectives = np.asarray(objectives, dtype=float)
-    if table.ndim != 2 or table.shape[1] != len(objectives):
+    signs = np.asarray(objectives, dtype=float)
+    if table.ndim != 2 or table.shape[1] != len(signs):
         raise ValueError(
-            f"selection table has shape {table.shape} but there are {len(objectives)} objectives"
+            f"selection table has shape {table.shape} but there are {len(signs)} objectives"
         )
-    if not np.all(np.isin(objectives, (-1.0, 1.0))):
-        raise ValueError(f"SELECTION_CRITERIA_OBJ must hold -1 or 1, got {objectives.tolist()}")
-    return table * objectives
+    if not np.all(np.isin(signs, (-1.0, 1.0))):
+        raise ValueError(f"SELECTION_CRITERIA_OBJ must hold -1 or 1, got {signs.tolist()}")
+    return table * signs
 
 
 def num_participants(tournament_type: str, num: int, percent: float, pool_size: int) -> int:

@@ -58,8 +58,7 @@ def node_lines(evo: EvoCfg, run: RunDir, results: PublishedResults) -> list[str]
         if not states[node] and not held[node]:
             lines.append(f"  node {node}: {prepares}")
             continue
-        beats = [run.workers.heartbeat_time(node, s["worker"]) for s in states[node]]
-        beats = [b for b in beats if b is not None]
+        beats = [b for s in states[node] if (b := run.workers.heartbeat_time(node, s["worker"])) is not None]
         age = now - max(beats) if beats else None
         working = [s for s in states[node] if not str(s.get("status")).startswith(_IDLE)]
         stale = bool(working or held[node]) and (age is None or age > evo.LEASE_SECONDS)

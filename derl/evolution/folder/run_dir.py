@@ -56,6 +56,7 @@ Layout::
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -200,7 +201,7 @@ class RunDir(SharedFolder):
         entries = {}
         for node in sorted(int(name) for name in self.names("manifest")):
             entry = self.read_checked(self.root / "manifest" / f"{node}.json",
-                                       lambda data, node=node: schema.manifest_problem(data, node))
+                                      functools.partial(schema.manifest_problem, node=node))
             if entry is not None:
                 entries[node] = entry
         return entries
