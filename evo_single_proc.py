@@ -2,7 +2,7 @@
 
 Run it once per node with `NODE_ID k NUM_NODES n` and the same shared OUT_DIR;
 run the same command again to resume after a crash. See docs/guides/evolution.md.
---cfg is required: the defaults of derl/config.py alone are no study (a paper-size search of 4,000
+--cfg is required: the declared defaults alone (docs/reference/config.md) are no study (a paper-size search of 4,000
 morphologies on DERL's Floor), so starting one by accident is refused.
 """
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from derl.cli import ArgumentParser, run
 from derl.config import ConfigError
+from derl.paths import EVO_PRESETS
 
 
 def main(argv: list[str]) -> int:
@@ -21,7 +22,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="KEY VALUE pairs, e.g. NODE_ID 1 NUM_NODES 2")
     args = parser.parse_args(argv)
     if args.cfg is None:
-        presets = Path(os.path.relpath(Path(__file__).parent / "configs" / "evo"))
+        presets = Path(os.path.relpath(EVO_PRESETS))
         names = ", ".join(p.stem for p in sorted(presets.glob("*.yml")))
         print(f"error: give --cfg FILE: a preset in {presets}/ ({names}) or a file of your own", file=sys.stderr)
         return 2
