@@ -82,10 +82,6 @@ class Morphology:
     def mass(self) -> float | None:
         return self.body.mass
 
-    @property
-    def is_initial(self) -> bool:
-        return self.parent_id is None
-
 
 def body_stats(genome: dict[str, Any] | None) -> BodyStats:
     """Limbs, DoF and mass of a genome dict (``derl.morphology`` schema), without MuJoCo.
