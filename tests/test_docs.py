@@ -1,9 +1,11 @@
 """The documentation stays true to the code: every config key is declared once with a meaning and
 appears in the generated reference (docs/reference/config.md, filled by docs/hooks.py when
-`make docs` builds the site); the Python API page's examples run."""
+`make docs` builds the site); the Python API page's examples run, on a synthetic run and on a tiny real one."""
 
 import importlib.util
 import re
+import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -95,15 +97,44 @@ def test_no_readme_section_is_referred_to():
     assert not old, sorted(old)
 
 
-def test_the_api_examples_run_on_a_synthetic_run(tmp_path, monkeypatch):
-    """Each Python block of docs/reference/api.md, in order and in one namespace, from a folder
-    holding a run in output/quick (as the page says); the training ones write output/one."""
-    page = ROOT / "docs" / "reference" / "api.md"
-    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+API_PAGE = ROOT / "docs" / "reference" / "api.md"
+
+
+def _run_api_examples(folder: Path, monkeypatch) -> dict:
+    """Each Python block of docs/reference/api.md, in order and in one namespace, from ``folder``
+    (which holds a run in output/quick, as the page says); returns the namespace."""
+    blocks = re.findall(r"```python\n(.*?)```", API_PAGE.read_text(), re.S)
     assert len(blocks) >= 4
-    build_synthetic_run(tmp_path / "output" / "quick", morphologies=12, iterations=20, genomes=3)
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(folder)
     namespace: dict = {}
     for block in blocks:
-        exec(compile(block, str(page), "exec"), namespace)  # the page's own examples, as written
-    assert {"metrics.json", "model.pt"} <= {path.name for path in (tmp_path / "output" / "one").iterdir()}
+        exec(compile(block, str(API_PAGE), "exec"), namespace)  # the page's own examples, as written
+    # They write output/one and nothing else, and the page names everything they write there.
+    assert sorted(path.name for path in folder.iterdir()) == ["output"]
+    assert sorted(path.name for path in (folder / "output").iterdir()) == ["one", "quick"]
+    written = {path.name for path in (folder / "output" / "one").iterdir()}
+    assert {"metrics.json", "model.pt"} <= written
+    assert all(name in blocks[-1] for name in written), written
+    return namespace
+
+
+def test_the_api_examples_run_on_a_synthetic_run(tmp_path, monkeypatch):
+    build_synthetic_run(tmp_path / "output" / "quick", morphologies=12, iterations=20, genomes=3)
+    _run_api_examples(tmp_path, monkeypatch)
+
+
+def test_the_api_examples_run_on_a_tiny_real_quick_run(tmp_path, monkeypatch):
+    """The page's examples on what a real search writes (a synthetic run holds every field in every
+    record): configs/evo/quick.yml cut to 3 morphologies of 640 env steps whose bodies never fall
+    (ENV.STAND_HEIGHT_RATIO 0), so no 1,000-step episode ends, in the search or in the examples'
+    training: curves and records without episode fields, as early in a real run. About 12 s on 2 cores."""
+    overrides = ["OUT_DIR", str(tmp_path / "output" / "quick"), "EVO.NUM_PROCESSES", "2",
+                 "EVO.INIT_POPULATION_SIZE", "2", "EVO.SEARCH_SPACE_SIZE", "3", "EVO.AGING_WINDOW_SIZE", "2",
+                 "PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "32", "PPO.MAX_STATE_ACTION_PAIRS", "640",
+                 "ENV.STAND_HEIGHT_RATIO", "0"]
+    done = subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", *overrides],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    namespace = _run_api_examples(tmp_path, monkeypatch)
+    assert namespace["forward"] is None  # the hard case was met: no episode ended in the search ...
+    assert namespace["last"].get("return") is None and namespace["last"]["episodes"] == 0  # ... nor here
