@@ -71,6 +71,8 @@ class RunView:
         if (problem := self.run.not_a_search()) is not None:
             raise RunError(problem)
         self.cfg = self._load_config()
+        # The names in the folder held to this search's size (slots, publication numbers), as the search holds them.
+        self.run = RunDir(out_dir, search_space_size=self.cfg.EVO.SEARCH_SPACE_SIZE)
         self._metadata: dict[str, dict[str, Any]] = {}
         self._genomes: dict[str, dict[str, Any] | None] = {}
         self.unreadable: dict[str, str] = {}  # path -> reason: files skipped because they did not parse

@@ -286,6 +286,8 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     num = worker_count(cfg.EVO, run, node=cfg.NODE_ID, vecenv_threads=cfg.VECENV.THREADS)
     run.create()
     cfg = join_search(cfg, run, log)  # OUT_DIR/config.yaml plus this node's node-local keys
+    # Only now is the search's size this node's: names are held to it (a slot of another size is never moved).
+    run = RunDir(run.root, run.identity, quarantine=True, search_space_size=cfg.EVO.SEARCH_SPACE_SIZE)
     log(f"node {cfg.NODE_ID}: {search_text(cfg.EVO)}")
     limit_threads(cfg.TORCH_THREADS)  # the initial population is drawn here; workers set their own
     devices, num = worker_devices(cfg.EVO, cfg.trainer, run, num, node=cfg.NODE_ID, sim_backend=cfg.SIM.BACKEND)

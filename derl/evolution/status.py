@@ -84,6 +84,7 @@ def status_lines(out_dir: str) -> list[str]:
     if (problem := run.not_a_search()) is not None or not run.config_path().exists():
         raise FileNotFoundError(problem or f"{run.root} is not an evolution output folder (no config.yaml)")
     cfg = load_run_config(run.config_path())
+    run = RunDir(out_dir, run.identity, skip=True, search_space_size=cfg.EVO.SEARCH_SPACE_SIZE)
     results = PublishedResults(run, cfg.EVO)
     results.refresh()
     evo = cfg.EVO

@@ -65,7 +65,7 @@ def run_worker(cfg: Config, worker: int, backend: Backend | None = None) -> int:
 def _run_worker(cfg: Config, worker: int, backend: Backend | None) -> int:
     die_with_parent(signal.SIGTERM)  # the coordinator's death stops this worker like a signal
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
-    run = RunDir(cfg.OUT_DIR, quarantine=True)
+    run = RunDir(cfg.OUT_DIR, quarantine=True, search_space_size=cfg.EVO.SEARCH_SPACE_SIZE)
     confine_writes(run.root)  # the trainer's and TensorBoard's writes too: no folder of OUT_DIR passed as a link
     if run.init_population_ids() is None:
         print(f"error: {run.root} has no initial population; start evo_single_proc.py", file=sys.stderr)

@@ -22,11 +22,13 @@ from derl.fileio.reads import JsonFileError, read_json
 
 class PublicationStore:
     """Publication numbers, published records and retirements in ``run`` (a ``RunDir``), through the
-    checked primitives of its ``SharedFolder``; ``slots`` (its ``SlotStore``) vouches for a record's slot."""
+    checked primitives of its ``SharedFolder``; ``slots`` (its ``SlotStore``) vouches for a record's slot;
+    ``search_space_size`` bounds the publication numbers (``schema.max_publications``)."""
 
-    def __init__(self, run: SharedFolder, slots: SlotStore):
+    def __init__(self, run: SharedFolder, slots: SlotStore, search_space_size: int):
         self.run = run
         self.slots = slots
+        self.search_space_size = search_space_size  # EVO.SEARCH_SPACE_SIZE: the range of publication numbers
 
     def metadata_path(self, morphology_id: str) -> Path:
         return self.run.root / "metadata" / f"{schema.checked_id(morphology_id)}.json"
@@ -99,14 +101,23 @@ class PublicationStore:
         are taken, and need no clock. The search starts above the highest number seen; a
         number taken concurrently by another process makes this one try the next.
         A number whose taker died before writing its metadata stays taken and unused (a gap):
-        the morphology takes a new number when it is published again.
+        the morphology takes a new number when it is published again. Only numbers of the search's
+        range count (``schema.max_publications``: a planted name out of it is quarantined by the
+        listing, never continued from).
+
+        Raises:
+            RuntimeError: every number of the range is taken (100 takes per slot: the folder is broken).
         """
         folder = self.run.root / "published"
         taken = [int(name) for name in self.run.names("published")]  # a damaged record's number stays taken
         number = max(taken, default=-1) + 1
         record = {"id": morphology_id, "node": node, "worker": worker}
-        while not self.run.create_json(folder / f"{number:08d}.json", record):
+        limit = schema.max_publications(self.search_space_size)
+        while number < limit and not self.run.create_json(folder / f"{number:08d}.json", record):
             number += 1
+        if number >= limit:
+            raise RuntimeError(f"every publication number below {limit} is taken in {self.run.relative(folder)}/ "
+                               f"({schema.PUBLICATIONS_PER_SLOT} per slot of EVO.SEARCH_SPACE_SIZE)")
         return number
 
     def publish(self, metadata: dict[str, Any]) -> bool:

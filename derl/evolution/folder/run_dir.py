@@ -70,7 +70,7 @@ from derl.evolution.folder import schema
 from derl.evolution.folder.failure_store import FailureStore
 from derl.evolution.folder.genome_store import GenomeStore, morphology_file
 from derl.evolution.folder.publication_store import PublicationStore
-from derl.evolution.folder.shared import SharedFolder
+from derl.evolution.folder.shared import Identity, SharedFolder
 from derl.evolution.folder.slot_store import SlotStore
 from derl.evolution.folder.worker_store import WorkerStore
 from derl.fileio.folders import make_folders
@@ -102,11 +102,25 @@ class RunDir(SharedFolder):
         quarantine: a file that fails its schema is moved to ``quarantine/`` (the search).
         skip: a file that fails its schema is skipped with one warning line (read-only tools);
             with neither, reading it raises ``JsonFileError``.
+        search_space_size: the search's ``EVO.SEARCH_SPACE_SIZE``: the numbers in file names are held to
+            it (``schema.name_problem``: slots, leases, publication numbers, ids), so a planted name is
+            never counted or continued from; None (a folder whose config is not read yet) holds them
+            to the largest search (``schema.MAX_SEARCH_SPACE_SIZE``).
     """
 
     FOLDERS = _FOLDERS
     NAMES = _NAMES
     OTHER_FOLDERS = ("eval",)
+
+    def __init__(self, root: str | Path, identity: Identity | None = None, quarantine: bool = False,
+                 skip: bool = False, search_space_size: int | None = None):
+        super().__init__(root, identity, quarantine, skip)
+        self.search_space_size = search_space_size or schema.MAX_SEARCH_SPACE_SIZE
+
+    def name_problem(self, folder: str, name: str) -> str | None:
+        """The pattern of ``folder`` (``NAMES``), then the numbers in ``name`` held to the search's range."""
+        return super().name_problem(folder, name) or \
+            schema.name_problem(folder, name.split(".")[0], self.search_space_size)
 
     @cached_property
     def slots(self) -> SlotStore:
@@ -126,7 +140,7 @@ class RunDir(SharedFolder):
     @cached_property
     def publications(self) -> PublicationStore:
         """Publication numbers, published records (checked against the slots) and retirements."""
-        return PublicationStore(self, self.slots)
+        return PublicationStore(self, self.slots, self.search_space_size)
 
     @cached_property
     def failures(self) -> FailureStore:

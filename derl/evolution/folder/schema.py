@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from derl.checked_config import EvoCfg
+from derl.checked_config import MORPHOLOGIES, EvoCfg
 from derl.evolution.folder.record import BOOKKEEPING, morphology_files
-from derl.evolution.population import ID_PATTERN, SEARCH_KINDS, parse_id
+from derl.evolution.population import ID_PATTERN, SEARCH_KINDS, parse_id, slot_id
 
 
 def is_id(value: Any) -> bool:
@@ -53,6 +53,61 @@ def _typed(data: dict[str, Any], checks: dict[str, tuple[Any, str]]) -> str | No
 def _required(data: dict[str, Any], keys: tuple[str, ...]) -> str | None:
     missing = [key for key in keys if key not in data]
     return f"lacks {', '.join(missing)}" if missing else None
+
+
+# The numbers in the names of ``OUT_DIR``'s files, held to their range (``name_problem``): a planted
+# ``published/99999999999999999999999.json`` would make every later number overflow TensorBoard's step, a
+# planted ``slots/999999999.json`` would count as a claimed slot of the search.
+MAX_SEARCH_SPACE_SIZE = int(MORPHOLOGIES.high)  # EVO.SEARCH_SPACE_SIZE at most: slots are 6 digits, {slot:06d}
+# Publication numbers taken per slot at most: one to publish it, one more for each worker killed between taking
+# a number and writing its metadata, and for each result quarantined and published again (gaps). So numbers lie
+# below 100 x EVO.SEARCH_SPACE_SIZE: 8 digits, {n:08d}.
+PUBLICATIONS_PER_SLOT = 100
+MAX_LEASES = 10**6  # takeovers of one slot (leases/<slot>-<g>.json, g from 1), each after EVO.LEASE_SECONDS of silence
+MAX_ATTEMPTS = 10**6  # morphologies of one slot (<slot>-<attempt>): 10 failures in a row stop the node
+
+
+def max_publications(search_space_size: int) -> int:
+    """The publication numbers a search of ``search_space_size`` slots may take: ``0 .. this - 1``."""
+    return PUBLICATIONS_PER_SLOT * search_space_size
+
+
+def _number_problem(text: str, what: str, width: int, limit: int, key: str) -> str | None:
+    """Why the digits ``text`` are not a ``what`` as derl writes it (``width`` digits, zero-padded)
+    below ``limit`` (``key`` says why), or None."""
+    number = int(text)
+    if text != f"{number:0{width}d}":
+        return f"has {what} {text[:30]}, not as derl writes one ({width} digits)"
+    if number >= limit:
+        return f"has {what} {text[:30]}, outside the search ({key} {limit})"
+    return None
+
+
+def name_problem(folder: str, stem: str, search_space_size: int) -> str | None:
+    """Why the numbers in ``stem`` (a name its folder's pattern allows, less its suffix) are out of range
+    in a search of ``search_space_size`` slots, or None: slot ids below ``EVO.SEARCH_SPACE_SIZE`` and
+    written ``{slot:06d}``, publication numbers below ``max_publications`` and written ``{n:08d}``, lease
+    generations and attempts in ``1 .. MAX_LEASES`` and ``1 .. MAX_ATTEMPTS`` without leading zeros.
+    """
+    slot_limit = (search_space_size, "EVO.SEARCH_SPACE_SIZE")
+    if folder == "published":
+        return _number_problem(stem, "publication number", 8, max_publications(search_space_size),
+                               f"{PUBLICATIONS_PER_SLOT} x EVO.SEARCH_SPACE_SIZE =")
+    if folder == "slots":
+        return _number_problem(stem, "slot", 6, *slot_limit)
+    if folder == "leases":
+        slot_text, generation = stem.split("-")
+        return _number_problem(slot_text, "slot", 6, *slot_limit) or \
+            _number_problem(generation, "lease", 0, MAX_LEASES + 1, "at most") or \
+            (None if int(generation) > 0 else "has lease 0, which is the claim in slots/")
+    if folder in ("metadata", "error_metadata", "retired"):
+        slot, attempt = parse_id(stem)
+        if stem != slot_id(slot, attempt):
+            return f"is not a morphology id as derl writes one ({slot_id(slot, attempt)[:30]})"
+        if slot >= search_space_size:
+            return f"is in slot {stem[:30]}, outside the search (EVO.SEARCH_SPACE_SIZE {search_space_size})"
+        return None if attempt <= MAX_ATTEMPTS else f"has attempt {str(attempt)[:30]}, more than {MAX_ATTEMPTS}"
+    return None
 
 
 _OPTIONAL_ID = (lambda v: v is None or is_id(v), "a morphology id or null")
@@ -121,6 +176,9 @@ def metadata_problem(data: Any, name: str, rules: RecordRules) -> str | None:
         return problem
     if not _is_int(data["publication"]):
         return f"has no publication number (publication={data['publication']!r:.60})"
+    if data["publication"] >= max_publications(rules.search_space_size):
+        return (f"has publication {data['publication']!r:.30}, outside the search "
+                f"({PUBLICATIONS_PER_SLOT} x EVO.SEARCH_SPACE_SIZE {rules.search_space_size})")
     problem = _typed(data, {
         "parent_id": (lambda v: v is None or (is_id(v) and v != name), "another morphology's id or null"),
         **METADATA_TYPES})

@@ -286,7 +286,8 @@ class SharedFolder:
         return None
 
     def names(self, folder: str, suffix: str = ".json") -> list[str]:
-        """Stems of the ``suffix`` files of ``folder``; names ``NAMES`` does not allow are quarantined (or skipped).
+        """Stems of the ``suffix`` files of ``folder``; names ``name_problem`` refuses are quarantined (or
+        skipped with one warning; a reader in neither mode skips them silently).
 
         Hidden names are ignored: NFS keeps deleted open files as ``.nfsXXXX``.
         """
@@ -294,13 +295,20 @@ class SharedFolder:
         for name in self.entries(self.root / folder):
             if name.startswith("."):
                 continue
-            if not self.NAMES[folder].match(name):
+            if (problem := self.name_problem(folder, name)) is not None:
                 if self.quarantine_bad_files:
-                    self.quarantine(self.root / folder / name, f"is not a {folder}/ file name")
+                    self.quarantine(self.root / folder / name, problem)
+                elif self.skip_bad_files:
+                    self.warn_once(self.root / folder / name, f"{problem}; skipped")
                 continue
             if name.endswith(suffix):
                 names.append(name[: -len(suffix)])
         return names
+
+    def name_problem(self, folder: str, name: str) -> str | None:
+        """Why ``name`` may not be in the listed ``folder`` (its ``NAMES`` pattern), or None; a subclass
+        adds what the pattern cannot say (``RunDir``: the numbers in a name held to their range)."""
+        return None if self.NAMES[folder].match(name) else f"is not a {folder}/ file name"
 
     def entries(self, folder: Path) -> list[str]:
         """The names in ``folder``, listed through its descriptor (``open_dir``); none if it is missing, or

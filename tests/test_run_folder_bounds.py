@@ -1,0 +1,98 @@
+"""Numbers in the run folder's names held to their range, and what a hostile user plants beside them.
+
+Each test plants what a damaged or hostile ``OUT_DIR`` may hold
+(docs/design/run-folder.md#the-output-folder-is-untrusted-input) and checks that the search goes on and
+that status, ``summary.json`` and the report agree.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.schema import max_publications, name_problem
+from tests.test_evolution_protocol import ENV, ROOT, assert_complete, start
+
+
+def plant(path, content):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(content))
+
+
+@pytest.mark.parametrize("folder, stem, problem", [
+    ("slots", "000003", None), ("slots", "000004", "outside the search"), ("slots", "999999999", "outside"),
+    ("slots", "0000001", "6 digits"), ("leases", "000003-2", None), ("leases", "000003-02", "not as derl writes"),
+    ("leases", "000003-0", "lease 0"), ("leases", "000003-99999999", "at most"), ("leases", "000004-1", "outside"),
+    ("published", "00000399", None), ("published", "00000400", "outside"), ("published", "0000001", "8 digits"),
+    ("published", "99999999999999999999999", "outside"), ("metadata", "000003-1", None),
+    ("metadata", "000004", "outside"), ("error_metadata", "0000003", "as derl writes"),
+    ("retired", "000001-01", "as derl writes"), ("workers", "0-1", None),
+])
+def test_numbers_in_names_are_held_to_the_search(folder, stem, problem):
+    found = name_problem(folder, stem, 4)
+    assert (found is None) if problem is None else problem in found, found
+
+
+def test_out_of_range_names_are_never_counted_nor_continued_from(tmp_path, capsys):
+    """Before: ``claimed slots: 5`` in a 4-slot search, and the next publication numbered 1e23."""
+    out = tmp_path / "run"
+    search = RunDir(out, quarantine=True, search_space_size=4)
+    search.create()
+    for slot in range(2):
+        assert search.slots.claim(slot, {"slot": slot, "id": f"{slot:06d}", "attempt": 0, "node": 0, "worker": 0})
+    for name in ("slots/999999999.json", "slots/0000003.json", "leases/000009-1.json", "leases/000001-0999.json",
+                 "published/99999999999999999999999.json", "published/00000400.json"):
+        plant(out / name, {"id": "000001", "node": 0, "worker": 0})
+    reader = RunDir(out, skip=True, search_space_size=4)
+    assert reader.slots.claimed() == [0, 1]
+    assert sorted(p.name for p in (out / "quarantine").iterdir()) == []  # a reader moves nothing
+    assert capsys.readouterr().err.count("warning:") == 4  # the slots/ and leases/ names, once each
+    assert search.slots.claimed() == [0, 1] and search.slots.num_claimed() == 2
+    assert search.publications.take_publication_number("000000", 0, 0) == 0
+    assert search.publications.take_publication_number("000001", 0, 0) == 1
+    assert sorted(p.name for p in (out / "published").iterdir()) == ["00000000.json", "00000001.json"]
+    assert len(list((out / "quarantine").iterdir())) == 6
+    assert "outside the search" in capsys.readouterr().err
+    assert max_publications(4) == 400
+
+
+def test_every_publication_number_taken_is_an_error_not_an_overflow(tmp_path):
+    run = RunDir(tmp_path, quarantine=True, search_space_size=1)
+    run.create()
+    for number in range(max_publications(1)):
+        plant(tmp_path / "published" / f"{number:08d}.json", {"id": "000000", "node": 0, "worker": 0})
+    with pytest.raises(RuntimeError, match="every publication number below 100 is taken"):
+        run.publications.take_publication_number("000000", 0, 0)
+
+
+def tool(*argv):
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_a_search_with_planted_numbers_finishes_and_its_counts_agree(tmp_path):
+    """Before: the next publication was numbered 1e23, TensorBoard's step overflowed and every coordinator start
+    exited 2 (``Value out of range``); status and ``summary.json`` said ``claimed slots: 13`` of 12."""
+    from derl.analysis.run import RunView
+
+    out = tmp_path / "run"
+    plant(out / "published" / "99999999999999999999999.json", {"id": "000001", "node": 0, "worker": 0})
+    plant(out / "slots" / "999999999.json", {"id": "999999999", "slot": 999999999, "attempt": 0, "node": 0,
+                                              "worker": 0})
+    node = start(out, "TENSORBOARD.ENABLED", "True")
+    code = node.wait(timeout=240)
+    log = (tmp_path / "run-coordinator.log").read_text()
+    assert code == 0, log[-3000:]
+    records = assert_complete(out, 12)
+    assert max(r["publication"] for r in records.values()) < max_publications(12)
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["published"], summary["claimed_slots"], summary["total"]) == (12, 12, 12)
+    status = tool("tools/status.py", str(out))
+    assert status.returncode == 0, status.stderr
+    failed = summary["failed"]  # the fake backend fails a body now and then
+    assert f"done: 12/12 (100.0%), failed: {failed}, claimed slots: 12" in status.stdout, status.stdout
+    view = RunView(out)
+    assert (len(view), view.total, len(view.in_progress()), len(view.run.failures.failed_ids())) == (12, 12, 0, failed)
+    again = start(out, log_name="again.log")  # a finished search starts and stops at once, never exit 2
+    assert again.wait(timeout=120) == 0, (tmp_path / "run-again.log").read_text()[-3000:]
