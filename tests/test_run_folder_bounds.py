@@ -96,3 +96,33 @@ def test_a_search_with_planted_numbers_finishes_and_its_counts_agree(tmp_path):
     assert (len(view), view.total, len(view.in_progress()), len(view.run.failures.failed_ids())) == (12, 12, 0, failed)
     again = start(out, log_name="again.log")  # a finished search starts and stops at once, never exit 2
     assert again.wait(timeout=120) == 0, (tmp_path / "run-again.log").read_text()[-3000:]
+
+
+def node_of(out, *extra):
+    return subprocess.run([sys.executable, "evo_single_proc.py", "--cfg", "configs/evo/quick.yml", "OUT_DIR", str(out),
+                           *extra], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("planted", ["link", "aliases"])
+def test_the_coordinator_reads_config_yaml_back_as_status_does(tmp_path, planted):
+    """Before: the coordinator followed a ``config.yaml`` linked to a file outside and compared against it
+    (its search ran), and an alias bomb there was a MemoryError traceback."""
+    from derl.checked_config import load_config
+    from derl.evolution.search_config import join_search
+
+    out, outside = tmp_path / "run", tmp_path / "outside.yaml"
+    run = RunDir(out)
+    run.create()
+    join_search(load_config("configs/evo/quick.yml", ["OUT_DIR", str(out)]), run, lambda message: None)
+    config = run.config_path()
+    if planted == "link":
+        outside.write_text(config.read_text())  # the same search: followed, it would pass the comparison
+        config.unlink()
+        config.symlink_to(outside)
+    else:
+        config.write_text(config.read_text() + "x: &x [1]\ny: *x\n")
+    done = node_of(out)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    reason = "is a symbolic link" if planted == "link" else "anchors and aliases"
+    assert reason in done.stderr and "config.yaml" in done.stderr

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from derl.checked_config import DERIVED_KEYS, NODE_LOCAL_KEYS, Config, load_config
+from derl.checked_config import DERIVED_KEYS, NODE_LOCAL_KEYS, Config, load_run_config
 from derl.config import ConfigError, dump_config, flatten
 from derl.evolution.folder.run_dir import RunDir
 from derl.fileio.reads import NotRegularFile
@@ -96,11 +96,15 @@ def _begun(run: RunDir) -> str:
 
 
 def _require_same_search(cfg: Config, path: Path) -> None:
-    """Raises ``ConfigError`` if ``path`` does not load or a search-defining key differs from ``cfg``."""
+    """Raises ``ConfigError`` if ``path`` does not load or a search-defining key differs from ``cfg``.
+
+    ``config.yaml`` is read back as status and the report read it (``load_run_config``: never through a
+    link, bounded, no YAML aliases), so a link to a file outside ``OUT_DIR`` or an alias bomb is one line.
+    """
     try:
-        stored = load_config(path)
+        stored = load_run_config(path)
     except ConfigError as err:
-        raise ConfigError(f"{path} does not load: {err}") from None
+        raise ConfigError(str(err) if str(path) in str(err) else f"{path} does not load: {err}") from None
     found = differences(cfg, stored)
     if found:
         raise ConfigError(f"config differs from {path}: {', '.join(found)}; "
