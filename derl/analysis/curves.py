@@ -8,7 +8,6 @@ averages (``fitness_window``: the last 409,600 env steps, DERL's last 100 iterat
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.fileio.reads import NotRegularFile, read_bytes
+from derl.fileio.reads import NotRegularFile, parse_json, read_bytes
 from derl.ppo.episodes import FITNESS_STEPS, POINTS
 
 
@@ -54,7 +53,8 @@ def parse_curve(text: str, keys: tuple[str, ...] | None = None) -> Curve:
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         return EMPTY
-    records = json.loads("[" + ",".join(lines) + "]")
+    records = parse_json("[" + ",".join(lines) + "]", "a curve's JSON lines", MAX_CURVE_BYTES + len(lines),
+                         MAX_CURVE_ITEMS)
     if keys is None:
         keys = tuple(sorted({key for record in records for key, value in record.items()
                              if isinstance(value, int | float) and not isinstance(value, bool)} - {"iteration"}))
@@ -63,8 +63,10 @@ def parse_curve(text: str, keys: tuple[str, ...] | None = None) -> Curve:
     return Curve(iterations, columns)
 
 
-# The largest curve read: 1,220 iterations (DERL's budget) of ~700 bytes are under 1 MB.
+# The largest curve read: 1,220 iterations (DERL's budget) of ~700 bytes are under 1 MB; 61,000
+# iterations of 30 values (1e9 env steps of a data-parallel training) under 2 million values.
 MAX_CURVE_BYTES = 256 * 2**20
+MAX_CURVE_ITEMS = 16 * 2**20
 
 
 def read_curve(path: Path, keys: tuple[str, ...] | None = None, dir_fd: int | None = None) -> Curve:
@@ -87,7 +89,7 @@ def read_curve(path: Path, keys: tuple[str, ...] | None = None, dir_fd: int | No
             return fast
     try:
         return parse_curve(text, keys)
-    except (ValueError, TypeError, AttributeError, RecursionError):  # not JSON lines of records
+    except (ValueError, TypeError, AttributeError):  # not JSON lines of records (JsonFileError: too large, deep)
         return EMPTY
 
 

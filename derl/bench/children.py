@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from derl.fileio.reads import JsonFileError, parse_json
 from derl.lifetime import die_with_parent
 from derl.paths import REPO_ROOT
 
@@ -161,8 +162,8 @@ def run_json(module: str, spec: dict, what: str, *, timeout: float | None = None
     ended = child.wait(timeout).check()
     lines = child.answer().strip().splitlines()
     try:
-        answer = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
+        answer = parse_json(lines[-1], f"{what}'s answer") if lines else None
+    except JsonFileError:
         answer = None
     if not isinstance(answer, dict):
         raise ChildError(f"{what} answered no JSON object: {last_line(ended.output)}")
@@ -171,7 +172,7 @@ def run_json(module: str, spec: dict, what: str, *, timeout: float | None = None
 
 def serve(handler: Callable[[dict], dict]) -> None:
     """A JSON child's ``__main__``: ``handler`` of the spec in ``sys.argv[1]``, printed as one JSON line."""
-    print(json.dumps(handler(json.loads(sys.argv[1]))))
+    print(json.dumps(handler(parse_json(sys.argv[1], "the spec on the command line"))))
 
 
 def main(argv: list[str]) -> None:

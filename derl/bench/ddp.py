@@ -23,7 +23,6 @@ Trailing ``KEY VALUE`` pairs (e.g. ``PPO.LR_SCALING sqrt``) apply to every run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -33,7 +32,9 @@ from derl.bench.cases import FT_GENOME_SEED, ft_xml
 from derl.bench.children import run_command
 from derl.bench.stats import over_seeds
 from derl.checked_config import load_config
+from derl.fileio.reads import parse_json, read_bytes, read_json
 from derl.paths import REPO_ROOT, evo_preset
+from derl.ppo.metrics_file import MAX_METRICS_BYTES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,8 +67,10 @@ def _train(args: argparse.Namespace, source: list[str], ranks: int, out: Path, o
                "--out", str(out), "--quiet", *pairs]
     run_command(command, f"tools/train_ddp.sh --nproc {ranks}", log=out.parent / f"{out.name}.log",
         env=dict(os.environ, PYTHON=sys.executable))
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
-    return {"final": json.loads((out / "metrics.json").read_text()), "records": records}
+    lines = read_bytes(out / "metrics.jsonl", MAX_METRICS_BYTES).decode(errors="replace").splitlines()
+    records = [parse_json(line, f"{out / 'metrics.jsonl'} line {number}") for number, line in enumerate(lines, 1)
+               if line]
+    return {"final": read_json(out / "metrics.json"), "records": records}
 
 
 def _throughput(args: argparse.Namespace, source: list[str], folder: Path) -> dict:

@@ -15,7 +15,6 @@ rates add up (they ran side by side), and the wall rate counts all their env ste
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from derl.bench.children import Child, failure
 from derl.bench.gpu_verdicts import RowError
-from derl.fileio.reads import read_bytes, read_json
+from derl.fileio.reads import parse_json, read_bytes, read_json
 from derl.paths import REPO_ROOT, evo_preset
 
 # The evolution of the ft_gpu_evolution row: 4 morphologies, 2 workers, about 3 iterations each.
@@ -82,7 +81,7 @@ def read_iterations(path: Path) -> list[dict]:
     """The iteration records of a training's ``metrics.jsonl``, checked for the fields the rates use."""
     try:
         lines = read_bytes(path).decode().splitlines()
-        records = [json.loads(line) for line in lines if line.strip()]
+        records = [parse_json(line, f"{path} line {number}") for number, line in enumerate(lines, 1) if line.strip()]
     except (OSError, ValueError) as err:
         raise RowError(f"{path}: unreadable ({err})") from None
     needed = ("env_steps", "collect_seconds", "update_seconds")

@@ -13,6 +13,7 @@ videos, as there are no checkpoints).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import shutil
@@ -71,7 +72,7 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
     pool = []
     for k in range(genomes):
         genome = random_genome(cfg.unimal, np.random.default_rng([seed, k]), "pool")
-        pool.append((json.loads(genome.to_json()), to_mjcf(genome, cfg.unimal)))
+        pool.append((dataclasses.asdict(genome), to_mjcf(genome, cfg.unimal)))
     lineage: dict[str, str] = {}
     quality = rng.normal(0, 1, genomes)
     started = 1.7e9

@@ -67,9 +67,15 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         raise bad()
     if isinstance(default, list | tuple):
         if isinstance(value, list | tuple):
+            if default and all(_is_number(item) for item in default) and not all(_is_number(item) for item in value):
+                raise ConfigError(f"config key {key} expects a list of numbers, got {value!r}", key)  # 1e9: a string
             return list(value)
         raise bad()
     raise bad()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _parse_number(text: str, bad) -> int | float:
@@ -81,14 +87,6 @@ def _parse_number(text: str, bad) -> int | float:
         return float(text)
     except ValueError:
         raise bad() from None
-
-
-def _parse_override_value(text: str) -> Any:
-    """Parses a command-line value as YAML (lists, bools, numbers), else a string."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
 
 
 def _set(tree: dict[str, Any], path: str, value: Any) -> None:
@@ -111,26 +109,17 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return pairs
 
 
-def _read_yaml(file: str | Path, read: Callable[[Path], Any] | None = None) -> Mapping[str, Any]:
+def _read_yaml(file: str | Path, read: Callable[[Path], Any]) -> Mapping[str, Any]:
     """The mapping in ``file``; ``read``: how to read and parse it (``parse_config``)."""
     path = Path(file)
-    if read is not None:
-        try:
-            data = read(path)
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except ValueError as err:  # derl.fileio.reads.YamlFileError: a link, a FIFO, too large or deep, aliases
-            raise ConfigError(f"config file {err}") from None
-    elif not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    else:
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as err:
-            first = str(err).splitlines()[0] if str(err) else "invalid YAML"
-            raise ConfigError(f"config file {path} is not valid YAML: {first}") from None
-        except RecursionError:  # a crafted file nesting thousands of levels
-            raise ConfigError(f"config file {path} nests too deep to be a config") from None
+    try:
+        data = read(path)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except ValueError as err:  # derl.fileio.reads.YamlFileError: a FIFO, too large, deep or many, aliases
+        raise ConfigError(f"config file {err}") from None
+    except OSError as err:
+        raise ConfigError(f"config file {path} cannot be read: {err.strerror or err}") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -138,14 +127,19 @@ def _read_yaml(file: str | Path, read: Callable[[Path], Any] | None = None) -> M
     return data
 
 
-def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any]) -> list[tuple[str, Any]]:
+def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any],
+                          parse_value: Callable[[str, str], Any]) -> list[tuple[str, Any]]:
     if isinstance(overrides, Mapping):
         return list(overrides.items())
     if len(overrides) % 2:
         raise ConfigError(f"config overrides come in KEY VALUE pairs; {overrides[-1]!r} has no value")
-    return [
-        (overrides[i], _parse_override_value(overrides[i + 1])) for i in range(0, len(overrides), 2)
-    ]
+    pairs = []
+    for name, text in zip(overrides[::2], overrides[1::2], strict=True):
+        try:
+            pairs.append((name, parse_value(text, name)))
+        except ValueError as err:  # derl.fileio.reads.YamlFileError naming the key: an alias, too deep, too long
+            raise ConfigError(str(err), name) from None
+    return pairs
 
 
 # Keys that something else replaced, and what: setting one is an error that says so.
@@ -175,7 +169,9 @@ def parse_config(
     overrides: Sequence[str] | Mapping[str, Any] = (),
     retired: frozenset[str] = frozenset(),
     check: Callable[[S], None] | None = None,
-    read: Callable[[Path], Any] | None = None,
+    *,
+    read: Callable[[Path], Any],
+    parse_value: Callable[[str, str], Any],
 ) -> S:
     """The defaults of ``root``, then ``cfg_file``, then ``overrides``: the typed tree, built once.
 
@@ -191,8 +187,11 @@ def parse_config(
         retired: keys skipped where a file sets them (``RETIRED_KEYS`` for a run's own config.yaml).
         check: called with the tree after ``check_keys``; a ``ConfigError`` either raises gets where its
             key was set (a file, the command line) or that it is a default.
-        read: reads and parses a file (``derl.fileio.reads.read_yaml`` for a file derl reads back: never
-            through a link or from a FIFO, bounded, no aliases); None: a user's file, read as given.
+        read: reads and parses a file (``derl.fileio.reads.read_yaml``: bounded, no aliases; for a file
+            derl reads back, never through a link); raises ``ValueError`` naming the file if it refuses it.
+        parse_value: ``(text, key)`` -> the value of one ``KEY VALUE`` override
+            (``derl.fileio.reads.parse_override``); raises ``ValueError`` naming the key if it refuses it.
+            This module imports no other part of derl: the one bounded reader is handed in.
 
     Raises:
         ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any
@@ -205,7 +204,8 @@ def parse_config(
     file_pairs = [(key, value, str(path)) for path in files for key, value in flatten(_read_yaml(path, read))
                   if key not in retired]
     origins: dict[str, str] = {}
-    for key, value, origin in file_pairs + [(k, v, "command line") for k, v in _pairs_from_overrides(overrides)]:
+    command_line = [(k, v, "command line") for k, v in _pairs_from_overrides(overrides, parse_value)]
+    for key, value, origin in file_pairs + command_line:
         try:
             path = _resolve_key(str(key), leaves)
             if path in derived:
@@ -214,7 +214,7 @@ def parse_config(
                 raise ConfigError(f"config key {path} is derived and cannot be set")
             _set(tree, path, value)
         except ConfigError as err:
-            raise ConfigError(f"{err} (set in {origin})" if origin != "command line" else str(err)) from None
+            raise ConfigError(f"{err} (set in {origin})" if origin != "command line" else str(err), *err.keys) from None
         origins[path] = origin
     cfg = _build(root, tree)
     try:

@@ -1,6 +1,6 @@
 """Safe reads of files a shared folder holds (``derl.fileio``): regular files only, opened never
 through a symbolic link and never blocking on a FIFO (``open_file``, which also creates the lock files
-of ``derl.shared_folder``), JSON and YAML bounded in size and depth, and the errors that name the file.
+of ``derl.evolution.folder.shared``), JSON and YAML bounded in size and depth, and the errors that name the file.
 """
 
 from __future__ import annotations
@@ -19,9 +19,16 @@ FILE_MODE = 0o666
 # traceback, is a few KB): a planted 1 GB file or 200 KB of ``[[[`` costs no memory and no RecursionError.
 MAX_JSON_BYTES = 16 * 2**20
 MAX_JSON_DEPTH = 32
-# A config.yaml is a few KB and 4 levels deep.
-MAX_YAML_BYTES = 2**20
+# Values of a JSON text, containers included (a CPU torch generator's state, the largest derl writes
+# outside the curves, is 5,056): a 16 MiB file of ``[0,0,...`` (8 million) is refused.
+MAX_JSON_ITEMS = 2**20
+# A config file is a few KB (a run's whole config.yaml: 2.8 KB, 363 values) and 4 levels deep: a
+# 4 MB file is refused before it is parsed, and YAML's pure-Python parser stops at the 10,001st value.
+MAX_YAML_BYTES = 256 * 2**10
 MAX_YAML_DEPTH = 16
+MAX_YAML_ITEMS = 10_000
+# One value on the command line (the longest, BODY.JOINT_ANGLE_LIST, is 150 characters).
+MAX_OVERRIDE_BYTES = 64 * 2**10
 
 
 class JsonFileError(json.JSONDecodeError):
@@ -60,11 +67,13 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def open_file(path: str | Path, flags: int = os.O_RDONLY, mode: int = FILE_MODE, dir_fd: int | None = None) -> int:
+def open_file(path: str | Path, flags: int = os.O_RDONLY, mode: int = FILE_MODE, dir_fd: int | None = None,
+              follow_links: bool = False) -> int:
     """A descriptor of the regular file ``path`` (``flags`` as ``os.open``; ``mode`` less the umask).
 
-    The last component is never followed through a symbolic link (``O_NOFOLLOW``) and a FIFO
-    never blocks the open (``O_NONBLOCK``, cleared once the file is known to be regular).
+    The last component is never followed through a symbolic link (``O_NOFOLLOW``; unless
+    ``follow_links``: a user's own file named on the command line) and a FIFO never blocks the
+    open (``O_NONBLOCK``, cleared once the file is known to be regular).
     ``dir_fd``: ``path`` is relative to that folder (``derl.fileio.folders.open_folder``).
 
     Raises:
@@ -72,10 +81,11 @@ def open_file(path: str | Path, flags: int = os.O_RDONLY, mode: int = FILE_MODE,
         OSError: it cannot be opened (FileNotFoundError included).
     """
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        no_follow = 0 if follow_links else os.O_NOFOLLOW
+        fd = os.open(path, flags | no_follow | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     except OSError as err:
         try:
-            kind = os.lstat(path, dir_fd=dir_fd).st_mode
+            kind = (os.stat if follow_links else os.lstat)(path, dir_fd=dir_fd).st_mode
         except OSError:
             raise err from None
         if stat.S_ISREG(kind):
@@ -89,8 +99,10 @@ def open_file(path: str | Path, flags: int = os.O_RDONLY, mode: int = FILE_MODE,
     return fd
 
 
-def read_bytes(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | None = None) -> bytes:
-    """The content of the regular file ``path`` (``open_file``), at most ``max_bytes`` long.
+def read_bytes(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | None = None,
+               follow_links: bool = False) -> bytes:
+    """The content of the regular file ``path`` (``open_file``, ``follow_links`` as there), at most
+    ``max_bytes`` long.
 
     Args:
         dir_fd: a descriptor of ``path``'s folder (``folders.open_folder``): the file is opened by its name in
@@ -101,7 +113,7 @@ def read_bytes(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | 
         NotRegularFile: not a regular file, or larger than ``max_bytes``.
         OSError: it cannot be read (FileNotFoundError included).
     """
-    fd = open_file(path if dir_fd is None else os.path.basename(path), dir_fd=dir_fd)
+    fd = open_file(path if dir_fd is None else os.path.basename(path), dir_fd=dir_fd, follow_links=follow_links)
     try:  # os.read, not a file object: a third of the time of a small record's read (no buffer of max_bytes)
         want, data = min(os.fstat(fd).st_size, max_bytes) + 1, b""
         while len(data) <= max_bytes and (chunk := os.read(fd, want)):
@@ -113,23 +125,30 @@ def read_bytes(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | 
     return data
 
 
-def _depth(value: Any) -> int:
-    """Nesting depth of parsed JSON, walked without recursion."""
-    deepest, stack = 0, [(value, 1)]
+def _shape_problem(value: Any, max_depth: int, max_items: int) -> str | None:
+    """What makes parsed JSON too deep or too large, in words (None: neither), walked without recursion."""
+    items, stack = 1, [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            stack += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
-    return deepest
+        if depth > max_depth:
+            return f"nests deeper than {max_depth} levels"
+        children = item.values() if isinstance(item, dict) else item
+        items += len(children)
+        if items > max_items:
+            return f"holds more than {max_items} items"
+        stack += [(child, depth + 1) for child in children if isinstance(child, dict | list)]
+    return None
 
 
-def parse_json(text: str | bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+def parse_json(text: str | bytes, source: str, max_bytes: int = MAX_JSON_BYTES,
+               max_items: int = MAX_JSON_ITEMS) -> Any:
     """The JSON value of ``text`` that came from outside the process (``source`` names it in errors):
-    at most ``max_bytes`` long, ``MAX_JSON_DEPTH`` deep, checked before it is parsed where it can be.
+    at most ``max_bytes`` long, ``MAX_JSON_DEPTH`` deep and ``max_items`` values (containers
+    included), checked before it is parsed where it can be.
 
     Raises:
-        JsonFileError: too large, not UTF-8, not JSON or nested too deep (the message names ``source``).
+        JsonFileError: too large, not UTF-8, not JSON, nested too deep or too many items (the message
+            names ``source``).
     """
     if len(text) > max_bytes:  # a str is at least as many bytes as characters
         raise JsonFileError(source, f"is larger than {max_bytes} bytes")
@@ -141,76 +160,112 @@ def parse_json(text: str | bytes, source: str, max_bytes: int = MAX_JSON_BYTES) 
         raise JsonFileError(source, f"not valid JSON ({err})") from None
     except RecursionError:
         raise JsonFileError(source, f"nests deeper than {MAX_JSON_DEPTH} levels") from None
-    if _depth(data) > MAX_JSON_DEPTH:
-        raise JsonFileError(source, f"nests deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(data, dict | list) and (problem := _shape_problem(data, MAX_JSON_DEPTH, max_items)) is not None:
+        raise JsonFileError(source, problem)
     return data
 
 
-def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | None = None) -> Any:
-    """The JSON content of the regular file ``path``: at most ``max_bytes``, ``MAX_JSON_DEPTH`` deep
-    (``dir_fd``: as ``read_bytes``).
+def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, dir_fd: int | None = None,
+              max_items: int = MAX_JSON_ITEMS) -> Any:
+    """The JSON content of the regular file ``path``: at most ``max_bytes``, ``MAX_JSON_DEPTH`` deep,
+    ``max_items`` values (``dir_fd``: as ``read_bytes``).
 
     Raises:
-        JsonFileError: not a regular file, too large, not UTF-8, not JSON or nested too deep
-            (a ``json.JSONDecodeError`` naming the file).
+        JsonFileError: not a regular file, too large, not UTF-8, not JSON, nested too deep or too many
+            items (a ``json.JSONDecodeError`` naming the file).
         OSError: the file cannot be read (FileNotFoundError included).
     """
     try:
         data = read_bytes(path, max_bytes, dir_fd)
     except NotRegularFile as err:
         raise JsonFileError(path, err.reason) from None
-    return parse_json(data, str(path), max_bytes)
+    return parse_json(data, str(path), max_bytes, max_items)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """PyYAML's safe loader without anchors and aliases, composing at most ``MAX_YAML_DEPTH`` deep:
-    a "billion laughs" file or 100 KB of ``[[[`` costs neither memory nor a RecursionError."""
+class YamlRefused(yaml.YAMLError):
+    """YAML that parses but is refused: an anchor or alias, too deep, too many values or too long."""
 
-    def __init__(self, stream: str):
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without anchors and aliases, composing at most ``MAX_YAML_DEPTH`` deep and
+    ``max_items`` nodes: a "billion laughs" file, 100 KB of ``[[[`` or a file of millions of values
+    costs neither memory nor a RecursionError; the count stops the parse at the first value too many
+    (PyYAML parses as it composes)."""
+
+    def __init__(self, stream: str, max_items: int):
         super().__init__(stream)
-        self._depth = 0
+        self._depth, self._items, self._max_items = 0, 0, max_items
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent) or getattr(self.peek_event(), "anchor", None) is not None:
-            raise yaml.YAMLError("anchors and aliases (& and *) are not accepted")
+            raise YamlRefused("anchors and aliases (& and *) are not accepted")
+        self._items += 1
+        if self._items > self._max_items:
+            raise YamlRefused(f"holds more than {self._max_items} items")
         self._depth += 1
         try:
             if self._depth > MAX_YAML_DEPTH:
-                raise yaml.YAMLError(f"nests deeper than {MAX_YAML_DEPTH} levels")
+                raise YamlRefused(f"nests deeper than {MAX_YAML_DEPTH} levels")
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
 
-def load_yaml(text: str) -> Any:
-    """``yaml.safe_load`` of ``text`` without anchors or aliases, at most ``MAX_YAML_DEPTH`` deep.
+def load_yaml(text: str, max_bytes: int = MAX_YAML_BYTES, max_items: int = MAX_YAML_ITEMS) -> Any:
+    """``yaml.safe_load`` of ``text`` without anchors or aliases, at most ``max_bytes`` long (in UTF-8),
+    ``MAX_YAML_DEPTH`` deep and ``max_items`` values.
 
     Raises:
-        yaml.YAMLError: it does not parse, uses an alias or nests too deep.
+        YamlRefused: too long, aliased, too deep, too many values, or a number too long to convert.
+        yaml.YAMLError: it does not parse.
     """
-    loader = _NoAliasLoader(text)
+    if len(text) > max_bytes or len(text.encode(errors="replace")) > max_bytes:
+        raise YamlRefused(f"is larger than {max_bytes} bytes")
+    loader = _BoundedLoader(text, max_items)
     try:
         return loader.get_single_data()
+    except RecursionError:  # the depth count stops first; kept for a parser change
+        raise YamlRefused(f"nests deeper than {MAX_YAML_DEPTH} levels") from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise YamlRefused(f"holds a value that cannot be converted ({err})") from None
     finally:
         loader.dispose()
 
 
-def read_yaml(path: str | Path, max_bytes: int = MAX_YAML_BYTES) -> Any:
-    """The YAML content of the regular file ``path`` (``open_file``: never through a link or from a
-    FIFO), at most ``max_bytes`` long, bounded as ``load_yaml``.
+def read_yaml(path: str | Path, max_bytes: int = MAX_YAML_BYTES, follow_links: bool = False) -> Any:
+    """The YAML content of the regular file ``path`` (``open_file``: never from a FIFO, and never
+    through a link unless ``follow_links``: a user's own config file), at most ``max_bytes`` long,
+    bounded as ``load_yaml``.
 
     Raises:
-        YamlFileError: not a regular file, too large, not UTF-8, not YAML, aliased or too deep.
+        YamlFileError: not a regular file, too large, not UTF-8, not YAML, aliased, too deep or too
+            many values (the message names the file).
         OSError: the file cannot be read (FileNotFoundError included).
     """
     try:
-        return load_yaml(read_bytes(path, max_bytes).decode())
+        return load_yaml(read_bytes(path, max_bytes, follow_links=follow_links).decode(), max_bytes)
     except NotRegularFile as err:
         raise YamlFileError(path, err.reason) from None
     except UnicodeDecodeError:
         raise YamlFileError(path, "not UTF-8 text") from None
+    except YamlRefused as err:
+        raise YamlFileError(path, str(err)) from None
     except yaml.YAMLError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else "invalid YAML"
         raise YamlFileError(path, f"not valid YAML ({first})") from None
-    except RecursionError:
-        raise YamlFileError(path, f"nests deeper than {MAX_YAML_DEPTH} levels") from None
+
+
+def parse_override(text: str, key: str) -> Any:
+    """The value of a ``KEY VALUE`` pair from the command line: its YAML (a list, a bool, a number),
+    else the text itself; at most ``MAX_OVERRIDE_BYTES`` long, bounded as ``load_yaml``. A value
+    that begins with ``&`` or ``*`` (YAML's anchors and aliases) is refused: quote it.
+
+    Raises:
+        YamlFileError: the value is refused (the message names ``key``).
+    """
+    try:
+        return load_yaml(text, MAX_OVERRIDE_BYTES)
+    except YamlRefused as err:
+        raise YamlFileError(f"config key {key}", f"its value on the command line is refused: {err}") from None
+    except yaml.YAMLError:
+        return text

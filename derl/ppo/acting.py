@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from derl.fileio.reads import parse_json
 from derl.ppo.gradients import MOSTLY_ZERO, WIDE_KEY
 from derl.ppo.losses import LOG_SQRT_2PI, gaussian_log_prob
 from derl.ppo.networks import ActorCritic
@@ -74,8 +75,8 @@ class NumpyNoise:
         return json.dumps(self.rng.bit_generator.state)
 
     def load_state(self, text: str) -> None:
-        state = json.loads(text)
-        if "bit_generator" not in state:
+        state = parse_json(text, "the checkpoint's action noise state")
+        if not isinstance(state, dict) or "bit_generator" not in state:
             log.info("the checkpoint's action noise came from a device env's generator; drawing fresh noise")
             return
         self.rng.bit_generator.state = state
@@ -98,8 +99,8 @@ class TorchNoise:
         return json.dumps({"torch_generator": self.generator.get_state().tolist()})
 
     def load_state(self, text: str) -> None:
-        state = json.loads(text)
-        if "torch_generator" not in state:
+        state = parse_json(text, "the checkpoint's action noise state")
+        if not isinstance(state, dict) or "torch_generator" not in state:
             log.info("the checkpoint's action noise came from a NumPy generator; drawing fresh noise")
             return
         self.generator.set_state(torch.tensor(state["torch_generator"], dtype=torch.uint8))

@@ -3,11 +3,10 @@ resume, and the records a checkpoint carries, both checked: a shared folder may 
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
-from derl.fileio.reads import JsonFileError, NotRegularFile, read_bytes
+from derl.fileio.reads import JsonFileError, NotRegularFile, parse_json, read_bytes
 from derl.ppo.checkpoint import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -70,9 +69,9 @@ def read_metrics(metrics_path: Path | None, up_to_iteration: int) -> list[dict]:
         if len(line) > MAX_METRICS_LINE_BYTES:
             return _bad_metrics(metrics_path, f"line {number} is longer than {MAX_METRICS_LINE_BYTES} bytes")
         try:
-            record = json.loads(line)
-        except (ValueError, RecursionError) as err:  # not JSON, or nested thousands deep
-            return _bad_metrics(metrics_path, f"line {number} is not a JSON record ({type(err).__name__})")
+            record = parse_json(line, f"{metrics_path} line {number}")
+        except JsonFileError as err:  # not JSON, or nested thousands deep
+            return _bad_metrics(metrics_path, f"line {number} is not a JSON record ({err.reason})")
         if (problem := _metrics_record_problem(record)) is not None:
             return _bad_metrics(metrics_path, f"line {number} {problem}")
         records.append(record)
