@@ -126,3 +126,30 @@ def test_the_coordinator_reads_config_yaml_back_as_status_does(tmp_path, planted
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     reason = "is a symbolic link" if planted == "link" else "anchors and aliases"
     assert reason in done.stderr and "config.yaml" in done.stderr
+
+
+@pytest.mark.parametrize("age, preparing", [(20, True), (95, False), (400, False)])
+def test_a_preparing_beat_silent_for_three_intervals_is_a_stopped_coordinator(tmp_path, age, preparing):
+    """Before: after ``kill -9`` of a coordinator drawing the initial population, status said
+    ``preparing ..., last heartbeat 95 s ago`` for the whole lease (600 s), though the beat is renewed every 30 s."""
+    import os
+
+    from derl.checked_config import load_config
+    from derl.evolution.search_config import join_search
+    from derl.evolution.status import status_lines
+
+    out = tmp_path / "run"
+    run = RunDir(out)
+    run.create()
+    join_search(load_config("configs/evo/quick.yml", ["OUT_DIR", str(out)]), run, lambda message: None)
+    run.workers.beat_preparing(0)
+    old = run.filesystem_now() - age
+    os.utime(run.workers.preparing_path(0), (old, old))
+    text = "\n".join(status_lines(str(out)))
+    if preparing:
+        assert "  node 0: preparing (drawing the initial population), last heartbeat 20 s ago" in text, text
+        assert "state: preparing (node 0 drawing the initial population)" in text, text
+    else:
+        assert f"  node 0: stopped preparing (drawing the initial population; last heartbeat {age} s ago, it beats " \
+               "every 30 s)" in text, text
+        assert "state: no worker has started yet and no node is preparing the run" in text, text

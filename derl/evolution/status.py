@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from derl.checked_config import EvoCfg, load_run_config
 from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.lease import heartbeat_interval
 from derl.evolution.population import parse_id, search_text
 from derl.evolution.results import PublishedResults, rank
 
@@ -21,12 +22,24 @@ def _filesystem_now(run: RunDir) -> float:
         return time.time()
 
 
-def preparing_ages(run: RunDir, now: float, lease_seconds: float) -> dict[int, float]:
-    """How long ago each node whose coordinator prepares the run beat (``WorkerStore.preparing_beats``).
+# A preparing coordinator beats every ``heartbeat_interval(EVO.LEASE_SECONDS)`` (``derl.evolution.prepare``); one
+# silent for this many intervals has stopped (killed, say), though no slot it holds waits for the lease.
+PREPARING_BEATS_MISSED = 3
 
-    A beat older than ``lease_seconds`` is left out: that coordinator was killed while preparing.
+
+def preparing_ages(run: RunDir, now: float, lease_seconds: float) -> dict[int, float]:
+    """How long ago each node whose coordinator prepared the run beat (``WorkerStore.preparing_beats``).
+
+    A beat older than ``lease_seconds`` is left out: that coordinator was killed while preparing long
+    ago; a younger one may still be stopped (``still_preparing``).
     """
     return {node: now - beat for node, beat in run.workers.preparing_beats().items() if now - beat < lease_seconds}
+
+
+def still_preparing(age: float, lease_seconds: float) -> bool:
+    """Whether a preparing beat ``age`` seconds old is a running coordinator's: it beats every
+    ``heartbeat_interval``, so one silent for ``PREPARING_BEATS_MISSED`` of them has stopped."""
+    return age < PREPARING_BEATS_MISSED * heartbeat_interval(lease_seconds)
 
 
 def preparing_text(node: int) -> str:
@@ -53,8 +66,13 @@ def node_lines(evo: EvoCfg, run: RunDir, results: PublishedResults) -> list[str]
         states[state["node"]].append(state)
     lines = []
     for node in sorted(set(states) | set(held) | set(preparing)):
-        prepares = f"preparing ({preparing_text(node)}), last heartbeat {preparing[node]:.0f} s ago" \
-            if node in preparing else ""
+        prepares = ""
+        if node in preparing:
+            silent = preparing[node]
+            prepares = f"preparing ({preparing_text(node)}), last heartbeat {silent:.0f} s ago" \
+                if still_preparing(silent, evo.LEASE_SECONDS) else \
+                f"stopped preparing ({preparing_text(node)}; last heartbeat {silent:.0f} s ago, it beats every " \
+                f"{heartbeat_interval(evo.LEASE_SECONDS):g} s)"
         if not states[node] and not held[node]:
             lines.append(f"  node {node}: {prepares}")
             continue
@@ -107,7 +125,8 @@ def status_lines(out_dir: str) -> list[str]:
         best = ranked[0]
         values = ", ".join(f"{key}={best[key]:.3f}" for key in evo.SELECTION_CRITERIA)
         lines.append(f"best: {best['id']} {values} (lineage {best['lineage']})")
-    preparing = sorted(preparing_ages(run, now, evo.LEASE_SECONDS))
+    preparing = sorted(node for node, age in preparing_ages(run, now, evo.LEASE_SECONDS).items()
+                       if still_preparing(age, evo.LEASE_SECONDS))
     lines.extend(progress_lines(done, total, len(running), bool(run.workers.states()), preparing,
                                 run.stop_requested(), run.read_summary() or {}, evo.LEASE_SECONDS))
     return lines
@@ -118,8 +137,8 @@ def progress_lines(done: int, total: int, running: int, ever_started: bool, prep
     """The run's state, and its rate and ETA while workers run: no ETA for a run nothing advances.
 
     A worker that has not beaten within ``lease_seconds`` counts as gone (Ctrl-C, a crash, a lost
-    node). ``preparing``: the nodes whose coordinator beat within ``lease_seconds`` while it prepares
-    the run (``preparing_ages``); with no worker running the run is preparing, not stopped.
+    node). ``preparing``: the nodes whose coordinator prepares the run and still beats (``still_preparing``);
+    with no worker running the run is preparing, not stopped.
     """
     if done >= total:
         return ["state: done"]
