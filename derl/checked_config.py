@@ -27,9 +27,7 @@ from typing import Any
 
 from derl.config import (
     AMOUNT,
-    COUNT,
     INT32_MAX,
-    POSITIVE,
     RETIRED_KEYS,
     ConfigError,
     Range,
@@ -42,15 +40,19 @@ from derl.config import (
 from derl.envs.checks import check_world
 from derl.envs.config import EnvCfg, HfieldCfg, ObjectCfg, SimCfg, TerrainCfg, VecenvCfg, WorldCfg
 from derl.envs.warp_check import check_backend_here, check_warp_cuda_here
-from derl.fileio.reads import read_yaml
+from derl.fileio.reads import parse_override, read_yaml
 from derl.morphology.config import BodyCfg, LimbCfg, TorsoCfg, UnimalCfg, XmlCfg
 from derl.morphology.mutations import OPERATORS
 from derl.paths import EVO_PRESETS
-from derl.ppo.config import ModelCfg, PpoCfg, TrainerCfg
+from derl.ppo.config import ROLLOUT_LEAST_BYTES_PER_STEP, ModelCfg, PpoCfg, TrainerCfg, gib, rollout_bytes
 
 # The values EVO.TOURNAMENT_TYPE may take: derl.evolution.selection implements them.
 TOURNAMENT_TYPES = ("aging_num", "aging_percent", "vanilla_num", "vanilla_percent")
 DEVICE_PATTERN = re.compile(r"cpu|auto|cuda(:\d+)?")
+# Upper bounds of the search, far above DERL's (4,000 morphologies, 16 nodes of 18 workers).
+MORPHOLOGIES = Range(1, 10**6)
+MAX_NODES = 10_000
+DAY = 86_400
 
 
 @dataclass(frozen=True)
@@ -59,19 +61,22 @@ class EvoCfg(Section):
 
     IS_EVO: bool = key(True, "false: random search, DERL's baseline (every slot drawn like the initial "
                              "population, no tournament)")
-    NUM_PROCESSES: int = key(0, "workers on this node; 0 = as many as its cores and free memory hold", AMOUNT)
+    NUM_PROCESSES: int = key(0, "workers on this node; 0 = as many as its cores and free memory hold",
+                             Range(0, 1024))
     INIT_POPULATION_SIZE: int = key(576, "initial population (from 10x as many candidates, look-alikes removed)",
-                                    COUNT)
-    INIT_WAIT_TIMEOUT: int = key(86400, "seconds other nodes wait for node 0's initial population", AMOUNT)
+                                    MORPHOLOGIES)
+    INIT_WAIT_TIMEOUT: int = key(86400, "seconds other nodes wait for node 0's initial population",
+                                 Range(0, 30 * DAY))
     # Keep it well above NFS attribute caching (60 s).
     LEASE_SECONDS: float = key(600.0, "a slot whose owner's heartbeat is older than this is taken over; "
-                                      "a node whose worker keeps failing this long stops", POSITIVE)
-    SEARCH_SPACE_SIZE: int = key(4000, "morphologies trained in all, initial population included", COUNT)
+                                      "a node whose worker keeps failing this long stops",
+                               Range(0, 7 * DAY, low_open=True))
+    SEARCH_SPACE_SIZE: int = key(4000, "morphologies trained in all, initial population included", MORPHOLOGIES)
     TOURNAMENT_TYPE: str = key("aging_num", "`aging_num`, `aging_percent`, `vanilla_num` or `vanilla_percent`",
                                choices=TOURNAMENT_TYPES)
     AGING_WINDOW_SIZE: int = key(576, "the aging window: newest published morphologies a tournament draws from",
-                                 COUNT)
-    NUM_PARTICIPANTS: int = key(4, "morphologies per tournament (`*_num`)", COUNT)
+                                 MORPHOLOGIES)
+    NUM_PARTICIPANTS: int = key(4, "morphologies per tournament (`*_num`)", MORPHOLOGIES)
     PERCENT_PARTICIPANTS: int = key(5, "morphologies per tournament, percent of the pool (`*_percent`)",
                                     Range(1, 100))
     MUTATION_OPS: tuple[str, ...] = key(["grow_limb", "joint_angle", "limb_params", "dof", "density", "gear",
@@ -80,7 +85,8 @@ class EvoCfg(Section):
                                               "the selection criterion: published fields compared (Pareto front); "
                                               "the first is the fitness shown by status and report")
     SELECTION_CRITERIA_OBJ: tuple[int, ...] = key([-1, -1], "one per criterion: -1 maximise, +1 minimise")
-    VIDEOS_LAST_N: int = key(0, "record a policy video of each of the last N slots into `videos/`", AMOUNT)
+    VIDEOS_LAST_N: int = key(0, "record a policy video of each of the last N slots into `videos/`",
+                             Range(0, MORPHOLOGIES.high))
 
     def check(self) -> None:
         if self.IS_EVO and self.INIT_POPULATION_SIZE > self.SEARCH_SPACE_SIZE:
@@ -134,10 +140,10 @@ class Config(Section):
     # Seeds: numpy, torch and gymnasium take it, and seed + env index + env steps stays below 2**32.
     RNG_SEED: int = key(1, "root of every random stream", Range(0, INT32_MAX))
     DEVICE: str = key("cpu", "learner (and `warp` envs) device: `cpu`, `cuda`, `cuda:N`, `auto`")
-    TORCH_THREADS: int = key(1, "threads of torch and of every BLAS/OpenMP pool in a process", COUNT)
-    CHECKPOINT_PERIOD: int = key(100, "PPO iterations between checkpoints", AMOUNT)
-    NODE_ID: int = key(0, "this node, 0 .. NUM_NODES - 1", AMOUNT)
-    NUM_NODES: int = key(1, "nodes sharing `OUT_DIR`", COUNT)
+    TORCH_THREADS: int = key(1, "threads of torch and of every BLAS/OpenMP pool in a process", Range(1, 1024))
+    CHECKPOINT_PERIOD: int = key(100, "PPO iterations between checkpoints (0: none)", AMOUNT)
+    NODE_ID: int = key(0, "this node, 0 .. NUM_NODES - 1", Range(0, MAX_NODES - 1))
+    NUM_NODES: int = key(1, "nodes sharing `OUT_DIR`", Range(1, MAX_NODES))
 
     def check(self) -> None:
         if not DEVICE_PATTERN.fullmatch(self.DEVICE):
@@ -192,15 +198,21 @@ def load_config(
         this_node: the config will train here: also check that ``DEVICE`` exists on this machine.
         retired: keys skipped where a file sets them (``load_run_config``).
         read_back: ``cfg_file`` is a file derl wrote and reads back (``load_run_config``): refused if
-            it is a symbolic link or not a regular file, bounded in size and depth, without aliases
-            (``derl.fileio.read_yaml``).
+            it is a symbolic link. Every file (a user's may be a link) and every override value is read
+            by ``derl.fileio.reads`` (``read_yaml``, ``parse_override``): a regular file, bounded in size,
+            depth and values, without aliases (docs/guides/configuration.md#limits-of-a-config).
 
     Raises:
         ConfigError: unknown or ambiguous key, wrong type, derived key set, missing file, or any
             value ``check_config`` rejects (named with the file that set it).
     """
     return parse_config(Config, cfg_file, overrides, retired, check=lambda cfg: check_config(cfg, this_node),
-                        read=read_yaml if read_back else None)
+                        read=read_yaml if read_back else _read_users_yaml, parse_value=parse_override)
+
+
+def _read_users_yaml(path: Path) -> Any:
+    """A user's config file: as a file derl reads back, but through a symbolic link too."""
+    return read_yaml(path, follow_links=True)
 
 
 def load_run_config(config_yaml: str | Path) -> Config:
@@ -244,6 +256,7 @@ def check_config(cfg: Config, this_node: bool = False) -> None:
     """
     check_world(cfg.world, cfg.EVO.SELECTION_CRITERIA)
     if this_node:
+        check_rollout_fits_here(cfg)
         check_backend_here(cfg.SIM.BACKEND)
         if cfg.DEVICE not in ("cpu", "auto"):  # only a CUDA device is looked for (auto falls back to the CPU)
             from derl.ppo.device import check_device_here  # lazy: torch takes seconds; a CPU run never loads it
@@ -251,3 +264,19 @@ def check_config(cfg: Config, this_node: bool = False) -> None:
             check_device_here(cfg.DEVICE)
         if cfg.SIM.BACKEND == "warp" and cfg.DEVICE.startswith("cuda"):
             check_warp_cuda_here(cfg.DEVICE)
+
+
+def check_rollout_fits_here(cfg: Config) -> None:
+    """Raises ``ConfigError`` if even the smallest rollout of ``cfg`` (one observation and one action value per
+    env step, ``ROLLOUT_LEAST_BYTES_PER_STEP`` bytes) exceeds this node's memory: a ``PPO.TIMESTEPS`` or
+    ``PPO.NUM_ENVS`` that no body could train with here. Only a rollout on the host (``SIM.BACKEND mujoco``) is
+    held to the host's memory; a device's rollout is checked by ``derl.ppo.rollout.Rollout.allocate``."""
+    if cfg.SIM.BACKEND != "mujoco":
+        return
+    import psutil  # lazy: as the device checks, only a config that will train here asks
+
+    need, total = rollout_bytes(cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS, 1, 1), psutil.virtual_memory().total
+    if need > total:
+        raise ConfigError(f"config keys PPO.TIMESTEPS x PPO.NUM_ENVS ({cfg.PPO.TIMESTEPS} x {cfg.PPO.NUM_ENVS}) need "
+                          f"at least {gib(need)} of rollout buffers ({ROLLOUT_LEAST_BYTES_PER_STEP} bytes per env "
+                          f"step); this node has {gib(total)} of memory", "PPO.NUM_ENVS", "PPO.TIMESTEPS")

@@ -230,7 +230,8 @@ def test_setting_a_removed_key_exits_2_in_one_line(tmp_path):
     ("EVO.TOURNAMENT_TYPE", "agingnum", "config key EVO.TOURNAMENT_TYPE: unknown value 'agingnum'"),
     ("DEVICE", "cuda:7", "config key DEVICE cuda:7:"),
     ("RNG_SEED", "-1", "config key RNG_SEED must not be negative, got -1 (set on the command line)"),
-    ("EVO.NUM_PROCESSES", "10000", "config key EVO.NUM_PROCESSES 10000 is more than this node holds: "),
+    ("EVO.NUM_PROCESSES", "1000", "config key EVO.NUM_PROCESSES 1000 is more than this node holds: "),
+    ("EVO.NUM_PROCESSES", "10000", "config key EVO.NUM_PROCESSES must be at most 1024, got 10000"),
     ("PPO.NUM_ENVS", "0", "config key PPO.NUM_ENVS must be positive, got 0"),
     ("HFIELD.NUM_DIVS", "1000", "config key HFIELD.NUM_DIVS must be at most 100, got 1000"),
 ])

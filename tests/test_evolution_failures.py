@@ -79,7 +79,7 @@ def test_a_cuda_or_warp_error_is_the_devices_failure_not_the_morphologys(err):
     (OSError(errno.ENOSPC, "No space left on device"), "environment"),
     (OSError(errno.EIO, "Input/output error"), "environment"),
     (FileNotFoundError("genomes/000001.json"), "environment"),
-    (MemoryError(), "environment"),
+    (MemoryError(), "config"),  # never retried: a restart asks for the same memory
     (ModuleNotFoundError("No module named 'mujoco'"), "environment"),
     (ConfigError("unknown key"), "environment"),
     (DeviceError("DEVICE cuda requested but CUDA is not available on this machine"), "environment"),

@@ -50,6 +50,9 @@ NON_NEGATIVE = Range(0)
 UNIT_INTERVAL = Range(0, 1)
 COUNT = Range(1, INT32_MAX)
 AMOUNT = Range(0, INT32_MAX)
+# Values a ``span`` key's ``[start, stop, step]`` may expand to (a body's gears: 4): ``[0, 1e9, 1e-9]`` is refused,
+# not a list of 10**18 values.
+MAX_SPAN_VALUES = 10_000
 
 
 def key(default: Any, meaning: str, allowed: Range | None = None, choices: Sequence[Any] = (),
@@ -188,6 +191,8 @@ def expand_range(values: Sequence[float], key: str) -> list[float]:
     if len(values) != 3 or values[2] <= 0 or values[1] < values[0]:
         raise ValueError(f"config key {key} must be [value] or [start, stop, step>0], got {list(values)}")
     start, stop, step = values
+    if (stop - start) / step >= MAX_SPAN_VALUES:
+        raise ValueError(f"config key {key} spans more than {MAX_SPAN_VALUES} values, got {list(values)}")
     count = int(round((stop - start) / step)) + 1
     out = [round(start + k * step, 10) for k in range(count)]
     return [int(v) for v in out] if all(isinstance(v, int) for v in values) else out

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from derl.config import AMOUNT, COUNT, INT32_MAX, NON_NEGATIVE, UNIT_INTERVAL, Range, Section, key
+from derl.config import NON_NEGATIVE, UNIT_INTERVAL, Range, Section, key
 from derl.morphology.config import BodyCfg, XmlCfg
 
 # The values SIM.BACKEND may take (docs/guides/gpus.md#simulating-on-a-gpu).
 SIM_BACKENDS = ("mujoco", "warp")
+# Upper bounds of lengths in metres and of counts of things in the world, far above any task's.
+METRES = Range(0, 10_000)
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,8 @@ class EnvCfg(Section):
         [100.0, 0.0, 10.0], "reach reward: [distance-gain weight, unused, bonus per step at the goal]")
     RESET_NOISE_SCALE: float = key(5e-3, "scale of the uniform noise on the initial joint positions and velocities",
                                    NON_NEGATIVE)
-    EPISODE_LENGTH: int = key(1000, "env steps before an episode is truncated (time limit; 20 s)", COUNT)
+    EPISODE_LENGTH: int = key(1000, "env steps before an episode is truncated (time limit; 20 s)",
+                              Range(1, 100_000))
     STAND_HEIGHT_RATIO: float = key(0.5, "a fall: the head below this fraction of its standing height", UNIT_INTERVAL)
     MODULES: tuple[str, ...] = key(
         ["Floor", "Agent"], "modules that build the world, in order (`Floor` or `Terrain`; `Agent`)")
@@ -38,7 +41,7 @@ class EnvCfg(Section):
 @dataclass(frozen=True)
 class TerrainCfg(Section):
     SIZE: tuple[float, ...] = key([25, 20, 1], "half-extents (m) of the terrain corridor: length, width, height")
-    START_FLAT: int = key(2, "flat stretch (m) at the start of the corridor", AMOUNT)
+    START_FLAT: int = key(2, "flat stretch (m) at the start of the corridor", METRES)
     TYPES: tuple[str, ...] = key(["curve_slope"], "obstacle types of the terrain (`curve_slope`, `steps`, "
                                                   "`rugged_square`)")
     FLAT_LENGTH_RANGE: tuple[float, ...] = key([1, 3, 1], "lengths (m) of the flat stretches between obstacles",
@@ -49,7 +52,7 @@ class TerrainCfg(Section):
     BOUNDARY_WALLS: bool = key(True, "walls along the sides of the corridor")
     STEP_HEIGHT: float = key(0.2, "height (m) of one stair of `steps`")
     STEP_LENGTH_RANGE: tuple[float, ...] = key([12, 16, 4], "lengths (m) of a `steps` stretch", span=True)
-    NUM_STEPS: int = key(8, "stairs of a `steps` stretch (up, then down)", COUNT)
+    NUM_STEPS: int = key(8, "stairs of a `steps` stretch (up, then down)", Range(1, 1000))
     RUGGED_SQUARE_CLIP_RANGE: tuple[float, ...] = key([0.2, 0.3, 0.1], "heights (m) at which `rugged_square` "
                                                                        "rubble is clipped", span=True)
     BOWL_MAX_Z: float = key(3.0, "height (m) of the escape_bowl task's bumps before clipping")
@@ -66,13 +69,13 @@ class TerrainCfg(Section):
 class ObjectCfg(Section):
     GOAL_POS: tuple[float, ...] = key([], "push_box_incline: the goal's (x, y); empty elsewhere")
     BOX_POS: tuple[float, ...] = key([], "push_box_incline: the box's starting (x, y); empty elsewhere")
-    PLACEMENT_BUFFER_LEN: int = key(3, "object and goal placement: margin (m) kept from the ends of the arena", AMOUNT)
+    PLACEMENT_BUFFER_LEN: int = key(3, "object and goal placement: margin (m) kept from the ends of the arena", METRES)
     PLACEMENT_BUFFER_WIDTH: int = key(5, "object and goal placement: margin (m) kept from the sides of the arena",
-                                      AMOUNT)
-    CLOSE_PLACEMENT_DIST: int = key(10, "least gap (m) between the object and the far margin", AMOUNT)
+                                      METRES)
+    CLOSE_PLACEMENT_DIST: int = key(10, "least gap (m) between the object and the far margin", METRES)
     SUCCESS_MARGIN: float = key(0.5, "distance (m) at which the agent reached the object, or the object the goal")
     BOX_SIDE: float = key(0.5, "half side (m) of the pushed box")
-    NUM_OBSTACLES: int = key(20, "obstacle task: fixed boxes in the corridor", AMOUNT)
+    NUM_OBSTACLES: int = key(20, "obstacle task: fixed boxes in the corridor", Range(0, 10_000))
     OBSTACLE_LEN_RANGE: tuple[float, ...] = key([0.5, 3, 0.5], "obstacle task: half-lengths (m) of the boxes",
                                                 span=True)
     OBSTACLE_WIDTH_RANGE: tuple[float, ...] = key([0.5, 3, 0.5], "obstacle task: half-widths (m) of the boxes",
@@ -88,8 +91,8 @@ class ObjectCfg(Section):
 class HfieldCfg(Section):
     OBS_SIZE: tuple[float, ...] = key([1, 4, 4, 4], "observed height-map patch in metres: behind, front, right, "
                                                     "left")
-    PADDING: int = key(10, "cells of wall height read outside the corridor before the gap", AMOUNT)
-    GAP_DEPTH: int = key(-10, "height (m) read for the region beyond the walls", Range(-INT32_MAX, 0))
+    PADDING: int = key(10, "cells of wall height read outside the corridor before the gap", Range(0, 10_000))
+    GAP_DEPTH: int = key(-10, "height (m) read for the region beyond the walls", Range(-10_000, 0))
     # Cells per metre: 100 (1 cm) already makes the default 50 x 40 m corridor 20 million cells.
     NUM_DIVS: int = key(10, "height-map cells per metre", Range(1, 100))
 
@@ -101,13 +104,14 @@ class SimCfg(Section):
                                  "`warp` (MuJoCo Warp on `DEVICE`)", choices=SIM_BACKENDS)
     # MuJoCo Warp preallocates them; a step that needs more drops the excess, which derl counts by type and
     # reports once per morphology (the next model build doubles the buffer).
-    NCONMAX: int = key(64, "`warp` only: contacts allocated per world", COUNT)
-    NJMAX: int = key(256, "`warp` only: constraint rows allocated per world", COUNT)
+    NCONMAX: int = key(64, "`warp` only: contacts allocated per world", Range(1, 2**16))
+    NJMAX: int = key(256, "`warp` only: constraint rows allocated per world", Range(1, 2**16))
 
 
 @dataclass(frozen=True)
 class VecenvCfg(Section):
-    THREADS: int = key(1, "threads that step one training's simulations (`mujoco.batch.Batch` nthread)", COUNT)
+    THREADS: int = key(1, "threads that step one training's simulations (`mujoco.batch.Batch` nthread)",
+                       Range(1, 1024))
 
 
 @dataclass(frozen=True)

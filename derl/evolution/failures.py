@@ -1,7 +1,10 @@
 """Whose fault a failure is, and how long a coordinator waits before restarting a failing worker.
 
 Only a failure of the morphology itself costs its slot an attempt: MuJoCo rejecting or blowing up
-the body, non-finite training values, an invalid genome. Everything else is the node's problem
+the body, non-finite training values, an invalid genome. Running out of memory (``MemoryError``: a
+rollout that does not fit, ``derl.ppo.rollout.RolloutTooLarge``, or any allocation) is the config's
+or the machine's (``config``): a restart would ask for the same memory again, so it is never retried
+as an environment failure. Everything else is the node's problem
 (a full disk, an I/O error, a missing GPU or module, a corrupt checkpoint, a bug in derl): the
 worker stops without recording anything, its slot and checkpoint stay as they were, and the
 coordinator restarts it after a back-off, so that the run resumes once the cause is gone.
@@ -16,11 +19,13 @@ from typing import Literal, NamedTuple
 
 from derl.config import ConfigError
 
-Cause = Literal["morphology", "environment", "bug"]
+Cause = Literal["morphology", "environment", "config", "bug"]
 
+# The config or the machine: more memory than the node has (NumPy's "Unable to allocate 462 GiB" included).
+CONFIG_ERRORS: tuple[type[BaseException], ...] = (MemoryError,)
 # The node, not the morphology: I/O (ENOSPC, EIO, NFS), resources, installation, files and settings.
 ENVIRONMENT_ERRORS: tuple[type[BaseException], ...] = (
-    OSError, EOFError, MemoryError, ImportError, ConfigError, json.JSONDecodeError,
+    OSError, EOFError, ImportError, ConfigError, json.JSONDecodeError,
 )
 # Matched by class name (theirs or a base's), so that classifying imports neither torch nor mujoco.
 ENVIRONMENT_ERROR_NAMES = frozenset({"derl.ppo.checkpoint.CheckpointError", "derl.ppo.device.DeviceError"})
@@ -65,12 +70,16 @@ def _is_device_error(err: BaseException) -> bool:
 
 
 def classify(err: BaseException) -> Cause:
-    """Whose fault ``err`` is: ``morphology`` (costs the slot an attempt), ``environment`` or ``bug``.
+    """Whose fault ``err`` is: ``morphology`` (costs the slot an attempt), ``config``, ``environment`` or ``bug``.
 
-    An environment error anywhere in the chain (``raise ... from``) makes the whole failure the
-    environment's. A ``NotImplementedError`` or an exception outside both lists (``TypeError``,
-    ``KeyError``, ...) is a bug of derl: it must be fixed, not paid for with slots.
+    A ``MemoryError`` anywhere in the chain (``raise ... from``) makes the whole failure the config's
+    or the machine's (``config``: restarting would fail again; it stops the worker for good); else an
+    environment error anywhere in the chain makes it the environment's. A ``NotImplementedError`` or
+    an exception outside the lists (``TypeError``, ``KeyError``, ...) is a bug of derl: it must be
+    fixed, not paid for with slots.
     """
+    if any(isinstance(e, CONFIG_ERRORS) for e in _chain(err)):
+        return "config"
     if any(_is_environment_error(e) for e in _chain(err)):
         return "environment"
     if isinstance(err, NotImplementedError):
@@ -84,6 +93,8 @@ def classify(err: BaseException) -> Cause:
 WHOSE = {
     "environment": "an environment failure: this node's disk, files, devices (a CUDA or Warp error) or "
                    "installation, not the morphology's",
+    "config": "more memory than this node has: the config's sizes (PPO.NUM_ENVS, PPO.TIMESTEPS) or the node, "
+              "not the morphology's; a restart would fail again",
     "bug": "a bug in derl (traceback above), not the morphology's",
     "morphology": "a morphology's error raised outside its training, so no slot paid for it",
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from derl.config import COUNT, ConfigError, Range, Section, expand_range, key
+from derl.config import ConfigError, Range, Section, expand_range, key
 
 # MuJoCo's contact dimensionalities (XML.GEOM_CONDIM).
 CONDIMS = (1, 3, 4, 6)
@@ -16,8 +16,8 @@ CONDIMS = (1, 3, 4, 6)
 class XmlCfg(Section):
     """MJCF template options."""
 
-    NJMAX: int = key(1000, "MJCF `<size njmax>` of a world: constraint rows MuJoCo C allocates", COUNT)
-    NCONMAX: int = key(200, "MJCF `<size nconmax>` of a world: contacts MuJoCo C allocates", COUNT)
+    NJMAX: int = key(1000, "MJCF `<size njmax>` of a world: constraint rows MuJoCo C allocates", Range(1, 100_000))
+    NCONMAX: int = key(200, "MJCF `<size nconmax>` of a world: contacts MuJoCo C allocates", Range(1, 100_000))
     GEOM_CONDIM: int = key(3, "contact dimensionality of every geom (the head's too)", Range(1, 6))
     GEOM_FRICTION: tuple[float, ...] = key([0.7, 0.1, 0.1], "sliding, torsional and rolling friction of every geom")
     FILTER_PARENT: str = key("enable", "MuJoCo's `filterparent` flag: no contacts between a body and its parent")
@@ -58,7 +58,7 @@ class LimbCfg(Section):
                                                              "step]`", span=True)
     NUM_LIMBS_RANGE: tuple[int, ...] = key([2, 8, 1], "limb counts drawn for the initial population (inclusive "
                                                       "range)", span=True)
-    MAX_LIMBS: int = key(10, "most limbs a body may have: `grow_limb` stops there", COUNT)
+    MAX_LIMBS: int = key(10, "most limbs a body may have: `grow_limb` stops there", Range(1, 100))
 
     def check(self) -> None:
         limbs = expand_range(self.NUM_LIMBS_RANGE, "LIMB.NUM_LIMBS_RANGE")

@@ -32,6 +32,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from derl.arrays import Array, any_set, namespace_of
 from derl.ppo.acting import Actor, Noise
+from derl.ppo.config import gib, rollout_bytes
 from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
 from derl.ppo.normalize import ObsNormalizer, ReturnNormalizer
 from derl.ppo.obs_layout import ObsLayout
@@ -99,6 +100,23 @@ def check_vector_env(env: VectorEnv) -> None:
         raise ValueError(f"action space {type(space).__name__} is not supported (continuous Box only)")
 
 
+class RolloutTooLarge(MemoryError):
+    """A rollout larger than the free memory where it would lie: the config's size (``PPO.TIMESTEPS`` x
+    ``PPO.NUM_ENVS``) or the node's memory, never a body's fault (``derl.evolution.failures``)."""
+
+
+def free_memory(device: torch.device | None) -> int | None:
+    """Bytes free where arrays on ``device`` lie (the host's available memory for None or the CPU, a CUDA
+    device's free memory); None where it is not known."""
+    if device is None or device.type == "cpu":
+        import psutil  # lazy: a device training does not need it
+
+        return int(psutil.virtual_memory().available)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return None
+
+
 @dataclass
 class Rollout:
     """NumPy arrays, or torch tensors on a device env's device."""
@@ -116,7 +134,17 @@ class Rollout:
     @classmethod
     def allocate(cls, steps: int, num_envs: int, obs_size: int, action_dim: int,
                  device: torch.device | None = None) -> Rollout:
-        """NumPy arrays (``device`` None), else tensors on ``device``."""
+        """NumPy arrays (``device`` None), else tensors on ``device``.
+
+        Raises:
+            RolloutTooLarge: the arrays need more than the memory free there (one line with both figures).
+        """
+        need, free = rollout_bytes(steps, num_envs, obs_size, action_dim), free_memory(device)
+        if free is not None and need > free:
+            where = "the host" if device is None or device.type == "cpu" else str(device)
+            raise RolloutTooLarge(f"PPO.TIMESTEPS x PPO.NUM_ENVS ({steps} x {num_envs} env steps of {obs_size} "
+                                  f"observation and {action_dim} action values) needs {gib(need)} of rollout "
+                                  f"buffers; {where} has {gib(free)} free")
         xp = namespace_of(device)
 
         def zeros(*shape: int, dtype=xp.float32) -> Array:
