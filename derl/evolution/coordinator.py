@@ -242,7 +242,7 @@ class Coordinator:
         if self.curves is not None:
             self.curves.update(self.results.by_id.values(), summary["morphologies_per_hour"])
         progress = (summary["published"], summary["failed"])
-        if progress == self.logged_progress:
+        if progress in (self.logged_progress, (0, 0)):  # no news, or nothing published nor failed yet
             return
         self.logged_progress = progress
         best = summary["best"]
