@@ -18,6 +18,7 @@ import pytest
 from derl.analysis import plots
 from derl.analysis.replay import replay
 from derl.analysis.report import ReportOptions, write_report
+from derl.analysis.report_page import plural
 from derl.analysis.run import RunView
 from derl.envs import media
 from tests.conftest import TINY_RUN
@@ -31,14 +32,22 @@ class _Links(HTMLParser):
         super().__init__()
         self.links: list[tuple[str, str]] = []  # (tag, url)
         self.sections: list[str] = []
+        self.nav: list[str] = []  # the sections the navigation bar links to
+        self.in_nav = False
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         if tag == "section":
             self.sections.append(attrs["id"])
-        for name in ("src", "href"):
+        self.in_nav |= tag == "nav"
+        if tag == "a" and self.in_nav:
+            self.nav.append(attrs["href"].removeprefix("#"))
+        for name in ("src", "href", "poster"):
             if attrs.get(name) and not attrs[name].startswith("#"):
                 self.links.append((tag, attrs[name]))
+
+    def handle_endtag(self, tag):
+        self.in_nav &= tag != "nav"
 
 
 def _parse(index: Path) -> _Links:
@@ -66,6 +75,7 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
     assert printed["problems"] == []
     page = _parse(out / "index.html")
     assert page.sections == ["summary", "fitness", "distribution", "morphology", "lineage", "baldwin", "top"]
+    assert page.nav == page.sections[1:]  # a link to every section but the first, none to a transfer not run
     for _tag, url in page.links:
         assert (out / url).exists(), url  # every picture, video and file link resolves from disk
     pngs = [out / url for tag, url in page.links if tag == "img" and url.startswith("plots/")]
@@ -75,9 +85,10 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
         assert png_size(png) == expected
         if png.stem in ("fitness", "distribution", "baldwin", "top_curves"):
             assert expected == FIXED_SIZE
-    videos = [out / url for tag, url in page.links if tag == "video"]
-    bodies = [out / url for tag, url in page.links if tag == "img" and url.startswith("media/")]
-    assert len(videos) == len(bodies) == 3
+    # Each body's picture is its video's poster: a click plays the policy, and the row stays one picture tall.
+    videos = [out / url for tag, url in page.links if tag == "video" and url.endswith(".mp4")]
+    bodies = [out / url for tag, url in page.links if tag == "video" and url.endswith(".png")]
+    assert len(videos) == len(bodies) == 3 and not [url for tag, url in page.links if tag == "img" and "media/" in url]
     for video in videos:
         frames = media.read_video(video)
         assert frames.shape == (24, 240, 320, 3)
@@ -96,15 +107,18 @@ def test_report_of_a_finished_run(tiny_run, tmp_path):
     assert all(f"<th>{t}</th>" not in top_table for t in constant)
     assert "std of its curve over the last 409,600 env steps" in top_table and top_table.count(" ± ") >= 3
     # The fitness is one column (it was two: its spread and its value); picture and video share a
-    # cell, limbs, DoF, mass and files sit under the id: 5 columns and the other varying terms.
+    # cell, limbs, DoF, mass and files sit under the id: 5 columns and the other varying terms that
+    # at least one of the top 3 has (a column of dashes is left out).
     header = top_table.split("</tr>", 1)[0]
     key = view.fitness_key
     assert header.count(key.replace("__reward__", "__reward__<wbr>")) == 1 and header.count(key) == 0
     # Terms equal for every morphology share a column (metric is x_pos on locomotion), summary fields
     # say what they measure, and energy is a whole number with thousands separators.
     columns = {tuple(r.fitness.get(t) for r in view.records)
-               for t in {t for r in view.records for t in r.fitness} - set(constant) - {key}}
+               for t in {t for r in view.records for t in r.fitness} - set(constant) - {key}
+               if any(isinstance(r.fitness.get(t), float) for r in view.top(3))}
     assert header.count("<th>") == 5 + len(columns), header
+    assert "<td>–</td>" not in top_table.split("</tr>", 1)[1].replace('<td class="lineage">', "<td>")
     assert "metric = x_pos<br><small>the task&#x27;s metric; final x (m)</small>" in header
     assert "Σ |actuator force| per episode" in header and re.search(r"<td>\d{1,3}(,\d{3})+</td>", top_table)
     # How long the episodes lasted, and why the curves of bodies that do not fall are staircases.
@@ -224,18 +238,21 @@ def test_report_of_a_run_in_progress(tiny_run, tmp_path):
     rows = [{"id": i, "source": str(run), "task": task, "seed": seed, "return": 10.0 * k + seed, "metric": 1.0}
             for k, i in enumerate(["000000", "000001"]) for task in ("patrol", "incline") for seed in (0, 1)]
     (run / "eval" / "summary.json").write_text(json.dumps({"rows": rows, "ranking": {}}))
-    (run / "metadata" / "000099.json").write_text('{"id": "000099", "slot"')  # a corrupt file is skipped
+    # A corrupt file under a name the search could write (slot 4's second attempt) is skipped.
+    (run / "metadata" / "000004-2.json").write_text('{"id": "000004-2", "slot"')
     view = RunView(run)
-    assert list(view.unreadable) == [str(run / "metadata" / "000099.json")]
+    assert list(view.unreadable) == [str(run / "metadata" / "000004-2.json")]
     assert len(view) == TINY_RUN["search"] - 1 and not view.is_finished()
     assert [(t.id, t.iterations) for t in view.in_progress()] == [(last, 5)]
     report = write_report(view, run / "report", ReportOptions(top_k=2, video_steps=12))
     assert report.problems == []
     assert report.sections[-2:] == ["transfer", "progress"]
+    assert _parse(report.index).nav[-2:] == ["transfer", "progress"]
     assert png_size(run / "report" / "plots" / "transfer.png") == FIXED_SIZE
     html = report.index.read_text()
     assert f"<td>{last}</td>" in html and f"5 / {TINY_RUN['iterations']}" in html and "in progress" in html
     assert "patrol" in html and "incline" in html and "unreadable files" in html
+    assert "8 trainings: 2 morphologies x 2 tasks x 2 seeds" in html and "1 file skipped" in html
 
 
 def test_report_while_a_search_runs(tmp_path):
@@ -262,6 +279,24 @@ def test_report_while_a_search_runs(tmp_path):
     final = write_report(RunView(out), tmp_path / "report", ReportOptions(top_k=3))
     assert "top" in final.sections and RunView(out).is_finished()
     assert all("picture" in p or "video" in p for p in final.problems)  # fake bodies cannot be rendered
+
+
+def test_plural():
+    assert [plural(n, "task") for n in (0, 1, 2)] == ["0 tasks", "1 task", "2 tasks"]
+    assert plural(1, "morphology", "morphologies") == "1 morphology"
+    assert plural(1000, "morphology", "morphologies") == "1,000 morphologies"
+
+
+def test_distributions_overlap_in_no_third_colour():
+    """The initial population as light bars, the last window as an outline over them: no translucent
+    fill, so where they overlap no colour appears that the legend does not show."""
+    figure = plots.distributions(np.array([1.0, 2.0, 2.5, 3.0]), np.array([2.0, 2.5, 3.5, 4.0]), "fitness")
+    axes = figure.axes[0]
+    bars = [patch for patch in axes.patches if patch.get_label() != ""]
+    assert [patch.get_fill() for patch in bars] == [True, False]
+    assert all(patch.get_alpha() in (None, 1.0) for patch in axes.patches)
+    assert [text.get_text() for text in axes.get_legend().get_texts()] == [
+        "initial population (n=4)", "its mean", "last aging window (n=4)", "its mean"]
 
 
 def test_morphology_image(tiny_run, tmp_path):

@@ -68,18 +68,22 @@ def fitness_over_time(order: np.ndarray, fitness: np.ndarray, initial: np.ndarra
 
 
 def distributions(initial: np.ndarray, last: np.ndarray, label: str) -> Figure:
-    """Histograms of the initial population and of the last aging window, with their means."""
+    """Histograms of the initial population (light grey bars) and of the last aging window (a blue
+    outline drawn over them, so where the two overlap shows no third colour), with their means."""
     figure = new_figure()
     axes = figure.add_subplot()
     both = np.concatenate([initial, last])
     if len(both):
         low, high = float(both.min()), float(both.max())
         bins = np.linspace(low, high if high > low else low + 1.0, 25)
-        for values, colour, name in ((initial, INITIAL_COLOUR, "initial population"),
-                                     (last, CHILD_COLOUR, "last aging window")):
-            if len(values):
-                axes.hist(values, bins=bins, alpha=0.6, color=colour, label=f"{name} (n={len(values)})")
-                axes.axvline(values.mean(), color=colour, ls="--", lw=1.5)
+        if len(initial):
+            axes.hist(initial, bins=bins, histtype="stepfilled", color="#d9d9d9", edgecolor=INITIAL_COLOUR,
+                      label=f"initial population (n={len(initial)})")
+            axes.axvline(initial.mean(), color=INITIAL_COLOUR, ls="--", lw=1.5, label="its mean")
+        if len(last):
+            axes.hist(last, bins=bins, histtype="step", color=CHILD_COLOUR, lw=2,
+                      label=f"last aging window (n={len(last)})")
+            axes.axvline(last.mean(), color=CHILD_COLOUR, ls="--", lw=1.5, label="its mean")
         axes.legend(fontsize=8)
     else:
         _empty(axes)

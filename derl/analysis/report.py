@@ -29,7 +29,7 @@ from derl.analysis.lineage import tree_layout
 from derl.analysis.records import Morphology
 from derl.analysis.replay import FITNESS_NOTE
 from derl.analysis.report_content import baldwin_verdict, eval_rows, transfer_table
-from derl.analysis.report_page import PageWriter, Report, ReportOptions, esc, num
+from derl.analysis.report_page import PageWriter, Report, ReportOptions, esc, num, plural
 from derl.analysis.report_top import top_section
 from derl.analysis.run import RunView
 from derl.analysis.stats import running_best, trend, window_mean
@@ -73,8 +73,9 @@ def _summary(w: PageWriter) -> None:
         ("PPO budget", f"{cfg.PPO.MAX_STATE_ACTION_PAIRS:,} env steps ({cfg.PPO.MAX_ITERS} iterations) per morphology"),
     ]
     if view.unreadable:
-        rows.append(("unreadable files", f"{len(view.unreadable)} skipped (corrupt or foreign; the search "
-                                         "moves them to quarantine/): " + "; ".join(sorted(view.unreadable))[:500]))
+        rows.append(("unreadable files", f"{plural(len(view.unreadable), 'file')} skipped (corrupt or foreign; the "
+                                         "search moves them to quarantine/): "
+                                         + "; ".join(sorted(view.unreadable))[:500]))
     if best:
         rows.append(("best", f"{best[0].id}: {view.fitness_key} = {num(best[0].fitness.get(view.fitness_key))}"))
     wall = [r.wall_time for r in view.records if r.wall_time is not None]
@@ -91,10 +92,10 @@ def _small_run_note(view: RunView) -> str:
     budget = view.cfg.PPO.MAX_STATE_ACTION_PAIRS
     if len(view) >= SMALL_RUN_MORPHOLOGIES and budget >= SMALL_RUN_STEPS:
         return ""
-    return (f'<p class="small-run"><b>Small run.</b> {len(view)} morphologies trained for {budget:,} env steps '
-            f"each (DERL: 4,000 at 5,000,000). At this size the trends below (fitness over the search, the "
-            "Baldwin slope, morphology drift) are mostly noise: read them as a check that the machinery "
-            f"works, not as results. Conclusions need at least {SMALL_RUN_MORPHOLOGIES} morphologies and "
+    return (f'<p class="small-run"><b>Small run.</b> {plural(len(view), "morphology", "morphologies")} trained '
+            f"for {budget:,} env steps each (DERL: 4,000 at 5,000,000). At this size the trends below (fitness "
+            "over the search, the Baldwin slope, morphology drift) are mostly noise: read them as a check that the "
+            f"machinery works, not as results. Conclusions need at least {SMALL_RUN_MORPHOLOGIES} morphologies and "
             f"budgets of {SMALL_RUN_STEPS:,}+ env steps.</p>")
 
 
@@ -157,7 +158,8 @@ def _lineage(w: PageWriter) -> None:
     img = w.figure("lineage", lambda: plots.lineage_tree(graph, positions, labels, values, top))
     depth = max((len(graph.ancestors(node)) for node in top), default=0)
     w.section("lineage", f"Family tree of the top {len(top)}",
-              f"<p>{len(family)} morphologies over {depth} generations.</p>{img}")
+              f"<p>{plural(len(family), 'morphology', 'morphologies')} over "
+              f"{plural(depth, 'generation')}.</p>{img}")
 
 
 def _baldwin(w: PageWriter) -> None:
@@ -172,7 +174,8 @@ def _baldwin(w: PageWriter) -> None:
     w.section("baldwin", "Learning speed (Baldwin effect)",
               f"<p>PPO iterations each morphology needed to first reach {fraction:.0%} of its final "
               f"{esc(view.fitness_key)} (mean of its curve over the last 409,600 env steps), for the "
-              f"{len(points)} morphologies with a positive final value. {baldwin_verdict(order, iterations)}</p>"
+              f"{plural(len(points), 'morphology', 'morphologies')} with a positive final value. "
+              f"{baldwin_verdict(order, iterations)}</p>"
               f"{img}")
 
 
@@ -200,7 +203,8 @@ def _transfer(w: PageWriter) -> None:
         body_rows.append(f"<tr><td>{esc(morphology_id)}</td>{cells}</tr>")
     seeds = len({row.get("seed") for row in rows})
     w.section("transfer", "Transfer evaluation",
-              f"<p>{len(rows)} trainings: {len(ids)} morphologies x {len(tasks)} tasks x {seeds} seed(s); "
+              f"<p>{plural(len(rows), 'training')}: {plural(len(ids), 'morphology', 'morphologies')} x "
+              f"{plural(len(tasks), 'task')} x {plural(seeds, 'seed')}; "
               f"return mean ± sample std over seeds (– with one seed), rank within the task.</p>"
               f'<table class="top">{head}{"".join(body_rows)}</table>{img}')
 
@@ -218,7 +222,8 @@ def _progress(w: PageWriter) -> None:
             f"<tr><td>{esc(t.id)}</td><td>{t.slot}</td><td>{t.node}-{t.worker}</td><td>{t.iterations} / {total}</td>"
             "</tr>" for t in training) + "</table>")
     if failed:
-        parts.append(f"<p>{len(failed)} failed morphologies (replaced in their slots):</p><ul>" + "".join(
+        parts.append(f"<p>{plural(len(failed), 'failed morphology', 'failed morphologies')} (replaced in their "
+                     "slots):</p><ul>" + "".join(
             f"<li>{esc(f.get('id'))}: {esc(f.get('reason'))}</li>" for f in failed[:20]) + "</ul>")
     w.section("progress", "In progress and failed", "".join(parts))
 

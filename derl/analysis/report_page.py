@@ -48,6 +48,12 @@ def esc(value: Any) -> str:
     return html.escape(str(value))
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``count`` and ``word`` agreeing: "1 task", "2 tasks", "1,000 morphologies" (``many``: the plural
+    where it is not ``word`` + "s")."""
+    return f"{count:,} {word if count == 1 else many or word + 's'}"
+
+
 def num(value: float | None, digits: int = 3) -> str:
     """A number for the page: ``digits`` decimals for a float, "–" where there is none or it is not finite."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
@@ -107,9 +113,16 @@ class PageWriter:
         return f'<p class="note">unavailable ({esc(message)})</p>'
 
     def page_html(self) -> str:
-        """The whole page: the sections written so far, in the page's HTML."""
-        return _PAGE.format(title=esc(f"derl report: {self.view.run.root.name}"), body="\n".join(self.parts),
+        """The whole page: the sections written so far, in the page's HTML, with a link to each in the
+        navigation bar (none to a section this run does not have, such as ``transfer`` before an evaluation)."""
+        nav = "".join(f'<a href="#{name}">{esc(NAV[name])}</a>' for name in self.report.sections if name in NAV)
+        return _PAGE.format(title=esc(f"derl report: {self.view.run.root.name}"), nav=nav, body="\n".join(self.parts),
                             generated=esc(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
+
+
+# The navigation bar's label of each section that has one, in the sections' order.
+NAV = {"fitness": "fitness", "distribution": "initial vs last", "morphology": "morphology", "lineage": "lineage",
+       "baldwin": "Baldwin effect", "top": "top morphologies", "transfer": "transfer", "progress": "in progress"}
 
 
 _PAGE = """<!DOCTYPE html>
@@ -120,15 +133,17 @@ table {{ border-collapse: collapse; margin: 0.5em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 6px; font-size: 13px; vertical-align: top; }}
 table.kv th {{ text-align: left; background: #f4f4f4; }}
 td.lineage {{ max-width: 14em; font-size: 11px; }}
+td.media {{ width: 200px; }}
 td.media img, td.media video {{ display: block; }}
+td.media small {{ color: #555; }}
+table.top td {{ vertical-align: middle; }}
 p.caption {{ font-size: 13px; max-width: 60em; color: #444; }}
 .note {{ color: #a33; font-size: 12px; }}
 .small-run, .fitness-note {{ background: #fff8e0; border-left: 4px solid #e0a000; padding: 6px 10px; max-width: 60em; }}
 nav a {{ margin-right: 1em; }}
 </style></head><body>
 <h1>{title}</h1>
-<nav><a href="#fitness">fitness</a><a href="#morphology">morphology</a><a href="#lineage">lineage</a>
-<a href="#baldwin">Baldwin effect</a><a href="#top">top K</a><a href="#transfer">transfer</a></nav>
+<nav>{nav}</nav>
 {body}
 <footer><p><small>generated {generated} by tools/report.py</small></p></footer>
 </body></html>

@@ -1,7 +1,8 @@
-"""The report's table of the top K morphologies (``derl.analysis.report``): rank, id and mutation, the
-body's picture and its policy's video (``media/``, reused when already rendered), the fitness ± the
-spread of its curve, the fitness terms that vary between morphologies, the lineage; their learning
-curves under the table.
+"""The report's table of the top K morphologies (``derl.analysis.report``): rank, id, how it was made
+(its mutation and parent) and its files, the body's picture beside its numbers (a click on it plays its
+policy's video, ``media/``, reused when already rendered), the fitness ± the spread of its curve, the
+fitness terms that vary between morphologies and are known for at least one row, the lineage; their
+learning curves under the table.
 """
 
 from __future__ import annotations
@@ -27,32 +28,37 @@ def top_section(w: PageWriter) -> None:
     top = view.top(options.top_k)
     terms, constant = varying_terms(view)
     key = view.fitness_key
-    terms = [g for g in terms if key not in g]  # the fitness has its own column, with its spread
+    # The fitness has its own column, with its spread; a term no top row has (a curve still without
+    # episodes) would be a column of dashes.
+    terms = [g for g in terms if key not in g and any(_known(r.fitness.get(g[0])) for r in top)]
     curves = {r.id: c for r in top if key in (c := view.curve(r.id, (key, "env_steps", "episodes"))).values}
     videos = view.videos()
-    # Narrow enough for a 1,400 px window: the picture above the video, the files and the body's
-    # size under the id, term names that may wrap after their prefix.
-    head = ("<tr><th>rank</th><th>morphology</th><th>body and policy</th>"
+    # Compact rows: the picture (its policy's video on a click) beside the numbers, the body's size,
+    # parent and files under the id, term names that may wrap after their prefix.
+    seed = view.cfg.RNG_SEED if options.seed is None else options.seed
+    head = ("<tr><th>rank</th><th>morphology</th><th>body<br><small>a click plays its policy<br>(seed "
+            + f"{seed}, {options.video_steps} steps)</small></th>"
             + f"<th>{_term_name(key)}<br><small>published ± std of its curve over the last 409,600 env steps"
             + "</small></th>"
             + "".join(f"<th>{' = '.join(_term_name(t) for t in group)}{_term_note(group)}</th>" for group in terms)
             + "<th>lineage</th></tr>")
     rows = []
     for rank, record in enumerate(top, 1):
-        image, video = _media(w, record) if options.media else ("", "")
+        media = _media(w, record) if options.media else ""
         if options.media:
             w.bar.update(1)
         run = view.run
-        files = "<br>".join(f'<a href="{w.link(path)}">{name}</a>' for name, path in (
+        files = " · ".join(f'<a href="{w.link(path)}">{name}</a>' for name, path in (
             ("genome", run.genomes.genome_path(record.id)), ("xml", run.genomes.xml_path(record.id)),
             ("checkpoint", run.checkpoint_path(record.id)), ("curve", run.metrics_path(record.id))) if path.exists())
         if record.id in videos:
-            files += f'<br><a href="{w.link(videos[record.id])}">evolution video</a>'
+            files += f' · <a href="{w.link(videos[record.id])}">evolution video</a>'
+        made = f"{esc(record.mutation)} of {esc(record.parent_id)}" if record.parent_id else "initial"
         lineage = " → ".join(esc(node) for node in record.lineage)
         rows.append(
-            f'<tr id="m{esc(record.id)}"><td>{rank}</td><td><b>{esc(record.id)}</b><br>'
-            f'{esc(record.mutation or "initial")}<br><small>{num(record.limbs)} limbs, {num(record.dof)} DoF, '
-            f'mass {num(record.mass, 2)}</small><br><small>{files}</small></td><td class="media">{image}{video}</td>'
+            f'<tr id="m{esc(record.id)}"><td>{rank}</td><td><b>{esc(record.id)}</b> {made}<br>'
+            f'<small>{num(record.limbs)} limbs, {num(record.dof)} DoF, mass {num(record.mass, 2)}<br>{files}'
+            f'</small></td><td class="media">{media}</td>'
             + f"<td>{_spread(record.fitness.get(key), curves.get(record.id), key)}</td>"
             + "".join(f"<td>{_term_value(record.fitness.get(group[0]))}</td>" for group in terms)
             + f'<td class="lineage">{lineage}</td></tr>')
@@ -82,6 +88,10 @@ def _term_note(group: tuple[str, ...]) -> str:
     return f"<br><small>{esc('; '.join(notes))}</small>" if notes else ""
 
 
+def _known(value: float | None) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
 def _term_value(value: float | None) -> str:
     """Three decimals, or whole numbers with thousands separators from 1,000 on (``energy``)."""
     if isinstance(value, float) and math.isfinite(value) and abs(value) >= 1000:
@@ -99,29 +109,38 @@ def _spread(published: float | None, curve: Curve | None, key: str) -> str:
     return f"<b>{num(published, 2)}</b> ± {num(float(tail.std()), 2)}<br><small>n={len(tail)}</small>"
 
 
-def _media(w: PageWriter, record: Morphology) -> tuple[str, str]:
-    """The picture and policy video of one morphology (reused when already rendered)."""
+# The picture's size in the table (the pictures and videos are 4:3).
+THUMB = (200, 150)
+
+
+def _media(w: PageWriter, record: Morphology) -> str:
+    """The picture of one morphology, which plays its policy's video when clicked (the video's poster,
+    loaded only then); the picture alone, with a note, where there is no video (reused when already rendered)."""
     view, steps = w.view, w.options.video_steps
     seed = view.cfg.RNG_SEED if w.options.seed is None else w.options.seed
+    width, height = THUMB
     image_path = w.out / "media" / f"{record.id}.png"
     try:
         if not image_path.exists():
             write_png(render_body(view.run.genomes.read_xml(record.id), view.cfg.world), image_path, w.root)
         w.report.media[f"{record.id}.png"] = str(image_path)
-        image = f'<img src="{w.link(image_path)}" width="240" alt="{esc(record.id)}">'
+        poster: str | None = w.link(image_path)
+        image = f'<img src="{poster}" width="{width}" height="{height}" alt="{esc(record.id)}">'
     except Exception as err:  # noqa: BLE001 - a body that cannot be rendered keeps its row
-        image = w.problem(f"picture of {record.id}", err)
+        poster, image = None, w.problem(f"picture of {record.id}", err)
     if not view.run.checkpoint_path(record.id).exists():
-        return image, '<p class="note">no checkpoint</p>'
+        return image + '<p class="note">no checkpoint</p>'
     try:
         stem = f"{record.id}-s{seed}-{steps}f"
         existing = [p for p in (w.out / "media").glob(f"{stem}.*") if p.suffix in (".mp4", ".gif")]
         path = existing[0] if existing else Path(replay(
             view, record.id, seed=seed, video=w.out / "media" / f"{stem}.mp4", video_steps=steps).video)
         w.report.media[path.name] = str(path)
-        if path.suffix == ".gif":
-            return image, f'<img src="{w.link(path)}" width="240" alt="policy of {esc(record.id)}">'
-        return image, (f'<video src="{w.link(path)}" width="240" height="180" controls loop muted autoplay '
-                       'playsinline></video>')
+        if path.suffix == ".gif" or poster is None:  # a GIF plays as a picture: linked, opened on a click
+            return f'<a href="{w.link(path)}">{image}</a>'
+        # No controls drawn over the picture: a click plays or pauses (controls come with the video's menu).
+        return (f'<video src="{w.link(path)}" poster="{poster}" width="{width}" height="{height}" preload="none" '
+                'loop muted playsinline title="click: play or pause its policy" '
+                'onclick="this.paused ? this.play() : this.pause()"></video>')
     except Exception as err:  # noqa: BLE001
-        return image, w.problem(f"video of {record.id}", err)
+        return image + w.problem(f"video of {record.id}", err)
