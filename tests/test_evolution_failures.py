@@ -356,6 +356,23 @@ def test_a_workers_last_error_line_is_worded_by_its_class(monkeypatch, capsys, e
     assert line.startswith(f"[worker 0-0] error: {words}") and "failure, not the morphology's" not in line
 
 
+@pytest.mark.parametrize("err", [MemoryError("Unable to allocate 462 GiB"),
+                                 RuntimeError("training failed").with_traceback(None)])
+def test_a_workers_memory_error_stops_the_node_and_is_never_retried(monkeypatch, capsys, err):
+    from derl.evolution import worker
+
+    if isinstance(err, RuntimeError):  # a MemoryError under another error counts too
+        err.__cause__ = MemoryError("Unable to allocate 462 GiB")
+
+    def fail(*args):
+        raise err
+
+    monkeypatch.setattr(worker, "_run_worker", fail)
+    assert worker.run_worker(load_config(None, []), 0) == worker.EXIT_FATAL
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[worker 0-0] fatal: ") and "more memory than this node" in lines[0]
+
+
 def test_a_full_disk_names_the_file_it_could_not_write(tmp_path, monkeypatch):
     from derl.fileio.writes import write_json
 

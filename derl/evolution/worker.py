@@ -46,7 +46,8 @@ def run_worker(cfg: Config, worker: int, backend: Backend | None = None) -> int:
     A failure that is not a morphology's (those are recorded per slot) stops the worker with one
     line on stderr (and the traceback of a bug) and ``EXIT_ENVIRONMENT``; nothing else is written,
     so its slot keeps its attempt and its checkpoint. A folder of ``OUT_DIR`` that became a symbolic
-    link or a file (``NotAFolder``) is one a restart would find again: ``EXIT_FATAL`` stops the node.
+    link or a file (``NotAFolder``), or more memory than the node has (a ``MemoryError``: ``classify``
+    calls it the config's), is one a restart would find again: ``EXIT_FATAL`` stops the node.
     """
     try:
         return _run_worker(cfg, worker, backend)
@@ -55,6 +56,10 @@ def run_worker(cfg: Config, worker: int, backend: Backend | None = None) -> int:
         return EXIT_FATAL
     except Exception as err:  # noqa: BLE001 - see the docstring
         cause = classify(err)
+        if cause == "config":  # a restart would ask for the same memory again: the node stops
+            print(f"[worker {cfg.NODE_ID}-{worker}] fatal: {describe(err)} ({WHOSE[cause]})", file=sys.stderr,
+                  flush=True)
+            return EXIT_FATAL
         if cause != "environment":
             traceback.print_exc()
         print(f"[worker {cfg.NODE_ID}-{worker}] error: {describe(err)} ({WHOSE[cause]}; the slot and its "
