@@ -16,7 +16,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 ROOT = Path(__file__).resolve().parents[1]
-# The declared defaults (docs/reference/config.md) as a --cfg file: evo_single_proc.py requires one; tests override keys.
+# The declared defaults (docs/reference/config.md) as a --cfg file: evo_single_proc.py requires one;
+# tests override keys.
 DEFAULT_CFG = ROOT / "tests" / "assets" / "evolution" / "defaults.yml"
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 os.environ.setdefault("MUJOCO_GL", "egl")
