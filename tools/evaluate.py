@@ -6,7 +6,8 @@
 Trains each (morphology, task, seed) cell under OUT_DIR/eval/<task>/<id>-s<seed>/ and writes
 OUT_DIR/eval/summary.json and summary.csv (derl.evaluation). Rerun to resume; run it on several
 nodes with the same arguments to share the cells. Exit codes: 0 done, 1 a cell failed
-repeatedly, 2 bad input, 128 + N stopped by signal N. --nproc R trains each cell with R data-parallel
+repeatedly, 2 bad input, 3 a folder of eval/ is a symbolic link or a file (refused before anything is
+written), 128 + N stopped by signal N. --nproc R trains each cell with R data-parallel
 ranks under torchrun (gloo on the CPU, as tools/train_ddp.sh --nproc R; DEVICE cuda for GPUs).
 With several OUT_DIRs it ends with a line per task comparing the runs (mean return and metric of
 their evaluated cells, best first); --compare FILE also writes that table as JSON.

@@ -26,7 +26,8 @@ from derl.evaluation.cell import PARENT_PID_VARIABLE
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.lease import heartbeat_interval
-from derl.fileio.folders import make_folders
+from derl.evolution.process import EXIT_FATAL
+from derl.fileio.folders import NotAFolder, make_folders
 from derl.lifetime import die_with_parent
 from derl.progress import progress_bar
 
@@ -212,5 +213,16 @@ def _num(value) -> str:
 
 def evaluate(cells: Sequence[Cell], overrides: Sequence[str], workers: int, nproc: int = 1) -> int:
     """Trains every unfinished cell (``nproc`` data-parallel ranks each) and writes each run's
-    ``eval/summary.json``; returns the exit code."""
-    return Evaluation(cells, overrides, workers, nproc).run()
+    ``eval/summary.json``; returns the exit code.
+
+    A folder of ``eval/`` that is a symbolic link or a file (``NotAFolder``) is one line on stderr and
+    ``EXIT_FATAL``, as in the search (a rerun would meet it again): refused before anything is read or
+    written (``EvalDir.check_folders``), or, met while the cells train, after stopping them.
+    """
+    try:
+        for run in dict.fromkeys(cell.run for cell in cells):
+            EvalDir(run, 0.0).check_folders(cell for cell in cells if cell.run == run)
+        return Evaluation(cells, overrides, workers, nproc).run()
+    except NotAFolder as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return EXIT_FATAL

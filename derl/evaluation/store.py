@@ -19,6 +19,7 @@ later claim and stops (``lost``). The training itself continues from the cell's 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -26,6 +27,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,22 @@ class EvalDir:
 
     def cell_dir(self, cell: Cell) -> Path:
         return self.root / cell.task / cell.name
+
+    def check_folders(self, cells: Iterable[Cell]) -> None:
+        """Refuses, before anything is read or written, a folder of ``eval/`` that ``cells`` would use
+        (``claims/``, ``claims/<task>/``, ``<task>/``, ``<task>/<id>-s<seed>/``) that is a symbolic link
+        or a file: what is trained, claimed or read through it would leave the run. Missing ones are
+        fine (made later, never through a link: ``make_folders``).
+
+        Raises:
+            NotAFolder: the first such folder (a restart would find it again: ``EXIT_FATAL``).
+        """
+        folders = {self.root / "claims"}
+        for cell in cells:
+            folders |= {self.root / "claims" / cell.task, self.root / cell.task, self.cell_dir(cell)}
+        for folder in sorted(folders):  # a folder before those below it
+            with contextlib.suppress(FileNotFoundError):
+                os.close(open_folder(folder, self.run.root))
 
     def result(self, cell: Cell) -> dict[str, Any] | None:
         """The final ``TrainResult`` of a finished cell, or None.
