@@ -14,16 +14,14 @@ triangle inequality ``cost >= |sum A - sum B|``, so no same-species pair is miss
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
-from derl.lifetime import pool_process_init
+from derl.lifetime import map_in_processes
 from derl.morphology.config import UnimalCfg
 from derl.morphology.genome import Genome
 from derl.morphology.geometry import rotation_signature
@@ -88,18 +86,20 @@ def _candidate_job(job: tuple[UnimalCfg, np.random.SeedSequence, int]) -> Genome
 
 
 def _build_candidates(unimal: UnimalCfg, seeds: Sequence[np.random.SeedSequence], num_workers: int) -> list[Genome]:
-    def shown(items: Iterable) -> list:  # minutes at DERL's 5,760 candidates: a progress bar
-        return list(progress_bar(len(seeds), "initial population candidates", unit="genome", iterable=items))
-
-    if num_workers <= 1:
-        return shown(_candidate(unimal, s, k) for k, s in enumerate(seeds))
-    context = multiprocessing.get_context("spawn")  # no forked copies of threads or rng state
-    # Pool processes die with this one, also on SIGKILL; leaving the block (an interrupt included)
-    # terminates them at once, where a ProcessPoolExecutor would wait for the chunks they hold.
-    with context.Pool(num_workers, initializer=pool_process_init, initargs=(os.getpid(),)) as pool:
-        chunk = max(1, len(seeds) // (num_workers * 8))
-        jobs = zip([unimal] * len(seeds), seeds, range(len(seeds)), strict=True)
-        return shown(pool.imap(_candidate_job, jobs, chunksize=chunk))  # in order, as they finish
+    # minutes at DERL's 5,760 candidates: a progress bar
+    with progress_bar(len(seeds), "initial population candidates", unit="genome") as bar:
+        if num_workers <= 1:
+            candidates = []
+            for k, s in enumerate(seeds):
+                candidates.append(_candidate(unimal, s, k))
+                bar.update(1)
+            return candidates
+        # Pool processes die with this one, also on SIGKILL; leaving the call (an interrupt included)
+        # kills and reaps them within seconds (``derl.lifetime``: never ``multiprocessing.Pool``, whose
+        # terminate() can hang for good).
+        jobs = [(unimal, s, k) for k, s in enumerate(seeds)]
+        batch = max(1, min(64, len(seeds) // (num_workers * 8)))
+        return map_in_processes(_candidate_job, jobs, num_workers, batch=batch, done=bar.update)
 
 
 def initial_population(
