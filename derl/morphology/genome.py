@@ -11,6 +11,11 @@ second limb hangs from the parent's second limb (its mirror site).
 
 Limb ids are never reused; ``next_limb_id`` is the next free one. Groups are
 stored in growth order, so a parent group always precedes its children.
+
+A genome from outside the process is held to the design space of a config's ``UnimalCfg`` before any
+work (``Genome.from_json``/``from_dict`` with ``unimal``, ``genome_problem``): at most
+``max_genome_bytes`` of JSON, 1 to ``LIMB.MAX_LIMBS`` limbs, every value inside its config range and
+every direction, joint and pair as UNIMAL grows them (``validate``).
 """
 
 from __future__ import annotations
@@ -21,14 +26,32 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
+
+from derl.config import expand_range
+from derl.fileio.reads import MAX_JSON_BYTES, JsonFileError, parse_json
+from derl.morphology.config import UnimalCfg
 
 SCHEMA_VERSION = 1
 HEAD_SITE = "center"
 LIMB_SITES = ("mid", "btm")
 AXES = ("x", "y")
+# The directions UNIMAL grows limbs in (degrees; ``mutations.grow_limb``): theta around z, phi from +z,
+# horizontal or downward.
+THETAS = (0, 45, 90, 135, 180, 225, 270, 315)
+PHIS = (90, 135, 180)
+# The JSON a genome of LIMB.MAX_LIMBS limbs may take: ``to_json`` writes about 300 bytes a limb (a pair
+# with two joints, 600 for both limbs) and 300 for the rest; a file of more is refused unread.
+BYTES_PER_LIMB = 4096
+BYTES_PER_GENOME = 4096
+
+
+def max_genome_bytes(unimal: UnimalCfg) -> int:
+    """The most bytes a genome's JSON may have under ``unimal`` (``LIMB.MAX_LIMBS`` limbs)."""
+    return BYTES_PER_GENOME + BYTES_PER_LIMB * unimal.LIMB.MAX_LIMBS
 
 
 def direction(theta: float, phi: float) -> np.ndarray:
@@ -105,12 +128,17 @@ class Genome:
     def dof(self) -> int:
         return sum(len(g.ids) * len(g.joints) for g in self.groups)
 
+    @cached_property
+    def _groups_by_limb(self) -> dict[int, LimbGroup]:
+        """Every limb id's group, built once: looking limbs up costs no walk of the groups."""
+        return {limb_id: group for group in self.groups for limb_id in group.ids}
+
     def group_of(self, limb_id: int) -> LimbGroup:
         """The group holding ``limb_id`` (first or mirrored limb)."""
-        for group in self.groups:
-            if limb_id in group.ids:
-                return group
-        raise KeyError(f"genome {self.id} has no limb {limb_id}")
+        try:
+            return self._groups_by_limb[limb_id]
+        except KeyError:
+            raise KeyError(f"genome {self.id} has no limb {limb_id}") from None
 
     def body(self) -> tuple:
         """Everything but the identity fields: equal bodies mean identical morphologies."""
@@ -120,33 +148,40 @@ class Genome:
         return json.dumps(dataclasses.asdict(self), indent=2) + "\n"
 
     @staticmethod
-    def from_json(text: str) -> Genome:
-        """Parses and validates a genome written by ``to_json``.
+    def from_json(text: str | bytes, unimal: UnimalCfg | None = None, source: str = "genome") -> Genome:
+        """Parses and validates a genome written by ``to_json`` (held to ``unimal``'s design space if given:
+        ``from_dict``). The text is bounded before it is parsed: ``max_genome_bytes(unimal)``, else the
+        16 MiB of ``derl.fileio.reads.parse_json``.
 
         Raises:
-            GenomeError: not JSON, wrong schema version, missing or malformed field.
+            GenomeError: too large, not JSON, wrong schema version, missing or malformed field, outside the
+                design space (one line; a parse error names ``source``).
         """
         try:
-            data = json.loads(text)
-        except ValueError as err:  # JSONDecodeError, or an integer of more digits than Python converts
-            raise GenomeError(f"genome is not valid JSON: {err}") from None
-        except RecursionError:  # a crafted file nesting thousands of levels
-            raise GenomeError("genome is not valid JSON: nested too deep") from None
-        return Genome.from_dict(data)
+            data = parse_json(text, source, MAX_JSON_BYTES if unimal is None else max_genome_bytes(unimal))
+        except JsonFileError as err:
+            raise GenomeError(json_problem(err, unimal)) from None
+        return Genome.from_dict(data, unimal)
 
     @staticmethod
-    def from_dict(data: Any) -> Genome:
+    def from_dict(data: Any, unimal: UnimalCfg | None = None) -> Genome:
         """Validates a parsed genome (``from_json`` without the parsing: a genome read once is not
-        written back to text to be read again).
+        written back to text to be read again); with ``unimal``, holds it to that design space
+        (``validate``), its limb count first, before any group is read.
 
         Raises:
-            GenomeError: not an object, wrong schema version, missing or malformed field.
+            GenomeError: not an object, wrong schema version, missing or malformed field, outside the
+                design space.
         """
         if not isinstance(data, dict):
             raise GenomeError("genome JSON must be an object")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise GenomeError(f"unsupported genome schema_version {version!r} (expected {SCHEMA_VERSION})")
+        groups_data = data.get("groups")
+        if unimal is not None and isinstance(groups_data, list) and len(groups_data) > unimal.LIMB.MAX_LIMBS:
+            raise GenomeError(f"genome {str(data.get('id'))[:40]}: {len(groups_data)} limb groups, more than "
+                              f"LIMB.MAX_LIMBS ({unimal.LIMB.MAX_LIMBS}) limbs")
         try:
             groups = tuple(_group_from_dict(g) for g in data["groups"])
             genome = Genome(
@@ -163,11 +198,33 @@ class Genome:
             raise GenomeError(f"genome is missing field {err.args[0]!r}") from None
         except (TypeError, AttributeError):
             raise GenomeError("genome has a malformed limb group or joint") from None
-        validate(genome)
+        validate(genome, unimal)
         return genome
 
 
+def genome_problem(data: Any, unimal: UnimalCfg) -> str | None:
+    """Why the parsed JSON ``data`` is not a genome of ``unimal``'s design space (``Genome.from_dict``'s
+    one-line message), or None. Pure; linear in the size of ``data``, refused at once past
+    ``LIMB.MAX_LIMBS`` limb groups."""
+    try:
+        Genome.from_dict(data, unimal)
+    except GenomeError as err:
+        return str(err)
+    return None
+
+
+def json_problem(err: JsonFileError, unimal: UnimalCfg | None) -> str:
+    """The one line of a genome's JSON refused by ``derl.fileio.reads`` (its size limit explained)."""
+    if unimal is not None and "larger than" in err.reason:
+        return (f"{err} (a genome has at most LIMB.MAX_LIMBS = {unimal.LIMB.MAX_LIMBS} limbs, "
+                f"{BYTES_PER_LIMB} bytes each)")
+    return str(err)
+
+
 def _group_from_dict(data: dict[str, Any]) -> LimbGroup:
+    if len(data["ids"]) > 2 or len(data["joints"]) > 2:  # before either is walked
+        raise GenomeError(f"genome limb group with {len(data['ids'])} limb ids and {len(data['joints'])} joints: "
+                          "a group holds one or two limbs with one or two joints")
     joints = tuple(
         Joint(
             axis=_typed(j["axis"], str, "joint axis"),
@@ -210,12 +267,18 @@ def _pair(value: Sequence[Any]) -> tuple[float, float]:
     return (_number(value[0], "joint range"), _number(value[1], "joint range"))
 
 
-def validate(genome: Genome) -> None:
-    """Checks the structural rules of the schema.
+def validate(genome: Genome, unimal: UnimalCfg | None = None) -> None:
+    """Checks the structural rules of the schema: a tree (every parent the first limb of an earlier
+    group, so no cycle and the head the one root), pairs mirrored as UNIMAL grows them, values
+    finite and within physical bounds; with ``unimal``, the design space too (``_check_design_space``).
+    Linear in the limbs.
 
     Raises:
         GenomeError: naming the first broken rule.
     """
+    if unimal is not None and not 1 <= genome.num_limbs <= unimal.LIMB.MAX_LIMBS:
+        raise GenomeError(f"genome {genome.id}: {genome.num_limbs} limbs, outside 1..LIMB.MAX_LIMBS "
+                          f"({unimal.LIMB.MAX_LIMBS})")
     _check_values(genome)
     plane_parents: set[int | None] = {None}
     pair_parents: set[int] = set()
@@ -244,6 +307,8 @@ def validate(genome: Genome) -> None:
             raise GenomeError(f"{name}: needs one or two joints with axes among {AXES}")
         seen.update(group.ids)
         (pair_parents if group.is_pair else plane_parents).add(group.ids[0])
+    if unimal is not None:
+        _check_design_space(genome, unimal)
 
 
 # A genome id names files (``<id>.json``, ``<id>.xml``): letters, digits, ``.``, ``_`` and ``-``, not
@@ -266,6 +331,7 @@ SIZE_BOUNDS = (1e-3, 10.0)  # m: head and limb radii, limb lengths
 DENSITY_BOUNDS = (1.0, 1e5)  # kg/m^3
 GEAR_BOUNDS = (1e-3, 1e4)
 ANGLE_BOUNDS = (-360.0, 360.0)  # degrees: directions and joint ranges
+MAX_LIMB_ID = 2**31 - 1  # ids are never reused, so next_limb_id grows along a lineage, 2 at most a mutation
 
 
 def _check_values(genome: Genome) -> None:
@@ -273,6 +339,9 @@ def _check_values(genome: Genome) -> None:
     check_id(genome.id)
     if genome.parent_id is not None:
         check_id(genome.parent_id, "parent_id")
+    if not 0 < genome.next_limb_id <= MAX_LIMB_ID or any(i < 0 for group in genome.groups for i in group.ids):
+        raise GenomeError(f"genome {genome.id}: limb ids must lie in 0..next_limb_id - 1 and next_limb_id in "
+                          f"1..{MAX_LIMB_ID}, got next_limb_id {genome.next_limb_id}")
     bounded = [("head_radius", genome.head_radius, SIZE_BOUNDS), ("head_density", genome.head_density, DENSITY_BOUNDS),
                ("limb_density", genome.limb_density, DENSITY_BOUNDS)]
     for group in genome.groups:
@@ -282,8 +351,71 @@ def _check_values(genome: Genome) -> None:
         for joint in group.joints:
             bounded.append((f"{name} joint gear", joint.gear, GEAR_BOUNDS))
             bounded += [(f"{name} joint range", value, ANGLE_BOUNDS) for value in joint.range]
-            if joint.range[0] > joint.range[1]:
-                raise GenomeError(f"genome {genome.id}: {name} joint range {list(joint.range)} is reversed")
     for name, value, (low, high) in bounded:
         if not (math.isfinite(value) and low <= value <= high):
             raise GenomeError(f"genome {genome.id}: {name} must be a number in [{low:g}, {high:g}], got {value!r}")
+    for group in genome.groups:
+        for joint in group.joints:
+            if joint.range[0] > joint.range[1]:
+                raise GenomeError(f"genome {genome.id}: limb group {list(group.ids)} joint range "
+                                  f"{list(joint.range)} is reversed")
+
+
+def _in_span(value: float, values: Sequence[float]) -> bool:
+    """``value`` within ``[min(values), max(values)]``, give or take a float's rounding."""
+    low, high = min(values), max(values)
+    slack = 1e-9 * max(1.0, abs(low), abs(high))
+    return math.isfinite(value) and low - slack <= value <= high + slack
+
+
+def _check_design_space(genome: Genome, unimal: UnimalCfg) -> None:
+    """What a genome of ``unimal`` may hold, as its mutations and initial population draw it (the limb
+    count, 1 to ``LIMB.MAX_LIMBS`` and so at most that deep, is ``validate``'s first check): head radius
+    and density, limb density, radii, lengths and gears within their config spans; directions among
+    ``THETAS`` x ``PHIS``; a pair on a plane site with theta below 180 (its first limb on +y); no limb
+    on a ``mid`` site continuing its parent's direction; joint ranges among ``BODY.JOINT_ANGLE_LIST``,
+    axis sets among ``BODY.JOINT_AXIS``.
+    """
+    spans = {
+        "head_radius": ("TORSO.HEAD_RADIUS_RANGE", unimal.TORSO.HEAD_RADIUS_RANGE),
+        "head_density": ("TORSO.DENSITY_RANGE", unimal.TORSO.DENSITY_RANGE),
+        "limb_density": ("LIMB.DENSITY_RANGE", unimal.LIMB.DENSITY_RANGE),
+        "radius": ("LIMB.RADIUS_RANGE", unimal.LIMB.RADIUS_RANGE),
+        "length": ("LIMB.HEIGHT_RANGE", unimal.LIMB.HEIGHT_RANGE),
+        "gear": ("BODY.MOTOR_GEAR_RANGE", unimal.BODY.MOTOR_GEAR_RANGE),
+    }
+    allowed = {name: expand_range(values, key) for name, (key, values) in spans.items()}
+
+    def check(name: str, field: str, value: float) -> None:
+        if not _in_span(value, allowed[field]):
+            raise GenomeError(f"genome {genome.id}: {name} {value!r} is outside {spans[field][0]} "
+                              f"[{min(allowed[field]):g}, {max(allowed[field]):g}]")
+
+    for field in ("head_radius", "head_density", "limb_density"):
+        check(field, field, getattr(genome, field))
+    ranges = {tuple(pair) for pair in unimal.BODY.JOINT_ANGLE_LIST}
+    by_limb: dict[int, LimbGroup] = {}
+    for group in genome.groups:
+        name = f"limb group {list(group.ids)}"
+        check(f"{name} radius", "radius", group.radius)
+        check(f"{name} length", "length", group.length)
+        if group.theta not in THETAS or group.phi not in PHIS:
+            raise GenomeError(f"genome {genome.id}: {name} direction (theta {group.theta!r}, phi {group.phi!r}) "
+                              f"is not one UNIMAL grows (theta in {THETAS}, phi in {PHIS})")
+        parent = by_limb.get(group.parent) if group.parent is not None else None
+        if group.is_pair and (parent is None or not parent.is_pair) and not group.theta < 180:
+            raise GenomeError(f"genome {genome.id}: {name}: a pair on a plane site has theta below 180 "
+                              f"(its first limb on +y), got {group.theta!r}")
+        if (parent is not None and group.site == "mid"
+                and np.array_equal(direction(group.theta, group.phi), direction(parent.theta, parent.phi))):
+            raise GenomeError(f"genome {genome.id}: {name} continues its parent's direction from its mid site")
+        axes = "".join(joint.axis for joint in group.joints)
+        if axes not in unimal.BODY.JOINT_AXIS:
+            raise GenomeError(f"genome {genome.id}: {name} joint axes {axes!r} are not one of BODY.JOINT_AXIS "
+                              f"{list(unimal.BODY.JOINT_AXIS)}")
+        for joint in group.joints:
+            check(f"{name} joint gear", "gear", joint.gear)
+            if tuple(joint.range) not in ranges:
+                raise GenomeError(f"genome {genome.id}: {name} joint range {list(joint.range)} is not one of "
+                                  "BODY.JOINT_ANGLE_LIST")
+        by_limb.update((limb_id, group) for limb_id in group.ids)

@@ -16,11 +16,19 @@ import numpy as np
 
 from derl.config import expand_range
 from derl.morphology.config import UnimalCfg
-from derl.morphology.genome import HEAD_SITE, LIMB_SITES, Genome, Joint, LimbGroup, direction, on_plane
+from derl.morphology.genome import (  # THETAS, PHIS: the grown directions (the design space's)
+    HEAD_SITE,
+    LIMB_SITES,
+    PHIS,
+    THETAS,
+    Genome,
+    Joint,
+    LimbGroup,
+    direction,
+    on_plane,
+)
 from derl.morphology.mjcf import contact_pairs, unexcluded_xml
 
-THETAS = (0, 45, 90, 135, 180, 225, 270, 315)
-PHIS = (90, 135, 180)  # from +z: horizontal or downward
 GROW_ATTEMPTS = 50
 MUTATION_REDRAWS = 100
 INIT_STEPS = 10_000
