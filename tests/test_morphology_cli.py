@@ -59,7 +59,7 @@ def test_mutate_writes_one_child_and_stats_counts(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["xml", "missing.json"], "error: genome file not found: missing.json"),
-    (["xml", "{bad}"], "is not valid JSON"),
+    (["xml", "{bad}"], "{bad}: not valid JSON"),
     (["sample", "--num", "0", "--seed", "1", "--out", "x"], "need --num >= 1"),
     (["stats", "nowhere"], "error: not a folder: nowhere"),
     (["stats", ".", "NUM_LIMB", "3"], "error: unknown config key 'NUM_LIMB'"),

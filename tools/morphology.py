@@ -59,9 +59,9 @@ def main(argv: list[str]) -> None:
         elif args.command == "mutate":
             print(morphology.mutate_file(cfg.unimal, args.genome, args.seed, args.out))
         elif args.command == "image":
-            print(morphology.image(cfg.world, args.genome, args.out, tuple(args.size)))
+            print(morphology.image(cfg.world, cfg.unimal, args.genome, args.out, tuple(args.size)))
         else:
-            print(json.dumps(morphology.stats(args.dir), indent=2))
+            print(json.dumps(morphology.stats(cfg.unimal, args.dir), indent=2))
     except (ValueError, OSError) as err:  # morphology.InputError, unwritable --out
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -16,13 +16,16 @@ from derl.morphology.mjcf import to_mjcf
 from derl.morphology.mutations import mutate
 from derl.morphology.population import species_labels
 
+# Every genome file is read with ``load_genome(path, unimal)``: held to the config's design space (LIMB.MAX_LIMBS
+# limbs, its ranges) before anything is built from it.
+
 
 def genome_xml(unimal: UnimalCfg, path: Path) -> str:
     """The MJCF of the genome at ``path``."""
-    return to_mjcf(load_genome(path), unimal)
+    return to_mjcf(load_genome(path, unimal), unimal)
 
 
-def image(world: WorldCfg, path: Path, out: Path, size: tuple[int, int] = (480, 360)) -> Path:
+def image(world: WorldCfg, unimal: UnimalCfg, path: Path, out: Path, size: tuple[int, int] = (480, 360)) -> Path:
     """Writes a PNG picture of the genome at ``path`` (rendered headless in ``world``; see derl.envs.media).
 
     The MJCF is built with ``world``'s ``XML`` and ``BODY``, the same sections as ``Config.unimal``'s.
@@ -30,24 +33,25 @@ def image(world: WorldCfg, path: Path, out: Path, size: tuple[int, int] = (480, 
     if out.suffix.lower() != ".png" or not 16 <= min(size) <= max(size) <= MAX_IMAGE_SIDE:
         raise InputError(f"--out must be a .png file and --size within 16 .. {MAX_IMAGE_SIDE} pixels a side "
                          f"(got {out}, {size})")
+    genome = load_genome(path, unimal)
     out.parent.mkdir(parents=True, exist_ok=True)
-    return write_png(render_body(to_mjcf(load_genome(path), world), world, size), out)
+    return write_png(render_body(to_mjcf(genome, world), world, size), out)
 
 
 def mutate_file(unimal: UnimalCfg, path: Path, seed: int, out: Path) -> Path:
     """Writes one child of the genome at ``path``, with id ``<parent id>-c<seed>``."""
     if seed < 0:
         raise InputError(f"--seed must be >= 0, got {seed}")
-    parent = load_genome(path)
+    parent = load_genome(path, unimal)
     child = mutate(parent, unimal, np.random.default_rng(seed), f"{parent.id}-c{seed}")
     return write_genome(out, child, unimal)
 
 
-def stats(folder: Path) -> dict:
+def stats(unimal: UnimalCfg, folder: Path) -> dict:
     """Counts over ``folder/*.json``: limb and DoF histograms, unique genomes and species."""
     if not folder.is_dir():
         raise InputError(f"not a folder: {folder}")
-    genomes = [load_genome(p) for p in sorted(folder.glob("*.json"))]
+    genomes = [load_genome(p, unimal) for p in sorted(folder.glob("*.json"))]
     labels = species_labels([rotation_signature(g) for g in genomes])
     return {
         "genomes": len(genomes),

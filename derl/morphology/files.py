@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
+from derl.fileio.reads import MAX_JSON_BYTES, JsonFileError, read_json
 from derl.fileio.writes import atomic_write_text
 from derl.morphology.config import UnimalCfg
-from derl.morphology.genome import Genome, GenomeError
+from derl.morphology.genome import Genome, GenomeError, json_problem, max_genome_bytes
 from derl.morphology.mjcf import to_mjcf
 from derl.morphology.mutations import mutate, random_genome
 
@@ -18,12 +19,28 @@ class InputError(ValueError):
     """A bad argument or input file (one-line message for the user)."""
 
 
-def load_genome(path: Path) -> Genome:
-    if not path.is_file():
-        raise InputError(f"genome file not found: {path}")
+def load_genome(path: Path, unimal: UnimalCfg | None = None) -> Genome:
+    """The genome file ``path``, held to ``unimal``'s design space (``Genome.from_dict``) if given.
+
+    Read as every file from outside (``derl.fileio.reads.read_json``): a regular file only, never through
+    a symbolic link nor blocking on a FIFO, refused unparsed past ``max_genome_bytes(unimal)`` (16 MiB
+    without ``unimal``).
+
+    Raises:
+        InputError: missing, not a regular file, too large, not a genome, or outside the design space
+            (one line naming ``path``).
+    """
     try:
-        return Genome.from_json(path.read_text())
-    except (GenomeError, UnicodeDecodeError) as err:
+        data = read_json(path, MAX_JSON_BYTES if unimal is None else max_genome_bytes(unimal))
+    except FileNotFoundError:
+        raise InputError(f"genome file not found: {path}") from None
+    except JsonFileError as err:
+        raise InputError(json_problem(err, unimal)) from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read ({err.strerror or err})") from None
+    try:
+        return Genome.from_dict(data, unimal)
+    except GenomeError as err:
         raise InputError(f"{path}: {err}") from None
 
 
