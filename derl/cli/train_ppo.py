@@ -23,48 +23,61 @@ if TYPE_CHECKING:
 
 def main(args: argparse.Namespace) -> int:
     """Runs the command ``args`` of ``tools/train_ppo.py`` describe; returns its exit code."""
-    # Imported here, not at the top: the tool's --help and usage errors answer at once.
+    # Imported here, not at the top: the tool's --help and usage errors answer at once; the learner's (torch)
+    # once the genome is read, so that a genome outside the design space is refused in half a second.
     from derl.checked_config import load_config_or_exit
     from derl.config import RETIRED_KEYS
-    from derl.ppo.distributed import RankInfo
-    from derl.ppo.trainer import max_iterations
+    from derl.morphology.files import load_genome
     from derl.threads import limit_threads
-    from derl.training.run import (
-        CHECKPOINT_FILE,
-        FINAL_METRICS_FILE,
-        RUN_FILE,
-        SignalStop,
-        evaluate,
-        finished_result,
-        genome_to_xml,
-        removed_on_failure,
-        saved_source,
-        train_to_folder,
-    )
 
     cfg_file, retired = args.cfg, frozenset()
     if args.eval is not None and not args.eval.is_file():
         return _error(f"checkpoint not found: {args.eval}")
     source_given = bool(args.xml or args.genome or args.env_id)
-    if args.resume and not source_given and not (args.out and (args.out / RUN_FILE).is_file()):
-        where = args.out or "OUT_DIR"
-        return _error(f"--resume: no training in {where} (no {RUN_FILE}); give --out DIR of a training, "
-                      "or --xml, --genome or --env-id to start one")
+    if args.resume and not source_given:
+        from derl.training.run import RUN_FILE
+
+        if not (args.out and (args.out / RUN_FILE).is_file()):
+            where = args.out or "OUT_DIR"
+            return _error(f"--resume: no training in {where} (no {RUN_FILE}); give --out DIR of a training, "
+                          "or --xml, --genome or --env-id to start one")
     # Replay in the world the policy was trained in; resume the run as it was started.
     saved = args.eval.parent if args.eval is not None else args.out if args.resume else None
     if cfg_file is None and saved is not None and os.path.lexists(saved / "config.yaml"):
         cfg_file, retired = [saved / "config.yaml"], RETIRED_KEYS  # derl wrote it, perhaps an older one
     cfg = load_config_or_exit(cfg_file, args.overrides, this_node=args.eval is None, retired=retired,
                               read_back=bool(retired))  # read back: never through a link or from a FIFO
+    try:  # held to the config's design space before anything is built or written (derl.morphology.genome)
+        genome = None if args.genome is None else load_genome(args.genome, cfg.unimal)
+    except ValueError as err:  # InputError
+        return _error(str(err))
+
+    from derl.ppo.distributed import RankInfo
+    from derl.ppo.trainer import max_iterations
+    from derl.training.run import (
+        CHECKPOINT_FILE,
+        FINAL_METRICS_FILE,
+        RUN_FILE,
+        Interrupted,
+        SignalStop,
+        evaluate,
+        finished_result,
+        interrupted_by_signals,
+        removed_on_failure,
+        saved_source,
+        train_to_folder,
+        write_xml,
+    )
+
     limit_threads(cfg.TORCH_THREADS)
     out = args.out or Path(cfg.OUT_DIR)
     info = RankInfo.from_environ()
     try:
         if args.eval is not None:
             source = None
-            if args.xml or args.genome:
+            if args.xml or genome is not None:
                 out.mkdir(parents=True, exist_ok=True)
-                source = {"xml": str(args.xml or genome_to_xml(cfg.unimal, args.genome, out))}
+                source = {"xml": str(args.xml or write_xml(cfg.unimal, genome, out))}
             elif args.env_id:
                 source = {"env_id": args.env_id}
             print(json.dumps(evaluate(cfg.world, cfg.DEVICE, args.eval, source, args.episodes, cfg.RNG_SEED), indent=2))
@@ -78,22 +91,24 @@ def main(args: argparse.Namespace) -> int:
                       "to train further", file=sys.stderr)
                 _print_result(out, done)
             return 0
-        with removed_on_failure(out) if info.is_main else nullcontext(), SignalStop() as stop:
-            out.mkdir(parents=True, exist_ok=True)
-            if args.env_id:
-                source = {"env_id": args.env_id}
-            elif not (args.xml or args.genome):
-                source = saved_source(out)  # --resume alone: the run recorded in --out
-            else:
-                source = {"xml": str((args.xml or genome_to_xml(cfg.unimal, args.genome, out)).resolve())}
-            result = train_to_folder(cfg, source, out, resume=args.resume, progress=not args.quiet,
-                                     callbacks=[stop])
+        with removed_on_failure(out) if info.is_main else nullcontext():
+            with interrupted_by_signals():  # building the body: a signal stops it at once
+                out.mkdir(parents=True, exist_ok=True)
+                if args.env_id:
+                    source = {"env_id": args.env_id}
+                elif not (args.xml or args.genome):
+                    source = saved_source(out)  # --resume alone: the run recorded in --out
+                else:
+                    source = {"xml": str((args.xml or write_xml(cfg.unimal, genome, out)).resolve())}
+            with SignalStop() as stop:
+                result = train_to_folder(cfg, source, out, resume=args.resume, progress=not args.quiet,
+                                         callbacks=[stop])
     except (ValueError, OSError) as err:  # CheckpointError, GenomeError, missing or unwritable files
         return _error(str(err))
-    except KeyboardInterrupt:  # Ctrl-C while starting, or a second one
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM while starting, or a second one while training
         print("interrupted; nothing finished. Rerun with --out DIR --resume to continue from the last "
               "checkpoint, if any", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return 128 + err.signum if isinstance(err, Interrupted) else EXIT_INTERRUPTED
     if not result.completed:
         if info.is_main:
             print(f"stopped by signal {stop.signum} at iteration {result.iterations}; checkpoint "

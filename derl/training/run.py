@@ -33,7 +33,7 @@ from derl.envs.sim_warnings import counted_warnings
 from derl.fileio.folders import confine_writes
 from derl.fileio.reads import read_json
 from derl.fileio.writes import atomic_write_text, write_json
-from derl.morphology import Genome, GenomeError, to_mjcf
+from derl.morphology import Genome, to_mjcf
 from derl.morphology.config import UnimalCfg
 from derl.ppo.callbacks import Callback, StopWhen, TensorBoard
 from derl.ppo.device import learner_device
@@ -53,14 +53,11 @@ RUN_FILE = "run.json"
 TENSORBOARD_DIR = "tensorboard"
 
 
-def genome_to_xml(unimal: UnimalCfg, genome_path: Path, out_dir: Path) -> Path:
-    """Writes the MJCF (``unimal``'s options) of a genome JSON file to ``out_dir/<id>.xml``; returns its path."""
-    if not genome_path.is_file():
-        raise FileNotFoundError(f"genome file not found: {genome_path}")
-    try:
-        genome = Genome.from_json(genome_path.read_text())
-    except GenomeError as err:
-        raise ValueError(f"{genome_path}: {err}") from None
+def write_xml(unimal: UnimalCfg, genome: Genome, out_dir: Path) -> Path:
+    """Writes the MJCF (``unimal``'s options) of ``genome`` to ``out_dir/<id>.xml``; returns its path.
+
+    ``genome`` was read by ``derl.morphology.files.load_genome(path, unimal)``: never through a link, bounded and
+    held to ``unimal``'s design space before anything is built (``tools/train_ppo.py --genome``)."""
     xml_path = out_dir / f"{genome.id}.xml"
     atomic_write_text(xml_path, to_mjcf(genome, unimal))
     return xml_path
@@ -94,6 +91,30 @@ class ProgressBar(Callback):
 
     def close(self) -> None:
         self.bar.close()
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM while a command prepares (``interrupted_by_signals``); exit code 128 + ``signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def interrupted_by_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise ``Interrupted`` at once while the body runs: before the training starts
+    (reading and building the body) there is no checkpoint to save, so a signal stops the command there
+    and then, never after the build."""
+    def interrupt(signum: int, frame) -> None:
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class SignalStop(StopWhen):
