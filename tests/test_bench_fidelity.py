@@ -62,8 +62,8 @@ def test_help_exits_0_and_bad_input_is_one_line_exit_2(tmp_path, capsys):
     command = [sys.executable, "tools/bench.py", "fidelity", "--work", str(tmp_path / "w")]
     assert subprocess.run([*command, "--help"], cwd=ROOT, capture_output=True).returncode == 0
     done = subprocess.run([*command, "--seeds", "1"], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 2 and done.stderr == "error: need --seeds >= 2, --scale > 0, --jobs >= 1 and " \
-                                                  "--gpu-jobs >= 1\n", done.stderr
+    assert done.returncode == 2 and done.stderr == "error: need --seeds >= 2, --scale in (0, 1000], --jobs >= 1 " \
+                                                  "and --gpu-jobs >= 1\n", done.stderr
     bench = runpy.run_path(str(ROOT / "tools" / "bench.py"))
     for args, message in ((["--cpu", "--genomes", str(tmp_path)], "need at least 4 genome JSON files"),
                           (["--candidate", "nowhere.yml"], "preset file not found: nowhere.yml"),
@@ -72,6 +72,36 @@ def test_help_exits_0_and_bad_input_is_one_line_exit_2(tmp_path, capsys):
         assert bench["main"](command[2:] + args) == 2
         captured = capsys.readouterr()
         assert captured.err.count("\n") == 1 and message in captured.err, captured.err
+
+
+@pytest.mark.parametrize("scale", ["nan", "inf", "-1", "0", "1e300"])
+def test_a_scale_that_is_not_a_finite_positive_factor_is_refused_before_anything_is_written(scale, tmp_path, capsys):
+    """--scale nan was a 19-line traceback after the sampled bodies were written to --work."""
+    bench = runpy.run_path(str(ROOT / "tools" / "bench.py"))
+    work = tmp_path / "w"
+    assert bench["main"](["fidelity", "--cpu", "--scale", scale, "--work", str(work)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "error: need --seeds >= 2, --scale in (0, 1000], --jobs >= 1 and --gpu-jobs >= 1\n"
+    assert not work.exists()
+
+
+def test_a_genome_outside_the_design_space_is_refused_before_any_training(tmp_path, capsys):
+    from derl.checked_config import load_config
+    from derl.morphology import random_genome
+
+    bodies, work = tmp_path / "bodies", tmp_path / "w"
+    bodies.mkdir()
+    unimal = load_config().unimal
+    for seed in range(4):
+        (bodies / f"g{seed}.json").write_text(random_genome(unimal, np.random.default_rng(seed), f"g{seed}").to_json())
+    data = json.loads((bodies / "g3.json").read_text())
+    data["groups"][0]["length"] = 2.0  # 0.2-0.4 in DERL's space
+    (bodies / "g3.json").write_text(json.dumps(data))
+    bench = runpy.run_path(str(ROOT / "tools" / "bench.py"))
+    assert bench["main"](["fidelity", "--cpu", "--genomes", str(bodies), "--work", str(work)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "g3.json: genome g3: limb group" in err and "LIMB.HEIGHT_RANGE" in err, err
+    assert not work.exists()
 
 
 @pytest.mark.slow

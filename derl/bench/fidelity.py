@@ -48,11 +48,12 @@ from derl.bench.children import run_command
 from derl.checked_config import Config, ConfigError, load_config
 from derl.fileio.reads import read_json
 from derl.fileio.writes import atomic_write_text
-from derl.morphology import Genome, GenomeError
-from derl.morphology.files import sample
+from derl.morphology.files import InputError, load_genome, sample
 from derl.paths import REPO_ROOT
 
 ON_CPU = {"SIM.BACKEND": "mujoco", "DEVICE": "cpu"}
+# --scale: at most 1,000 times a preset's budget (DERL's 5M env steps: 5e9 a training).
+MAX_SCALE = 1000.0
 # Every training: one core, no TensorBoard; the checkpoint every 100 iterations lets a stopped study resume.
 EVERY_RUN = {"TORCH_THREADS": 1, "TENSORBOARD.ENABLED": "false"}
 
@@ -72,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate", action="append", metavar="FILE[:KEY=VALUE,...]",
                         help="a candidate preset (repeat for several; default configs/evo/ft_gpu.yml)")
     parser.add_argument("--seeds", type=int, default=2, help="RNG_SEEDs 1..N of the reference (at least 2)")
-    parser.add_argument("--scale", type=float, default=1.0, help="factor on every PPO.MAX_STATE_ACTION_PAIRS")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="factor on every PPO.MAX_STATE_ACTION_PAIRS, in (0, 1000]")
     parser.add_argument("--cpu", action="store_true", help="candidates on SIM.BACKEND mujoco, DEVICE cpu")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="CPU trainings at once")
     parser.add_argument("--gpu-jobs", type=int, default=1, help="CUDA trainings at once")
@@ -115,12 +117,13 @@ def parse_preset(spec: str, extra: dict[str, str], common: list[str]) -> Preset:
     return Preset(label, path, overrides, cfg)
 
 
-def _limbs(path: Path) -> int:
+def _limbs(path: Path, presets: list[Preset]) -> int:
+    """The limb count of the genome file ``path``, held to every preset's design space (``load_genome``)."""
     try:
-        genome = Genome.from_json(path.read_text())
-    except (GenomeError, UnicodeDecodeError, OSError) as err:
-        raise SystemExit(f"error: {path}: not a genome file ({err})") from None
-    return sum(len(group.ids) for group in genome.groups)
+        genomes = [load_genome(path, preset.cfg.unimal) for preset in presets]
+    except InputError as err:
+        raise SystemExit(f"error: not a genome file: {err}") from None
+    return genomes[0].num_limbs
 
 
 def _slug(text: str) -> str:
@@ -197,8 +200,8 @@ def scatter(reference: dict[str, list[float]], candidates: dict[str, dict[str, f
 
 
 def run(args: argparse.Namespace) -> dict:
-    if args.seeds < 2 or args.scale <= 0 or args.jobs < 1 or args.gpu_jobs < 1:
-        raise SystemExit("error: need --seeds >= 2, --scale > 0, --jobs >= 1 and --gpu-jobs >= 1")
+    if args.seeds < 2 or not 0 < args.scale <= MAX_SCALE or args.jobs < 1 or args.gpu_jobs < 1:  # NaN fails too
+        raise SystemExit(f"error: need --seeds >= 2, --scale in (0, {MAX_SCALE:g}], --jobs >= 1 and --gpu-jobs >= 1")
     common = list(args.overrides)
     work = args.work.resolve()  # the trainings run from the repository's root
     reference = parse_preset(str(args.reference), {}, common)
@@ -219,6 +222,7 @@ def run(args: argparse.Namespace) -> dict:
         if args.sample < 4 or not args.mutations or min(args.mutations) < 0 or args.seed < 0:
             raise SystemExit("error: need --sample >= 4, --mutations of whole numbers >= 0 and --seed >= 0")
         genomes = sample(reference.cfg.unimal, args.sample, args.seed, work / "bodies", args.mutations)
+    limbs = {g.stem: _limbs(g, [reference, *candidates]) for g in genomes}  # every file refused before any training
     ids = [g.stem for g in genomes]
 
     jobs = [Training(reference, g, seed, _budget(reference, args.scale), work, False)
@@ -236,7 +240,7 @@ def run(args: argparse.Namespace) -> dict:
     size = reference.cfg.EVO.NUM_PARTICIPANTS
     report: dict = {
         "bodies": ids,
-        "limbs": {g.stem: _limbs(g) for g in genomes},
+        "limbs": limbs,
         "criterion": criterion,
         "scale": args.scale,
         "tournament_size": size,
