@@ -153,3 +153,24 @@ def test_a_preparing_beat_silent_for_three_intervals_is_a_stopped_coordinator(tm
         assert f"  node 0: stopped preparing (drawing the initial population; last heartbeat {age} s ago, it beats " \
                "every 30 s)" in text, text
         assert "state: no worker has started yet and no node is preparing the run" in text, text
+
+
+def test_a_genome_that_is_not_the_body_trained_is_refused(tmp_path, capsys):
+    """Before: a valid genome written over ``genomes/<id>.json`` of a claimed, unpublished slot was published
+    with that id while ``xml/<id>.xml`` stayed the body trained (its children then all failed)."""
+    run = RunDir(tmp_path, quarantine=True, search_space_size=12)
+    run.create()
+    genome = {"schema_version": 1, "id": "000004", "parent_id": None, "size": 3}
+    run.genomes.write_genome("000004", json.dumps(genome, indent=2), "<mujoco/>\n")
+    run.checkpoint_path("000004").write_text("trained on the body of xml/000004.xml\n")
+    assert run.genomes.read_genome("000004") == genome  # as written, whatever its whitespace
+    reader = RunDir(tmp_path, skip=True, search_space_size=12)
+    run.genomes.genome_path("000004").write_text(json.dumps({**genome, "size": 20000}))
+    assert reader.genomes.has_genome("000004") is False and run.genomes.genome_path("000004").exists()
+    assert not run.genomes.has_genome("000004")  # quarantined: the body is made anew, from scratch
+    assert "is not the body trained" in capsys.readouterr().err
+    run.genomes.write_genome("000004", json.dumps(genome), "<mujoco/>\n")
+    assert run.genomes.read_genome("000004") == genome
+    assert sorted(p.name for p in (tmp_path / "quarantine").iterdir()) == ["genomes-000004.json", "models-000004.pt"]
+    run.genomes.xml_path("000004").write_text("<mujoco/>\n")  # an older derl's MJCF, without the mark
+    assert run.genomes.read_genome("000004") == genome

@@ -107,6 +107,8 @@ class RunView:
             self.unreadable.pop(str(self.run.publications.metadata_path(morphology_id)), None)
             self._metadata[morphology_id] = metadata
             self._genomes[morphology_id] = self._read_genome(morphology_id)
+        # A name out of the search's range (``RunDir.name_problem``) is never read: named as unreadable.
+        self.unreadable.update({str(path): reason for path, reason in self.run.refused_names.items()})
         ordered = publication_order(list(self._metadata.values()))
         self.records = [to_record(m, self._genomes[m["id"]], k) for k, m in enumerate(ordered)]
         self.by_id = {record.id: record for record in self.records}

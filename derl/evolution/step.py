@@ -51,19 +51,31 @@ class Step:
         """
         evo = self.evo
         child_id = slot_id(slot, attempt)
-        if not self.run.genomes.has_genome(child_id):
-            rng = slot_rng(self.rng_seed, slot, attempt)
-            if slot < num_initial_slots(evo):  # a replacement of a failed initial morphology
-                child = self.backend.random_genome(self.unimal, rng, child_id)
-            else:
-                parent = self._tournament(rng)
-                child = self.backend.mutate(self.unimal, parent, rng, child_id)
-            self.run.genomes.write_genome(child_id, child.genome_json, child.mjcf)
         seed = ppo_seed(self.rng_seed, slot, attempt)
-        outcome = self._train(child_id, seed)
+        genome = None
+        while genome is None:  # a genome written over while its body trained is quarantined: made anew
+            if not self.run.genomes.has_genome(child_id):
+                rng = slot_rng(self.rng_seed, slot, attempt)
+                if slot < num_initial_slots(evo):  # a replacement of a failed initial morphology
+                    child = self.backend.random_genome(self.unimal, rng, child_id)
+                else:
+                    parent = self._tournament(rng)
+                    child = self.backend.mutate(self.unimal, parent, rng, child_id)
+                self.run.genomes.write_genome(child_id, child.genome_json, child.mjcf)
+            outcome = self._train(child_id, seed)
+            genome = self._trained_genome(child_id)
         if slot >= evo.SEARCH_SPACE_SIZE - evo.VIDEOS_LAST_N:
             self._record_video(child_id, seed)
-        self._publish(child_id, slot, attempt, seed, outcome)
+        self._publish(child_id, slot, attempt, seed, outcome, genome)
+
+    def _trained_genome(self, morphology_id: str) -> dict[str, Any] | None:
+        """The genome of the body just trained, or None if it was quarantined (it no longer matches
+        ``xml/<id>.xml``, or fails its schema: ``GenomeStore.read_genome``)."""
+        try:
+            return self.run.genomes.read_genome(morphology_id)
+        except FileNotFoundError:
+            self.log(f"the genome of {morphology_id} is no longer the body trained (see quarantine/); made anew")
+            return None
 
     def _tournament(self, rng: np.random.Generator) -> dict[str, Any]:
         """The genome of the parent that ``EVO.TOURNAMENT_TYPE`` chooses among the published morphologies
@@ -101,14 +113,14 @@ class Step:
         except Exception as err:  # noqa: BLE001 - see the docstring
             self.log(f"no video for {morphology_id}: {type(err).__name__}: {err}".splitlines()[0])
 
-    def _publish(self, morphology_id: str, slot: int, attempt: int, seed: int, outcome: TrainOutcome) -> None:
+    def _publish(self, morphology_id: str, slot: int, attempt: int, seed: int, outcome: TrainOutcome,
+                 genome: dict[str, Any]) -> None:
         """Takes a publication number and writes ``metadata/<id>.json``, unless the slot is no longer ours."""
         # Dying between the number and the metadata leaves the number unused (a gap): the
         # resumed worker finds the finished checkpoint and takes a new number.
         if not self.stop.still_ours():
             raise SlotLost
         publication = self.run.publications.take_publication_number(morphology_id, self.node, self.worker)
-        genome = self.run.genomes.read_genome(morphology_id)
         self.results.refresh()
         device = self.training.trainer.DEVICE  # the coordinator gives each worker a concrete device
         record = PublishedRecord(

@@ -3,11 +3,18 @@ genome (``genomes/<id>.json``) and its MJCF (``xml/<id>.xml``), written before i
 checkpoint (``models/<id>.pt``) and curves (``metrics/<id>.jsonl``), which derl.ppo writes, are
 checked and cleared here when the body is made anew.
 
-The genome is written last: a genome file means both exist.
+The genome is written last: a genome file means both exist. The MJCF ends with the SHA-256 of the genome
+it was made from (``body_mark``), so a genome read back that is not the body trained (written over
+while the search was stopped, or during training) is refused like a corrupt one: quarantined, and
+the body made anew from scratch, never published nor drawn as a parent. An MJCF without the mark (an
+older derl's) is taken as it is.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -15,7 +22,20 @@ from typing import Any
 from derl.evolution.folder import schema
 from derl.evolution.folder.record import MORPHOLOGY_FILES
 from derl.evolution.folder.shared import SharedFolder
-from derl.fileio.reads import read_bytes
+from derl.fileio.reads import NotRegularFile, read_bytes
+
+_MARK = re.compile(r"<!-- derl genome sha256 ([0-9a-f]{64}) -->\s*\Z")
+
+
+def genome_digest(genome: Any) -> str:
+    """The SHA-256 of a parsed genome, written canonically (sorted keys, no spaces): the same for the
+    genome as written and as read back, whatever its whitespace."""
+    return hashlib.sha256(json.dumps(genome, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def body_mark(genome_json: str) -> str:
+    """The comment that ends an MJCF made from ``genome_json`` (``GenomeStore.write_genome``)."""
+    return f"<!-- derl genome sha256 {genome_digest(json.loads(genome_json))} -->\n"
 
 
 def morphology_file(root: Path, key: str, morphology_id: str) -> Path:
@@ -52,7 +72,7 @@ class GenomeStore:
         for stale in self._trained_files(morphology_id):
             if self.run.lexists(stale):
                 self.run.quarantine(stale, "belongs to a body made anew (its genome or MJCF was damaged)")
-        self.run.write_text(self.xml_path(morphology_id), mjcf)
+        self.run.write_text(self.xml_path(morphology_id), mjcf.rstrip("\n") + "\n" + body_mark(genome_json))
         self.run.write_text(self.genome_path(morphology_id), genome_json)
 
     def read_xml(self, morphology_id: str) -> str:
@@ -66,7 +86,20 @@ class GenomeStore:
 
     def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
         return self.run.read_checked(self.genome_path(morphology_id),
-                                      lambda data: schema.genome_problem(data, morphology_id))
+                                      lambda data: schema.genome_problem(data, morphology_id)
+                                      or self._body_problem(morphology_id, data))
+
+    def _body_problem(self, morphology_id: str, genome: Any) -> str | None:
+        """Why ``genome`` is not the body ``xml/<id>.xml`` was made from (its mark), or None: the
+        body trained is the MJCF's, so a genome that differs is never published or mutated."""
+        try:
+            mark = _MARK.search(self.read_xml(morphology_id)[-200:])
+        except (FileNotFoundError, NotRegularFile):
+            return None  # judged by has_genome (made anew) or by the published record's files
+        if mark is None or mark[1] == genome_digest(genome):
+            return None
+        return (f"is not the body trained: {self.run.relative(self.xml_path(morphology_id))} was made from "
+                "another genome (its sha256 differs)")
 
     def has_genome(self, morphology_id: str) -> bool:
         """True if the genome exists and parses and its MJCF is a regular file; else the morphology

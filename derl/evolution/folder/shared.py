@@ -100,6 +100,7 @@ class SharedFolder:
         self.quarantine_bad_files = quarantine
         self.skip_bad_files = skip
         self._warned: set[Path] = set()
+        self.refused_names: dict[Path, str] = {}  # names listings refused (``name_problem``): path -> why
         self._counter = itertools.count()
 
     def create(self) -> None:
@@ -296,6 +297,7 @@ class SharedFolder:
             if name.startswith("."):
                 continue
             if (problem := self.name_problem(folder, name)) is not None:
+                self.refused_names[self.root / folder / name] = problem
                 if self.quarantine_bad_files:
                     self.quarantine(self.root / folder / name, problem)
                 elif self.skip_bad_files:
