@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from derl.evolution.backend import GenomeFiles
+from derl.evolution.folder.genome_store import GenomeLimits
 from derl.evolution.population import parse_id
 from derl.fileio.writes import atomic_write_text, create_exclusive
 
@@ -43,7 +44,17 @@ class Result:
         self.completed = completed
 
 
+def _size_problem(data):
+    """The fake design space: a genome's size is a finite number below 1e6."""
+    size = data.get("size")
+    ok = isinstance(size, int | float) and not isinstance(size, bool) and abs(size) < 1e6
+    return None if ok else f"has no size in the fake design space: {size!r:.40}"
+
+
 class FakeBackend:
+    def genome_limits(self, unimal):
+        return GenomeLimits(4096, _size_problem)
+
     def initial_population(self, unimal, seed, ids, num_workers):
         while os.path.exists(os.environ.get("DERL_FAKE_HOLD_INIT", "")):  # a long draw, as on a 72-core node
             time.sleep(0.05)

@@ -174,3 +174,33 @@ def test_a_genome_that_is_not_the_body_trained_is_refused(tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "quarantine").iterdir()) == ["genomes-000004.json", "models-000004.pt"]
     run.genomes.xml_path("000004").write_text("<mujoco/>\n")  # an older derl's MJCF, without the mark
     assert run.genomes.read_genome("000004") == genome
+
+
+@pytest.mark.parametrize("limbs", [11, 100_000])
+def test_a_search_holds_a_genome_read_back_to_the_design_space(tmp_path, capsys, limbs):
+    """Before: a genome of any size in ``genomes/`` was parsed whole (16 MiB) and trained on; a
+    100,000-limb one cost minutes and GB. Now the worker's run folder holds it to the backend's design
+    space: over ``LIMB.MAX_LIMBS`` x 4 KiB it is refused unread, past ``LIMB.MAX_LIMBS`` limbs before a
+    limb is read; either way quarantined, and the body made anew."""
+    import resource
+    import time
+
+    from derl.checked_config import load_config
+    from derl.evolution.backend import DerlBackend
+    from tests.test_genome_bounds import _huge
+
+    unimal = load_config().unimal
+    run = RunDir(tmp_path, quarantine=True, search_space_size=12,
+                 genome_limits=DerlBackend().genome_limits(unimal))
+    run.create()
+    genome = {**_huge("chain", limbs), "id": "000004"}
+    run.genomes.xml_path("000004").write_text("<mujoco/>\n")
+    run.genomes.genome_path("000004").write_text(json.dumps(genome))  # planted while the search was stopped
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.process_time()
+    assert run.genomes.has_genome("000004") is False
+    assert time.process_time() - start < 2
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 300 * 1024  # KiB
+    warning = capsys.readouterr().err
+    assert ("is larger than" if limbs > 1000 else "more than LIMB.MAX_LIMBS (10)") in warning
+    assert (tmp_path / "quarantine" / "genomes-000004.json").exists()

@@ -10,6 +10,7 @@ the protocol tests use it to run many morphologies in seconds.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable, Sequence
@@ -22,9 +23,11 @@ import numpy as np
 from derl.checked_config import Config, TensorboardCfg
 from derl.envs.config import WorldCfg
 from derl.envs.media import write_video
+from derl.evolution.folder.genome_store import GenomeLimits
 from derl.evolution.folder.run_dir import RunDir
 from derl.morphology import Genome, initial_population, mutate, random_genome, to_mjcf
 from derl.morphology.config import UnimalCfg
+from derl.morphology.genome import genome_problem, max_genome_bytes
 from derl.ppo.config import TrainerCfg
 
 BACKEND_VARIABLE = "DERL_EVO_BACKEND"
@@ -75,6 +78,9 @@ class Backend(Protocol):
                            num_workers: int) -> list[GenomeFiles]:
         """A de-duplicated initial population, one genome per id."""
 
+    def genome_limits(self, unimal: UnimalCfg) -> GenomeLimits:
+        """What a genome read back from the run folder must be: its bytes and its body's design space."""
+
     def random_genome(self, unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
         """One new random morphology (replaces a failed initial one)."""
 
@@ -115,12 +121,15 @@ class DerlBackend:
         genomes = initial_population(unimal, seed, len(ids), list(ids), num_workers=num_workers)
         return [_files(unimal, genome) for genome in genomes]
 
+    def genome_limits(self, unimal: UnimalCfg) -> GenomeLimits:
+        return GenomeLimits(max_genome_bytes(unimal), functools.partial(genome_problem, unimal=unimal))
+
     def random_genome(self, unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
         return _files(unimal, random_genome(unimal, rng, genome_id))
 
     def mutate(self, unimal: UnimalCfg, parent: dict[str, Any], rng: np.random.Generator,
                child_id: str) -> GenomeFiles:
-        return _files(unimal, mutate(Genome.from_dict(parent), unimal, rng, child_id))
+        return _files(unimal, mutate(Genome.from_dict(parent, unimal), unimal, rng, child_id))
 
     def train(
         self,

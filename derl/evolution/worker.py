@@ -70,7 +70,9 @@ def run_worker(cfg: Config, worker: int, backend: Backend | None = None) -> int:
 def _run_worker(cfg: Config, worker: int, backend: Backend | None) -> int:
     die_with_parent(signal.SIGTERM)  # the coordinator's death stops this worker like a signal
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
-    run = RunDir(cfg.OUT_DIR, quarantine=True, search_space_size=cfg.EVO.SEARCH_SPACE_SIZE)
+    backend = backend or load_backend()
+    run = RunDir(cfg.OUT_DIR, quarantine=True, search_space_size=cfg.EVO.SEARCH_SPACE_SIZE,
+                 genome_limits=backend.genome_limits(cfg.unimal))
     confine_writes(run.root)  # the trainer's and TensorBoard's writes too: no folder of OUT_DIR passed as a link
     if run.init_population_ids() is None:
         print(f"error: {run.root} has no initial population; start evo_single_proc.py", file=sys.stderr)
@@ -81,7 +83,7 @@ def _run_worker(cfg: Config, worker: int, backend: Backend | None) -> int:
     state = WorkerState(run, cfg.NODE_ID, worker)
     stop = StopSignal(run, state.write)
     results = PublishedResults(run, cfg.EVO)
-    step = Step(cfg.EVO, cfg.unimal, TrainingSetup.of(cfg), run, backend or load_backend(), results, stop, worker,
+    step = Step(cfg.EVO, cfg.unimal, TrainingSetup.of(cfg), run, backend, results, stop, worker,
                 state.log, node=cfg.NODE_ID, rng_seed=cfg.RNG_SEED)
     scheduler = Scheduler(cfg.EVO, cfg.NUM_NODES, run, results, stop, state, step)
     catch_stop_signals(stop.handle_signal)

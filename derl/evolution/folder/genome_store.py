@@ -16,15 +16,25 @@ import hashlib
 import json
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from derl.evolution.folder import schema
 from derl.evolution.folder.record import MORPHOLOGY_FILES
 from derl.evolution.folder.shared import SharedFolder
-from derl.fileio.reads import NotRegularFile, read_bytes
+from derl.fileio.reads import MAX_JSON_BYTES, NotRegularFile, parse_json, read_bytes
 
 _MARK = re.compile(r"<!-- derl genome sha256 ([0-9a-f]{64}) -->\s*\Z")
+
+
+class GenomeLimits(NamedTuple):
+    """What a genome read back must be, beyond its bookkeeping (``schema.genome_problem``): the body's
+    design space, which only the backend knows (``derl.evolution.backend.Backend.genome_limits``).
+    A file over ``max_bytes`` is refused before it is parsed."""
+
+    max_bytes: int = MAX_JSON_BYTES
+    problem: Callable[[Any], str | None] = lambda data: None
 
 
 def genome_digest(genome: Any) -> str:
@@ -35,7 +45,7 @@ def genome_digest(genome: Any) -> str:
 
 def body_mark(genome_json: str) -> str:
     """The comment that ends an MJCF made from ``genome_json`` (``GenomeStore.write_genome``)."""
-    return f"<!-- derl genome sha256 {genome_digest(json.loads(genome_json))} -->\n"
+    return f"<!-- derl genome sha256 {genome_digest(parse_json(genome_json, 'a new genome'))} -->\n"
 
 
 def morphology_file(root: Path, key: str, morphology_id: str) -> Path:
@@ -49,8 +59,8 @@ class GenomeStore:
     """Reads and writes of the genomes and MJCFs in ``run`` (a ``RunDir``), through the checked
     primitives of its ``SharedFolder``."""
 
-    def __init__(self, run: SharedFolder):
-        self.run = run
+    def __init__(self, run: SharedFolder, limits: GenomeLimits):
+        self.run, self.limits = run, limits
 
     def genome_path(self, morphology_id: str) -> Path:
         return morphology_file(self.run.root, "genome", morphology_id)
@@ -86,8 +96,9 @@ class GenomeStore:
 
     def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
         return self.run.read_checked(self.genome_path(morphology_id),
-                                      lambda data: schema.genome_problem(data, morphology_id)
-                                      or self._body_problem(morphology_id, data))
+                                     lambda data: schema.genome_problem(data, morphology_id)
+                                     or self.limits.problem(data) or self._body_problem(morphology_id, data),
+                                     self.limits.max_bytes)
 
     def _body_problem(self, morphology_id: str, genome: Any) -> str | None:
         """Why ``genome`` is not the body ``xml/<id>.xml`` was made from (its mark), or None: the
@@ -120,7 +131,8 @@ class GenomeStore:
         return found is not None and self._checked_genome(morphology_id) is not None
 
     def read_genome(self, morphology_id: str) -> dict[str, Any]:
-        """The genome, parsed and checked (``schema.genome_problem``; the body itself is the backend's to check).
+        """The genome, parsed and checked: its bookkeeping (``schema.genome_problem``), its body held to the
+        design space (``limits``, the backend's) and to the MJCF trained (``body_mark``).
 
         Raises:
             FileNotFoundError: it is missing, or was just quarantined.

@@ -68,7 +68,7 @@ from typing import Any
 
 from derl.evolution.folder import schema
 from derl.evolution.folder.failure_store import FailureStore
-from derl.evolution.folder.genome_store import GenomeStore, morphology_file
+from derl.evolution.folder.genome_store import GenomeLimits, GenomeStore, morphology_file
 from derl.evolution.folder.publication_store import PublicationStore
 from derl.evolution.folder.shared import Identity, SharedFolder
 from derl.evolution.folder.slot_store import SlotStore
@@ -106,6 +106,8 @@ class RunDir(SharedFolder):
             it (``schema.name_problem``: slots, leases, publication numbers, ids), so a planted name is
             never counted or continued from; None (a folder whose config is not read yet) holds them
             to the largest search (``schema.MAX_SEARCH_SPACE_SIZE``).
+        genome_limits: what a genome read back must be (its bytes, its body's design space): the
+            backend's (``Backend.genome_limits``, the search's workers); None: only bounded JSON.
     """
 
     FOLDERS = _FOLDERS
@@ -113,9 +115,11 @@ class RunDir(SharedFolder):
     OTHER_FOLDERS = ("eval",)
 
     def __init__(self, root: str | Path, identity: Identity | None = None, quarantine: bool = False,
-                 skip: bool = False, search_space_size: int | None = None):
+                 skip: bool = False, search_space_size: int | None = None,
+                 genome_limits: GenomeLimits | None = None):
         super().__init__(root, identity, quarantine, skip)
         self.search_space_size = search_space_size or schema.MAX_SEARCH_SPACE_SIZE
+        self.genome_limits = genome_limits or GenomeLimits()
 
     def name_problem(self, folder: str, name: str) -> str | None:
         """The pattern of ``folder`` (``NAMES``), then the numbers in ``name`` held to the search's range."""
@@ -135,7 +139,7 @@ class RunDir(SharedFolder):
     @cached_property
     def genomes(self) -> GenomeStore:
         """Each morphology's genome and MJCF, written before it trains."""
-        return GenomeStore(self)
+        return GenomeStore(self, self.genome_limits)
 
     @cached_property
     def publications(self) -> PublicationStore:

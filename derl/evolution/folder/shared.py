@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from derl.fileio.folders import NotAFolder, make_folders, open_folder
-from derl.fileio.reads import JsonFileError, NotRegularFile, open_file, read_json
+from derl.fileio.reads import MAX_JSON_BYTES, JsonFileError, NotRegularFile, open_file, read_json
 from derl.fileio.writes import atomic_write_bytes, atomic_write_text, write_json
 
 T = TypeVar("T")
@@ -261,15 +261,17 @@ class SharedFolder:
             self._warned.add(path)
             print(f"warning: {path} {message}", file=sys.stderr, flush=True)
 
-    def read_checked(self, path: Path, problem: Callable[[Any], str | None]) -> Any | None:
-        """The JSON content of ``path`` if it parses and ``problem`` finds nothing; None if missing.
+    def read_checked(self, path: Path, problem: Callable[[Any], str | None],
+                     max_bytes: int = MAX_JSON_BYTES) -> Any | None:
+        """The JSON content of ``path`` (at most ``max_bytes``) if it parses and ``problem`` finds
+        nothing; None if missing.
 
         A bad file is quarantined (``quarantine=True``, then None) or raises ``JsonFileError``. So is
         a file whose folder is a link (its content lies outside the folder: never read).
         """
         try:
             with self.open_dir(path.parent) as folder:
-                data = read_json(path, dir_fd=folder)
+                data = read_json(path, max_bytes, dir_fd=folder)
         except FileNotFoundError:
             return None
         except NotAFolder:
