@@ -66,7 +66,7 @@ def _preparing_run(tmp_path: Path) -> tuple[RunDir, float]:
     """Node 1's worker 0 holds slot 4 and beat 700 s ago; node 1's coordinator prepares (beats now)."""
     run = RunDir(tmp_path, identity=Identity("host-b", 77, "b" * 16))
     run.create()
-    run.slots.claim(4, {"slot": 4, "id": "000004", "attempt": 0, "node": 1, "worker": 0})
+    run.slots.claim(4, node=1, worker=0)
     run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 4, "id": "000004", "status": "training"})
     run.workers.beat(1, 0)
     old = run.filesystem_now() - 700

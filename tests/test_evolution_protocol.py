@@ -255,7 +255,7 @@ def test_stopped_or_killed_coordinator_leaves_no_orphans_and_resumes(tmp_path):
     resumed = [m for m in starts(out) if starts(out)[m] > 1]
     assert resumed, "an interrupted morphology should have been resumed from its checkpoint"
     run = RunDir(out)  # each under a new lease: a process of the old session would yield it
-    assert all(run.slots.read(records[m]["slot"])["lease"] >= 1 for m in resumed if m in records)
+    assert all(run.slots.read(records[m]["slot"]).lease >= 1 for m in resumed if m in records)
 
 
 def _training(out_dir: Path, worker: str) -> bool:
@@ -358,7 +358,7 @@ def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_pat
         assert sum(f"{name} " in line and "moved to quarantine/" in line for line in log.splitlines()) == 1
     # A damaged claim stays (the lease decides who owns a slot) and is superseded by a later lease.
     assert (out / "slots" / "000007.json").read_text() == "{}"
-    assert seven_done or not RunDir(out, skip=True).slots.read(7).get("damaged")
+    assert seven_done or not RunDir(out, skip=True).slots.read(7).damaged
     assert records[victim]["slot"] == parse_id(victim)[0]  # republished from its finished checkpoint
 
 

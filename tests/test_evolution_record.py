@@ -31,8 +31,7 @@ def _base_run(tmp_path: Path) -> RunDir:
     run = RunDir(tmp_path)
     run.create()
     for morphology_id in IDS:
-        run.slots.claim(int(morphology_id), {"slot": int(morphology_id), "id": morphology_id, "attempt": 0, "node": 0,
-                                            "worker": 0})
+        run.slots.claim(int(morphology_id), node=0, worker=0)
     for folder in ("metadata", "genomes", "published"):
         for path in (BASE_FORMAT / folder).iterdir():
             shutil.copy(path, tmp_path / folder / path.name)

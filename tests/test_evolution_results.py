@@ -22,7 +22,7 @@ def publish(run, slot, value):
     for relative in morphology_files(morphology_id).values():  # genome quarantines an older checkpoint
         if not (run.root / relative).exists():
             (run.root / relative).write_text("stand-in\n")
-    run.slots.claim(slot, {"slot": slot, "id": morphology_id, "attempt": 0, "node": 0, "worker": 0})
+    run.slots.claim(slot, node=0, worker=0)
     number = run.publications.take_publication_number(morphology_id, node=0, worker=0)
     run.publications.publish({"id": morphology_id, "slot": slot, "attempt": 0, "lineage": morphology_id,
                               "__reward__forward": value, "publication": number,

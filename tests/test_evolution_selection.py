@@ -1,11 +1,14 @@
 """Pure evolution logic on fixed tables: Pareto front, tournaments, aging window, slots, seeds."""
 
+import json
+
 import numpy as np
 import pytest
 
 from derl.config import ConfigError
 from derl.evolution import selection
 from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.slot_store import Claim
 from derl.evolution.node_size import DEFAULT_WORKER_MEMORY_BYTES, resolve_num_processes, worker_memory_estimate
 from derl.evolution.population import init_claim_order, init_share, parse_id, ppo_seed, slot_id, slot_rng
 
@@ -118,10 +121,15 @@ def test_resolve_num_processes():
 def test_slot_claims_are_exclusive_and_complete(tmp_path):
     run = RunDir(tmp_path)
     run.create()
-    claim = {"slot": 3, "id": "000003", "attempt": 0, "node": 0, "worker": 0}
-    assert run.slots.claim(3, claim)
-    assert not run.slots.claim(3, {**claim, "node": 1})
-    assert run.slots.read(3) == {**claim, **run.identity.as_dict(), "lease": 0}
+    assert run.slots.claim(3, node=0, worker=0)
+    assert not run.slots.claim(3, node=1, worker=0)
+    me = run.identity
+    assert run.slots.read(3) == Claim(slot=3, lease=0, id="000003", attempt=0, node=0, worker=0, host=me.host,
+                                      pid=me.pid, token=me.token)
+    assert json.loads((tmp_path / "slots" / "000003.json").read_text()) == {
+        "slot": 3, "lease": 0, "id": "000003", "attempt": 0, "node": 0, "worker": 0, **me.as_dict()}
+    with pytest.raises(ValueError, match="claims 000004, not in slot 3"):  # only a valid claim is ever built
+        Claim(slot=3, lease=0, id="000004", attempt=0, node=0, worker=0)
     assert [p.name for p in (tmp_path / "slots").iterdir()] == ["000003.json"]
     assert list((tmp_path / "tmp").iterdir()) == []
 

@@ -26,7 +26,7 @@ def _claimer(out, token, barrier, results):
     won = []
     for slot in range(RACES):
         barrier.wait(timeout=60)  # a rival that crashed breaks the barrier instead of hanging
-        if run.slots.claim(slot, {"slot": slot, "id": f"{slot:06d}", "attempt": 0, "node": 0, "worker": 0}):
+        if run.slots.claim(slot, node=0, worker=0):
             won.append(slot)
     results.put((token, won))
 
@@ -62,11 +62,6 @@ def test_staged_names_are_unique_per_process_and_call(tmp_path):
     assert len(names) == 3 and all("h-1-" in p.name for p in names)
 
 
-def _claim(slot, node=0, worker=0, attempt=0):
-    morphology_id = f"{slot:06d}" if attempt == 0 else f"{slot:06d}-{attempt}"
-    return {"slot": slot, "id": morphology_id, "attempt": attempt, "node": node, "worker": worker}
-
-
 def test_is_stale_compares_file_times_only():
     assert not is_stale(now=100.0, heartbeat=95.0, claimed=10.0, lease_seconds=10)
     assert is_stale(now=100.0, heartbeat=80.0, claimed=10.0, lease_seconds=10)
@@ -77,26 +72,26 @@ def test_is_stale_compares_file_times_only():
 def test_one_of_many_takers_wins_a_lease_and_the_old_owner_sees_it(tmp_path):
     run = RunDir(tmp_path)
     run.create()
-    assert run.slots.claim(4, _claim(4, node=1))
+    assert run.slots.claim(4, node=1, worker=0)
     current = run.slots.read(4)
-    assert current["lease"] == 0 and not run.slots.taken_over(4, 0)
+    assert current.lease == 0 and not run.slots.taken_over(4, 0)
     takers = [RunDir(tmp_path, Identity("h", k, f"t{k}")) for k in range(5)]
-    won = [taker.slots.take_over(4, current, _claim(4, node=0, worker=k)) for k, taker in enumerate(takers)]
+    won = [taker.slots.take_over(current, 0, node=0, worker=k) for k, taker in enumerate(takers)]
     assert won == [True, False, False, False, False]
     assert run.slots.taken_over(4, 0)  # the old owner (lease 0) yields
     now = run.slots.read(4)
-    assert (now["lease"], now["node"], now["worker"], now["token"]) == (1, 0, 0, "t0")
+    assert (now.lease, now.node, now.worker, now.token) == (1, 0, 0, "t0")
     # The new owner replaces a failed attempt within its own lease; a second takeover makes lease 2.
-    takers[0].slots.replace(4, {**_claim(4, node=0, attempt=1), "lease": 1})
-    assert run.slots.read(4)["attempt"] == 1 and run.slots.read(4)["lease"] == 1
-    assert takers[1].slots.take_over(4, run.slots.read(4), _claim(4, node=2, attempt=1))
-    assert run.slots.read(4)["lease"] == 2 and run.slots.claimed() == [4]
+    takers[0].slots.replace(now, 1, node=0, worker=0)
+    assert (run.slots.read(4).attempt, run.slots.read(4).id, run.slots.read(4).lease) == (1, "000004-1", 1)
+    assert takers[1].slots.take_over(run.slots.read(4), 1, node=2, worker=0)
+    assert run.slots.read(4).lease == 2 and run.slots.claimed() == [4]
 
 
 def test_takeover_reason_stale_owner_or_owner_elsewhere(tmp_path):
     run = RunDir(tmp_path)
     run.create()
-    run.slots.claim(2, _claim(2, node=1))
+    run.slots.claim(2, node=1, worker=0)
     run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 2})
     claim = run.slots.read(2)
     beat = run.workers.beat(1, 0)
@@ -125,7 +120,7 @@ def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_
     assert search.publications.published_ids() == ["000001"]  # notes.txt moved out of the way
     assert search.publications.read_metadata("000001", RULES) is None and search.workers.read_state(0, 0) is None
     # A damaged claim stays: the lease, not the file's content, decides who owns the slot.
-    assert search.slots.read(3)["damaged"] == "has no valid morphology id (id=None)" and search.slots.is_claimed(3)
+    assert search.slots.read(3).damaged == "has no valid morphology id (id=None)" and search.slots.is_claimed(3)
     moved = sorted(p.name for p in (tmp_path / "quarantine").iterdir())
     assert moved == ["metadata-000001.json", "metadata-notes.txt", "workers-0-0.json"]
     warnings = capsys.readouterr().err.splitlines()
@@ -145,7 +140,7 @@ def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
     run = RunDir(tmp_path)
     run.create()
     for node in (0, 1):
-        run.slots.claim(node, _claim(node, node=node))
+        run.slots.claim(node, node=node, worker=0)
         run.workers.write_state(node, 0, {"node": node, "worker": 0, "slot": node, "id": f"{node:06d}",
                                          "status": "training"})
         run.workers.beat(node, 0)

@@ -105,7 +105,7 @@ def published_record(run, morphology_id, **fields):
     for relative in morphology_files(morphology_id).values():
         (run.root / relative).write_text("stand-in\n")
     slot, attempt = parse_id(morphology_id)
-    run.slots.claim(slot, {"slot": slot, "id": morphology_id, "attempt": attempt, "node": 0, "worker": 0})
+    run.slots.claim(slot, node=0, worker=0, attempt=attempt)
     number = run.publications.take_publication_number(morphology_id, 0, 0)
     return {"id": morphology_id, "parent_id": None, "lineage": morphology_id, "mutation": None, "slot": slot,
             "attempt": attempt, "seed": 1, "node": 0, "worker": 0, "device": "cpu", "__reward__forward": 2.0,
@@ -156,15 +156,13 @@ def test_a_record_its_slot_never_held_is_quarantined(tmp_path, capsys):
     run = search_run(tmp_path)
     for name in ("000000", "999999", "000005-1"):
         run.publications.publish(published_record(run, name, slot=parse_id(name)[0]))
-    run.slots.replace(5, {"slot": 5, "id": "000005", "attempt": 0, "node": 0, "worker": 0})  # slot 5 holds 000005
+    run.slots.replace(run.slots.read(5), 0, node=0, worker=0)  # slot 5 holds 000005
     record = published_record(run, "000004")
     os.unlink(run.root / "slots" / "000004.json")
     run.publications.publish(record)
     for name, taker in (("000006", "000006-2"), ("000008", "000008")):  # slots taken over by another worker
         record = published_record(run, name)
-        run.slots.take_over(parse_id(name)[0], run.slots.read(parse_id(name)[0]),
-                           {"slot": parse_id(name)[0], "id": taker, "attempt": parse_id(taker)[1], "node": 1,
-                            "worker": 0})
+        run.slots.take_over(run.slots.read(parse_id(name)[0]), parse_id(taker)[1], node=1, worker=0)
         run.publications.publish(record)
     record = published_record(run, "000007")
     (run.root / "slots" / "000007.json").write_text("{}")
@@ -196,19 +194,19 @@ def test_a_damaged_claim_is_kept_while_a_worker_on_its_slot_beats(tmp_path):
     """The lease decides ownership: a truncated claim of a slot whose owner heartbeats is never handed
     to a second worker; once nobody working on it has beaten for the lease, it is taken over."""
     run = search_run(tmp_path)
-    run.slots.claim(2, {"slot": 2, "id": "000002", "attempt": 0, "node": 0, "worker": 1})
+    run.slots.claim(2, node=0, worker=1)
     run.workers.write_state(0, 1, {"node": 0, "worker": 1, "slot": 2, "id": "000002", "status": "training"})
     beat = run.workers.beat(0, 1)
     path = run.root / "slots" / "000002.json"
     path.write_text(path.read_text()[:20])  # truncated while worker 0-1 trains
     claim = run.slots.read(2)
-    assert claim["damaged"].startswith("not valid JSON") and claim["lease"] == 0 and path.exists()
+    assert claim.damaged.startswith("not valid JSON") and claim.lease == 0 and path.exists()
     assert takeover_reason(run, 2, claim, now=beat + 5, lease_seconds=10) is None
     assert "no other worker on slot 2 beat" in takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10)
     # Worker 0-1 itself, restarted, resumes it: no other worker is on the slot.
     assert takeover_reason(run, 2, claim, now=beat + 5, lease_seconds=10, me=(0, 1)) is not None
-    assert run.slots.take_over(2, claim, {"slot": 2, "id": "000002", "attempt": 0, "node": 1, "worker": 0})
-    assert run.slots.taken_over(2, 0) and run.slots.read(2)["node"] == 1
+    assert run.slots.take_over(claim, 0, node=1, worker=0)
+    assert run.slots.taken_over(2, 0) and run.slots.read(2).node == 1
 
 
 def test_status_skips_a_fifo_a_folder_and_deep_nesting_in_one_line_each(tmp_path, capsys):

@@ -41,7 +41,7 @@ def test_out_of_range_names_are_never_counted_nor_continued_from(tmp_path, capsy
     search = RunDir(out, quarantine=True, search_space_size=4)
     search.create()
     for slot in range(2):
-        assert search.slots.claim(slot, {"slot": slot, "id": f"{slot:06d}", "attempt": 0, "node": 0, "worker": 0})
+        assert search.slots.claim(slot, node=0, worker=0)
     for name in ("slots/999999999.json", "slots/0000003.json", "leases/000009-1.json", "leases/000001-0999.json",
                  "published/99999999999999999999999.json", "published/00000400.json"):
         plant(out / name, {"id": "000001", "node": 0, "worker": 0})

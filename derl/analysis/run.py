@@ -29,6 +29,7 @@ from derl.checked_config import Config, load_config, load_run_config
 from derl.config import ConfigError
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules
+from derl.evolution.folder.slot_store import Claim
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.fileio.folders import NotAFolder
@@ -107,8 +108,7 @@ class RunView:
             self.unreadable.pop(str(self.run.publications.metadata_path(morphology_id)), None)
             self._metadata[morphology_id] = metadata
             self._genomes[morphology_id] = self._read_genome(morphology_id)
-        # A name out of the search's range (``RunDir.name_problem``) is never read: named as unreadable.
-        self.unreadable.update({str(path): reason for path, reason in self.run.refused_names.items()})
+        self._name_refused_names()
         ordered = publication_order(list(self._metadata.values()))
         self.records = [to_record(m, self._genomes[m["id"]], k) for k, m in enumerate(ordered)]
         self.by_id = {record.id: record for record in self.records}
@@ -188,15 +188,19 @@ class RunView:
                 known[record.id] = iterations_to_fraction(self.curve(record.id, (key,)), key, fraction)
         return {record.id: known[record.id] for record in self.records}
 
+    def _name_refused_names(self) -> None:
+        """A name out of the search's range (``RunDir.name_problem``) is never read: named as unreadable."""
+        self.unreadable.update({str(path): reason for path, reason in self.run.refused_names.items()})
+
     # ------------------------------------------------------------------ progress
     def in_progress(self) -> list[Training]:
         """Claimed slots whose current morphology is neither published nor failed."""
         trainings = []
         published_slots = {record.slot for record in self.records}  # a published slot's claim is final
         for slot in self.run.slots.claimed():
-            if slot in published_slots or (claim := self._read_slot(slot)) is None:
+            if slot in published_slots or (claim := self._read_slot(slot)) is None or claim.id is None:
                 continue
-            morphology_id = claim["id"]
+            morphology_id = claim.id
             if morphology_id in self._metadata or self.run.publications.is_published(morphology_id):
                 continue
             try:
@@ -205,11 +209,12 @@ class RunView:
             except JsonFileError as err:  # a failure record that fails its schema: named, and the slot skipped
                 self.unreadable[str(err.path)] = str(err)
                 continue
-            trainings.append(Training(morphology_id, claim["slot"], claim["node"], claim["worker"],
+            trainings.append(Training(morphology_id, claim.slot, claim.node, claim.worker,
                                       len(self.curve(morphology_id, ()))))
+        self._name_refused_names()  # the listing of slots/ and leases/ above
         return trainings
 
-    def _read_slot(self, slot: int) -> dict[str, Any] | None:
+    def _read_slot(self, slot: int) -> Claim | None:
         """``SlotStore.read``; a claim that does not parse or match its schema is recorded and skipped."""
         try:
             return self.run.slots.read(slot)

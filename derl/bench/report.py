@@ -90,7 +90,7 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
         speed = 3 + 4 * progress + float(rng.normal(0, 0.5))  # later morphologies learn faster
         atomic_write_text(run.metrics_path(morphology_id), _curve_lines(final, iterations, speed, rng))
         atomic_write_text(run.checkpoint_path(morphology_id), "a synthetic run has no trained checkpoint\n")
-        run.slots.claim(slot, {"slot": slot, "id": morphology_id, "attempt": 0, "node": 0, "worker": slot % 16})
+        run.slots.claim(slot, node=0, worker=slot % 16)
         publication = run.publications.take_publication_number(morphology_id, 0, slot % 16)
         run.publications.publish({
             "id": morphology_id, "parent_id": parent, "lineage": lineage[morphology_id], "mutation": mutation,

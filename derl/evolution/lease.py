@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.slot_store import Claim
 from derl.evolution.process import COORDINATOR_PID_VARIABLE, Stopped
 
 # Heartbeats at most this far apart, and at least four per lease.
@@ -45,7 +46,7 @@ def is_stale(now: float, heartbeat: float | None, claimed: float | None, lease_s
     return not times or now - max(times) > lease_seconds
 
 
-def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, lease_seconds: float,
+def takeover_reason(run: RunDir, slot: int, claim: Claim, now: float, lease_seconds: float,
                     me: tuple[int, int] | None = None) -> str | None:
     """Why the owner of ``claim`` (the current claim of ``slot``) no longer holds it, or None.
 
@@ -53,22 +54,23 @@ def takeover_reason(run: RunDir, slot: int, claim: dict[str, Any], now: float, l
     state before it claims or takes it over, so the slot is held while a worker other than ``me``
     (node, worker) whose state says it works on the slot has beaten within ``lease_seconds``.
     """
-    if claim.get("damaged"):
+    if claim.damaged:
         holders = [state for state in run.workers.states()
                    if state.get("slot") == slot and (state["node"], state["worker"]) != me]
         beats = [t for t in (run.workers.heartbeat_time(s["node"], s["worker"]) for s in holders) if t is not None]
         if is_stale(now, max(beats, default=None), None, lease_seconds):
-            return f"its claim {claim['damaged']}, and no other worker on slot {slot} beat in {lease_seconds:g} s"
+            return f"its claim {claim.damaged}, and no other worker on slot {slot} beat in {lease_seconds:g} s"
         return None
-    owner = (claim["node"], claim["worker"])
+    assert claim.node is not None and claim.worker is not None and claim.id is not None  # not damaged
+    owner = (claim.node, claim.worker)
     name = f"{owner[0]}-{owner[1]}"
     state = run.workers.read_state(*owner) or {}  # read before the metadata: the owner publishes, then moves on
-    if run.publications.is_published(claim["id"]):
+    if run.publications.is_published(claim.id):
         return None
     if state.get("slot") != slot:
         return f"its owner {name} works on slot {state.get('slot')}"
     heartbeat = run.workers.heartbeat_time(*owner)
-    if is_stale(now, heartbeat, run.slots.claim_time(slot, claim["lease"]), lease_seconds):
+    if is_stale(now, heartbeat, run.slots.claim_time(slot, claim.lease), lease_seconds):
         age = "never" if heartbeat is None else f"{now - heartbeat:.0f} s ago"
         return f"its owner {name} last beat {age} (EVO.LEASE_SECONDS {lease_seconds:g})"
     return None

@@ -18,11 +18,11 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from derl.checked_config import EvoCfg
 from derl.evolution.failures import classify
 from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.slot_store import Claim
 from derl.evolution.lease import SlotLost, StopSignal, heartbeat_interval, takeover_reason
 from derl.evolution.population import init_claim_order, num_initial_slots, parse_id, slot_id
 from derl.evolution.process import FatalError, Stopped, WorkerState, try_worker_lock
@@ -112,33 +112,31 @@ class Scheduler:
                 return True
         return False
 
-    def _take_over(self, slot: int, claim: dict[str, Any], reason: str) -> bool:
+    def _take_over(self, slot: int, claim: Claim, reason: str) -> bool:
         self.stop.check()
-        self.state.write(slot=slot, id=claim["id"], status="taking over")
-        if not self._new_lease(slot, claim):
+        self.state.write(slot=slot, id=claim.id, status="taking over")
+        if not self._new_lease(claim):
             return False  # another worker was faster
-        self.state.log(f"took over slot {slot} ({claim['id'] or 'damaged claim'}): {reason}")
+        self.state.log(f"took over slot {slot} ({claim.id or 'damaged claim'}): {reason}")
         return True
 
-    def _new_lease(self, slot: int, claim: dict[str, Any]) -> bool:
-        """Takes the next lease of ``slot`` for this worker (exclusive creation); False if another
+    def _new_lease(self, claim: Claim) -> bool:
+        """Takes the next lease of ``claim``'s slot for this worker (exclusive creation); False if another
         process took it first. Whoever held ``claim`` sees the later lease and yields the slot."""
-        attempt = claim["attempt"] or 0  # a damaged claim: from attempt 0, skipping those failed or published
-        mine = {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt, "node": self.node,
-                "worker": self.worker}
-        return self.run.slots.take_over(slot, claim, mine)
+        attempt = claim.attempt or 0  # a damaged claim: from attempt 0, skipping those failed or published
+        return self.run.slots.take_over(claim, attempt, self.node, self.worker)
 
     def _resume(self, slot: int) -> None:
         """Resumes a slot this (node, worker) held in an earlier session, under a new lease: a process
         of that session still running elsewhere (a node requeued while cut off) then yields it."""
         claim = self.run.slots.read(slot)
-        if claim and claim.get("damaged"):  # ours unless another worker on this slot still beats
+        if claim and claim.damaged:  # ours unless another worker on this slot still beats
             now = self.run.workers.beat(self.node, self.worker)
             if takeover_reason(self.run, slot, claim, now, self.lease_seconds, (self.node, self.worker)) is None:
                 return
-        elif not claim or (claim["node"], claim["worker"]) != (self.node, self.worker):
+        elif not claim or claim.owner != (self.node, self.worker):
             return
-        if self._new_lease(slot, claim):
+        if self._new_lease(claim):
             self.state.log(f"resuming slot {slot}")
             self._fill_slot(slot)
 
@@ -162,10 +160,10 @@ class Scheduler:
                 continue  # that worker still runs (an older session winding down)
             try:
                 claim = self.run.slots.read(slot)
-                if claim and (claim["node"], claim["worker"]) == (self.node, other):
+                if claim and claim.owner == (self.node, other):
                     self.state.log(f"adopting slot {slot} of worker {self.node}-{other}, which no longer runs")
-                    self.state.write(slot=slot, id=claim["id"], status="adopting")
-                    if self._new_lease(slot, claim):
+                    self.state.write(slot=slot, id=claim.id, status="adopting")
+                    if self._new_lease(claim):
                         self._fill_slot(slot)
                 self.run.workers.write_state(self.node, other, {**state, "slot": None, "id": None,
                                                                "status": f"slot adopted by worker {self.worker}"})
@@ -176,8 +174,7 @@ class Scheduler:
         self.stop.check()
         # The intent is recorded first: a worker killed between the two writes finds its claim on restart.
         self.state.write(slot=slot, id=slot_id(slot), status="claiming")
-        claim = {"slot": slot, "id": slot_id(slot), "attempt": 0, "node": self.node, "worker": self.worker}
-        return self.run.slots.claim(slot, claim)
+        return self.run.slots.claim(slot, self.node, self.worker)
 
     def _claim_next_child_slot(self) -> int | None:
         # Claims are permanent, so every slot passed over stays claimed: never scan it again.
@@ -209,9 +206,9 @@ class Scheduler:
     def _fill_slot(self, slot: int) -> None:
         """Publishes one morphology in ``slot``, unless another worker takes the slot over meanwhile."""
         claim = self.run.slots.read(slot)
-        if claim is None or (claim["node"], claim["worker"]) != (self.node, self.worker):
+        if claim is None or claim.owner != (self.node, self.worker):
             return  # not ours (any more)
-        lease = claim["lease"]
+        lease = claim.lease
         self.stop.lost = False
         self.stop.slot_lost = lambda: self.run.slots.taken_over(slot, lease)
         try:
@@ -223,14 +220,15 @@ class Scheduler:
             self.stop.slot_lost = None
             self.stop.lost = False
 
-    def _fill_claimed_slot(self, slot: int, claim: dict[str, Any]) -> None:
+    def _fill_claimed_slot(self, slot: int, claim: Claim) -> None:
         """Publishes one morphology in ``slot``, replacing failed ones (each recorded in error_metadata/).
 
         ``MAX_ATTEMPTS`` failures in a row here stop the node (exit ``EXIT_FATAL``): every new body
         failing means the search is broken. The count starts afresh with each fill, so a rerun after
         the cause is fixed, or a node that takes the slot over, tries again with the next attempts.
         """
-        attempt = claim["attempt"]
+        assert claim.attempt is not None  # ours, so not damaged
+        attempt = claim.attempt
         failed_here = 0
         while True:
             morphology_id = slot_id(slot, attempt)
@@ -256,10 +254,9 @@ class Scheduler:
                 raise FatalError(f"slot {slot}: {MAX_ATTEMPTS} morphologies failed in a row (attempts "
                                  f"{attempt - MAX_ATTEMPTS}-{attempt - 1}, see error_metadata/); every new body "
                                  "fails, so the search looks broken: rerun to try the next attempts")
-            if self.run.slots.taken_over(slot, claim["lease"]):
+            if self.run.slots.taken_over(slot, claim.lease):
                 raise SlotLost
-            self.run.slots.replace(slot, {"slot": slot, "id": slot_id(slot, attempt), "attempt": attempt,
-                                         "node": self.node, "worker": self.worker, "lease": claim["lease"]})
+            self.run.slots.replace(claim, attempt, self.node, self.worker)
 
     def _record_failure(self, morphology_id: str, slot: int, attempt: int, err: Exception) -> None:
         reason = f"{type(err).__name__}: {err}".splitlines()[0]

@@ -59,8 +59,8 @@ def node_lines(evo: EvoCfg, run: RunDir, results: PublishedResults) -> list[str]
     done = {parse_id(morphology_id)[0] for morphology_id in results.by_id}
     held: dict[int, list[int]] = defaultdict(list)
     for slot in run.slots.claimed():
-        if slot not in done and (claim := run.slots.read(slot)) is not None and not claim.get("damaged"):
-            held[claim["node"]].append(slot)
+        if slot not in done and (claim := run.slots.read(slot)) is not None and claim.node is not None:
+            held[claim.node].append(slot)  # a damaged claim names no node
     states: dict[int, list[dict]] = defaultdict(list)
     for state in run.workers.states():
         states[state["node"]].append(state)

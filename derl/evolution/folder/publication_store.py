@@ -89,10 +89,10 @@ class PublicationStore:
             return None
         if claim is None:
             return f"is in slot {slot}, which was never claimed (no {self.run.relative(self.slots.path(slot))})"
-        if claim.get("damaged") or claim["id"] == data["id"]:
+        if claim.damaged or claim.id == data["id"]:
             return None
-        name = self.run.relative(self.slots.lease_path(slot, claim["lease"]))
-        return f"is in slot {slot}, whose claim {name} names {claim['id']}"
+        name = self.run.relative(self.slots.lease_path(slot, claim.lease))
+        return f"is in slot {slot}, whose claim {name} names {claim.id}"
 
     def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
         """The next free publication number, taken by creating ``published/<n>.json`` exclusively.

@@ -2,18 +2,77 @@
 slot (``slots/<slot>.json``, created exclusively) and the leases that take a slot over from an owner
 gone silent (``leases/<slot>-<g>.json``, the g-th takeover, created exclusively too).
 
-The latest lease of a slot decides who owns it, whatever it holds (``read``).
+The latest lease of a slot decides who owns it, whatever it holds (``read``). A claim read back is
+a ``Claim``, checked once when it is built.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from derl.evolution.folder import schema
-from derl.evolution.folder.shared import SharedFolder
+from derl.evolution.folder.shared import Identity, SharedFolder
+from derl.evolution.population import slot_id
 from derl.fileio.folders import NotAFolder
 from derl.fileio.reads import JsonFileError, read_json
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """Who trains ``slot`` under its ``lease`` (0: ``slots/<slot>.json``; g: ``leases/<slot>-<g>.json``, the
+    g-th takeover): morphology ``id`` (its ``attempt``), worker ``worker`` of node ``node``, the process
+    (``host``, ``pid``, ``token``; absent in claims of an older derl).
+
+    A damaged claim (``damaged``: why its file failed its check) keeps its slot taken but names no owner
+    (``id``, ``attempt``, ``node`` and ``worker`` None). Any other is checked when it is built
+    (``schema.claim_problem``: a ``ValueError``), so code that holds one never checks it again.
+    """
+
+    slot: int
+    lease: int
+    id: str | None
+    attempt: int | None
+    node: int | None
+    worker: int | None
+    host: str | None = None
+    pid: int | None = None
+    token: str | None = None
+    damaged: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.damaged is None and (reason := schema.claim_problem(self.as_json(), self.slot)) is not None:
+            raise ValueError(f"not a claim of slot {self.slot}: {reason}")
+
+    @staticmethod
+    def parse(data: Any, slot: int, lease: int) -> Claim:
+        """The claim in the parsed file ``data`` of ``slot``'s lease ``lease``.
+
+        Raises:
+            ValueError: ``data`` is not a claim of ``slot`` (the reason as its message).
+        """
+        if (reason := schema.claim_problem(data, slot)) is not None:
+            raise ValueError(reason)
+        return Claim(slot=slot, lease=lease, id=data["id"], attempt=data["attempt"], node=data["node"],
+                     worker=data["worker"], host=data.get("host"), pid=data.get("pid"), token=data.get("token"))
+
+    @staticmethod
+    def mine(slot: int, lease: int, attempt: int, node: int, worker: int, me: Identity) -> Claim:
+        """The claim this process (``me``, worker ``worker`` of node ``node``) writes for ``slot``."""
+        return Claim(slot=slot, lease=lease, id=slot_id(slot, attempt), attempt=attempt, node=node, worker=worker,
+                     host=me.host, pid=me.pid, token=me.token)
+
+    @property
+    def owner(self) -> tuple[int | None, int | None]:
+        """(node, worker) of the claim's owner; (None, None) for a damaged claim."""
+        return self.node, self.worker
+
+    def as_json(self) -> dict[str, Any]:
+        """The file's content (``damaged`` is never written)."""
+        return {key: value for key, value in dataclasses.asdict(self).items()
+                if key != "damaged" and (value is not None or key not in ("host", "pid", "token"))}
 
 
 class SlotStore:
@@ -33,65 +92,63 @@ class SlotStore:
         prefix = f"{slot:06d}-"
         return [int(name[len(prefix):]) for name in self.run.names("leases") if name.startswith(prefix)]
 
-    def claim(self, slot: int, claim: dict[str, Any]) -> bool:
-        """Claims ``slot`` exclusively (the claim records this process); False if someone else holds it."""
-        return self.run.create_json(self.path(slot), {**claim, **self.run.identity.as_dict(), "lease": 0})
+    def claim(self, slot: int, node: int, worker: int, attempt: int = 0) -> bool:
+        """Claims ``slot`` exclusively (for its first attempt, in a search; the claim records this
+        process); False if someone else holds it."""
+        mine = Claim.mine(slot, 0, attempt, node, worker, self.run.identity)
+        return self.run.create_json(self.path(slot), mine.as_json())
 
     def is_claimed(self, slot: int) -> bool:
         return self.run.lexists(self.path(slot)) or bool(self.leases(slot))
 
-    def read(self, slot: int) -> dict[str, Any] | None:
+    def read(self, slot: int) -> Claim | None:
         """The current claim of ``slot`` (its latest lease: ``lease`` counts takeovers), or None if unclaimed.
 
         The latest lease file decides who owns the slot, whatever it holds. One that fails its
         schema (truncated, say) is not quarantined, which would free the slot while its owner may
-        still train it: it comes back as ``{"slot", "lease", "damaged": reason}`` with the owner
-        unknown (``node``, ``worker``, ``id`` and ``attempt`` None), and is taken over, by the next
-        lease, only once no worker working on the slot has beaten for ``EVO.LEASE_SECONDS``
-        (``derl.evolution.lease.takeover_reason``). A reader without ``quarantine`` or ``skip``
-        gets the ``JsonFileError``.
+        still train it: it comes back damaged (``Claim.damaged``: the reason), the owner unknown,
+        and is taken over, by the next lease, only once no worker working on the slot has beaten for
+        ``EVO.LEASE_SECONDS`` (``derl.evolution.lease.takeover_reason``). A reader without
+        ``quarantine`` or ``skip`` gets the ``JsonFileError``.
         """
         leases = sorted(self.leases(slot), reverse=True)
         lease = leases[0] if leases else 0
         path = self.lease_path(slot, lease)
         try:
             with self.run.open_dir(path.parent) as folder:
-                claim = read_json(path, dir_fd=folder)
-            reason = schema.claim_problem(claim, slot)
+                return Claim.parse(read_json(path, dir_fd=folder), slot, lease)
         except FileNotFoundError:
             return None
         except NotAFolder as err:
             self.run.refuse(err)
             return None
-        except JsonFileError as err:
-            reason = err.reason
-        if reason is None:
-            return {**claim, "lease": lease}
+        except ValueError as err:  # JsonFileError too
+            reason = err.reason if isinstance(err, JsonFileError) else str(err)
         if not (self.run.quarantine_bad_files or self.run.skip_bad_files):
             raise JsonFileError(path, reason)
         self.run.warn_once(path, f"{reason}; kept: slot {slot} is taken over only once its owner is silent")
-        return {"slot": slot, "lease": lease, "damaged": reason, "id": None, "attempt": None, "node": None,
-                "worker": None}
+        return Claim(slot=slot, lease=lease, id=None, attempt=None, node=None, worker=None, damaged=reason)
 
     def claim_time(self, slot: int, lease: int) -> float | None:
         """Modification time (shared-filesystem clock) of the claim file of ``slot``'s lease ``lease``."""
         found = self.run.lstat(self.lease_path(slot, lease))
         return None if found is None else found.st_mtime
 
-    def replace(self, slot: int, claim: dict[str, Any]) -> None:
-        """Rewrites the claim of a slot this worker owns (a failed morphology is replaced)."""
-        lease = claim.get("lease", 0)
-        self.run.write_json(self.lease_path(slot, lease), {**claim, **self.run.identity.as_dict(), "lease": lease})
+    def replace(self, current: Claim, attempt: int, node: int, worker: int) -> None:
+        """Rewrites ``current``, the claim of a slot this worker owns, for the slot's attempt ``attempt``
+        (a failed morphology is replaced), under the same lease."""
+        mine = Claim.mine(current.slot, current.lease, attempt, node, worker, self.run.identity)
+        self.run.write_json(self.lease_path(current.slot, current.lease), mine.as_json())
 
-    def take_over(self, slot: int, current: dict[str, Any], claim: dict[str, Any]) -> bool:
-        """Takes ``slot`` from the owner of its ``current`` claim, by exclusive creation of the next lease.
+    def take_over(self, current: Claim, attempt: int, node: int, worker: int) -> bool:
+        """Takes ``current``'s slot from its owner for its attempt ``attempt``, by exclusive creation of
+        the next lease.
 
         Of all processes that judged the same claim stale, exactly one succeeds. The old owner
         learns it lost the slot from ``taken_over``.
         """
-        lease = current["lease"] + 1
-        owner = {**claim, **self.run.identity.as_dict(), "lease": lease}
-        return self.run.create_json(self.lease_path(slot, lease), owner)
+        mine = Claim.mine(current.slot, current.lease + 1, attempt, node, worker, self.run.identity)
+        return self.run.create_json(self.lease_path(current.slot, mine.lease), mine.as_json())
 
     def taken_over(self, slot: int, lease: int) -> bool:
         """True once someone holds a later lease of ``slot`` than ``lease`` (one stat on the shared folder)."""
