@@ -294,10 +294,11 @@ def test_a_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read
     the file is opened (``read_json``) or the folder listed (``os.scandir``), after any check of the
     folder by path. Before: the record planted outside was read, or listed, as the run's own."""
     from derl.evolution.folder import shared as shared_folder
+    from derl.evolution.folder.failure_store import Failure
     from derl.evolution.folder.run_dir import RunDir
 
     run = RunDir(search_run(tmp_path).root, quarantine=quarantine, skip=not quarantine)
-    failure = {"id": "000001", "slot": 1, "attempt": 0, "reason": "the run's own", "node": 0, "worker": 0}
+    failure = Failure(id="000001", slot=1, attempt=0, reason="the run's own", node=0, worker=0)
     run.failures.record_failure(failure)
     outside = sentinel / "error_metadata"
     name, real = ("read_json", shared_folder.read_json) if use == "read" else ("scandir", os.scandir)
@@ -307,8 +308,8 @@ def test_a_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read
         if not swapped:  # once (copytree lists folders too)
             swapped.append(True)
             swap_for_link(run.root / "error_metadata", outside)
-            (outside / "000001.json").write_text(json.dumps({**failure, "reason": "planted outside"}))
-            (outside / "000002.json").write_text(json.dumps({**failure, "id": "000002"}))
+            (outside / "000001.json").write_text(json.dumps({**failure.as_json(), "reason": "planted outside"}))
+            (outside / "000002.json").write_text(json.dumps({**failure.as_json(), "id": "000002"}))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(shared_folder if use == "read" else os, name, swap_then_use)

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from derl.evolution.folder.failure_store import Failure
 from derl.evolution.folder.record import morphology_files
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules
@@ -180,9 +181,13 @@ def test_the_genome_store_lays_out_a_morphology_s_files_as_its_record_lists_them
 def test_a_damaged_failure_record_is_quarantined_and_the_morphology_tried_again(tmp_path):
     search = RunDir(tmp_path, quarantine=True)
     search.create()
-    failure = {"id": "000003", "slot": 3, "attempt": 0, "reason": "ValueError: bad body", "node": 0, "worker": 1}
+    failure = Failure(id="000003", slot=3, attempt=0, reason="ValueError: bad body", node=0, worker=1)
     search.failures.record_failure(failure)
     assert search.failures.has_failed("000003") and search.failures.read_failure("000003") == failure
+    assert json.loads(search.failures.error_path("000003").read_text()) == {
+        "id": "000003", "slot": 3, "attempt": 0, "reason": "ValueError: bad body", "node": 0, "worker": 1}
+    with pytest.raises(ValueError, match="has slot/attempt 4/0"):  # only a valid record is ever built
+        Failure(id="000003", slot=4, attempt=0, reason="ValueError: bad body")
     assert search.failures.failed_ids() == ["000003"] and not search.failures.has_failed("000004")
     search.failures.error_path("000003").write_text('{"id": "000003", "sl')
     assert not search.failures.has_failed("000003")

@@ -224,7 +224,7 @@ def _progress(w: PageWriter) -> None:
     if failed:
         parts.append(f"<p>{plural(len(failed), 'failed morphology', 'failed morphologies')} (replaced in their "
                      "slots):</p><ul>" + "".join(
-            f"<li>{esc(f.get('id'))}: {esc(f.get('reason'))}</li>" for f in failed[:20]) + "</ul>")
+            f"<li>{esc(f.id)}: {esc(f.reason)}</li>" for f in failed[:20]) + "</ul>")
     w.section("progress", "In progress and failed", "".join(parts))
 
 

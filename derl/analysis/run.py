@@ -27,6 +27,7 @@ from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
 from derl.checked_config import Config, load_config, load_run_config
 from derl.config import ConfigError
+from derl.evolution.folder.failure_store import Failure
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules
 from derl.evolution.folder.slot_store import Claim
@@ -222,7 +223,8 @@ class RunView:
             self.unreadable[str(err.path)] = str(err)
             return None
 
-    def failed(self) -> list[dict[str, Any]]:
+    def failed(self) -> list[Failure]:
+        """The failure records of the run (``error_metadata/``), by id; a damaged one is named in ``unreadable``."""
         failures = []
         for morphology_id in sorted(self.run.failures.failed_ids()):
             try:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 
 from derl.checked_config import EvoCfg
 from derl.evolution.failures import classify
+from derl.evolution.folder.failure_store import Failure
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.slot_store import Claim
 from derl.evolution.lease import SlotLost, StopSignal, heartbeat_interval, takeover_reason
@@ -261,7 +262,6 @@ class Scheduler:
     def _record_failure(self, morphology_id: str, slot: int, attempt: int, err: Exception) -> None:
         reason = f"{type(err).__name__}: {err}".splitlines()[0]
         self.state.log(f"{morphology_id} failed: {reason}")
-        self.run.failures.record_failure({
-            "id": morphology_id, "slot": slot, "attempt": attempt, "reason": reason,
-            "traceback": traceback.format_exc(limit=-8), "node": self.node, "worker": self.worker,
-        })
+        self.run.failures.record_failure(Failure(
+            id=morphology_id, slot=slot, attempt=attempt, reason=reason, traceback=traceback.format_exc(limit=-8),
+            node=self.node, worker=self.worker))
