@@ -49,7 +49,7 @@ from derl.checked_config import Config, ConfigError, load_config
 from derl.fileio.reads import read_json
 from derl.fileio.writes import atomic_write_text
 from derl.morphology.files import InputError, load_genome, sample
-from derl.paths import REPO_ROOT
+from derl.paths import REPO_ROOT, evo_preset
 
 ON_CPU = {"SIM.BACKEND": "mujoco", "DEVICE": "cpu"}
 # --scale: at most 1,000 times a preset's budget (DERL's 5M env steps: 5e9 a training).
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1, help="seed of the sampled bodies")
     parser.add_argument("--mutations", type=_ints, default=[0, 2, 4, 6],
                         help="mutations of the sampled bodies, in turn (default 0,2,4,6)")
-    parser.add_argument("--reference", type=Path, default=REPO_ROOT / "configs" / "evo" / "ft.yml")
+    parser.add_argument("--reference", type=Path, default=evo_preset("ft"))
     parser.add_argument("--candidate", action="append", metavar="FILE[:KEY=VALUE,...]",
                         help="a candidate preset (repeat for several; default configs/evo/ft_gpu.yml)")
     parser.add_argument("--seeds", type=int, default=2, help="RNG_SEEDs 1..N of the reference (at least 2)")
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> dict:
     work = args.work.resolve()  # the trainings run from the repository's root
     reference = parse_preset(str(args.reference), {}, common)
     candidates = [parse_preset(spec, ON_CPU if args.cpu else {}, common)
-                  for spec in args.candidate or [str(REPO_ROOT / "configs" / "evo" / "ft_gpu.yml")]]
+                  for spec in args.candidate or [str(evo_preset("ft_gpu"))]]
     if any(c.on_gpu for c in candidates):
         import torch
 

@@ -91,8 +91,10 @@ class Heartbeat:
         return self
 
     def stop(self) -> None:
+        """Ends the beats; waits at most one interval for the thread (a beat blocked on a hung network
+        filesystem must not hold up a node's shutdown: the thread is a daemon)."""
         self._done.set()
-        self._thread.join()
+        self._thread.join(timeout=self.interval)
 
     def _loop(self) -> None:
         while not self._done.wait(self.interval):

@@ -216,12 +216,6 @@ def error_problem(data: Any, name: str) -> str | None:
         "node": _INDEX, "worker": _INDEX})
 
 
-def retired_problem(data: Any, name: str) -> str | None:
-    if not isinstance(data, dict) or data.get("id") != name:
-        return f"is not the retirement of {name}"
-    return None
-
-
 def genome_problem(data: Any, name: str) -> str | None:
     """Why ``data`` is not a genome with id ``name`` (the body itself: ``derl.morphology.genome``), or None."""
     if not isinstance(data, dict) or data.get("id") != name:
