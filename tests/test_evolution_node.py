@@ -16,6 +16,7 @@ from pathlib import Path
 from derl.checked_config import load_config
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.shared import Identity
+from derl.evolution.folder.worker_store import WorkerStatus
 from derl.evolution.lease import takeover_reason
 from derl.evolution.private_folder import remove_dead_private_folders
 from derl.evolution.results import PublishedResults
@@ -67,7 +68,7 @@ def _preparing_run(tmp_path: Path) -> tuple[RunDir, float]:
     run = RunDir(tmp_path, identity=Identity("host-b", 77, "b" * 16))
     run.create()
     run.slots.claim(4, node=1, worker=0)
-    run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 4, "id": "000004", "status": "training"})
+    run.workers.write_state(WorkerStatus(node=1, worker=0, slot=4, id="000004", status="training"))
     run.workers.beat(1, 0)
     old = run.filesystem_now() - 700
     os.utime(run.workers.heartbeat_path(1, 0), (old, old))

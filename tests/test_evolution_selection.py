@@ -9,6 +9,7 @@ from derl.config import ConfigError
 from derl.evolution import selection
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.slot_store import Claim
+from derl.evolution.folder.worker_store import WorkerStatus
 from derl.evolution.node_size import DEFAULT_WORKER_MEMORY_BYTES, resolve_num_processes, worker_memory_estimate
 from derl.evolution.population import init_claim_order, init_share, parse_id, ppo_seed, slot_id, slot_rng
 
@@ -138,7 +139,7 @@ def test_worker_memory_estimate_uses_this_nodes_measured_peak(tmp_path):
     run = RunDir(tmp_path)
     run.create()
     assert worker_memory_estimate(run, 0)[0] == DEFAULT_WORKER_MEMORY_BYTES
-    run.workers.write_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": 1000})
-    run.workers.write_state(0, 1, {"node": 0, "worker": 1, "peak_rss_bytes": 3000})
-    run.workers.write_state(1, 0, {"node": 1, "worker": 0, "peak_rss_bytes": 9000})
+    run.workers.write_state(WorkerStatus(node=0, worker=0, peak_rss_bytes=1000))
+    run.workers.write_state(WorkerStatus(node=0, worker=1, peak_rss_bytes=3000))
+    run.workers.write_state(WorkerStatus(node=1, worker=0, peak_rss_bytes=9000))
     assert worker_memory_estimate(run, 0)[0] == 3600

@@ -12,6 +12,7 @@ from derl.evolution.folder.record import morphology_files
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules
 from derl.evolution.folder.shared import Identity
+from derl.evolution.folder.worker_store import WorkerStatus
 from derl.evolution.lease import is_stale, takeover_reason
 from derl.fileio.reads import JsonFileError
 
@@ -93,12 +94,12 @@ def test_takeover_reason_stale_owner_or_owner_elsewhere(tmp_path):
     run = RunDir(tmp_path)
     run.create()
     run.slots.claim(2, node=1, worker=0)
-    run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 2})
+    run.workers.write_state(WorkerStatus(node=1, worker=0, slot=2))
     claim = run.slots.read(2)
     beat = run.workers.beat(1, 0)
     assert takeover_reason(run, 2, claim, now=beat + 5, lease_seconds=10) is None
     assert "last beat 20 s ago" in takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10)
-    run.workers.write_state(1, 0, {"node": 1, "worker": 0, "slot": 3})  # alive, but on another slot
+    run.workers.write_state(WorkerStatus(node=1, worker=0, slot=3))  # alive, but on another slot
     assert "works on slot 3" in takeover_reason(run, 2, claim, now=beat, lease_seconds=10)
     run.publications.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002", "publication": 0})
     assert takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10) is None  # done: nothing to take
@@ -142,8 +143,7 @@ def test_status_shows_each_node_and_marks_the_stale_one(tmp_path):
     run.create()
     for node in (0, 1):
         run.slots.claim(node, node=node, worker=0)
-        run.workers.write_state(node, 0, {"node": node, "worker": 0, "slot": node, "id": f"{node:06d}",
-                                         "status": "training"})
+        run.workers.write_state(WorkerStatus(node=node, worker=0, slot=node, id=f"{node:06d}", status="training"))
         run.workers.beat(node, 0)
     old = run.filesystem_now() - 100
     os.utime(run.workers.heartbeat_path(1, 0), (old, old))

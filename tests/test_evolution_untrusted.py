@@ -11,6 +11,7 @@ import pytest
 
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules, metadata_problem, morphology_files
+from derl.evolution.folder.worker_store import WorkerStatus
 from derl.evolution.lease import takeover_reason
 from derl.evolution.population import parse_id
 
@@ -184,8 +185,10 @@ def test_a_worker_state_of_the_wrong_type_is_quarantined_and_memory_estimated_wi
     from derl.evolution.node_size import DEFAULT_WORKER_MEMORY_BYTES, worker_memory_estimate
 
     run = search_run(tmp_path)
-    run.workers.write_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": "x"})
-    run.workers.write_state(0, 1, {"node": 0, "worker": 1, "slot": "../x"})
+    (run.root / "workers" / "0-0.json").write_text(json.dumps({"node": 0, "worker": 0, "peak_rss_bytes": "x"}))
+    (run.root / "workers" / "0-1.json").write_text(json.dumps({"node": 0, "worker": 1, "slot": "../x"}))
+    with pytest.raises(ValueError, match="has slot '../x'"):  # derl never writes one: only a valid state is built
+        WorkerStatus(node=0, worker=1, slot="../x")
     assert worker_memory_estimate(run, 0) == (DEFAULT_WORKER_MEMORY_BYTES, "default until workers have been measured")
     assert sorted(p.name for p in (run.root / "quarantine").iterdir()) == ["workers-0-0.json", "workers-0-1.json"]
 
@@ -195,7 +198,7 @@ def test_a_damaged_claim_is_kept_while_a_worker_on_its_slot_beats(tmp_path):
     to a second worker; once nobody working on it has beaten for the lease, it is taken over."""
     run = search_run(tmp_path)
     run.slots.claim(2, node=0, worker=1)
-    run.workers.write_state(0, 1, {"node": 0, "worker": 1, "slot": 2, "id": "000002", "status": "training"})
+    run.workers.write_state(WorkerStatus(node=0, worker=1, slot=2, id="000002", status="training"))
     beat = run.workers.beat(0, 1)
     path = run.root / "slots" / "000002.json"
     path.write_text(path.read_text()[:20])  # truncated while worker 0-1 trains

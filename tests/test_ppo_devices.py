@@ -10,6 +10,7 @@ import torch
 
 from derl.checked_config import load_config
 from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.worker_store import WorkerStatus
 from derl.evolution.node_size import (
     DEFAULT_WORKER_GPU_BYTES,
     default_worker_gpu_bytes,
@@ -120,7 +121,7 @@ def test_gpu_memory_estimate_uses_measured_gpu_peaks(tmp_path):
     run = RunDir(tmp_path)
     run.create()
     assert worker_memory_estimate(run, 0, "peak_gpu_bytes", DEFAULT_WORKER_GPU_BYTES)[0] == DEFAULT_WORKER_GPU_BYTES
-    run.workers.write_state(0, 0, {"node": 0, "worker": 0, "peak_rss_bytes": 10, "peak_gpu_bytes": 1000})
+    run.workers.write_state(WorkerStatus(node=0, worker=0, peak_rss_bytes=10, peak_gpu_bytes=1000))
     assert worker_memory_estimate(run, 0, "peak_gpu_bytes", DEFAULT_WORKER_GPU_BYTES)[0] == 1200
 
 

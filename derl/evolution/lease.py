@@ -55,20 +55,19 @@ def takeover_reason(run: RunDir, slot: int, claim: Claim, now: float, lease_seco
     (node, worker) whose state says it works on the slot has beaten within ``lease_seconds``.
     """
     if claim.damaged:
-        holders = [state for state in run.workers.states()
-                   if state.get("slot") == slot and (state["node"], state["worker"]) != me]
-        beats = [t for t in (run.workers.heartbeat_time(s["node"], s["worker"]) for s in holders) if t is not None]
+        holders = [state for state in run.workers.states() if state.slot == slot and (state.node, state.worker) != me]
+        beats = [t for t in (run.workers.heartbeat_time(s.node, s.worker) for s in holders) if t is not None]
         if is_stale(now, max(beats, default=None), None, lease_seconds):
             return f"its claim {claim.damaged}, and no other worker on slot {slot} beat in {lease_seconds:g} s"
         return None
     assert claim.node is not None and claim.worker is not None and claim.id is not None  # not damaged
     owner = (claim.node, claim.worker)
     name = f"{owner[0]}-{owner[1]}"
-    state = run.workers.read_state(*owner) or {}  # read before the metadata: the owner publishes, then moves on
+    state = run.workers.read_state(*owner)  # read before the metadata: the owner publishes, then moves on
     if run.publications.is_published(claim.id):
         return None
-    if state.get("slot") != slot:
-        return f"its owner {name} works on slot {state.get('slot')}"
+    if (working_on := state and state.slot) != slot:
+        return f"its owner {name} works on slot {working_on}"
     heartbeat = run.workers.heartbeat_time(*owner)
     if is_stale(now, heartbeat, run.slots.claim_time(slot, claim.lease), lease_seconds):
         age = "never" if heartbeat is None else f"{now - heartbeat:.0f} s ago"

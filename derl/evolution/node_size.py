@@ -73,7 +73,7 @@ def worker_memory_estimate(run: RunDir, node: int, key: str = "peak_rss_bytes",
     ``key`` is ``peak_rss_bytes`` (RAM) or ``peak_gpu_bytes`` (GPU memory, with ``default``
     ``default_worker_gpu_bytes``).
     """
-    peaks = [state.get(key, 0) for state in run.workers.states() if state.get("node") == node]
+    peaks = [getattr(state, key) for state in run.workers.states() if state.node == node]
     if peaks and max(peaks) > 0:
         return int(1.2 * max(peaks)), "measured peak of this node's workers + 20%"
     return default, "default until workers have been measured"

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.worker_store import WorkerStatus
 
 EXIT_FATAL = 3
 EXIT_STOPPED = 4
@@ -107,16 +108,16 @@ class WorkerState:
 
     def __init__(self, run: RunDir, node: int, worker: int):
         self.run, self.node, self.worker = run, node, worker
-        self.previous = run.workers.read_state(node, worker) or {}
+        self.previous = run.workers.read_state(node, worker) or WorkerStatus(node=node, worker=worker)
         self.state: dict[str, Any] = {"slot": None, "id": None, "status": "starting",
-                                      "peak_rss_bytes": self.previous.get("peak_rss_bytes", 0),
-                                      "peak_gpu_bytes": self.previous.get("peak_gpu_bytes", 0)}
+                                      "peak_rss_bytes": self.previous.peak_rss_bytes,
+                                      "peak_gpu_bytes": self.previous.peak_gpu_bytes}
 
     def write(self, **changes: Any) -> None:
         self.state.update(changes, node=self.node, worker=self.worker, pid=os.getpid(), updated=time.time(),
                           peak_rss_bytes=max(self.state["peak_rss_bytes"], peak_rss_bytes()),
                           peak_gpu_bytes=max(self.state["peak_gpu_bytes"], peak_gpu_bytes()))
-        self.run.workers.write_state(self.node, self.worker, self.state)
+        self.run.workers.write_state(WorkerStatus(**self.state))
 
     def log(self, message: str) -> None:
         print(f"[worker {self.node}-{self.worker}] {message}", flush=True)

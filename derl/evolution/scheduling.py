@@ -14,6 +14,7 @@ and the slot moves on to the next attempt.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import traceback
@@ -54,8 +55,8 @@ class Scheduler:
 
     def run_all(self) -> None:
         """Does this worker's share of the search, then returns (raises Stopped or FatalError)."""
-        if self.state.previous.get("slot") is not None:
-            self._resume(self.state.previous["slot"])
+        if self.state.previous.slot is not None:
+            self._resume(self.state.previous.slot)
         self._adopt_orphaned_slots()
         evo = self.evo
         order = init_claim_order(num_initial_slots(evo), self.num_nodes, self.node, evo.NUM_PROCESSES,
@@ -152,10 +153,10 @@ class Scheduler:
         for other in self.run.workers.indices(self.node):
             if other < count or other % count != self.worker:
                 continue
-            state = self.run.workers.read_state(self.node, other) or {}
-            slot = state.get("slot")
-            if slot is None:
+            state = self.run.workers.read_state(self.node, other)
+            if state is None or state.slot is None:
                 continue
+            slot = state.slot
             lock = try_worker_lock(self.run, self.node, other)
             if lock is None:
                 continue  # that worker still runs (an older session winding down)
@@ -166,8 +167,8 @@ class Scheduler:
                     self.state.write(slot=slot, id=claim.id, status="adopting")
                     if self._new_lease(claim):
                         self._fill_slot(slot)
-                self.run.workers.write_state(self.node, other, {**state, "slot": None, "id": None,
-                                                               "status": f"slot adopted by worker {self.worker}"})
+                self.run.workers.write_state(dataclasses.replace(state, slot=None, id=None,
+                                                                 status=f"slot adopted by worker {self.worker}"))
             finally:
                 os.close(lock)
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from derl.checked_config import EvoCfg, load_run_config
 from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.worker_store import WorkerStatus
 from derl.evolution.lease import heartbeat_interval
 from derl.evolution.population import parse_id, search_text
 from derl.evolution.results import PublishedResults, rank
@@ -61,9 +62,9 @@ def node_lines(evo: EvoCfg, run: RunDir, results: PublishedResults) -> list[str]
     for slot in run.slots.claimed():
         if slot not in done and (claim := run.slots.read(slot)) is not None and claim.node is not None:
             held[claim.node].append(slot)  # a damaged claim names no node
-    states: dict[int, list[dict]] = defaultdict(list)
+    states: dict[int, list[WorkerStatus]] = defaultdict(list)
     for state in run.workers.states():
-        states[state["node"]].append(state)
+        states[state.node].append(state)
     lines = []
     for node in sorted(set(states) | set(held) | set(preparing)):
         prepares = ""
@@ -76,12 +77,12 @@ def node_lines(evo: EvoCfg, run: RunDir, results: PublishedResults) -> list[str]
         if not states[node] and not held[node]:
             lines.append(f"  node {node}: {prepares}")
             continue
-        beats = [b for s in states[node] if (b := run.workers.heartbeat_time(node, s["worker"])) is not None]
+        beats = [b for s in states[node] if (b := run.workers.heartbeat_time(node, s.worker)) is not None]
         age = now - max(beats) if beats else None
-        working = [s for s in states[node] if not str(s.get("status")).startswith(_IDLE)]
+        working = [s for s in states[node] if not str(s.status).startswith(_IDLE)]
         stale = bool(working or held[node]) and (age is None or age > evo.LEASE_SECONDS)
-        statuses = ", ".join(f"{s['worker']}: {s.get('status')} {s.get('id') or ''}".rstrip()
-                             for s in sorted(states[node], key=lambda s: s["worker"]))
+        statuses = ", ".join(f"{s.worker}: {s.status} {s.id or ''}".rstrip()
+                             for s in sorted(states[node], key=lambda s: s.worker))
         heartbeat = "never" if age is None else f"{age:.0f} s ago"
         slots = ", ".join(map(str, held[node])) or "none"
         flag = f" STALE (older than EVO.LEASE_SECONDS {evo.LEASE_SECONDS:g}: its slots are taken over)" \
@@ -91,8 +92,8 @@ def node_lines(evo: EvoCfg, run: RunDir, results: PublishedResults) -> list[str]
     return lines
 
 
-def _is_running(state: dict, heartbeat: float | None, now: float, lease_seconds: float) -> bool:
-    idle = str(state.get("status")).startswith(_IDLE)
+def _is_running(state: WorkerStatus, heartbeat: float | None, now: float, lease_seconds: float) -> bool:
+    idle = str(state.status).startswith(_IDLE)
     return not idle and heartbeat is not None and now - heartbeat < lease_seconds
 
 
@@ -110,7 +111,7 @@ def status_lines(out_dir: str) -> list[str]:
     now = _filesystem_now(run)
     workers = run.workers
     running = [state for state in workers.states()
-               if _is_running(state, workers.heartbeat_time(state["node"], state["worker"]), now, evo.LEASE_SECONDS)]
+               if _is_running(state, workers.heartbeat_time(state.node, state.worker), now, evo.LEASE_SECONDS)]
     lines = [
         f"run: {run.root}",
         f"search: {search_text(evo)}",

@@ -3,19 +3,60 @@ file, lock and heartbeat (``workers/<node>-<worker>.json|.lock|.alive``), and th
 node's coordinator while it prepares the run (``nodes/<node>-<token>.preparing``).
 
 Heartbeats are file times on the shared filesystem, touched without an explicit time: the file
-server's clock, one clock for every node.
+server's clock, one clock for every node. A state read back is a ``WorkerStatus``, checked once when
+it is built.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from derl.evolution.folder import schema
 from derl.evolution.folder.shared import SharedFolder
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerStatus:
+    """What worker ``worker`` of node ``node`` last said of itself (``workers/<node>-<worker>.json``): the
+    ``slot`` and morphology ``id`` it works on (None between slots), its ``status`` line, its ``pid``, when
+    it wrote (``updated``, its host's clock) and its memory peaks, which the coordinator sizes the next
+    session by. Checked when it is built (``schema.worker_state_problem``: a ``ValueError``)."""
+
+    node: int
+    worker: int
+    slot: int | None = None
+    id: str | None = None
+    status: str | None = None
+    pid: int | None = None
+    updated: float | None = None
+    peak_rss_bytes: int = 0
+    peak_gpu_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if (reason := schema.worker_state_problem(self.as_json(), self.node, self.worker)) is not None:
+            raise ValueError(f"not a worker state: {reason}")
+
+    @staticmethod
+    def parse(data: Any, node: int, worker: int) -> WorkerStatus:
+        """The state in the parsed file ``data`` of worker ``node-worker``.
+
+        Raises:
+            ValueError: ``data`` is not one (the reason as its message).
+        """
+        if (reason := schema.worker_state_problem(data, node, worker)) is not None:
+            raise ValueError(reason)
+        known = {field.name for field in dataclasses.fields(WorkerStatus)}
+        return WorkerStatus(**{key: value for key, value in data.items() if key in known})
+
+    def as_json(self) -> dict[str, Any]:
+        """The file's content (fields that are None left out)."""
+        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
 
 
 class WorkerStore:
@@ -34,19 +75,21 @@ class WorkerStore:
     def lock_path(self, node: int, worker: int) -> Path:
         return self._file(node, worker, ".lock")
 
-    def write_state(self, node: int, worker: int, state: dict[str, Any]) -> None:
-        self.run.write_json(self._file(node, worker, ".json"), state)
+    def write_state(self, state: WorkerStatus) -> None:
+        self.run.write_json(self._file(state.node, state.worker, ".json"), state.as_json())
 
-    def read_state(self, node: int, worker: int) -> dict[str, Any] | None:
-        return self.run.read_checked(self._file(node, worker, ".json"),
-                                      lambda data: schema.worker_state_problem(data, node, worker))
+    def read_state(self, node: int, worker: int) -> WorkerStatus | None:
+        """The state of worker ``node-worker``; None if it has none (or it was just quarantined)."""
+        data = self.run.read_checked(self._file(node, worker, ".json"),
+                                     lambda data: schema.worker_state_problem(data, node, worker))
+        return None if data is None else WorkerStatus.parse(data, node, worker)
 
     def indices(self, node: int) -> list[int]:
         """Every worker index of ``node`` that has ever written its state, in any session."""
         prefix = f"{node}-"
         return sorted(int(name[len(prefix):]) for name in self.run.names("workers") if name.startswith(prefix))
 
-    def states(self) -> list[dict[str, Any]]:
+    def states(self) -> list[WorkerStatus]:
         states = []
         for name in self.run.names("workers"):
             node, worker = (int(part) for part in name.split("-"))
