@@ -261,10 +261,8 @@ class SharedFolder:
             self._warned.add(path)
             print(f"warning: {path} {message}", file=sys.stderr, flush=True)
 
-    def read_checked(self, path: Path, problem: Callable[[Any], str | None],
-                     max_bytes: int = MAX_JSON_BYTES) -> Any | None:
-        """The JSON content of ``path`` (at most ``max_bytes``) if it parses and ``problem`` finds
-        nothing; None if missing.
+    def read_checked(self, path: Path, problem: Callable[[Any], str | None], max_bytes: int = MAX_JSON_BYTES) -> Any:
+        """The JSON of ``path`` (at most ``max_bytes``) if it parses and ``problem`` finds nothing; None if missing.
 
         A bad file is quarantined (``quarantine=True``, then None) or raises ``JsonFileError``. So is
         a file whose folder is a link (its content lies outside the folder: never read).
