@@ -43,7 +43,7 @@ from derl.envs.warp_check import check_backend_here, check_warp_cuda_here
 from derl.fileio.reads import parse_override, read_yaml
 from derl.morphology.config import BodyCfg, LimbCfg, TorsoCfg, UnimalCfg, XmlCfg
 from derl.morphology.mutations import OPERATORS
-from derl.paths import EVO_PRESETS
+from derl.paths import EVO_PRESETS, evo_preset
 from derl.ppo.config import ROLLOUT_LEAST_BYTES_PER_STEP, ModelCfg, PpoCfg, TrainerCfg, gib, rollout_bytes
 
 # The values EVO.TOURNAMENT_TYPE may take: derl.evolution.selection implements them.
@@ -228,7 +228,7 @@ def load_run_config(config_yaml: str | Path) -> Config:
 
 def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) -> Config:
     """``configs/evo/<name>.yml`` (``ft``, ``vt``, ``mvt``, ``quick``, ``ft_gpu``), then ``overrides``."""
-    path = EVO_PRESETS / f"{name}.yml"
+    path = evo_preset(name)
     if not path.is_file():
         known = sorted(p.stem for p in EVO_PRESETS.glob("*.yml"))
         raise ConfigError(f"unknown preset {name!r}; known: {', '.join(known)}")

@@ -29,7 +29,7 @@ FT_GENOME_SEED = 0
 
 def env_configs() -> dict[str, Path]:
     """Bench names: the evolution presets (ft, vt, mvt) and every ``configs/eval`` task."""
-    names = {name: EVO_PRESETS / f"{name}.yml" for name in ("ft", "vt", "mvt")}
+    names = {name: evo_preset(name) for name in ("ft", "vt", "mvt")}
     names.update({path.stem: path for path in sorted(EVAL_PRESETS.glob("*.yml"))})
     return names
 
