@@ -88,7 +88,7 @@ def world_model(genome: Genome, world: WorldCfg) -> mujoco.MjModel:
 
 def ft_model(seed: int) -> tuple[mujoco.MjModel, dict]:
     """The FT world of the body of ``seed`` and a description of that body."""
-    cfg = load_config(EVO_PRESETS / "ft.yml")
+    cfg = load_config(evo_preset("ft"))
     genome = seeded_genome(cfg.unimal, seed)
     model = world_model(genome, cfg.world)
     return model, {"seed": seed, "num_limbs": genome.num_limbs, "nv": model.nv, "nu": model.nu, "ngeom": model.ngeom}
