@@ -22,7 +22,7 @@ from derl.envs.world import compile_world
 from derl.morphology import Genome, random_genome, to_mjcf
 from derl.morphology.config import UnimalCfg
 from derl.morphology.files import sample
-from derl.paths import EVAL_PRESETS, EVO_PRESETS, evo_preset
+from derl.paths import EVAL_PRESETS, evo_preset
 
 FT_GENOME_SEED = 0
 

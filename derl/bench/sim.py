@@ -39,7 +39,7 @@ from derl.envs.batch import FRAME_SKIP
 from derl.envs.warp_check import check_backend_here
 from derl.envs.warp_log import quiet_warp
 from derl.evolution.node_size import usable_cores
-from derl.paths import EVO_PRESETS
+from derl.paths import evo_preset
 
 DEFAULT_NWORLD = {"cpu": (8, 64), "cuda": (1024, 4096, 8192)}
 
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.steps < 1 or args.threads < 1 or args.new_morphologies < 0:
         raise SystemExit("error: --steps and --threads must be >= 1, --new-morphologies >= 0")
     nworlds = _nworlds(args)
-    sim_cfg = load_config(EVO_PRESETS / "ft.yml").SIM
+    sim_cfg = load_config(evo_preset("ft")).SIM
     model, body = ft_model(args.seed)
     result: dict = {"body": body, "frame_skip": FRAME_SKIP, "steps": args.steps, "threads": args.threads,
                     "nconmax": sim_cfg.NCONMAX, "njmax": sim_cfg.NJMAX, "rates": []}
