@@ -7,14 +7,16 @@ Layout::
     eval/claims/<task>/<id>-s<seed>-<g>.json  who trains the cell: {host, pid, token}, g-th claim
     eval/summary.json, summary.csv     every finished cell and a per-task ranking
 
-A cell is finished when its ``metrics.json`` exists: train_to_folder writes it last. A cell is
-claimed by creating ``<id>-s<seed>-0.json`` exclusively (``derl.fileio.writes.create_exclusive``); the
-claiming process touches it while the training runs (its mtime is the heartbeat). A claim is
+A cell is finished when its ``metrics.json`` exists: train_to_folder writes it last. A cell's claims
+follow the protocol of the search's leases (``derl.evolution.folder.claim_store.ClaimStore``): a cell
+is claimed by creating ``<id>-s<seed>-0.json`` exclusively, complete from the first moment (staged in
+the run's ``tmp/``, then linked); the claiming process touches it while the training runs (its mtime
+is the heartbeat). The staleness rule is the evaluation's own (``EvalDir._is_stale``): a claim is
 stale when its process is gone (same host, pid not running) or, from any host, when its mtime is
 older than the run's ``EVO.LEASE_SECONDS`` on the shared filesystem's clock (the rule of
-``derl.evolution.lease.is_stale``). A stale claim is taken over by creating the next claim
-``g + 1`` exclusively: of several takers one wins, and the old owner, if it comes back, sees the
-later claim and stops (``lost``). The training itself continues from the cell's checkpoint.
+``derl.evolution.lease.is_stale``). A stale claim is taken over by creating the next claim ``g + 1``
+exclusively: of several takers one wins, and the old owner, if it comes back, sees the later claim
+and stops (``lost``). The training itself continues from the cell's checkpoint.
 """
 
 from __future__ import annotations
@@ -34,17 +36,41 @@ from typing import Any
 import psutil
 
 from derl.evaluation.plan import Cell
+from derl.evolution.folder.claim_store import ClaimStore
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import eval_claim_problem, eval_result_problem
 from derl.evolution.folder.shared import Identity
 from derl.evolution.lease import is_stale
 from derl.fileio.folders import NotAFolder, make_folders, open_folder
 from derl.fileio.reads import JsonFileError, read_json
-from derl.fileio.writes import atomic_write_text, create_exclusive, write_json
+from derl.fileio.writes import atomic_write_text, write_json
 from derl.training.run import FINAL_METRICS_FILE
 
 COLUMNS = ("id", "source", "task", "seed", "return", "metric", "env_steps", "iterations")
 _CELL_NAME = re.compile(r"^(\d{6,}(?:-\d+)?)-s(\d+)$")
+
+
+class CellClaims(ClaimStore[Cell, Any]):
+    """The cells' claims, ``claims/<task>/<id>-s<seed>-<g>.json`` (all generations in one folder) in
+    ``folder``, on the protocol of the search's leases. Strict: a claims folder that is a link stops the
+    evaluation (``NotAFolder``). Read by ``EvalDir._is_stale`` with their mtime, not by ``read``."""
+
+    def __init__(self, run: RunDir, folder: Path):
+        super().__init__(run, strict=True)
+        self.root = folder
+
+    def file(self, cell: Cell, generation: int) -> Path:
+        return self.root / cell.task / f"{cell.name}-{generation}.json"
+
+    def generations(self, cell: Cell) -> list[int]:
+        # listed through the folder's descriptor: never a folder swapped for a link (warned once)
+        names = self.folder.entries(self.root / cell.task)
+        claim = re.compile(rf"{re.escape(cell.name)}-(\d+)\.json")
+        return [int(found[1]) for name in names if (found := claim.fullmatch(name))]
+
+    def create_file(self, path: Path, claim: Any) -> bool:
+        """Compact JSON, as the evaluation's claims always were."""
+        return self.folder.create_text(path, json.dumps(claim))
 
 
 class EvalDir:
@@ -55,6 +81,7 @@ class EvalDir:
         self.root = self.run.root / "eval"
         self.lease_seconds = lease_seconds
         self.identity = identity or Identity.current()
+        self.claims = CellClaims(self.run, self.root / "claims")
 
     def cell_dir(self, cell: Cell) -> Path:
         return self.root / cell.task / cell.name
@@ -96,16 +123,13 @@ class EvalDir:
             return None
         return result
 
-    # Claims.
+    # Claims (the protocol of ClaimStore: generation g is the g-th claim of a cell).
     def _claim_path(self, cell: Cell, generation: int) -> Path:
-        return self.root / "claims" / cell.task / f"{cell.name}-{generation}.json"
+        return self.claims.file(cell, generation)
 
     def _generation(self, cell: Cell) -> int | None:
         """The latest claim's number, or None if the cell was never claimed."""
-        # listed through the folder's descriptor: never a folder swapped for a link (warned once)
-        names = self.run.entries(self.root / "claims" / cell.task)
-        claim = re.compile(rf"{re.escape(cell.name)}-(\d+)\.json")
-        return max((int(found[1]) for name in names if (found := claim.fullmatch(name))), default=None)
+        return max(self.claims.generations(cell), default=None)
 
     def _is_stale(self, path: Path) -> bool:
         try:
@@ -126,29 +150,19 @@ class EvalDir:
         if generation is not None and not self._is_stale(self._claim_path(cell, generation)):
             return None
         mine = 0 if generation is None else generation + 1
-        path = self._claim_path(cell, mine)
-        make_folders(path.parent, self.run.root)
+        for folder in (self._claim_path(cell, mine).parent, self.run.root / "tmp"):  # tmp/: where it is staged
+            make_folders(folder, self.run.root)
         owner = {**self.identity.as_dict(), "started": _process_started(os.getpid())}
-        return mine if create_exclusive(path, json.dumps(owner), self.run.root) else None
+        return mine if self.claims.create(cell, mine, owner) else None
 
     def beat(self, cell: Cell, generation: int) -> None:
         """Touches the claim (the file server's clock, as ``WorkerStore.beat``)."""
-        path = self._claim_path(cell, generation)
-        folder = open_folder(path.parent, self.run.root)  # never through a folder swapped for a link
-        try:
-            os.utime(path.name, dir_fd=folder, follow_symlinks=False)
-        finally:
-            os.close(folder)
+        self.claims.touch(cell, generation)
 
     def lost(self, cell: Cell, generation: int) -> bool:
         """True once another process holds a later claim of ``cell`` (looked up in the claims folder's
         descriptor: one swapped for a link raises ``NotAFolder``, as ``beat``)."""
-        try:
-            self.run.read_in_folder(self._claim_path(cell, generation + 1),
-                                    lambda path, dir_fd: os.lstat(path.name, dir_fd=dir_fd))
-        except FileNotFoundError:
-            return False
-        return True
+        return self.claims.taken_over(cell, generation)
 
     # The summary.
     def rows(self) -> list[dict[str, Any]]:
@@ -233,8 +247,8 @@ def _mean(values) -> float | None:
 
 def _claim_time_and_owner(path: Path, dir_fd: int) -> tuple[float, Any]:
     """A claim's mtime and content, both in its folder's descriptor (``SharedFolder.read_in_folder``); the
-    content ``{}`` where it does not parse: being written right now (``create_exclusive`` writes after
-    creating), or not a file."""
+    content ``{}`` where it does not parse: a claim of an older derl being written right now (it wrote
+    after creating), or not a file."""
     mtime = os.lstat(path.name, dir_fd=dir_fd).st_mtime
     try:
         return mtime, read_json(path, dir_fd=dir_fd)

@@ -6,7 +6,8 @@ creations, checked reads, quarantine), which make the folder safe to share betwe
 nodes. It keeps the run-level files (config, summary, manifest, initial population, videos) and
 composes one small store per corner of the layout, each on those primitives:
 
-- ``run.slots`` (``slot_store.SlotStore``): ``slots/`` and ``leases/``, who trains which slot;
+- ``run.slots`` (``slot_store.SlotStore``): ``slots/`` and ``leases/``, who trains which slot, on the
+  claim protocol (``claim_store.ClaimStore``) that the evaluation's claims share;
 - ``run.workers`` (``worker_store.WorkerStore``): ``workers/`` and ``nodes/``, states and heartbeats;
 - ``run.genomes`` (``genome_store.GenomeStore``): ``genomes/`` and ``xml/``, each body before it trains;
 - ``run.publications`` (``publication_store.PublicationStore``): ``published/``, ``metadata/`` and

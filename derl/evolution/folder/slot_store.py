@@ -2,8 +2,9 @@
 slot (``slots/<slot>.json``, created exclusively) and the leases that take a slot over from an owner
 gone silent (``leases/<slot>-<g>.json``, the g-th takeover, created exclusively too).
 
-The latest lease of a slot decides who owns it, whatever it holds (``read``). A claim read back is
-a ``Claim``, checked once when it is built.
+The latest lease of a slot decides who owns it, whatever it holds (``read``): the protocol of
+``claim_store.ClaimStore``, which the evaluation's claims share. A claim read back is a ``Claim``,
+checked once when it is built.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from derl.evolution.folder import schema
+from derl.evolution.folder.claim_store import ClaimStore
 from derl.evolution.folder.shared import Identity, SharedFolder
 from derl.evolution.population import slot_id
-from derl.fileio.folders import NotAFolder
-from derl.fileio.reads import JsonFileError, read_json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,64 +75,48 @@ class Claim:
                 if key != "damaged" and (value is not None or key not in ("host", "pid", "token"))}
 
 
-class SlotStore:
+class SlotStore(ClaimStore[int, Claim]):
     """Claims and leases of the slots in ``run`` (a ``RunDir``), through the checked primitives of
-    its ``SharedFolder``."""
+    its ``SharedFolder``: the search's names and ``Claim`` on the protocol of ``ClaimStore`` (the
+    generation of a claim is its lease; ``read``, ``claim_time`` and ``taken_over`` are the protocol's)."""
 
     def __init__(self, run: SharedFolder):
+        super().__init__(run)
         self.run = run
 
     def path(self, slot: int) -> Path:
         return self.run.root / "slots" / f"{slot:06d}.json"
 
-    def lease_path(self, slot: int, lease: int) -> Path:
+    def file(self, slot: int, lease: int) -> Path:
         return self.path(slot) if lease == 0 else self.run.root / "leases" / f"{slot:06d}-{lease}.json"
 
-    def leases(self, slot: int) -> list[int]:
+    lease_path = file
+
+    def generations(self, slot: int) -> list[int]:
+        """The slot's leases; lease 0, the claim itself, is in ``slots/``, read when none is listed."""
         prefix = f"{slot:06d}-"
         return [int(name[len(prefix):]) for name in self.run.names("leases") if name.startswith(prefix)]
+
+    leases = generations
+
+    def parse(self, data: Any, slot: int, lease: int) -> Claim:
+        return Claim.parse(data, slot, lease)
+
+    def damaged(self, slot: int, lease: int, reason: str) -> Claim:
+        """Kept, the owner unknown; taken over, by the next lease, only once no worker working on the slot
+        has beaten for ``EVO.LEASE_SECONDS`` (``derl.evolution.lease.takeover_reason``)."""
+        return Claim(slot=slot, lease=lease, id=None, attempt=None, node=None, worker=None, damaged=reason)
+
+    def name(self, slot: int) -> str:
+        return f"slot {slot}"
 
     def claim(self, slot: int, node: int, worker: int, attempt: int = 0) -> bool:
         """Claims ``slot`` exclusively (for its first attempt, in a search; the claim records this
         process); False if someone else holds it."""
-        mine = Claim.mine(slot, 0, attempt, node, worker, self.run.identity)
-        return self.run.create_json(self.path(slot), mine.as_json())
+        return self.create(slot, 0, Claim.mine(slot, 0, attempt, node, worker, self.run.identity).as_json())
 
     def is_claimed(self, slot: int) -> bool:
         return self.run.lexists(self.path(slot)) or bool(self.leases(slot))
-
-    def read(self, slot: int) -> Claim | None:
-        """The current claim of ``slot`` (its latest lease: ``lease`` counts takeovers), or None if unclaimed.
-
-        The latest lease file decides who owns the slot, whatever it holds. One that fails its
-        schema (truncated, say) is not quarantined, which would free the slot while its owner may
-        still train it: it comes back damaged (``Claim.damaged``: the reason), the owner unknown,
-        and is taken over, by the next lease, only once no worker working on the slot has beaten for
-        ``EVO.LEASE_SECONDS`` (``derl.evolution.lease.takeover_reason``). A reader without
-        ``quarantine`` or ``skip`` gets the ``JsonFileError``.
-        """
-        leases = sorted(self.leases(slot), reverse=True)
-        lease = leases[0] if leases else 0
-        path = self.lease_path(slot, lease)
-        try:
-            with self.run.open_dir(path.parent) as folder:
-                return Claim.parse(read_json(path, dir_fd=folder), slot, lease)
-        except FileNotFoundError:
-            return None
-        except NotAFolder as err:
-            self.run.refuse(err)
-            return None
-        except ValueError as err:  # JsonFileError too
-            reason = err.reason if isinstance(err, JsonFileError) else str(err)
-        if not (self.run.quarantine_bad_files or self.run.skip_bad_files):
-            raise JsonFileError(path, reason)
-        self.run.warn_once(path, f"{reason}; kept: slot {slot} is taken over only once its owner is silent")
-        return Claim(slot=slot, lease=lease, id=None, attempt=None, node=None, worker=None, damaged=reason)
-
-    def claim_time(self, slot: int, lease: int) -> float | None:
-        """Modification time (shared-filesystem clock) of the claim file of ``slot``'s lease ``lease``."""
-        found = self.run.lstat(self.lease_path(slot, lease))
-        return None if found is None else found.st_mtime
 
     def replace(self, current: Claim, attempt: int, node: int, worker: int) -> None:
         """Rewrites ``current``, the claim of a slot this worker owns, for the slot's attempt ``attempt``
@@ -148,11 +132,7 @@ class SlotStore:
         learns it lost the slot from ``taken_over``.
         """
         mine = Claim.mine(current.slot, current.lease + 1, attempt, node, worker, self.run.identity)
-        return self.run.create_json(self.lease_path(current.slot, mine.lease), mine.as_json())
-
-    def taken_over(self, slot: int, lease: int) -> bool:
-        """True once someone holds a later lease of ``slot`` than ``lease`` (one stat on the shared folder)."""
-        return self.run.lexists(self.lease_path(slot, lease + 1))
+        return self.create(current.slot, mine.lease, mine.as_json())
 
     def claimed(self) -> list[int]:
         """Every claimed slot, in order."""
