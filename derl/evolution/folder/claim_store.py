@@ -38,8 +38,8 @@ class ClaimStore(Generic[K, C]):
     """The generations of claims of keys ``K`` in ``folder``, read back as ``C``; a subclass names them.
 
     Args:
-        strict: a folder of the claims that is a symbolic link or a file raises ``NotAFolder`` (after
-            ``SharedFolder.refuse``) rather than reading as no claim: for a writer whose folder refuses
+        strict: a folder of the claims that is a symbolic link or a file raises ``NotAFolder``
+            (``SharedFolder.refuse``'s ``strict``) rather than reading as no claim: for a writer whose folder refuses
             nothing (the evaluation's: it stops on it, ``EXIT_FATAL``). A folder in quarantine mode
             raises anyway (``refuse``).
     """
@@ -105,7 +105,7 @@ class ClaimStore(Generic[K, C]):
         except FileNotFoundError:
             return None
         except NotAFolder as err:
-            self._refuse(err)
+            self.folder.refuse(err, self.strict)
             return None
         except ValueError as err:  # JsonFileError too
             reason = err.reason if isinstance(err, JsonFileError) else str(err)
@@ -116,11 +116,11 @@ class ClaimStore(Generic[K, C]):
 
     def taken_over(self, key: K, generation: int) -> bool:
         """True once someone holds a later generation of ``key`` than ``generation`` (one lookup)."""
-        return self._lstat(self.file(key, generation + 1)) is not None
+        return self.folder.lstat(self.file(key, generation + 1), self.strict) is not None
 
     def claim_time(self, key: K, generation: int) -> float | None:
         """Modification time (shared-filesystem clock) of ``key``'s claim ``generation``; None if missing."""
-        found = self._lstat(self.file(key, generation))
+        found = self.folder.lstat(self.file(key, generation), self.strict)
         return None if found is None else found.st_mtime
 
     def touch(self, key: K, generation: int) -> None:
@@ -130,20 +130,3 @@ class ClaimStore(Generic[K, C]):
         path = self.file(key, generation)
         with self.folder.open_dir(path.parent) as folder:
             os.utime(path.name, dir_fd=folder, follow_symlinks=False)
-
-    def _lstat(self, path: Path) -> os.stat_result | None:
-        """The entry ``path``, looked up in its folder's descriptor; None if missing, or if its folder is a
-        link or a file and the store is not ``strict`` (``SharedFolder.lstat``)."""
-        try:
-            with self.folder.open_dir(path.parent) as folder:
-                return os.lstat(path.name, dir_fd=folder)
-        except FileNotFoundError:
-            return None
-        except NotAFolder as err:
-            self._refuse(err)
-            return None
-
-    def _refuse(self, err: NotAFolder) -> None:
-        self.folder.refuse(err)  # the search raises it; a reader is warned once
-        if self.strict:
-            raise err

@@ -97,8 +97,7 @@ class SharedFolder:
                  skip: bool = False):
         self.root = Path(root).resolve()
         self.identity = identity or Identity.current()
-        self.quarantine_bad_files = quarantine
-        self.skip_bad_files = skip
+        self.quarantine_bad_files, self.skip_bad_files = quarantine, skip
         self._warned: set[Path] = set()
         self.refused_names: dict[Path, str] = {}  # names listings refused (``name_problem``): path -> why
         self._counter = itertools.count()
@@ -114,10 +113,9 @@ class SharedFolder:
             make_folders(self.root / folder, self.root)
 
     def open_dir(self, folder: Path) -> _OpenFolder:
-        """A descriptor of ``folder`` (``root`` or below it), every folder from ``root`` down opened
-        without following a symbolic link (``open_folder``); closed on exit. Every read and write
-        below ``root`` goes through one: the check that a folder is real and its use are one open, so
-        a folder swapped for a link (or a file) at any moment is refused, never read or written through.
+        """A descriptor of ``folder`` (``root`` or below), every folder from ``root`` down opened without
+        following a link (``open_folder``); closed on exit. Every read and write below ``root`` goes through
+        one: check and use are one open, so a folder swapped for a link (or a file) is never used.
 
         Raises:
             NotAFolder: ``folder`` (or one on the way) is a symbolic link or a file.
@@ -125,27 +123,29 @@ class SharedFolder:
         """
         return _OpenFolder(open_folder(folder, self.root))
 
-    def refuse(self, err: NotAFolder) -> None:
-        """A folder that is a link or a file holds nothing of the folder's: the search (``quarantine``)
-        stops on it (raises ``err``: the node's problem, never a morphology's); a reader is warned once."""
+    def refuse(self, err: NotAFolder, strict: bool = False) -> None:
+        """A folder that is a link or a file holds nothing of ours: the search (``quarantine``) stops on it
+        (raises ``err``: the node's problem, not a morphology's); a reader is warned once (``strict``: then raises)."""
         if self.quarantine_bad_files:
             raise err
         self.warn_once(err.path, "is a link or a file, not a folder; its files are not read")
+        if strict:
+            raise err
 
     def lexists(self, path: Path) -> bool:
         """Whether the entry ``path`` exists (a link counts), as ``lstat``."""
         return self.lstat(path) is not None
 
-    def lstat(self, path: Path) -> os.stat_result | None:
+    def lstat(self, path: Path, strict: bool = False) -> os.stat_result | None:
         """The entry ``path`` (a link itself), looked up in its folder's descriptor (``open_dir``); None if
-        missing, or if its folder is a link or a file (``refuse``)."""
+        missing, or if its folder is a link or a file (``refuse``, ``strict`` as there)."""
         try:
             with self.open_dir(path.parent) as folder:
                 return os.lstat(path.name, dir_fd=folder)
         except FileNotFoundError:
             return None
         except NotAFolder as err:
-            self.refuse(err)
+            self.refuse(err, strict)
             return None
 
     def read_in_folder(self, path: Path, read: Callable[..., T]) -> T:
