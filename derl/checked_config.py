@@ -227,7 +227,7 @@ def load_run_config(config_yaml: str | Path) -> Config:
 
 
 def load_preset(name: str, overrides: Sequence[str] | Mapping[str, Any] = ()) -> Config:
-    """``configs/evo/<name>.yml`` (``ft``, ``vt``, ``mvt``, ``quick``, ``ft_gpu``), then ``overrides``."""
+    """``configs/evo/<name>.yml`` (``ft``, ``vt``, ``mvt``, ``quick``, ``ft_gpu``, ``ft_warp``), then ``overrides``."""
     path = evo_preset(name)
     if not path.is_file():
         known = sorted(p.stem for p in EVO_PRESETS.glob("*.yml"))

@@ -7,7 +7,7 @@ the benchmarks start (``evo_single_proc.py``, ``tools/``) lie beside the package
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-EVO_PRESETS = REPO_ROOT / "configs" / "evo"  # ft, vt, mvt (DERL's), quick, ft_gpu
+EVO_PRESETS = REPO_ROOT / "configs" / "evo"  # ft, vt, mvt (DERL's), quick, ft_gpu, ft_warp
 EVAL_PRESETS = REPO_ROOT / "configs" / "eval"  # the evaluation tasks
 GPU_SERVER_PRESET = REPO_ROOT / "configs" / "gpu_server.yml"
 

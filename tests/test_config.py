@@ -108,10 +108,17 @@ def test_the_gpu_preset_is_ft_on_warp_with_large_batches():
     assert gpu["PPO.MAX_ITERS"] == 20_000_000 // (4096 * 24)
 
 
+def test_the_warp_preset_is_ft_with_its_physics_on_the_gpu_and_nothing_else():
+    presets = ROOT / "configs" / "evo"
+    ft, warp = (dict(flatten(load_config(presets / name).to_dict())) for name in ("ft.yml", "ft_warp.yml"))
+    assert {key for key in ft if ft[key] != warp[key]} == {"SIM.BACKEND", "DEVICE", "OUT_DIR"}
+    assert (warp["SIM.BACKEND"], warp["DEVICE"], warp["OUT_DIR"]) == ("warp", "cuda", "output/ft_warp")
+
+
 def test_presets_load_and_unknown_preset_is_one_line():
     from derl.checked_config import load_preset
 
     assert load_preset("vt").TERRAIN.SIZE == (50, 50, 1)
     assert load_preset("ft", {"RNG_SEED": 3}).RNG_SEED == 3
-    with pytest.raises(ConfigError, match="unknown preset 'ocean'; known: ft, ft_gpu, mvt, quick, vt"):
+    with pytest.raises(ConfigError, match="unknown preset 'ocean'; known: ft, ft_gpu, ft_warp, mvt, quick, vt"):
         load_preset("ocean")

@@ -21,7 +21,7 @@ from tests.conftest import check_env_strictly
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "assets" / "envs" / "quadruped.xml"
 CONFIGS = {p.stem: p for d in ("evo", "eval") for p in sorted((ROOT / "configs" / d).glob("*.yml"))
-           if p.stem not in ("quick", "ft_gpu")}  # ft's world, smaller (quick) or on MuJoCo Warp (ft_gpu)
+           if p.stem not in ("quick", "ft_gpu", "ft_warp")}  # ft's world, smaller or on MuJoCo Warp
 
 
 def task_env(name: str, xml: Path = FIXTURE, **overrides) -> UnimalEnv:

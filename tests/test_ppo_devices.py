@@ -1,5 +1,7 @@
 """Learner devices: round-robin over visible GPUs, GPU memory limits, CUDA-only paths skip without a GPU."""
 
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -9,15 +11,20 @@ import pytest
 import torch
 
 from derl.checked_config import load_config
+from derl.evolution import node_size
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.worker_store import WorkerStatus
 from derl.evolution.node_size import (
     DEFAULT_WORKER_GPU_BYTES,
     default_worker_gpu_bytes,
+    mps_note,
+    mps_running,
+    worker_count,
     worker_devices,
     worker_memory_estimate,
 )
 from derl.evolution.process import CUDA_CONTEXT_BYTES, peak_gpu_bytes
+from derl.paths import evo_preset
 from derl.ppo.device import (
     DeviceError,
     assign_device,
@@ -115,6 +122,45 @@ def test_the_gpu_peak_adds_warps_memory_pool_to_torchs(monkeypatch):
     assert peak_gpu_bytes() == 300 + CUDA_CONTEXT_BYTES
     cuda.is_initialized = lambda: False  # warp on its CPU device, learner on the CPU
     assert peak_gpu_bytes() == 0
+
+
+def test_ft_warp_workers_one_per_core_round_robin_over_the_gpus_bounded_by_their_memory(tmp_path, monkeypatch):
+    """ft_warp.yml (warp, 32 worlds, DEVICE cuda) on an 8-GPU node with 128 cores: the cores bound the count,
+    not 141 GB of free memory per GPU (109 workers of 1,224 MiB each); 2 GiB free per GPU holds one each."""
+    cfg = load_config(evo_preset("ft_warp"), {"OUT_DIR": str(tmp_path)})
+    assert default_worker_gpu_bytes(cfg.SIM.BACKEND, cfg.PPO.NUM_ENVS) == 1224 * MIB  # 1 GiB + 32 x 256 KiB + 192 MiB
+    monkeypatch.setattr(node_size, "usable_cores", lambda: 128)
+    monkeypatch.setattr(node_size.psutil, "virtual_memory", lambda: SimpleNamespace(available=2**40, total=2**40))
+    monkeypatch.setattr("derl.ppo.device.visible_gpu_count", lambda: 8)
+    run = RunDir(tmp_path)
+    num = worker_count(cfg.EVO, run, node=0, vecenv_threads=cfg.VECENV.THREADS)
+    monkeypatch.setattr("derl.ppo.device.gpu_free_memory", lambda: [141 * 10**9] * 8)
+    devices, fitted = worker_devices(cfg.EVO, cfg.trainer, run, num, node=0, sim_backend=cfg.SIM.BACKEND)
+    assert num == fitted == 128 and devices == [f"cuda:{w % 8}" for w in range(128)]
+    monkeypatch.setattr("derl.ppo.device.gpu_free_memory", lambda: [2 * 2**30] * 8)
+    devices, fitted = worker_devices(cfg.EVO, cfg.trainer, run, num, node=0, sim_backend=cfg.SIM.BACKEND)
+    assert fitted == 8 and devices == [f"cuda:{g}" for g in range(8)]
+
+
+def test_mps_is_on_when_its_pipe_folder_holds_the_control_pipe(tmp_path, monkeypatch):
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}
+    assert not mps_running(env)  # no daemon
+    (tmp_path / "control").write_text("")
+    assert not mps_running(env)  # a plain file is no daemon's pipe
+    (tmp_path / "control").unlink()
+    os.mkfifo(tmp_path / "control")  # older drivers: a named pipe
+    assert mps_running(env)
+    (tmp_path / "control").unlink()
+    with socket.socket(socket.AF_UNIX) as listening:  # newer drivers: a UNIX socket
+        listening.bind(str(tmp_path / "control"))
+        assert mps_running(env)
+        monkeypatch.setattr(node_size, "MPS_PIPE_DIRECTORY", str(tmp_path))
+        assert mps_running({}) and mps_running({"CUDA_MPS_PIPE_DIRECTORY": ""})  # the default folder
+        assert mps_note(["cuda:0", "cuda:1"], env) == "; MPS: on"
+    (tmp_path / "control").unlink()  # the daemon stopped (its socket's file stays until it is removed)
+    assert mps_note(["cpu", "cpu"], env) == ""  # no worker on a GPU: nothing said
+    off = mps_note(["cuda:0"], env)
+    assert off.startswith("; MPS: off") and "nvidia-cuda-mps-control -d" in off
 
 
 def test_gpu_memory_estimate_uses_measured_gpu_peaks(tmp_path):

@@ -34,7 +34,7 @@ from derl.evolution.backend import load_backend
 from derl.evolution.curves import SearchCurves
 from derl.evolution.failures import MAX_DELAY_SECONDS, Streak, gives_up, next_streak, restart_delay
 from derl.evolution.folder.run_dir import RunDir
-from derl.evolution.node_size import worker_count, worker_devices
+from derl.evolution.node_size import mps_note, worker_count, worker_devices
 from derl.evolution.population import search_text
 from derl.evolution.prepare import prepare_run, preparing
 from derl.evolution.private_folder import node_config_file, private_folder
@@ -292,7 +292,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     limit_threads(cfg.TORCH_THREADS)  # the initial population is drawn here; workers set their own
     devices, num = worker_devices(cfg.EVO, cfg.trainer, run, num, node=cfg.NODE_ID, sim_backend=cfg.SIM.BACKEND)
     if cfg.DEVICE != "cpu":
-        log(f"learner devices of workers 0..{num - 1}: {', '.join(devices)}")
+        log(f"learner devices of workers 0..{num - 1}: {', '.join(devices)}{mps_note(devices, os.environ)}")
     # Workers run this node's config, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
     cfg = with_values(cfg, {"OUT_DIR": str(run.root), "EVO.NUM_PROCESSES": num})
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops preparation like Ctrl-C, exit 143

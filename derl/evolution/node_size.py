@@ -8,6 +8,9 @@ one line (``resolve_num_processes``).
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
 
 import psutil
 
@@ -36,6 +39,8 @@ WARP_MODEL_GPU_BYTES = 192 * 2**20
 # Workers a node may run per worker slot (VECENV.THREADS cores): some oversubscription pays while
 # workers wait on the shared folder or build MJCF; beyond it they only share the cores and hold memory.
 MAX_WORKERS_PER_CORE = 4
+# Where CUDA's MPS control daemon keeps its pipes unless CUDA_MPS_PIPE_DIRECTORY says otherwise (NVIDIA's MPS docs).
+MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 
 
 def usable_cores() -> int:
@@ -116,6 +121,29 @@ def worker_devices(evo: EvoCfg, trainer: TrainerCfg, run: RunDir, num: int, *, n
                     f"({per_gpu / 2**20:.0f} MB each, {source})")
                 num = fit
     return [assign_device(device, worker, gpus) for worker in range(num)], num
+
+
+def mps_running(environ: Mapping[str, str]) -> bool:
+    """Whether a CUDA MPS control daemon serves processes started with ``environ``: its ``control`` pipe
+    (a FIFO, or a UNIX socket in recent drivers) in ``CUDA_MPS_PIPE_DIRECTORY`` (default
+    ``MPS_PIPE_DIRECTORY``). Without it, workers sharing a GPU take turns on it instead of running their
+    kernels at once. The pipe is looked at, never opened: one that a killed daemon left behind reads as on."""
+    folder = environ.get("CUDA_MPS_PIPE_DIRECTORY") or MPS_PIPE_DIRECTORY
+    try:
+        mode = (Path(folder) / "control").stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def mps_note(devices: list[str], environ: Mapping[str, str]) -> str:
+    """What the coordinator's device line says of MPS: nothing unless a worker uses CUDA."""
+    if not any(device.startswith("cuda") for device in devices):
+        return ""
+    if mps_running(environ):
+        return "; MPS: on"
+    return ("; MPS: off, workers sharing a GPU take turns (start it with nvidia-cuda-mps-control -d: "
+            "docs/guides/gpus.md#many-small-trainers-per-gpu)")
 
 
 def worker_count(evo: EvoCfg, run: RunDir, *, node: int, vecenv_threads: int) -> int:
