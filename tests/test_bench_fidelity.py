@@ -14,6 +14,8 @@ import torch
 from derl.bench.agreement import agreement, kendall, seed_agreement, spearman, tournament_agreement, tournaments
 
 ROOT = Path(__file__).resolve().parents[1]
+NUMBERS_REFUSED = ("error: need --seeds >= 2, --scale in (0, 1000], --jobs >= 1, --gpu-jobs >= 1 and "
+                   "--resamples >= 100\n")
 
 
 def test_rank_correlations_of_hand_made_orders():
@@ -62,10 +64,14 @@ def test_help_exits_0_and_bad_input_is_one_line_exit_2(tmp_path, capsys):
     command = [sys.executable, "tools/bench.py", "fidelity", "--work", str(tmp_path / "w")]
     assert subprocess.run([*command, "--help"], cwd=ROOT, capture_output=True).returncode == 0
     done = subprocess.run([*command, "--seeds", "1"], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 2 and done.stderr == "error: need --seeds >= 2, --scale in (0, 1000], --jobs >= 1 " \
-                                                  "and --gpu-jobs >= 1\n", done.stderr
+    assert done.returncode == 2 and done.stderr == NUMBERS_REFUSED, done.stderr
     bench = runpy.run_path(str(ROOT / "tools" / "bench.py"))
+    (tmp_path / "bad.jsonl").write_text("{}\n")
     for args, message in ((["--cpu", "--genomes", str(tmp_path)], "need at least 4 genome JSON files"),
+                          (["--cpu", "--cells", str(tmp_path / "bad.jsonl")],
+                           f"error: {tmp_path / 'bad.jsonl'}:1: a cell must have exactly the fields"),
+                          (["--cpu", "--cells-only", "--cells", str(tmp_path / "none.jsonl")],
+                           "error: 24 of 24 trainings have no cell in"),
                           (["--candidate", "nowhere.yml"], "preset file not found: nowhere.yml"),
                           (["--candidate", "configs/evo/ft_gpu.yml:PPO.EPOCHS"], "is not KEY=VALUE"),
                           *([([], "this machine has no GPU: add --cpu")] if not torch.cuda.is_available() else [])):
@@ -81,7 +87,7 @@ def test_a_scale_that_is_not_a_finite_positive_factor_is_refused_before_anything
     work = tmp_path / "w"
     assert bench["main"](["fidelity", "--cpu", "--scale", scale, "--work", str(work)]) == 2
     captured = capsys.readouterr()
-    assert captured.err == "error: need --seeds >= 2, --scale in (0, 1000], --jobs >= 1 and --gpu-jobs >= 1\n"
+    assert captured.err == NUMBERS_REFUSED
     assert not work.exists()
 
 
@@ -105,10 +111,12 @@ def test_a_genome_outside_the_design_space_is_refused_before_any_training(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_tiny_study_reports_every_figure_and_reuses_its_trainings(tmp_path):
-    """4 bodies, 2 reference seeds and 1 candidate of a few dozen env steps each, on the CPU."""
-    work, out = tmp_path / "work", tmp_path / "study.json"
+def test_a_tiny_study_reports_every_figure_records_its_cells_and_a_later_study_reuses_them(tmp_path):
+    """4 bodies, 2 reference seeds and 1 candidate of a few dozen env steps each, on the CPU; then a
+    study of the cells table alone (another --work: nothing trained) gives the same figures."""
+    work, out, cells = tmp_path / "work", tmp_path / "study.json", tmp_path / "cells.jsonl"
     command = [sys.executable, "tools/bench.py", "fidelity", "--sample", "4", "--cpu", "--work", str(work),
+               "--cells", str(cells), "--resamples", "200",
                "--out", str(out), "--plot", str(tmp_path / "study.png"), "--candidate",
                "configs/evo/ft_gpu.yml:PPO.NUM_ENVS=4,PPO.TIMESTEPS=8,PPO.BATCH_SIZE=16",
                "PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "16", "PPO.MAX_STATE_ACTION_PAIRS", "64",
@@ -120,11 +128,23 @@ def test_a_tiny_study_reports_every_figure_and_reuses_its_trainings(tmp_path):
     assert set(study["reference"]) >= {"seed_spearman", "seed_kendall", "seed_tournament_agreement", "fitness"}
     (candidate,) = study["candidates"].values()
     assert set(candidate) >= {"spearman", "kendall", "tournament_agreement", "fitness_ratio", "env_steps",
-                              "seconds_per_training", "cpu_seconds_per_training"}
+                              "seconds_per_training", "cpu_seconds_per_training", "spearman_ci",
+                              "tournament_agreement_ci", "fitness_ratio_ci", "tournament_gap_ci",
+                              "tournament_agreement_within_derl", "sources"}
+    low, high = study["reference"]["seed_tournament_agreement_ci"]
+    assert low <= high and candidate["tournament_agreement_within_derl"] == (candidate["tournament_agreement"] >= low)
     assert candidate["env_steps"] == 64 and np.isfinite(list(candidate["fitness"].values())).all()
+    # one source, or more if the checkout's commit changed between trainings
+    assert sum(source["cells"] for source in candidate["sources"]) == 4
+    assert all(source["device"] == "cpu" and source["gpu"] is None for source in candidate["sources"])
     assert (tmp_path / "study.png").read_bytes()[:4] == b"\x89PNG"
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and json.loads(out.read_text())["reference"] == study["reference"]
+    lines = cells.read_text().splitlines()
+    assert len(lines) == 12 and {json.loads(line)["key"]["sim"] for line in lines} == {"mujoco"}
+    alone = [*command[:7], str(tmp_path / "elsewhere"), "--cells-only", *command[8:]]
+    again = subprocess.run(alone, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(out.read_text())["reference"] == study["reference"]
+    assert not (tmp_path / "elsewhere" / "ft").exists() and cells.read_text().splitlines() == lines
 
 
 def test_sampled_bodies_take_the_mutation_counts_in_turn(tmp_path):

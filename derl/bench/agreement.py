@@ -9,6 +9,7 @@ noise: two seeds of the same preset agree only so far (``seed_agreement``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -38,15 +39,19 @@ def _correlation(method, a: Sequence[float], b: Sequence[float]) -> float:
     return float(method(a, b)[0])
 
 
+@functools.cache
 def tournaments(bodies: int, size: int = 4, seed: int = 0) -> np.ndarray:
     """``[T, size]`` body indices: every ``size``-subset when there are at most ``MAX_TOURNAMENTS``,
     else ``MAX_TOURNAMENTS`` random draws without replacement within a tournament."""
     if bodies < size:
         raise ValueError(f"a tournament of {size} needs at least {size} bodies, got {bodies}")
     if math.comb(bodies, size) <= MAX_TOURNAMENTS:
-        return np.array(list(itertools.combinations(range(bodies), size)))
-    rng = np.random.default_rng(seed)
-    return np.array([rng.choice(bodies, size, replace=False) for _ in range(MAX_TOURNAMENTS)])
+        draws = np.array(list(itertools.combinations(range(bodies), size)))
+    else:
+        rng = np.random.default_rng(seed)
+        draws = np.array([rng.choice(bodies, size, replace=False) for _ in range(MAX_TOURNAMENTS)])
+    draws.flags.writeable = False  # cached: every caller shares it
+    return draws
 
 
 def tournament_agreement(a: Sequence[float], b: Sequence[float], size: int = 4, larger_is_better: bool = True
@@ -84,3 +89,25 @@ def seed_agreement(references: Sequence[Sequence[float]], size: int = 4, larger_
              "tournament_agreement": tournament_agreement(references[i], references[j], size, larger_is_better)}
             for i, j in pairs]
     return {f"seed_{key}": float(np.mean([row[key] for row in rows])) for key in rows[0]}
+
+
+def bootstrap(references: Sequence[Sequence[float]], size: int = 4, larger_is_better: bool = True,
+              resamples: int = 2000, candidate: Sequence[float] | None = None, seed: int = 0
+              ) -> dict[str, list[float]]:
+    """95% percentile intervals over bodies: ``resamples`` draws of the bodies with replacement, each
+    scored as the whole set is. ``seed_<figure>_ci`` for the reference's seeds against each other
+    (``seed_agreement``); with a ``candidate``, ``<figure>_ci`` for it (``agreement``) and
+    ``tournament_gap_ci``, DERL's seed-to-seed tournament agreement less the candidate's, paired
+    within each draw. A draw too small to rank (a single body drawn throughout) counts as missing."""
+    refs = np.asarray(references, float)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(resamples):
+        draw = rng.integers(0, refs.shape[1], refs.shape[1])
+        row = seed_agreement(refs[:, draw], size, larger_is_better)
+        if candidate is not None:
+            row.update(agreement(np.asarray(candidate, float)[draw], refs[:, draw], size, larger_is_better))
+            row["tournament_gap"] = row["seed_tournament_agreement"] - row["tournament_agreement"]
+        rows.append(row)
+    return {f"{key}_ci": [float(v) for v in np.nanpercentile([row[key] for row in rows], [2.5, 97.5])]
+            for key in rows[0]}

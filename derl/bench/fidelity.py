@@ -21,8 +21,14 @@ train DERL's 5M env steps per body many times): each preset keeps its batch shap
 rate schedule over F of its iterations, and the fitness still averages the last 409,600 env steps,
 so at F < 1 it ranks bodies earlier in learning, on a larger share of each curve.
 
-Trainings are kept in ``--work`` (one folder per preset, budget, body and seed) and resumed or
-reused by a later run with the same settings. Bodies: ``--genomes DIR`` (genome JSON files, e.g. a
+Every training is recorded as one cell (``derl.bench.cells``: preset and overrides, budget, the
+body's genome hash, seed, simulator; fitness, env steps, seconds; machine, GPU, date, commit) in
+``--cells``, the committed ``docs/measurements/fidelity-cells.jsonl`` by default, and a study first
+takes every training it needs from there: the cells of earlier runs and other machines combine
+(``--cells-only`` trains nothing), and the JSON says where each preset's cells came from. Trainings
+are kept in ``--work`` (one folder per preset, budget, body and seed), resumed after a stop and
+recorded when a later run finds them finished. Intervals: 95% bootstrap over bodies
+(``derl.bench.agreement.bootstrap``). Bodies: ``--genomes DIR`` (genome JSON files, e.g. a
 search's ``genomes/``) or ``--sample K`` random genomes of ``--seed``, mutated as many times as
 ``--mutations`` lists in turn (small to large bodies). Writes the JSON (``--out``) and a scatter plot
 of each candidate's fitness against the reference's (``--plot``).
@@ -42,10 +48,23 @@ from pathlib import Path
 import numpy as np
 
 from derl.analysis import plots
-from derl.bench.agreement import agreement, seed_agreement
+from derl.bench.agreement import agreement, bootstrap, seed_agreement
 from derl.bench.cases import genome_files
+from derl.bench.cells import (
+    CELLS,
+    Cell,
+    CellError,
+    CellKey,
+    CellTable,
+    body_digest,
+    gpu_name,
+    machine_name,
+    sources,
+    utc_date,
+)
 from derl.bench.children import run_command
 from derl.checked_config import Config, ConfigError, load_config
+from derl.evolution.search_config import versions
 from derl.fileio.reads import read_json
 from derl.fileio.writes import atomic_write_text
 from derl.morphology.files import InputError, load_genome, sample
@@ -80,6 +99,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-jobs", type=int, default=1, help="CUDA trainings at once")
     parser.add_argument("--work", type=Path, default=REPO_ROOT / "output" / "fidelity", help="where trainings are kept")
     parser.add_argument("--plot", type=Path, help="write the scatter plot (PNG) here")
+    parser.add_argument("--cells", type=Path, default=CELLS,
+                        help="the cells table read first and added to (default docs/measurements/fidelity-cells.jsonl)")
+    parser.add_argument("--cells-only", action="store_true", help="train nothing: a study of the cells table alone")
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples over bodies (default 2000)")
     parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides for every training")
 
 
@@ -117,13 +140,24 @@ def parse_preset(spec: str, extra: dict[str, str], common: list[str]) -> Preset:
     return Preset(label, path, overrides, cfg)
 
 
-def _limbs(path: Path, presets: list[Preset]) -> int:
-    """The limb count of the genome file ``path``, held to every preset's design space (``load_genome``)."""
+@dataclass(frozen=True)
+class Body:
+    path: Path
+    limbs: int
+    digest: str  # body_digest
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+def _body(path: Path, presets: list[Preset]) -> Body:
+    """The genome file ``path``, held to every preset's design space (``load_genome``)."""
     try:
         genomes = [load_genome(path, preset.cfg.unimal) for preset in presets]
     except InputError as err:
         raise SystemExit(f"error: not a genome file: {err}") from None
-    return genomes[0].num_limbs
+    return Body(path, genomes[0].num_limbs, body_digest(json.loads(genomes[0].to_json())))
 
 
 def _slug(text: str) -> str:
@@ -133,15 +167,26 @@ def _slug(text: str) -> str:
 @dataclass(frozen=True)
 class Training:
     preset: Preset
-    genome: Path
+    body: Body
     seed: int
     budget: int
     work: Path
     cpu: bool
 
     @property
+    def genome(self) -> Path:
+        return self.body.path
+
+    @property
     def folder(self) -> Path:
         return self.work / _slug(self.preset.label) / f"b{self.budget}" / f"{self.genome.stem}-seed{self.seed}"
+
+    def key(self, common: list[str]) -> CellKey:
+        """Its cell's key: the preset's overrides and the study's (``common``), less ``EVERY_RUN``'s."""
+        given = {**dict(zip(common[::2], common[1::2], strict=True)), **self.preset.overrides}
+        overrides = tuple(sorted((k, str(v)) for k, v in given.items() if k not in EVERY_RUN))
+        sim = ON_CPU["SIM.BACKEND"] if self.cpu else str(self.preset.cfg.SIM.BACKEND)
+        return CellKey(self.preset.path.stem, overrides, self.budget, self.body.digest, self.seed, sim)
 
     def command(self, common: list[str]) -> list[str]:
         keys = {**EVERY_RUN, **self.preset.overrides, "RNG_SEED": self.seed, "PPO.MAX_STATE_ACTION_PAIRS": self.budget,
@@ -151,8 +196,8 @@ class Training:
                 "--genome", str(self.genome), "--out", str(self.folder), "--resume", "--quiet", *common, *pairs]
 
 
-def train(training: Training, common: list[str], criterion: str) -> dict:
-    """Runs (or resumes, or reuses) one training; returns its fitness, env steps and seconds."""
+def train(training: Training, common: list[str], criterion: str, table: CellTable) -> Cell:
+    """Runs (or resumes, or finds finished in ``--work``) one training and records its cell in ``table``."""
     timing_path = training.folder / "fidelity_timing.json"
     if not timing_path.is_file():  # the training dies with this process (a stopped study resumes it)
         ended = run_command(training.command(common), f"training {training.folder}",
@@ -166,16 +211,25 @@ def train(training: Training, common: list[str], criterion: str) -> dict:
     seconds = ("wall_seconds", "cpu_seconds")
     if not (isinstance(timing, dict) and all(isinstance(timing.get(key), float) for key in seconds)):
         raise RuntimeError(f"{timing_path}: not the timing this benchmark writes (remove it to train again)")
-    return {"fitness": float(fitness), "env_steps": result["env_steps"], "device": str(result.get("device", "cpu")),
-            "wall_seconds": timing["wall_seconds"], "cpu_seconds": timing["cpu_seconds"]}
+    device = str(result.get("device", "cpu"))
+    cell = Cell(training.key(common), training.body.name, training.body.limbs, criterion, float(fitness),
+                result["env_steps"], device, machine_name(), gpu_name(device),
+                utc_date(timing_path.stat().st_mtime), versions()["commit"], timing["wall_seconds"],
+                timing["cpu_seconds"])
+    table.add(cell)
+    return cell
 
 
 def _budget(preset: Preset, scale: float) -> int:
     return max(1, round(preset.cfg.PPO.MAX_STATE_ACTION_PAIRS * scale))
 
 
-def _mean(results: list[dict], key: str) -> float:
-    return round(float(np.mean([r[key] for r in results])), 2)
+def _mean(cells: list[Cell], key: str) -> float:
+    return round(float(np.mean([getattr(cell, key) for cell in cells])), 2)
+
+
+def _rounded(stats: dict[str, float | list[float]]) -> dict:
+    return {k: [round(x, 4) for x in v] if isinstance(v, list) else round(v, 4) for k, v in stats.items()}
 
 
 def scatter(reference: dict[str, list[float]], candidates: dict[str, dict[str, float]], criterion: str):
@@ -199,15 +253,36 @@ def scatter(reference: dict[str, list[float]], candidates: dict[str, dict[str, f
     return figure
 
 
+def _cells(jobs: list[Training], common: list[str], criterion: str, table: CellTable, args: argparse.Namespace
+           ) -> list[Cell]:
+    """Each job's cell: from ``table`` where it has one, else trained (in ``--jobs`` CPU and
+    ``--gpu-jobs`` CUDA lanes) and recorded there as it finishes."""
+    try:
+        known = table.by_key()
+    except CellError as err:
+        raise SystemExit(f"error: {err}") from None
+    missing = [job for job in jobs if job.key(common) not in known]
+    if missing and args.cells_only:
+        raise SystemExit(f"error: {len(missing)} of {len(jobs)} trainings have no cell in {table.path} "
+                         f"(the first: {missing[0].key(common).describe()}, body {missing[0].body.name}): "
+                         "run without --cells-only to train them")
+    with ThreadPoolExecutor(args.jobs) as cpu_lanes, ThreadPoolExecutor(args.gpu_jobs) as gpu_lanes:
+        futures = {id(job): (gpu_lanes if job.preset.on_gpu and not job.cpu else cpu_lanes).submit(
+            train, job, common, criterion, table) for job in missing}
+        return [futures[id(job)].result() if id(job) in futures else known[job.key(common)] for job in jobs]
+
+
 def run(args: argparse.Namespace) -> dict:
-    if args.seeds < 2 or not 0 < args.scale <= MAX_SCALE or args.jobs < 1 or args.gpu_jobs < 1:  # NaN fails too
-        raise SystemExit(f"error: need --seeds >= 2, --scale in (0, {MAX_SCALE:g}], --jobs >= 1 and --gpu-jobs >= 1")
+    if (args.seeds < 2 or not 0 < args.scale <= MAX_SCALE or args.jobs < 1 or args.gpu_jobs < 1
+            or args.resamples < 100):  # NaN fails too
+        raise SystemExit(f"error: need --seeds >= 2, --scale in (0, {MAX_SCALE:g}], --jobs >= 1, --gpu-jobs >= 1 "
+                         "and --resamples >= 100")
     common = list(args.overrides)
     work = args.work.resolve()  # the trainings run from the repository's root
     reference = parse_preset(str(args.reference), {}, common)
     candidates = [parse_preset(spec, ON_CPU if args.cpu else {}, common)
                   for spec in args.candidate or [str(evo_preset("ft_gpu"))]]
-    if any(c.on_gpu for c in candidates):
+    if any(c.on_gpu for c in candidates) and not args.cells_only:
         import torch
 
         if not torch.cuda.is_available():
@@ -222,49 +297,59 @@ def run(args: argparse.Namespace) -> dict:
         if args.sample < 4 or not args.mutations or min(args.mutations) < 0 or args.seed < 0:
             raise SystemExit("error: need --sample >= 4, --mutations of whole numbers >= 0 and --seed >= 0")
         genomes = sample(reference.cfg.unimal, args.sample, args.seed, work / "bodies", args.mutations)
-    limbs = {g.stem: _limbs(g, [reference, *candidates]) for g in genomes}  # every file refused before any training
-    ids = [g.stem for g in genomes]
+    bodies = [_body(g, [reference, *candidates]) for g in genomes]  # every file refused before any training
+    twice = {b.digest for b in bodies if sum(o.digest == b.digest for o in bodies) > 1}
+    if twice:
+        raise SystemExit(f"error: the same body twice: {', '.join(b.name for b in bodies if b.digest in twice)}")
+    ids = [b.name for b in bodies]
 
-    jobs = [Training(reference, g, seed, _budget(reference, args.scale), work, False)
-            for g in genomes for seed in range(1, args.seeds + 1)]
-    jobs += [Training(c, g, 1, _budget(c, args.scale), work, args.cpu) for c in candidates for g in genomes]
-    with ThreadPoolExecutor(args.jobs) as cpu_lanes, ThreadPoolExecutor(args.gpu_jobs) as gpu_lanes:
-        futures = [(gpu_lanes if job.preset.on_gpu and not job.cpu else cpu_lanes).submit(
-            train, job, common, criterion) for job in jobs]
-        results = [future.result() for future in futures]
-    done = list(zip(jobs, results, strict=True))
+    # Body by body (its reference seeds, then its candidates): a stopped study has whole bodies done.
+    jobs = [job for body in bodies for job in (
+        *(Training(reference, body, seed, _budget(reference, args.scale), work, False)
+          for seed in range(1, args.seeds + 1)),
+        *(Training(c, body, 1, _budget(c, args.scale), work, args.cpu) for c in candidates))]
+    done = list(zip(jobs, _cells(jobs, common, criterion, CellTable(args.cells.resolve()), args), strict=True))
 
-    ref_runs = {i: [r for j, r in done if j.preset is reference and j.genome.stem == i] for i in ids}
-    ref_fitness = {i: [r["fitness"] for r in runs] for i, runs in ref_runs.items()}
+    ref_cells = [cell for job, cell in done if job.preset is reference]
+    ref_fitness = {b.name: [c.fitness for j, c in done if j.preset is reference and j.body is b] for b in bodies}
     by_seed = [[ref_fitness[i][s] for i in ids] for s in range(args.seeds)]
     size = reference.cfg.EVO.NUM_PARTICIPANTS
+    seeds = seed_agreement(by_seed, size, larger_is_better)
     report: dict = {
         "bodies": ids,
-        "limbs": limbs,
+        "limbs": {b.name: b.limbs for b in bodies},
+        "body_sha256": {b.name: b.digest for b in bodies},
         "criterion": criterion,
         "scale": args.scale,
         "tournament_size": size,
+        "intervals": f"95% bootstrap over bodies, {args.resamples} resamples",
         "reference": {
             "config": reference.label, "seeds": list(range(1, args.seeds + 1)),
             "env_steps": _budget(reference, args.scale), "fitness": ref_fitness,
-            **{k: round(v, 4) for k, v in seed_agreement(by_seed, size, larger_is_better).items()},
-            "seconds_per_training": _mean([r for runs in ref_runs.values() for r in runs], "wall_seconds"),
-            "cpu_seconds_per_training": _mean([r for runs in ref_runs.values() for r in runs], "cpu_seconds"),
+            **_rounded({**seeds, **bootstrap(by_seed, size, larger_is_better, args.resamples)}),
+            "seconds_per_training": _mean(ref_cells, "wall_seconds"),
+            "cpu_seconds_per_training": _mean(ref_cells, "cpu_seconds"),
+            "sources": sources(ref_cells),
         },
         "candidates": {},
     }
     for candidate in candidates:
-        runs = {j.genome.stem: r for j, r in done if j.preset is candidate}
-        fitness = {i: runs[i]["fitness"] for i in ids}
-        stats = agreement([fitness[i] for i in ids], by_seed, size, larger_is_better)
+        cells = {j.body.name: c for j, c in done if j.preset is candidate}
+        fitness = [cells[i].fitness for i in ids]
+        stats = agreement(fitness, by_seed, size, larger_is_better)
+        intervals = bootstrap(by_seed, size, larger_is_better, args.resamples, candidate=fitness)
         report["candidates"][candidate.label] = {
             "config": str(candidate.path), "overrides": candidate.overrides,
-            "env_steps": _budget(candidate, args.scale), "device": runs[ids[0]]["device"],
-            **{k: round(v, 4) for k, v in stats.items()},
-            "spearman_below_ceiling": round(report["reference"]["seed_spearman"] - stats["spearman"], 4),
-            "seconds_per_training": _mean(list(runs.values()), "wall_seconds"),
-            "cpu_seconds_per_training": _mean(list(runs.values()), "cpu_seconds"),
-            "fitness": fitness,
+            "env_steps": _budget(candidate, args.scale), "device": cells[ids[0]].device,
+            **_rounded({**stats, **{k: v for k, v in intervals.items() if not k.startswith("seed_")}}),
+            "spearman_below_ceiling": round(seeds["seed_spearman"] - stats["spearman"], 4),
+            # DERL's own interval: is the candidate's tournament agreement as high as DERL's noise allows?
+            "tournament_agreement_within_derl": bool(
+                stats["tournament_agreement"] >= intervals["seed_tournament_agreement_ci"][0]),
+            "seconds_per_training": _mean(list(cells.values()), "wall_seconds"),
+            "cpu_seconds_per_training": _mean(list(cells.values()), "cpu_seconds"),
+            "sources": sources(cells.values()),
+            "fitness": dict(zip(ids, fitness, strict=True)),
         }
     if args.plot:
         figure = scatter(ref_fitness, {k: v["fitness"] for k, v in report["candidates"].items()}, criterion)
