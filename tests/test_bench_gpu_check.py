@@ -35,6 +35,7 @@ from derl.bench.gpu_verdicts import (
     compile_share_verdict,
     compile_verdict,
     ddp_not_run,
+    derl_shape_verdict,
     fidelity_verdict,
     guarded,
     learner_verdict,
@@ -300,6 +301,7 @@ def test_the_checks_run_on_warps_cpu_device(tmp_path):
     assert set(checks["workers_per_gpu"]["measured"]) == {"1", "2", "4"}
     assert checks["learner_modes"]["verdict"] == MEASURED and checks["learner_ddp"]["verdict"] == NOT_RUN
     assert checks["ft_gpu_evolution"]["verdict"] == PASS, checks["ft_gpu_evolution"]["note"]
+    assert set(checks["derl_shape_per_gpu"]["measured"]["by_trainers"]) == {"1", "2"}
 
 
 def _make_dry(tmp_path, *args: str, env: dict | None = None) -> str:
@@ -501,3 +503,51 @@ def test_rows_that_share_the_evolution_run_it_once_and_read_its_trainings(tmp_pa
     share = rows.compile_share()
     assert share.measured["modules_compiled"] == 12 and share.measured["startup_seconds_median"] == 3597.5
     assert rows.morphologies_per_hour().measured["startup_seconds"] == 3597.5 and searches == [tmp_path]
+
+
+def _rates(total: float, count: int) -> dict:
+    return {"loop_steps_per_sec": total, "loop_steps_per_sec_each": [total / count] * count}
+
+
+def test_derl_shape_per_gpu_names_the_best_count_and_where_warp_beats_mujoco_c():
+    warp = {1: _rates(5000.0, 1), 2: _rates(12000.0, 2), 16: _rates(40000.0, 16)}
+    mujoco = {1: _rates(8000.0, 1), 2: _rates(10000.0, 2), 16: _rates(64000.0, 16)}
+    samples = {1: [(10.0, 900.0), (20.0, 900.0)], 2: [(30.0, 1800.0)], 16: []}
+    row = derl_shape_verdict(warp, mujoco, samples, mps=False)
+    assert row.verdict == MEASURED and row.name == "derl_shape_per_gpu"
+    assert row.measured["best_trainers"] == 16 and row.measured["warp_ahead_at"] == [2]  # 12k / 10k
+    two = row.measured["by_trainers"]["2"]
+    assert (two["warp_steps_per_sec_each"], two["mujoco_steps_per_sec_each"], two["warp_over_mujoco"]) == \
+        (6000.0, 5000.0, 1.2)
+    assert row.measured["by_trainers"]["1"]["gpu_utilisation"]["mean"] == 15.0
+    assert row.measured["by_trainers"]["16"]["gpu_utilisation"] == "not sampled"  # the sampler recorded nothing
+    assert "K=2 12,000 vs 10,000 (1.20x, GPU 30%)" in row.note and "K=16 40,000 vs 64,000 (0.62x)" in row.note
+    assert row.note.endswith("best K on the GPU: 16; warp ahead at K=2; MPS off")
+    cpu = derl_shape_verdict({1: _rates(100.0, 1)}, {1: _rates(200.0, 1)}, None, None)
+    assert cpu.note.endswith("best K on the GPU: 1; MuJoCo C ahead at every K")  # warp's CPU device: no MPS
+    assert cpu.measured["by_trainers"]["1"]["gpu_utilisation"] == "not sampled"
+
+
+def test_derl_shape_counts_are_deduplicated_and_capped_by_the_cores_and_the_size():
+    assert gpu_rows.trainer_counts(FULL["derl_shape"]["counts"], 16, 32) == (1, 2, 4, 8, 16)
+    assert gpu_rows.trainer_counts((1, 2, 4, 8), 8, 32) == (1, 2, 4, 8)  # the cores are 8: once
+    assert gpu_rows.trainer_counts((1, 2, 4, 8), 128, 32) == (1, 2, 4, 8, 32)  # 128 cores, at most 32
+    assert gpu_rows.trainer_counts((1, 2, 4, 8), 2, 2) == (1, 2)  # warp's CPU device on 2 cores
+    assert gpu_rows.trainer_counts((1, 2, 4, 8), 1, 32) == (1,)
+
+
+def test_derl_shape_per_gpu_runs_ft_warp_and_ft_trainers_on_warps_cpu_device(tmp_path):
+    """The row for real, tiny: 1 and 2 ft_warp.yml trainers on warp's CPU device, 1 and 2 ft.yml on MuJoCo C."""
+    pytest.importorskip("mujoco_warp", reason="the warp backend is an optional install (requirements-gpu.txt)")
+    row = gpu_rows.EndToEnd("cpu", QUICK, tmp_path, None).derl_shape_per_gpu()
+    assert row.verdict == MEASURED, row.note
+    by_trainers = row.measured["by_trainers"]
+    assert set(by_trainers) == {"1", "2"} and row.measured["mps"] is None
+    assert all(by_trainers[k]["warp_steps_per_sec"] > 0 and by_trainers[k]["mujoco_steps_per_sec"] > 0 for k in "12")
+    assert by_trainers["2"]["gpu_utilisation"] == "not sampled"
+    from derl.checked_config import load_run_config
+
+    for preset, backend in (("ft_warp", "warp"), ("ft", "mujoco")):
+        training = tmp_path / f"{preset}-2" / "training-1"
+        assert load_run_config(training / "config.yaml").SIM.BACKEND == backend
+        assert json.loads((training / "metrics.json").read_text())["env_steps"] == 4 * 2 * 8 * 16  # 4 x train_iters

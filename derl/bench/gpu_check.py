@@ -13,13 +13,16 @@ run there); end to end, in processes started as a user starts them (``derl.bench
 PPO on the GPU against MuJoCo C on all the node's cores, 1, 2 and 4 trainers sharing the GPU and
 the GPU's utilisation meanwhile (``derl.bench.gpu_utilisation``), a tiny ``configs/evo/ft_gpu.yml``
 evolution that must publish, the share of its trainings spent starting up (kernel compiles
-included), the morphologies per hour a GPU would train at ``ft_gpu.yml``'s budget,
-``configs/gpu_server.yml``'s learner with AMP off and on and its round-robin over the GPUs, DDP with
+included), the morphologies per hour a GPU would train at ``ft_gpu.yml``'s budget, K
+``configs/evo/ft_warp.yml`` trainers (DERL's learner, the physics on the GPU) sharing the GPU against K
+``ft.yml`` trainers on MuJoCo C for K = 1, 2, 4, 8 and the node's cores (capped), the GPU's utilisation
+meanwhile, ``configs/gpu_server.yml``'s learner with AMP off and on and its round-robin over the GPUs, DDP with
 two GPUs, a new morphology's first step (the kernels MuJoCo Warp specialises per model); last,
 ``tools/bench.py fidelity``: does ``ft_gpu.yml`` on the GPU rank bodies as DERL's ``ft.yml`` on the
 CPU cores does, trained at the same time (``derl.bench.gpu_rows``). About 15 minutes on a GPU
-without that last row (measured on an H200), ``--quick`` about 5; ``preset_fidelity`` adds some 15
-and 5 (estimated: it has not run on a GPU yet).
+without that last row and ``derl_shape_per_gpu`` (measured on an H200), ``--quick`` about 5;
+``preset_fidelity`` adds some 15 and 5, ``derl_shape_per_gpu`` some 10 and 5 (estimated: neither has
+run on a GPU yet).
 
 On a machine without a GPU it says so in one line (``error: ...``, before looking for warp) and
 exits 1. ``--device cpu`` runs the checks that apply on warp's CPU device (the capture path
@@ -71,14 +74,17 @@ from derl.paths import evo_preset
 # comes last: preset_fidelity takes longest; a new morphology's cost also shows in any evolution); --skip
 # takes these.
 LATER_ROWS = ("vt_on_device", "mvt_on_device", "ppo_vs_mujoco", "workers_per_gpu", "gpu_utilisation",
-              "ft_gpu_evolution", "compile_share", "morphologies_per_hour", "learner_modes", "learner_ddp",
-              "new_morphology_compile", "preset_fidelity")
+              "ft_gpu_evolution", "compile_share", "morphologies_per_hour", "derl_shape_per_gpu", "learner_modes",
+              "learner_ddp", "new_morphology_compile", "preset_fidelity")
 # The sizes of the end-to-end rows, full (about 30 minutes on a GPU in all, half of it preset_fidelity) and
-# --quick (about 10). preset_fidelity: bench fidelity's bodies, the share of each preset's budget (full: DERL's
-# 5M env steps for ft.yml, 20M for ft_gpu.yml), its time limit.
+# --quick (about 10). derl_shape: the counts of ft_warp.yml trainers sharing the GPU, with the node's cores,
+# at most "most" (gpu_rows.trainer_counts). preset_fidelity: bench fidelity's bodies, the share of each
+# preset's budget (full: DERL's 5M env steps for ft.yml, 20M for ft_gpu.yml), its time limit.
 FULL = {"train_iters": 4, "new_morphologies": 2, "workers": (1, 2, 4), "row_seconds": 240.0,
+        "derl_shape": {"counts": (1, 2, 4, 8), "most": 32},
         "fidelity": {"sample": 6, "scale": 1.0, "seconds": 1500.0}}
 QUICK = {"train_iters": 2, "new_morphologies": 1, "workers": (1, 2, 4), "row_seconds": 150.0,
+         "derl_shape": {"counts": (1, 4), "most": 16},
          "fidelity": {"sample": 4, "scale": 0.1, "seconds": 420.0}}
 
 
@@ -310,6 +316,7 @@ def run(args: argparse.Namespace, on_row: Callable[[dict], None] = lambda report
             "ppo_vs_mujoco": rows.ppo_vs_mujoco, "workers_per_gpu": rows.workers_per_gpu,
             "gpu_utilisation": rows.gpu_utilisation, "ft_gpu_evolution": rows.ft_gpu_evolution,
             "compile_share": rows.compile_share, "morphologies_per_hour": rows.morphologies_per_hour,
+            "derl_shape_per_gpu": rows.derl_shape_per_gpu,
             "learner_modes": rows.learner_modes, "learner_ddp": rows.learner_ddp,
             "preset_fidelity": rows.preset_fidelity}
         for name in LATER_ROWS:

@@ -3,12 +3,14 @@ user starts it (``derl.bench.gpu_training``), on the device the check runs on.
 
 Rows that share a measurement run it once (``EndToEnd._once``): the ``ft_gpu.yml`` trainers sharing the
 GPU (``ppo_vs_mujoco``, ``workers_per_gpu``, ``gpu_utilisation``, ``morphologies_per_hour``), sampled
-for utilisation while they run, and the tiny evolution (``ft_gpu_evolution``, ``compile_share``,
+for utilisation while they run, the ``ft.yml`` trainers on MuJoCo C (``ppo_vs_mujoco``,
+``derl_shape_per_gpu``), and the tiny evolution (``ft_gpu_evolution``, ``compile_share``,
 ``morphologies_per_hour``), with the kernel modules it added to warp's cache.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +32,7 @@ from derl.bench.gpu_verdicts import (
     Check,
     compile_share_verdict,
     ddp_not_run,
+    derl_shape_verdict,
     fidelity_verdict,
     learner_verdict,
     ppo_verdict,
@@ -38,12 +41,15 @@ from derl.bench.gpu_verdicts import (
     workers_verdict,
 )
 from derl.checked_config import load_config
-from derl.evolution.node_size import usable_cores
+from derl.evolution.node_size import mps_running, usable_cores
 from derl.fileio.reads import read_json
 from derl.paths import GPU_SERVER_PRESET, REPO_ROOT, evo_preset
 
-# Env steps of one iteration of each preset: ft_gpu.yml (4096 x 24), ft.yml (32 x 128), gpu_server.yml (64 x 256).
-STEPS_PER_ITER = {"ft_gpu": 4096 * 24, "ft": 32 * 128, "gpu_server": 64 * 256}
+# Env steps of one iteration of each preset: ft_gpu.yml (4096 x 24), ft.yml and ft_warp.yml (32 x 128),
+# gpu_server.yml (64 x 256).
+STEPS_PER_ITER = {"ft_gpu": 4096 * 24, "ft": 32 * 128, "ft_warp": 32 * 128, "gpu_server": 64 * 256}
+# Iterations of a row's trainings of each preset, in the size's train_iters: DERL's are short, 4x as many.
+ITERS_SCALE = {"ft_gpu": 1, "ft": 4, "ft_warp": 4}
 # On warp's CPU device (the tests) the trainings shrink to seconds: 8 envs x 16 steps.
 CPU_PPO = {"PPO.NUM_ENVS": 8, "PPO.TIMESTEPS": 16, "PPO.BATCH_SIZE": 64}
 # bench fidelity on warp's CPU device: bench fidelity's own tiny study (tests/test_bench_fidelity.py), the
@@ -58,6 +64,13 @@ def _training(preset: str, iters: int, device: str, tiny: bool) -> dict:
     if tiny:
         return {**CPU_PPO, "DEVICE": device, "PPO.MAX_STATE_ACTION_PAIRS": iters * 8 * 16}
     return {"DEVICE": device, "PPO.MAX_STATE_ACTION_PAIRS": iters * STEPS_PER_ITER[preset]}
+
+
+def trainer_counts(counts: tuple[int, ...], cores: int, most: int) -> tuple[int, ...]:
+    """The trainer counts K of ``derl_shape_per_gpu``: ``counts`` and the node's ``cores``, none above the
+    cores (MuJoCo C runs a trainer per core) or ``most``; the cap itself included."""
+    cap = min(cores, most)
+    return tuple(sorted({count for count in (*counts, cap) if count <= cap}))
 
 
 def fidelity_command(device: str, size: dict, jobs: int, folder: Path) -> list[str]:
@@ -96,7 +109,7 @@ class EndToEnd:
         self.tiny = device == "cpu"  # warp's CPU device: the tests
         self.xml = ft_xml(folder)
         self.sampler = sampler_here(gpu_uuid) if gpu_uuid is not None else None
-        self.utilisation: dict[int, list[tuple[float, float]]] = {}  # trainers sharing the GPU -> samples
+        self.utilisation: dict[str, dict[int, list[tuple[float, float]]]] = {}  # preset -> K trainers -> samples
         self._done: dict[str, tuple[object, Exception | None]] = {}
 
     def _once(self, key: str, measure: Callable[[], dict]) -> dict:
@@ -120,17 +133,20 @@ class EndToEnd:
         return trainings_at_once(configs, self.xml, [overrides] * count, self.sizes["row_seconds"],
                                  self.folder / label)
 
-    def _warp_trainers(self, count: int) -> dict:
-        return self._once(f"warp-{count}", lambda: self._sampled_trainers(count))
+    def _trainers(self, preset: str, count: int) -> dict:
+        return self._once(f"{preset}-{count}", lambda: self._sampled_trainers(preset, count))
 
-    def _sampled_trainers(self, count: int) -> dict:
-        """``count`` ``ft_gpu.yml`` trainers at once, the GPU sampled meanwhile where a sampler is at hand."""
-        overrides = _training("ft_gpu", self.sizes["train_iters"], self.device, self.tiny)
-        if self.sampler is None:
-            return self._at_once([evo_preset("ft_gpu")], overrides, count, f"warp-{count}")
-        with Sampling(self.sampler, self.folder / f"utilisation-{count}.csv") as sampling:
-            rates = self._at_once([evo_preset("ft_gpu")], overrides, count, f"warp-{count}")
-        self.utilisation[count] = sampling.samples
+    def _sampled_trainers(self, preset: str, count: int) -> dict:
+        """``count`` trainers of ``preset`` at once: ``ft`` on MuJoCo C (one per core), the others on the
+        check's device with the GPU sampled meanwhile where a sampler is at hand."""
+        device = "cpu" if preset == "ft" else self.device
+        overrides = _training(preset, ITERS_SCALE[preset] * self.sizes["train_iters"], device, self.tiny)
+        label = f"{preset}-{count}"
+        if self.sampler is None or preset == "ft":
+            return self._at_once([evo_preset(preset)], overrides, count, label)
+        with Sampling(self.sampler, self.folder / f"utilisation-{label}.csv") as sampling:
+            rates = self._at_once([evo_preset(preset)], overrides, count, label)
+        self.utilisation.setdefault(preset, {})[count] = sampling.samples
         return rates
 
     def _search(self) -> dict:
@@ -149,22 +165,19 @@ class EndToEnd:
         return self._once("search", search)
 
     def ppo_vs_mujoco(self) -> Check:
-        cores = usable_cores()
-        # One MuJoCo C trainer per core, as evo_single_proc.py runs them; more iterations: each is short.
-        overrides = _training("ft", 4 * self.sizes["train_iters"], "cpu", self.tiny)
-        mujoco = self._at_once([evo_preset("ft")], overrides, cores, "mujoco")
-        return ppo_verdict(self._warp_trainers(1), mujoco, cores)
+        cores = usable_cores()  # one MuJoCo C trainer per core, as evo_single_proc.py runs them
+        return ppo_verdict(self._trainers("ft_gpu", 1), self._trainers("ft", cores), cores)
 
     def workers_per_gpu(self) -> Check:
-        return workers_verdict({count: self._warp_trainers(count) for count in self.sizes["workers"]})
+        return workers_verdict({count: self._trainers("ft_gpu", count) for count in self.sizes["workers"]})
 
     def gpu_utilisation(self) -> Check:
         if self.tiny:
             return Check("gpu_utilisation", NOT_RUN, "CUDA only (NVML)")
         if self.sampler is None:
             return Check("gpu_utilisation", NOT_RUN, "neither pynvml nor nvidia-smi on this machine")
-        self._warp_trainers(1)  # ppo_vs_mujoco's trainer, if that row was skipped
-        return utilisation_verdict(self.utilisation)
+        self._trainers("ft_gpu", 1)  # ppo_vs_mujoco's trainer, if that row was skipped
+        return utilisation_verdict(self.utilisation.get("ft_gpu", {}))
 
     def ft_gpu_evolution(self) -> Check:
         search = self._search()
@@ -176,8 +189,18 @@ class EndToEnd:
         return compile_share_verdict(search["trainings"], search["modules_compiled"], self.budget)
 
     def morphologies_per_hour(self) -> Check:
-        rates = {count: self._warp_trainers(count) for count in self.sizes["workers"]}
+        rates = {count: self._trainers("ft_gpu", count) for count in self.sizes["workers"]}
         return throughput_verdict(rates, self._search()["trainings"], self.budget)
+
+    def derl_shape_per_gpu(self) -> Check:
+        """K ``ft_warp.yml`` trainers on the GPU (DERL's learner, the physics there) against K ``ft.yml``
+        trainers on MuJoCo C, for each K of ``trainer_counts`` (on warp's CPU device: 1 and 2)."""
+        size = self.sizes["derl_shape"]
+        counts = trainer_counts(size["counts"], usable_cores(), 2 if self.tiny else size["most"])
+        warp = {count: self._trainers("ft_warp", count) for count in counts}
+        mujoco = {count: self._trainers("ft", count) for count in counts}
+        samples = None if self.sampler is None else self.utilisation.get("ft_warp", {})
+        return derl_shape_verdict(warp, mujoco, samples, None if self.tiny else mps_running(os.environ))
 
     def learner_modes(self) -> Check:
         from derl.ppo.device import assign_device, visible_gpu_count

@@ -196,6 +196,35 @@ def utilisation_verdict(samples: dict[int, list[tuple[float, float]]]) -> Check:
     return Check("gpu_utilisation", MEASURED, note, {str(count): row for count, row in summaries.items()})
 
 
+def derl_shape_verdict(warp: dict[int, dict], mujoco: dict[int, dict],
+                       samples: dict[int, list[tuple[float, float]]] | None, mps: bool | None) -> Check:
+    """K ``ft_warp.yml`` trainers sharing one GPU against K ``ft.yml`` trainers on MuJoCo C (one per core),
+    for each K of ``warp`` (``training_rates`` by K, as ``mujoco``): loop env steps/s in all and per
+    trainer, warp's over MuJoCo C's, and the GPU's utilisation meanwhile (``samples`` by K; None: not
+    sampled). ``mps``: whether CUDA MPS ran (None: not a GPU)."""
+    rows = {}
+    for count in sorted(warp):
+        on_gpu, on_cores = warp[count]["loop_steps_per_sec"], mujoco[count]["loop_steps_per_sec"]
+        taken = (samples or {}).get(count)
+        rows[count] = {"warp_steps_per_sec": on_gpu, "warp_steps_per_sec_each": round(on_gpu / count, 1),
+                       "mujoco_steps_per_sec": on_cores, "mujoco_steps_per_sec_each": round(on_cores / count, 1),
+                       "warp_over_mujoco": round(on_gpu / on_cores, 3) if on_cores > 0 else None,
+                       "gpu_utilisation": utilisation_summary(taken) if taken else "not sampled"}
+    best = max(rows, key=lambda count: rows[count]["warp_steps_per_sec"])
+    ahead = [count for count, row in rows.items() if (row["warp_over_mujoco"] or 0) > 1]
+    parts = [f"K={count} {row['warp_steps_per_sec']:,.0f} vs {row['mujoco_steps_per_sec']:,.0f} "
+             f"({row['warp_over_mujoco'] or 0:.2f}x" +
+             (f", GPU {row['gpu_utilisation']['mean']:.0f}%)" if isinstance(row["gpu_utilisation"], dict) else ")")
+             for count, row in rows.items()]
+    verdict = (f"warp ahead at K={', '.join(map(str, ahead))}" if ahead else "MuJoCo C ahead at every K")
+    note = (f"K ft_warp.yml trainers on one GPU against K ft.yml trainers on MuJoCo C, loop env steps/s in all: "
+            f"{'; '.join(parts)}; best K on the GPU: {best}; {verdict}" +
+            ("" if mps is None else f"; MPS {'on' if mps else 'off'}"))
+    return Check("derl_shape_per_gpu", MEASURED, note,
+                 {"best_trainers": best, "warp_ahead_at": ahead, "mps": mps,
+                  "by_trainers": {str(count): row for count, row in rows.items()}})
+
+
 def startup_seconds(training: dict) -> float:
     """A training's seconds beyond its env steps at its loop rate (``derl.bench.gpu_training.loop_rate``):
     its env built, warp's kernels compiled or loaded, its graphs captured, the first iteration's extra."""
