@@ -51,9 +51,9 @@ def training_command(configs: list[Path], xml: Path, out: Path, overrides: dict)
             "--quiet", *overrides_args(overrides)]
 
 
-def evolution_command(out: Path, device: str, overrides: dict) -> list[str]:
-    """The tiny ``configs/evo/ft_gpu.yml`` evolution into ``out`` on ``device``."""
-    return [sys.executable, str(REPO_ROOT / "evo_single_proc.py"), "--cfg", str(evo_preset("ft_gpu")),
+def evolution_command(out: Path, device: str, overrides: dict, preset: str = "ft_gpu") -> list[str]:
+    """The tiny evolution of ``configs/evo/<preset>.yml`` into ``out`` on ``device``."""
+    return [sys.executable, str(REPO_ROOT / "evo_single_proc.py"), "--cfg", str(evo_preset(preset)),
             *overrides_args({**TINY_EVOLUTION, "DEVICE": device, "OUT_DIR": out, **overrides})]
 
 
@@ -132,10 +132,11 @@ def evolution_verdict(summary: object, path: Path) -> dict:
     return counts
 
 
-def tiny_evolution(device: str, overrides: dict, timeout: float, folder: Path) -> dict:
-    """The tiny ``ft_gpu.yml`` evolution; its counts and wall seconds (``RowError`` unless it published all)."""
+def tiny_evolution(device: str, overrides: dict, timeout: float, folder: Path, preset: str = "ft_gpu") -> dict:
+    """The tiny evolution of ``preset`` (the ``ft_gpu_evolution`` row's: ``ft_gpu.yml``); its counts and wall
+    seconds (``RowError`` unless it published all)."""
     out = folder / "evolution"
-    finished = run_at_once([evolution_command(out, device, overrides)], timeout, folder / "logs")
+    finished = run_at_once([evolution_command(out, device, overrides, preset)], timeout, folder / "logs")
     check_finished(finished, timeout, "evo_single_proc.py")
     try:
         summary = read_json(out / "summary.json")
