@@ -374,8 +374,10 @@ def test_the_fidelity_row_calls_bench_fidelity_as_its_parser_reads_it(tmp_path):
         assert (args.sample, args.scale, args.jobs, args.seeds) == (6, 1.0, 15, 2)
         assert args.candidate == [candidate] and args.reference == evo_preset("ft") and args.overrides == []
         assert args.out == tmp_path / "fidelity.json" and args.plot == tmp_path / "fidelity.png"
+        assert args.cells == fidelity.CELLS  # a GPU's cells join the committed table
     tiny = parser.parse_args(gpu_rows.fidelity_command("cpu", QUICK["fidelity"], 1, tmp_path)[3:])
     assert tiny.scale == 1.0 and ":DEVICE=cpu," in tiny.candidate[0] and "PPO.MAX_STATE_ACTION_PAIRS" in tiny.overrides
+    assert tiny.cells == tmp_path / "cells.jsonl"  # never a tiny training in the committed table
 
 
 # Two trainings of a search, 300k env steps each: 20 s each beyond their loop rate (40 - 300k / 15k, 50 - 300k / 10k).

@@ -213,3 +213,25 @@ def transfer(tasks: Sequence[str], ids: Sequence[str], means: np.ndarray, errors
     axes.set_title("Transfer evaluation")
     figure.tight_layout()
     return figure
+
+
+def fidelity_scatter(reference: Mapping[str, Sequence[float]], candidates: Mapping[str, Mapping[str, float]],
+                     criterion: str) -> Figure:
+    """Each candidate's fitness against the reference's mean (the bar: the reference's seeds)."""
+    figure = new_figure((6.4, 5.6))
+    axes = figure.add_subplot()
+    ids = list(reference)
+    means = np.array([np.mean(reference[i]) for i in ids])
+    low = means - np.array([min(reference[i]) for i in ids])
+    high = np.array([max(reference[i]) for i in ids]) - means
+    for label, fitness in candidates.items():
+        axes.errorbar(means, [fitness[i] for i in ids], xerr=[low, high], fmt="o", capsize=2, label=label)
+    every = [*means, *(v for f in candidates.values() for v in f.values())]
+    line = [min(every), max(every)]
+    axes.plot(line, line, color="grey", lw=0.8, ls="--")
+    axes.set_xlabel(f"reference {criterion} (mean of its seeds; bar: their range)")
+    axes.set_ylabel(f"candidate {criterion}")
+    axes.legend(fontsize=7)
+    axes.set_title("Fitness per body: candidate against reference")
+    figure.tight_layout()
+    return figure

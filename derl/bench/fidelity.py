@@ -174,12 +174,8 @@ class Training:
     cpu: bool
 
     @property
-    def genome(self) -> Path:
-        return self.body.path
-
-    @property
     def folder(self) -> Path:
-        return self.work / _slug(self.preset.label) / f"b{self.budget}" / f"{self.genome.stem}-seed{self.seed}"
+        return self.work / _slug(self.preset.label) / f"b{self.budget}" / f"{self.body.name}-seed{self.seed}"
 
     def key(self, common: list[str]) -> CellKey:
         """Its cell's key: the preset's overrides and the study's (``common``), less ``EVERY_RUN``'s."""
@@ -193,16 +189,18 @@ class Training:
                 **(ON_CPU if self.cpu else {})}
         pairs = [str(item) for key, value in keys.items() for item in (key, value)]
         return [sys.executable, str(REPO_ROOT / "tools" / "train_ppo.py"), "--cfg", str(self.preset.path),
-                "--genome", str(self.genome), "--out", str(self.folder), "--resume", "--quiet", *common, *pairs]
+                "--genome", str(self.body.path), "--out", str(self.folder), "--resume", "--quiet", *common, *pairs]
 
 
 def train(training: Training, common: list[str], criterion: str, table: CellTable) -> Cell:
     """Runs (or resumes, or finds finished in ``--work``) one training and records its cell in ``table``."""
     timing_path = training.folder / "fidelity_timing.json"
     if not timing_path.is_file():  # the training dies with this process (a stopped study resumes it)
+        commit = versions()["commit"]  # of the code that trains it
         ended = run_command(training.command(common), f"training {training.folder}",
                             log=training.folder.parent / f"{training.folder.name}.log", dies_with_parent=True)
-        atomic_write_text(timing_path, json.dumps({"wall_seconds": ended.seconds, "cpu_seconds": ended.cpu_seconds}))
+        atomic_write_text(timing_path, json.dumps({"wall_seconds": ended.seconds, "cpu_seconds": ended.cpu_seconds,
+                                                   "commit": commit}))
     timing, result = read_json(timing_path), read_json(training.folder / "metrics.json")
     summary = result.get("summary") if isinstance(result, dict) else None
     fitness = summary.get(criterion) if isinstance(summary, dict) else None
@@ -212,10 +210,10 @@ def train(training: Training, common: list[str], criterion: str, table: CellTabl
     if not (isinstance(timing, dict) and all(isinstance(timing.get(key), float) for key in seconds)):
         raise RuntimeError(f"{timing_path}: not the timing this benchmark writes (remove it to train again)")
     device = str(result.get("device", "cpu"))
+    commit = timing.get("commit")  # the code that trained it (a timing written before cells has none)
     cell = Cell(training.key(common), training.body.name, training.body.limbs, criterion, float(fitness),
-                result["env_steps"], device, machine_name(), gpu_name(device),
-                utc_date(timing_path.stat().st_mtime), versions()["commit"], timing["wall_seconds"],
-                timing["cpu_seconds"])
+                result["env_steps"], device, machine_name(), gpu_name(device), utc_date(timing_path.stat().st_mtime),
+                commit if isinstance(commit, str) else None, timing["wall_seconds"], timing["cpu_seconds"])
     table.add(cell)
     return cell
 
@@ -230,27 +228,6 @@ def _mean(cells: list[Cell], key: str) -> float:
 
 def _rounded(stats: dict[str, float | list[float]]) -> dict:
     return {k: [round(x, 4) for x in v] if isinstance(v, list) else round(v, 4) for k, v in stats.items()}
-
-
-def scatter(reference: dict[str, list[float]], candidates: dict[str, dict[str, float]], criterion: str):
-    """Each candidate's fitness against the reference's mean (the bar: the reference's seeds)."""
-    figure = plots.new_figure((6.4, 5.6))
-    axes = figure.add_subplot()
-    ids = list(reference)
-    means = np.array([np.mean(reference[i]) for i in ids])
-    low = means - np.array([min(reference[i]) for i in ids])
-    high = np.array([max(reference[i]) for i in ids]) - means
-    for label, fitness in candidates.items():
-        axes.errorbar(means, [fitness[i] for i in ids], xerr=[low, high], fmt="o", capsize=2, label=label)
-    every = [*means, *(v for f in candidates.values() for v in f.values())]
-    line = [min(every), max(every)]
-    axes.plot(line, line, color="grey", lw=0.8, ls="--")
-    axes.set_xlabel(f"reference {criterion} (mean of its seeds; bar: their range)")
-    axes.set_ylabel(f"candidate {criterion}")
-    axes.legend(fontsize=7)
-    axes.set_title("Fitness per body: candidate against reference")
-    figure.tight_layout()
-    return figure
 
 
 def _cells(jobs: list[Training], common: list[str], criterion: str, table: CellTable, args: argparse.Namespace
@@ -352,6 +329,6 @@ def run(args: argparse.Namespace) -> dict:
             "fitness": dict(zip(ids, fitness, strict=True)),
         }
     if args.plot:
-        figure = scatter(ref_fitness, {k: v["fitness"] for k, v in report["candidates"].items()}, criterion)
-        plots.save_png(figure, args.plot)
+        fitness = {label: found["fitness"] for label, found in report["candidates"].items()}
+        plots.save_png(plots.fidelity_scatter(ref_fitness, fitness, criterion), args.plot)
     return report

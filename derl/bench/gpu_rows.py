@@ -77,10 +77,12 @@ def fidelity_command(device: str, size: dict, jobs: int, folder: Path) -> list[s
     """``tools/bench.py fidelity`` on ``size["sample"]`` bodies at ``size["scale"]`` of each preset's budget:
     DERL's ``ft.yml`` (two seeds, MuJoCo C on ``jobs`` CPU lanes) and, at the same time, ``ft_gpu.yml`` on
     ``device`` (its own lane); its JSON, plot and trainings in ``folder``. On warp's CPU device (the tests)
-    every training is tiny: ``CPU_FIDELITY``'s, at scale 1."""
+    every training is tiny: ``CPU_FIDELITY``'s, at scale 1, and its cells stay in ``folder``; on a GPU they
+    join the committed cells table (``derl.bench.cells``), where later studies find them."""
     candidate, common, scale = str(evo_preset("ft_gpu")), [], size["scale"]
     if device == "cpu":
         candidate, common, scale = f"{candidate}:DEVICE=cpu,{CPU_FIDELITY[0]}", CPU_FIDELITY[1], 1.0
+        common = ["--cells", str(folder / "cells.jsonl"), *common]
     elif device != "cuda":
         candidate = f"{candidate}:DEVICE={device}"
     return [sys.executable, str(REPO_ROOT / "tools" / "bench.py"), "fidelity", "--sample", str(size["sample"]),
