@@ -37,6 +37,7 @@ of each candidate's fitness against the reference's (``--plot``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -157,7 +158,7 @@ def _body(path: Path, presets: list[Preset]) -> Body:
         genomes = [load_genome(path, preset.cfg.unimal) for preset in presets]
     except InputError as err:
         raise SystemExit(f"error: not a genome file: {err}") from None
-    return Body(path, genomes[0].num_limbs, body_digest(json.loads(genomes[0].to_json())))
+    return Body(path, genomes[0].num_limbs, body_digest(dataclasses.asdict(genomes[0])))
 
 
 def _slug(text: str) -> str:
