@@ -158,3 +158,16 @@ def test_sampled_bodies_take_the_mutation_counts_in_turn(tmp_path):
     assert [p.stem for p in mixed] == ["s3-0000-m0", "s3-0001-m2", "s3-0002-m0", "s3-0003-m2"]
     twice = sample(cfg.unimal, 4, 3, tmp_path / "twice", 2)
     assert mixed[1].read_text() == twice[1].read_text() and mixed[3].read_text() == twice[3].read_text()
+
+
+def test_a_cells_key_names_what_the_overrides_changed_however_they_were_written():
+    """Leaf or dotted names, a value equal to the preset's, the device and the simulator (fields or
+    provenance of their own): the same cells."""
+    from derl.bench.fidelity import ON_CPU, parse_preset
+
+    gpu = str(ROOT / "configs" / "evo" / "ft_gpu.yml")
+    dotted = parse_preset(f"{gpu}:PPO.NUM_ENVS=1024,PPO.BATCH_SIZE=6144", ON_CPU, [])
+    leaves = parse_preset(f"{gpu}:NUM_ENVS=1024,BATCH_SIZE=6144,EPOCHS=5", {}, ["TORCH_THREADS", "2"])
+    assert dotted.changed == leaves.changed == (("PPO.BATCH_SIZE", "6144"), ("PPO.NUM_ENVS", "1024"))
+    assert parse_preset(gpu, {}, ["PPO.MAX_STATE_ACTION_PAIRS", "64", "RNG_SEED", "3"]).changed == ()
+    assert parse_preset(gpu, {}, ["PPO.EPOCHS", "3"]).changed == (("PPO.EPOCHS", "3"),)

@@ -54,7 +54,7 @@ class CellKey:
     """What decides a training's result: a later study reuses a cell only when all of it matches."""
 
     preset: str  # the preset file's stem (configs/evo/<preset>.yml)
-    overrides: tuple[tuple[str, str], ...]  # KEY, VALUE on top of the preset, sorted
+    overrides: tuple[tuple[str, str], ...]  # the full KEY and VALUE of what differs from the preset file, sorted
     budget: int  # PPO.MAX_STATE_ACTION_PAIRS
     body: str  # body_digest
     seed: int  # RNG_SEED

@@ -64,7 +64,8 @@ from derl.bench.cells import (
     utc_date,
 )
 from derl.bench.children import run_command
-from derl.checked_config import Config, ConfigError, load_config
+from derl.checked_config import DERIVED_KEYS, NODE_LOCAL_KEYS, Config, ConfigError, load_config
+from derl.config import flatten
 from derl.evolution.search_config import versions
 from derl.fileio.reads import read_json
 from derl.fileio.writes import atomic_write_text
@@ -76,6 +77,10 @@ ON_CPU = {"SIM.BACKEND": "mujoco", "DEVICE": "cpu"}
 MAX_SCALE = 1000.0
 # Every training: one core, no TensorBoard; the checkpoint every 100 iterations lets a stopped study resume.
 EVERY_RUN = {"TORCH_THREADS": 1, "TENSORBOARD.ENABLED": "false"}
+# Config keys left out of a cell's key: the simulator, budget and seed are fields of their own, a
+# derived key follows the budget, and a node's own keys (device, threads, folders) say where and how a
+# training ran, not what it learned.
+NOT_IN_KEY = {"SIM.BACKEND", "RNG_SEED", "PPO.MAX_STATE_ACTION_PAIRS", *DERIVED_KEYS, *NODE_LOCAL_KEYS}
 
 
 def _ints(text: str) -> list[int]:
@@ -115,6 +120,7 @@ class Preset:
     path: Path
     overrides: dict[str, str]
     cfg: Config
+    changed: tuple[tuple[str, str], ...]  # the keys whose values differ from the preset file's (the cells' key)
 
     @property
     def on_gpu(self) -> bool:
@@ -135,10 +141,14 @@ def parse_preset(spec: str, extra: dict[str, str], common: list[str]) -> Preset:
         raise SystemExit(f"error: preset file not found: {path_text}")
     try:
         cfg = load_config(path, [*common, *(item for kv in {**overrides, **extra}.items() for item in kv)])
+        preset = dict(flatten(load_config(path).to_dict()))
     except ConfigError as err:
         raise SystemExit(f"error: {spec}: {err}") from None
     label = path.stem + "".join(f" {key}={value}" for key, value in overrides.items())
-    return Preset(label, path, overrides, cfg)
+    # Resolved, so NUM_ENVS and PPO.NUM_ENVS, or a value equal to the preset's, name the same cells.
+    changed = tuple(sorted((key, str(value)) for key, value in flatten(cfg.to_dict())
+                           if value != preset.get(key) and key not in NOT_IN_KEY))
+    return Preset(label, path, overrides, cfg, changed)
 
 
 @dataclass(frozen=True)
@@ -178,12 +188,10 @@ class Training:
     def folder(self) -> Path:
         return self.work / _slug(self.preset.label) / f"b{self.budget}" / f"{self.body.name}-seed{self.seed}"
 
-    def key(self, common: list[str]) -> CellKey:
-        """Its cell's key: the preset's overrides and the study's (``common``), less ``EVERY_RUN``'s."""
-        given = {**dict(zip(common[::2], common[1::2], strict=True)), **self.preset.overrides}
-        overrides = tuple(sorted((k, str(v)) for k, v in given.items() if k not in EVERY_RUN))
+    def key(self) -> CellKey:
+        """Its cell's key: the preset and what the study's and the preset's overrides changed in it."""
         sim = ON_CPU["SIM.BACKEND"] if self.cpu else str(self.preset.cfg.SIM.BACKEND)
-        return CellKey(self.preset.path.stem, overrides, self.budget, self.body.digest, self.seed, sim)
+        return CellKey(self.preset.path.stem, self.preset.changed, self.budget, self.body.digest, self.seed, sim)
 
     def command(self, common: list[str]) -> list[str]:
         keys = {**EVERY_RUN, **self.preset.overrides, "RNG_SEED": self.seed, "PPO.MAX_STATE_ACTION_PAIRS": self.budget,
@@ -212,7 +220,7 @@ def train(training: Training, common: list[str], criterion: str, table: CellTabl
         raise RuntimeError(f"{timing_path}: not the timing this benchmark writes (remove it to train again)")
     device = str(result.get("device", "cpu"))
     commit = timing.get("commit")  # the code that trained it (a timing written before cells has none)
-    cell = Cell(training.key(common), training.body.name, training.body.limbs, criterion, float(fitness),
+    cell = Cell(training.key(), training.body.name, training.body.limbs, criterion, float(fitness),
                 result["env_steps"], device, machine_name(), gpu_name(device), utc_date(timing_path.stat().st_mtime),
                 commit if isinstance(commit, str) else None, timing["wall_seconds"], timing["cpu_seconds"])
     table.add(cell)
@@ -239,15 +247,15 @@ def _cells(jobs: list[Training], common: list[str], criterion: str, table: CellT
         known = table.by_key()
     except CellError as err:
         raise SystemExit(f"error: {err}") from None
-    missing = [job for job in jobs if job.key(common) not in known]
+    missing = [job for job in jobs if job.key() not in known]
     if missing and args.cells_only:
         raise SystemExit(f"error: {len(missing)} of {len(jobs)} trainings have no cell in {table.path} "
-                         f"(the first: {missing[0].key(common).describe()}, body {missing[0].body.name}): "
+                         f"(the first: {missing[0].key().describe()}, body {missing[0].body.name}): "
                          "run without --cells-only to train them")
     with ThreadPoolExecutor(args.jobs) as cpu_lanes, ThreadPoolExecutor(args.gpu_jobs) as gpu_lanes:
         futures = {id(job): (gpu_lanes if job.preset.on_gpu and not job.cpu else cpu_lanes).submit(
             train, job, common, criterion, table) for job in missing}
-        return [futures[id(job)].result() if id(job) in futures else known[job.key(common)] for job in jobs]
+        return [futures[id(job)].result() if id(job) in futures else known[job.key()] for job in jobs]
 
 
 def run(args: argparse.Namespace) -> dict:
