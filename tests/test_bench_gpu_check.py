@@ -526,7 +526,8 @@ def test_derl_shape_per_gpu_names_the_best_count_and_where_warp_beats_mujoco_c()
     assert "K=2 12,000 vs 10,000 (1.20x, GPU 30%)" in row.note and "K=16 40,000 vs 64,000 (0.62x)" in row.note
     assert row.note.endswith("best K on the GPU: 16; warp ahead at K=2; MPS off")
     cpu = derl_shape_verdict({1: _rates(100.0, 1)}, {1: _rates(200.0, 1)}, None, None)
-    assert cpu.note.endswith("best K on the GPU: 1; MuJoCo C ahead at every K")  # warp's CPU device: no MPS
+    assert cpu.note.endswith("best K on warp's CPU device: 1; MuJoCo C ahead at every K")  # no MPS there
+    assert cpu.note.startswith("K ft_warp.yml trainers on warp's CPU device against") and "one GPU" in row.note
     assert cpu.measured["by_trainers"]["1"]["gpu_utilisation"] == "not sampled"
 
 

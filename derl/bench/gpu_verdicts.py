@@ -217,8 +217,9 @@ def derl_shape_verdict(warp: dict[int, dict], mujoco: dict[int, dict],
              (f", GPU {row['gpu_utilisation']['mean']:.0f}%)" if isinstance(row["gpu_utilisation"], dict) else ")")
              for count, row in rows.items()]
     verdict = (f"warp ahead at K={', '.join(map(str, ahead))}" if ahead else "MuJoCo C ahead at every K")
-    note = (f"K ft_warp.yml trainers on one GPU against K ft.yml trainers on MuJoCo C, loop env steps/s in all: "
-            f"{'; '.join(parts)}; best K on the GPU: {best}; {verdict}" +
+    device, of_it = ("warp's CPU device", "warp's CPU device") if mps is None else ("one GPU", "the GPU")
+    note = (f"K ft_warp.yml trainers on {device} against K ft.yml trainers on MuJoCo C, loop env steps/s in all: "
+            f"{'; '.join(parts)}; best K on {of_it}: {best}; {verdict}" +
             ("" if mps is None else f"; MPS {'on' if mps else 'off'}"))
     return Check("derl_shape_per_gpu", MEASURED, note,
                  {"best_trainers": best, "warp_ahead_at": ahead, "mps": mps,
