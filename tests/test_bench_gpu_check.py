@@ -217,10 +217,10 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_row_kills_processes_past_its_time_limit_and_names_a_failed_one(tmp_path):
-    sleeper = _script(tmp_path / "sleeper.py", "import time\ntime.sleep(60)\n")
+    sleeper = _script(tmp_path / "sleeper.py", "import time\ntime.sleep(600)\n")
     failing = _script(tmp_path / "failing.py", "import sys\nprint('loading')\nsys.exit('error: no such genome')\n")
     finished = run_at_once([failing, sleeper], timeout=3, log_dir=tmp_path)
-    assert finished.returncodes[0] == 1 and finished.returncodes[1] is None and finished.seconds < 30
+    assert finished.returncodes[0] == 1 and finished.returncodes[1] is None  # the sleeper killed, not waited for
     with pytest.raises(RowError, match="process 0 exited 1: error: no such genome"):
         check_finished(finished, 3, "process")
     finished.returncodes[0] = 0
@@ -235,17 +235,17 @@ def test_a_check_killed_at_its_time_limit_takes_its_trainings_with_it(tmp_path):
     """``timeout -s ABRT`` stops the check, not the trainings in their own process groups: they die with it."""
     pid_file = tmp_path / "pid"
     sleeper = _script(tmp_path / "sleeper.py", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))"
-                                               "\ntime.sleep(60)\n")
+                                               "\ntime.sleep(600)\n")
     check = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
                               "from derl.bench.gpu_training import run_at_once; "
                               f"run_at_once([{sleeper!r}], 60, Path({str(tmp_path)!r}))"], cwd=ROOT)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # generous for a busy machine: a training that outlives its check never dies
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.1)
     training = int(pid_file.read_text())
     assert _alive(training)
     check.send_signal(signal.SIGABRT)
-    check.wait(timeout=30)
+    check.wait(timeout=120)
     while _alive(training) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(training)
@@ -429,9 +429,9 @@ def test_the_sampler_is_nvml_where_pynvml_imports_else_nvidia_smi_else_none():
 
 
 def _sampled(args: list[str], path: Path) -> list[tuple[float, float]]:
-    """What ``Sampling`` collected until it had 2 samples (30 s at most); its process is gone afterwards."""
+    """What ``Sampling`` collected until it had 2 samples (120 s at most); its process is gone afterwards."""
     with Sampling(args, path) as sampling:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while len(parse_samples(path.read_text())) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
     assert sampling.proc.poll() is not None

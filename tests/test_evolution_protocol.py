@@ -234,7 +234,7 @@ def test_stopped_or_killed_coordinator_leaves_no_orphans_and_resumes(tmp_path):
         time.sleep(0.1)
     pids = worker_pids(out)
     coordinator.send_signal(signal.SIGTERM)
-    assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
+    assert coordinator.wait(timeout=120) == 128 + signal.SIGTERM
     assert not any(alive(pid) for pid in pids)
     before = published(out)
 
@@ -244,7 +244,7 @@ def test_stopped_or_killed_coordinator_leaves_no_orphans_and_resumes(tmp_path):
     pids = worker_pids(out)
     coordinator.kill()  # SIGKILL: the workers learn it from PR_SET_PDEATHSIG
     coordinator.wait()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # generous for a busy machine: an orphan never dies
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(pid) for pid in pids)
@@ -275,7 +275,7 @@ def test_restart_with_fewer_workers_adopts_their_claimed_slots(tmp_path):
         time.sleep(0.05)
     orphan = json.loads((out / "workers" / "0-2.json").read_text())["slot"]
     coordinator.send_signal(signal.SIGTERM)
-    assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
+    assert coordinator.wait(timeout=120) == 128 + signal.SIGTERM
     assert json.loads((out / "slots" / f"{orphan:06d}.json").read_text())["worker"] == 2
 
     assert start(out, "EVO.NUM_PROCESSES", "2", iterations=40).wait(timeout=120) == 0
@@ -341,7 +341,7 @@ def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_pat
     out = tmp_path / "run"
     coordinator = start_until_published(out, 4, iterations=20)
     coordinator.send_signal(signal.SIGTERM)
-    assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
+    assert coordinator.wait(timeout=120) == 128 + signal.SIGTERM
     victim = sorted(published(out))[0]
     seven_done = any(parse_id(m)[0] == 7 for m in published(out))
     truncated = out / "metadata" / f"{victim}.json"
@@ -478,8 +478,8 @@ def test_the_initial_population_pool_dies_with_its_coordinator(tmp_path, sig):
             break
     assert len(pool) >= 2, "no pool started"
     coordinator.send_signal(sig)
-    assert coordinator.wait(timeout=30) == (128 + sig if sig == signal.SIGTERM else -signal.SIGKILL)
-    deadline = time.monotonic() + 20
+    assert coordinator.wait(timeout=120) == (128 + sig if sig == signal.SIGTERM else -signal.SIGKILL)
+    deadline = time.monotonic() + 120  # generous for a busy machine: an orphan never dies
     while any(alive(p.pid) for p in pool) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(p.pid) for p in pool)
