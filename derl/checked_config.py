@@ -53,6 +53,13 @@ DEVICE_PATTERN = re.compile(r"cpu|auto|cuda(:\d+)?")
 MORPHOLOGIES = Range(1, 10**6)
 MAX_NODES = 10_000
 DAY = 86_400
+# A worker beats every min(30 s, EVO.LEASE_SECONDS / BEATS_PER_LEASE) (``derl.evolution.lease.heartbeat_interval``;
+# a test keeps the two equal), so a lease spans at least that many beats. Beats closer than MIN_HEARTBEAT_SECONDS
+# are within a loaded node's scheduling delays and coarse file times: an owner at work looks silent, and two
+# workers take a slot from each other without end (EVO.LEASE_SECONDS 0.001 did, 80 times in 150 s).
+BEATS_PER_LEASE = 4
+MIN_HEARTBEAT_SECONDS = 0.5
+LEASE = Range(BEATS_PER_LEASE * MIN_HEARTBEAT_SECONDS, 7 * DAY)
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ class EvoCfg(Section):
     # Keep it well above NFS attribute caching (60 s).
     LEASE_SECONDS: float = key(600.0, "a slot whose owner's heartbeat is older than this is taken over; "
                                       "a node whose worker keeps failing this long stops",
-                               Range(0, 7 * DAY, low_open=True))
+                               LEASE)
     SEARCH_SPACE_SIZE: int = key(4000, "morphologies trained in all, initial population included", MORPHOLOGIES)
     TOURNAMENT_TYPE: str = key("aging_num", "`aging_num`, `aging_percent`, `vanilla_num` or `vanilla_percent`",
                                choices=TOURNAMENT_TYPES)
@@ -84,7 +91,8 @@ class EvoCfg(Section):
     SELECTION_CRITERIA: tuple[str, ...] = key(["__reward__forward", "__reward__stand"],
                                               "the selection criterion: published fields compared (Pareto front); "
                                               "the first is the fitness shown by status and report")
-    SELECTION_CRITERIA_OBJ: tuple[int, ...] = key([-1, -1], "one per criterion: -1 maximise, +1 minimise")
+    SELECTION_CRITERIA_OBJ: tuple[int, ...] = key([-1, -1], "one per criterion: -1 maximise, +1 minimise",
+                                                Range(-1, 1, whole=True))
     VIDEOS_LAST_N: int = key(0, "record a policy video of each of the last N slots into `videos/`",
                              Range(0, MORPHOLOGIES.high))
 

@@ -54,7 +54,7 @@ NOT_READERS = ("derl/config/__init__.py", "derl/config/keys.py", "derl/config/pa
     (["TERRAIN.TYPES", "[hills]"], "TERRAIN.TYPES", "'hills'"),
     (["TERRAIN.FLAT_LENGTH_RANGE", "[0]"], "TERRAIN.FLAT_LENGTH_RANGE", "never reach its end"),
     (["TERRAIN.FLAT_LENGTH_RANGE", "[0.01]"], "TERRAIN.FLAT_LENGTH_RANGE", "half a height-map cell"),
-    (["TERRAIN.STEP_LENGTH_RANGE", "[-4]"], "TERRAIN.STEP_LENGTH_RANGE", "negative length"),
+    (["TERRAIN.STEP_LENGTH_RANGE", "[-4]"], "TERRAIN.STEP_LENGTH_RANGE", "must not be negative"),
     (["OBJECT.TYPE", "cube"], "OBJECT.TYPE", "'cube'"),
     (["VECENV.THREADS", "0"], "VECENV.THREADS", "must be positive"),
     (["PPO.LR_SCALING", "square"], "PPO.LR_SCALING", "none, sqrt, linear"),

@@ -21,8 +21,6 @@ from derl.config.keys import (
     AMOUNT,
     COUNT,
     INT32_MAX,
-    NON_NEGATIVE,
-    POSITIVE,
     UNIT_INTERVAL,
     ConfigError,
     KeyDoc,
@@ -46,7 +44,7 @@ from derl.config.parse import (
 )
 
 __all__ = [
-    "AMOUNT", "COUNT", "INT32_MAX", "NON_NEGATIVE", "POSITIVE", "REPLACED_KEYS", "RETIRED_KEYS", "UNIT_INTERVAL",
+    "AMOUNT", "COUNT", "INT32_MAX", "REPLACED_KEYS", "RETIRED_KEYS", "UNIT_INTERVAL",
     "ConfigError", "KeyDoc", "Range", "Section", "check_keys", "declared_keys", "derived_keys", "dump_config",
     "expand_range", "flatten", "key", "one_of", "parse_config", "section", "with_values",
 ]

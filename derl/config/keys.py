@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
@@ -25,12 +26,16 @@ class ConfigError(ValueError):
 class Range(NamedTuple):
     """The values a numeric key may take: ``low`` to ``high`` inclusive (``low`` excluded if ``low_open``).
 
-    A list key (``MODEL.PRO_HIDDEN_DIMS``) holds the range in each element, which must be whole numbers.
+    Every numeric key declares one with both ends finite (``tests/test_config_rules.py`` walks them all): a
+    list key (``MODEL.PRO_HIDDEN_DIMS``, ``BODY.JOINT_ANGLE_LIST``) holds it in each number, a ``span`` key
+    in each value it draws. ``whole``: a list's numbers must be whole numbers (an integer key's value is one
+    already).
     """
 
     low: float
-    high: float = math.inf
+    high: float
     low_open: bool = False
+    whole: bool = False
 
     def problem(self, value: float) -> str | None:
         """What is wrong with ``value`` in words (``must be positive``), or None if it lies in the range."""
@@ -42,17 +47,25 @@ class Range(NamedTuple):
             return f"must be at most {self.high}"
         return None
 
+    def text(self) -> str:
+        """The range in interval notation, as the config reference shows it: ``[1, 65536]``, ``(0, 10]``."""
+        return f"{'(' if self.low_open else '['}{_number_text(self.low)}, {_number_text(self.high)}]"
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e13 else f"{value:g}"
+
 
 # MuJoCo and torch store counts in C ints.
 INT32_MAX = 2**31 - 1
-POSITIVE = Range(0, low_open=True)
-NON_NEGATIVE = Range(0)
 UNIT_INTERVAL = Range(0, 1)
 COUNT = Range(1, INT32_MAX)
 AMOUNT = Range(0, INT32_MAX)
 # Values a ``span`` key's ``[start, stop, step]`` may expand to (a body's gears: 4): ``[0, 1e9, 1e-9]`` is refused,
 # not a list of 10**18 values.
 MAX_SPAN_VALUES = 10_000
+# Bytes of a text value (a path's most on Linux, PATH_MAX): names and paths are far shorter.
+MAX_TEXT_BYTES = 4096
 
 
 def key(default: Any, meaning: str, allowed: Range | None = None, choices: Sequence[Any] = (),
@@ -153,28 +166,49 @@ def _build(cls: type[S], tree: Mapping[str, Any]) -> S:
 
 
 def check_keys(tree: Section) -> None:
-    """Holds every key of ``tree`` to its declaration (finite numbers, ``allowed``, ``choices``), then every
-    section to its own ``check``; raises ``ConfigError`` for the first value that cannot work."""
+    """Holds every key of ``tree`` to its declaration (finite numbers inside ``allowed``, ``choices``, text
+    that is one line of Unicode, ``span`` forms), then every section to its own ``check``; raises
+    ``ConfigError`` for the first value that cannot work."""
     for path, field in _fields(type(tree)):
         value = tree.get_path(path)
-        if not all(math.isfinite(v) for v in _numbers(value)):
+        numbers = list(_numbers(value))
+        if not all(math.isfinite(v) for v in numbers):
             raise ConfigError(f"config key {path} must be finite, got {_show(value)}", path)
+        for text in _texts(value):
+            if (problem := text_problem(text)) is not None:
+                shown = repr(text if len(text) <= 80 else text[:80] + "...")
+                raise ConfigError(f"config key {path} {problem}, got {shown}", path)
         allowed, choices = field.metadata["allowed"], field.metadata["choices"]
-        items = value if isinstance(value, tuple) else (value,)
-        if allowed is not None:
-            if isinstance(value, tuple) and not all(isinstance(n, int) and not isinstance(n, bool) for n in value):
-                raise ConfigError(f"config key {path} must hold whole numbers, got {_show(value)}", path)
-            for number in items:
-                if (problem := allowed.problem(number)) is not None:
-                    raise ConfigError(f"config key {path} {problem}, got {_show(value)}", path)
-        for item in items if choices else ():
-            one_of(path, item, choices)
         if field.metadata["span"]:
             try:
-                expand_range(value, path)
+                numbers = expand_range(value, path)  # the values drawn: a step is no value
             except ValueError as err:
                 raise ConfigError(str(err), path) from None
+        if allowed is not None:
+            if allowed.whole and not all(isinstance(n, int) and not isinstance(n, bool) for n in _numbers(value)):
+                raise ConfigError(f"config key {path} must hold whole numbers, got {_show(value)}", path)
+            for number in numbers:
+                if (problem := allowed.problem(number)) is not None:
+                    raise ConfigError(f"config key {path} {problem}, got {_show(value)}", path)
+        for item in (value if isinstance(value, tuple) else (value,)) if choices else ():
+            one_of(path, item, choices)
     _check_sections(tree)
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a config value, or None: a key's text is one line of Unicode that UTF-8 encodes
+    (a path of ``OUT_DIR`` names a folder on every filesystem and in every log line), so no control character
+    (a newline, a NUL) and no lone surrogate (the bytes of a command-line argument that are not UTF-8), and
+    at most ``MAX_TEXT_BYTES`` long."""
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "must be text that UTF-8 encodes (it holds bytes that are not UTF-8)"
+    if size > MAX_TEXT_BYTES:
+        return f"must be at most {MAX_TEXT_BYTES} bytes of text, not {size}"
+    if any(unicodedata.category(char) == "Cc" for char in text):
+        return "must be one line of text without control characters (a newline, a tab, a NUL)"
+    return None
 
 
 def _check_sections(node: Section) -> None:
@@ -209,6 +243,14 @@ def _numbers(value: Any) -> Iterator[float]:
         for item in value:
             yield from _numbers(item)
     elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield value
+
+
+def _texts(value: Any) -> Iterator[str]:
+    if isinstance(value, tuple):
+        for item in value:
+            yield from _texts(item)
+    elif isinstance(value, str):
         yield value
 
 

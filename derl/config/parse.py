@@ -127,19 +127,24 @@ def _read_yaml(file: str | Path, read: Callable[[Path], Any]) -> Mapping[str, An
     return data
 
 
-def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any],
-                          parse_value: Callable[[str, str], Any]) -> list[tuple[str, Any]]:
+def _pairs_from_overrides(overrides: Sequence[str] | Mapping[str, Any]) -> list[tuple[str, Any]]:
     if isinstance(overrides, Mapping):
         return list(overrides.items())
     if len(overrides) % 2:
         raise ConfigError(f"config overrides come in KEY VALUE pairs; {overrides[-1]!r} has no value")
-    pairs = []
-    for name, text in zip(overrides[::2], overrides[1::2], strict=True):
-        try:
-            pairs.append((name, parse_value(text, name)))
-        except ValueError as err:  # derl.fileio.reads.YamlFileError naming the key: an alias, too deep, too long
-            raise ConfigError(str(err), name) from None
-    return pairs
+    return list(zip(overrides[::2], overrides[1::2], strict=True))
+
+
+def _override_value(text: str, name: str, default: Any, parse_value: Callable[[str, str], Any]) -> Any:
+    """A ``KEY VALUE`` value from the command line: a text key (``OUT_DIR``, ``ENV.TASK``) takes the text as
+    it is (``runs/base #2`` is no YAML comment, a newline no space: ``check_keys`` refuses what a text may not
+    hold); any other key its YAML (a number, a list, a bool), by the bounded reader ``parse_value``."""
+    if isinstance(default, str):
+        return text
+    try:
+        return parse_value(text, name)
+    except ValueError as err:  # derl.fileio.reads.YamlFileError naming the key: an alias, too deep, too long
+        raise ConfigError(str(err), name) from None
 
 
 # Keys that something else replaced, and what: setting one is an error that says so.
@@ -182,8 +187,8 @@ def parse_config(
         root: the tree's type (``derl.checked_config.Config``).
         cfg_file: optional YAML file with a (partial) tree of keys, or several applied in order
             (a task preset, then ``configs/gpu_server.yml``).
-        overrides: ``["KEY", "VALUE", ...]`` strings from the command line (values parsed
-            as YAML), or a mapping of keys to already-typed values.
+        overrides: ``["KEY", "VALUE", ...]`` strings from the command line (values parsed as YAML, a text
+            key's taken as they are: ``_override_value``), or a mapping of keys to already-typed values.
         retired: keys skipped where a file sets them (``RETIRED_KEYS`` for a run's own config.yaml).
         check: called with the tree after ``check_keys``; a ``ConfigError`` either raises gets where its
             key was set (a file, the command line) or that it is a default.
@@ -203,8 +208,9 @@ def parse_config(
     files = [] if cfg_file is None else [cfg_file] if isinstance(cfg_file, str | Path) else list(cfg_file)
     file_pairs = [(key, value, str(path)) for path in files for key, value in flatten(_read_yaml(path, read))
                   if key not in retired]
+    defaults = dict(flatten(tree))
     origins: dict[str, str] = {}
-    command_line = [(k, v, "command line") for k, v in _pairs_from_overrides(overrides, parse_value)]
+    command_line = [(k, v, "command line") for k, v in _pairs_from_overrides(overrides)]
     for key, value, origin in file_pairs + command_line:
         try:
             path = _resolve_key(str(key), leaves)
@@ -212,6 +218,8 @@ def parse_config(
                 if origin != "command line":
                     continue  # a dumped config carries the derived value; it is recomputed
                 raise ConfigError(f"config key {path} is derived and cannot be set")
+            if origin == "command line" and not isinstance(overrides, Mapping):
+                value = _override_value(value, str(key), defaults[path], parse_value)
             _set(tree, path, value)
         except ConfigError as err:
             raise ConfigError(f"{err} (set in {origin})" if origin != "command line" else str(err), *err.keys) from None

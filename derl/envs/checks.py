@@ -34,13 +34,9 @@ def check_world(world: WorldCfg, criteria: Sequence[str]) -> None:
 
 
 def _check_corridor_lengths(world: WorldCfg) -> None:
-    """The corridor's stretches have no negative length, and some flat stretch covers a height-map column:
-    the obstacle draw moves along the corridor by them until its end, and would loop forever without."""
+    """Some flat stretch covers a height-map column: the obstacle draw moves along the corridor by the
+    stretches (none negative: their keys' ranges) until its end, and would loop forever without."""
     terrain = world.TERRAIN
-    for name in ("FLAT_LENGTH_RANGE", "HFIELD_LENGTH_RANGE", "STEP_LENGTH_RANGE"):
-        values = getattr(terrain, name)
-        if min(expand_range(values, f"TERRAIN.{name}")) < 0:
-            raise ConfigError(f"config key TERRAIN.{name} {list(values)} holds a negative length", f"TERRAIN.{name}")
     longest = max(expand_range(terrain.FLAT_LENGTH_RANGE, "TERRAIN.FLAT_LENGTH_RANGE"))
     if round(2 * longest * world.HFIELD.NUM_DIVS) < 1:
         raise ConfigError(f"config key TERRAIN.FLAT_LENGTH_RANGE {list(terrain.FLAT_LENGTH_RANGE)} needs a length "

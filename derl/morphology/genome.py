@@ -33,12 +33,11 @@ import numpy as np
 
 from derl.config import expand_range
 from derl.fileio.reads import MAX_JSON_BYTES, JsonFileError, parse_json
-from derl.morphology.config import UnimalCfg
+from derl.morphology.config import ANGLE, AXES, DENSITY, GEAR, SIZE, UnimalCfg
 
 SCHEMA_VERSION = 1
 HEAD_SITE = "center"
 LIMB_SITES = ("mid", "btm")
-AXES = ("x", "y")
 # The directions UNIMAL grows limbs in (degrees; ``mutations.grow_limb``): theta around z, phi from +z,
 # horizontal or downward.
 THETAS = (0, 45, 90, 135, 180, 225, 270, 315)
@@ -324,13 +323,8 @@ def check_id(value: str, name: str = "id") -> str:
     return value
 
 
-# Physical bounds of every value the MJCF builder uses, far outside what mutations draw (configs:
-# radii 0.05-0.1 m, lengths 0.2-0.4 m, densities 500-1000 kg/m^3, gears 150-300, angles in degrees)
-# and inside what MuJoCo compiles and simulates (a head_radius of 1e300 is a mujoco.FatalError).
-SIZE_BOUNDS = (1e-3, 10.0)  # m: head and limb radii, limb lengths
-DENSITY_BOUNDS = (1.0, 1e5)  # kg/m^3
-GEAR_BOUNDS = (1e-3, 1e4)
-ANGLE_BOUNDS = (-360.0, 360.0)  # degrees: directions and joint ranges
+# The physical bounds of every value the MJCF builder uses are the design space keys' own (``SIZE``,
+# ``DENSITY``, ``GEAR``, ``ANGLE`` of ``derl.morphology.config``): a config can only draw bodies they accept.
 MAX_LIMB_ID = 2**31 - 1  # ids are never reused, so next_limb_id grows along a lineage, 2 at most a mutation
 
 
@@ -342,18 +336,19 @@ def _check_values(genome: Genome) -> None:
     if not 0 < genome.next_limb_id <= MAX_LIMB_ID or any(i < 0 for group in genome.groups for i in group.ids):
         raise GenomeError(f"genome {genome.id}: limb ids must lie in 0..next_limb_id - 1 and next_limb_id in "
                           f"1..{MAX_LIMB_ID}, got next_limb_id {genome.next_limb_id}")
-    bounded = [("head_radius", genome.head_radius, SIZE_BOUNDS), ("head_density", genome.head_density, DENSITY_BOUNDS),
-               ("limb_density", genome.limb_density, DENSITY_BOUNDS)]
+    bounded = [("head_radius", genome.head_radius, SIZE), ("head_density", genome.head_density, DENSITY),
+               ("limb_density", genome.limb_density, DENSITY)]
     for group in genome.groups:
         name = f"limb group {list(group.ids)}"
-        bounded += [(f"{name} radius", group.radius, SIZE_BOUNDS), (f"{name} length", group.length, SIZE_BOUNDS),
-                    (f"{name} theta", group.theta, ANGLE_BOUNDS), (f"{name} phi", group.phi, ANGLE_BOUNDS)]
+        bounded += [(f"{name} radius", group.radius, SIZE), (f"{name} length", group.length, SIZE),
+                    (f"{name} theta", group.theta, ANGLE), (f"{name} phi", group.phi, ANGLE)]
         for joint in group.joints:
-            bounded.append((f"{name} joint gear", joint.gear, GEAR_BOUNDS))
-            bounded += [(f"{name} joint range", value, ANGLE_BOUNDS) for value in joint.range]
-    for name, value, (low, high) in bounded:
-        if not (math.isfinite(value) and low <= value <= high):
-            raise GenomeError(f"genome {genome.id}: {name} must be a number in [{low:g}, {high:g}], got {value!r}")
+            bounded.append((f"{name} joint gear", joint.gear, GEAR))
+            bounded += [(f"{name} joint range", value, ANGLE) for value in joint.range]
+    for name, value, bound in bounded:
+        if not (math.isfinite(value) and bound.low <= value <= bound.high):
+            raise GenomeError(f"genome {genome.id}: {name} must be a number in [{bound.low:g}, {bound.high:g}], got "
+                              f"{value!r}")
     for group in genome.groups:
         for joint in group.joints:
             if joint.range[0] > joint.range[1]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from derl.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, ConfigError, Range, Section, key
+from derl.config import UNIT_INTERVAL, ConfigError, Range, Section, key
 
 # PPO.LR_SCALING's values; derl.ppo.trainer.LR_SCALINGS implements them (a test keeps the two equal).
 LR_SCALING_NAMES = ("none", "sqrt", "linear")
@@ -26,6 +26,8 @@ ROLLOUT_LEAST_BYTES_PER_STEP = ROLLOUT_BYTES_PER_VALUE * 2 + ROLLOUT_FIXED_BYTES
 # Hidden layers: 4096 units wide, 16 deep at most (DERL: [64, 64]).
 MAX_HIDDEN_WIDTH = 4096
 MAX_HIDDEN_LAYERS = 16
+# Loss weights and the gradient clip: DERL's are 0.5 and 0.01; a weight past a million is a typo.
+COEFFICIENT = Range(0, 1e6)
 
 
 def rollout_bytes(steps: int, num_envs: int, obs_size: int, action_dim: int) -> int:
@@ -44,23 +46,26 @@ def gib(size: int) -> str:
 class PpoCfg(Section):
     GAMMA: float = key(0.99, "discount factor", UNIT_INTERVAL)
     GAE_LAMBDA: float = key(0.95, "GAE lambda", UNIT_INTERVAL)
-    CLIP_EPS: float = key(0.2, "clip range of the surrogate and value losses", POSITIVE)
+    CLIP_EPS: float = key(0.2, "clip range of the surrogate and value losses",
+                           Range(0, 10, low_open=True))
     EPOCHS: int = key(4, "passes over a rollout per iteration", Range(1, 1000))
     BATCH_SIZE: int = key(512, "minibatch size (rows of a rollout per optimiser step)", Range(1, MAX_BATCH_SIZE))
-    VALUE_COEF: float = key(0.5, "weight of the value loss", NON_NEGATIVE)
-    KL_TARGET_COEF: float = key(20.0, "stop an epoch when the approximate KL exceeds this times 0.01", POSITIVE)
+    VALUE_COEF: float = key(0.5, "weight of the value loss", COEFFICIENT)
+    KL_TARGET_COEF: float = key(20.0, "stop an epoch when the approximate KL exceeds this times 0.01",
+                                Range(0, COEFFICIENT.high, low_open=True))
     USE_CLIP_VALUE_FUNC: bool = key(True, "clip the value loss as the surrogate")
-    ENTROPY_COEF: float = key(0.01, "weight of the entropy bonus", NON_NEGATIVE)
+    ENTROPY_COEF: float = key(0.01, "weight of the entropy bonus", COEFFICIENT)
     TIMESTEPS: int = key(128, "steps per env per PPO iteration", Range(1, MAX_TIMESTEPS))
     NUM_ENVS: int = key(32, "envs of one training (per rank), stepped in lockstep", Range(1, MAX_ENVS))
-    BASE_LR: float = key(3e-4, "Adam learning rate at the start", POSITIVE)
-    EPS: float = key(1e-5, "Adam epsilon", POSITIVE)
+    BASE_LR: float = key(3e-4, "Adam learning rate at the start", Range(0, 10, low_open=True))
+    EPS: float = key(1e-5, "Adam epsilon", Range(0, 1, low_open=True))
     LINEAR_LR_DECAY: bool = key(True, "decay the learning rate linearly to 0 over the budget")
-    MAX_GRAD_NORM: float = key(0.5, "gradient clipping norm", POSITIVE)
+    MAX_GRAD_NORM: float = key(0.5, "gradient clipping norm", Range(0, COEFFICIENT.high, low_open=True))
     MAX_STATE_ACTION_PAIRS: int = key(5_000_000, "env steps per morphology (all envs and ranks together)",
                                       Range(1, MAX_ENV_STEPS))
     MAX_ITERS: int = key(-1, "derived, cannot be set: `MAX_STATE_ACTION_PAIRS // (TIMESTEPS * NUM_ENVS)`; "
-                             "N data-parallel ranks run `MAX_ITERS // N`", derived=True)
+                             "N data-parallel ranks run `MAX_ITERS // N`", Range(1, MAX_ENV_STEPS),
+                             derived=True)
     LR_SCALING: str = key("none", "data-parallel runs: learning rate times 1, sqrt(N) or N for N ranks "
                                   "(`none`, `sqrt`, `linear`)", choices=LR_SCALING_NAMES)
     AMP: bool = key(False, "bf16 autocast of the learner on CUDA (ignored on the CPU)")
@@ -75,9 +80,9 @@ class PpoCfg(Section):
 @dataclass(frozen=True)
 class ModelCfg(Section):
     PRO_HIDDEN_DIMS: tuple[int, ...] = key([64, 64], "hidden layers of the actor and critic MLPs (at most 16)",
-                                           Range(1, MAX_HIDDEN_WIDTH))
+                                           Range(1, MAX_HIDDEN_WIDTH, whole=True))
     OBS_FEAT_HIDDEN_DIMS: tuple[int, ...] = key([64], "hidden layers of the encoder of each other observation key "
-                                                      "(at most 16)", Range(1, MAX_HIDDEN_WIDTH))
+                                                      "(at most 16)", Range(1, MAX_HIDDEN_WIDTH, whole=True))
 
     def check(self) -> None:
         for name in ("PRO_HIDDEN_DIMS", "OBS_FEAT_HIDDEN_DIMS"):
