@@ -37,6 +37,7 @@ from derl.config import (
     parse_config,
     section,
 )
+from derl.envs.array_sizes import check_patch, patch_values, world_arrays
 from derl.envs.checks import check_world
 from derl.envs.config import EnvCfg, HfieldCfg, ObjectCfg, SimCfg, TerrainCfg, VecenvCfg, WorldCfg
 from derl.envs.warp_check import check_backend_here, check_warp_cuda_here
@@ -44,7 +45,7 @@ from derl.fileio.reads import parse_override, read_yaml
 from derl.morphology.config import BodyCfg, LimbCfg, TorsoCfg, UnimalCfg, XmlCfg
 from derl.morphology.mutations import OPERATORS
 from derl.paths import EVO_PRESETS, evo_preset
-from derl.ppo.config import ROLLOUT_LEAST_BYTES_PER_STEP, ModelCfg, PpoCfg, TrainerCfg, gib, rollout_bytes
+from derl.ppo.config import ModelCfg, PpoCfg, TrainerCfg, gib, rollout_bytes
 
 # The values EVO.TOURNAMENT_TYPE may take: derl.evolution.selection implements them.
 TOURNAMENT_TYPES = ("aging_num", "aging_percent", "vanilla_num", "vanilla_percent")
@@ -263,8 +264,9 @@ def check_config(cfg: Config, this_node: bool = False) -> None:
             ``SIM.BACKEND``'s packages are installed).
     """
     check_world(cfg.world, cfg.EVO.SELECTION_CRITERIA)
+    check_patch(cfg.world)
     if this_node:
-        check_rollout_fits_here(cfg)
+        check_arrays_fit_here(cfg)
         check_backend_here(cfg.SIM.BACKEND)
         if cfg.DEVICE not in ("cpu", "auto"):  # only a CUDA device is looked for (auto falls back to the CPU)
             from derl.ppo.device import check_device_here  # lazy: torch takes seconds; a CPU run never loads it
@@ -274,17 +276,28 @@ def check_config(cfg: Config, this_node: bool = False) -> None:
             check_warp_cuda_here(cfg.DEVICE)
 
 
-def check_rollout_fits_here(cfg: Config) -> None:
-    """Raises ``ConfigError`` if even the smallest rollout of ``cfg`` (one observation and one action value per
-    env step, ``ROLLOUT_LEAST_BYTES_PER_STEP`` bytes) exceeds this node's memory: a ``PPO.TIMESTEPS`` or
-    ``PPO.NUM_ENVS`` that no body could train with here. Only a rollout on the host (``SIM.BACKEND mujoco``) is
-    held to the host's memory; a device's rollout is checked by ``derl.ppo.rollout.Rollout.allocate``."""
-    if cfg.SIM.BACKEND != "mujoco":
-        return
+def check_arrays_fit_here(cfg: Config) -> None:
+    """Raises ``ConfigError`` naming the keys if the arrays whose size ``cfg`` sets exceed this node's memory:
+    the world's (``derl.envs.array_sizes``: height maps, the height-field patch's table) and, for a rollout
+    on the host (``SIM.BACKEND mujoco``), even the smallest rollout (one action value and one observation
+    value, plus the height-field patch's, per env step: ``ROLLOUT_LEAST_BYTES_PER_STEP`` bytes without it). A
+    device's rollout is checked by ``derl.ppo.rollout.Rollout.allocate``."""
     import psutil  # lazy: as the device checks, only a config that will train here asks
 
-    need, total = rollout_bytes(cfg.PPO.TIMESTEPS, cfg.PPO.NUM_ENVS, 1, 1), psutil.virtual_memory().total
-    if need > total:
-        raise ConfigError(f"config keys PPO.TIMESTEPS x PPO.NUM_ENVS ({cfg.PPO.TIMESTEPS} x {cfg.PPO.NUM_ENVS}) need "
-                          f"at least {gib(need)} of rollout buffers ({ROLLOUT_LEAST_BYTES_PER_STEP} bytes per env "
-                          f"step); this node has {gib(total)} of memory", "PPO.NUM_ENVS", "PPO.TIMESTEPS")
+    total, ppo = psutil.virtual_memory().total, cfg.PPO
+    patch = patch_values(cfg.world)
+    if cfg.SIM.BACKEND == "mujoco" and (need := rollout_bytes(ppo.TIMESTEPS, ppo.NUM_ENVS, 1 + patch, 1)) > total:
+        per_step, keys, patch_keys = need // (ppo.TIMESTEPS * ppo.NUM_ENVS), ("PPO.NUM_ENVS", "PPO.TIMESTEPS"), ""
+        if patch:
+            keys = ("HFIELD.OBS_SIZE", "HFIELD.NUM_DIVS", *keys)
+            patch_keys = (f" with HFIELD.OBS_SIZE {list(cfg.HFIELD.OBS_SIZE)} at HFIELD.NUM_DIVS {cfg.HFIELD.NUM_DIVS} "
+                          f"({patch} height-field values per env step)")
+        raise ConfigError(f"config keys PPO.TIMESTEPS x PPO.NUM_ENVS ({ppo.TIMESTEPS} x {ppo.NUM_ENVS}){patch_keys} "
+                          f"need at least {gib(need)} of rollout buffers ({per_step} bytes per env step); this node "
+                          f"has {gib(total)} of memory", *keys)
+    arrays = world_arrays(cfg.world, ppo.NUM_ENVS)
+    if (need := sum(array.bytes for array in arrays)) > total:
+        keys = tuple(dict.fromkeys(key for array in arrays for key in array.keys))
+        parts = "; ".join(f"{array.what}: {gib(array.bytes)}" for array in arrays)
+        raise ConfigError(f"config keys {', '.join(keys)} size arrays of at least {gib(need)} ({parts}); this node "
+                          f"has {gib(total)} of memory", *keys)

@@ -120,11 +120,18 @@ def _log_offsets(extent: int) -> np.ndarray:
     return np.unique((v * extent / v[-1]).astype(int))
 
 
-def _grid(obs_size, divs: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cell offsets (x ahead, y left) of the observed grid, shape (rows along y, cols along x)."""
+def patch_axes(obs_size, divs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cell offsets along x (ahead) and along y (left) of the observed grid: its axes, without the grid
+    (``derl.envs.array_sizes`` sizes the grid from them before anything is allocated)."""
     behind, ahead, right, left = (round(m * divs) for m in obs_size)
     ahead_x = np.unique(np.concatenate([-_log_offsets(behind), _log_offsets(ahead)]))
     left_y = np.unique(np.concatenate([-_log_offsets(right), _log_offsets(left)]))
+    return ahead_x, left_y
+
+
+def _grid(obs_size, divs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cell offsets (x ahead, y left) of the observed grid, shape (rows along y, cols along x)."""
+    ahead_x, left_y = patch_axes(obs_size, divs)
     grid_y, grid_x = np.meshgrid(left_y, ahead_x, indexing="ij")
     return grid_x, grid_y
 
