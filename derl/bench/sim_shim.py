@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,8 @@ class Audit:
 
     An open counts when its path lies in the run folder or is relative (derl opens the run's files by
     name from a descriptor of their folder: ``derl.evolution.folder.shared``); a listing is ``os.listdir``
-    or ``os.scandir`` of a folder of the run or of a descriptor, and ``entries`` the names it returned.
+    or ``os.scandir`` of a folder of the run or of a descriptor, and ``entries`` the names it returned (also
+    by the folder's name: ``entries_by_folder``).
     ``read_chars`` (bytes read, the kernel's rchar: any file, pipe or socket) and ``cpu`` (user + system
     seconds) run from ``install``.
     """
@@ -47,6 +48,14 @@ class Audit:
     entries: int = 0
     read_chars: int = 0
     cpu: float = 0.0
+    entries_by_folder: dict[str, int] = field(default_factory=dict)
+
+    def listed(self, path: Any, count: int) -> None:
+        """Counts ``count`` entries listed in ``path`` (a folder or a descriptor of one), by the folder's name."""
+        self.entries += count
+        name = os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else os.fsdecode(path)
+        folder = os.path.basename(name)
+        self.entries_by_folder[folder] = self.entries_by_folder.get(folder, 0) + count
 
 
 def _in_run(path: Any, root: str) -> bool:
@@ -59,15 +68,15 @@ def _in_run(path: Any, root: str) -> bool:
 class _CountedScandir:
     """``os.scandir``'s iterator, counting the entries it yields into ``audit``."""
 
-    def __init__(self, inner: Any, audit: Audit):
-        self.inner, self.audit = inner, audit
+    def __init__(self, inner: Any, audit: Audit, path: Any):
+        self.inner, self.audit, self.path = inner, audit, path
 
     def __iter__(self) -> _CountedScandir:
         return self
 
     def __next__(self) -> os.DirEntry:
         entry = next(self.inner)
-        self.audit.entries += 1
+        self.audit.listed(self.path, 1)
         return entry
 
     def __enter__(self) -> _CountedScandir:
@@ -100,12 +109,12 @@ def _audit(folder: str, root: str) -> None:
     def counted_listdir(path: Any = ".") -> list:
         names = listdir(path)
         if _in_run(path, root):
-            audit.entries += len(names)
+            audit.listed(path, len(names))
         return names
 
     def counted_scandir(path: Any = ".") -> Any:
         inner = scandir(path)
-        return _CountedScandir(inner, audit) if _in_run(path, root) else inner
+        return _CountedScandir(inner, audit, path) if _in_run(path, root) else inner
 
     def write() -> None:
         argv = " ".join(sys.argv)
