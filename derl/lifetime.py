@@ -4,6 +4,12 @@ Linux's parent-death signal (``PR_SET_PDEATHSIG``) reaches a child even when its
 killed with SIGKILL, which no handler sees. A parent that dies before the child asks for it is
 caught by comparing the parent's pid (docs/guides/evolution.md#stop).
 
+An evolution worker dies with its coordinator at once, by SIGKILL (``die_with_parent``): a SIGTERM
+would be honoured only at the end of a PPO iteration, minutes of training for nobody. Its writes are
+atomic, so a hard stop loses nothing published. The worker's own children (an encoder, a probe) get
+no signal from the kernel when it dies, so a guard, a small process of the worker's process group
+(``guard_group``), SIGKILLs the whole group once the worker is gone, however it ended.
+
 ``map_in_processes`` is derl's process pool: it stops in bounded time whatever interrupts it.
 ``multiprocessing.Pool`` does not: its ``terminate()`` kills the workers, then joins its task
 handler thread with no timeout, and a handler that was pickling a task bigger than a pipe's
@@ -39,6 +45,37 @@ def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> Non
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
     if parent is not None and os.getppid() != parent:
         os._exit(1)
+
+
+# The guard's parent-death signal: never one the coordinator sends a group to stop it (SIGINT, SIGTERM).
+_GUARD_SIGNAL = signal.SIGUSR1
+
+
+def guard_group() -> Any | None:
+    """Starts a guard of this process's group (``python -m derl.lifetime PID``), which SIGKILLs the group
+    once this process is gone (killed, or exited): nothing this process started outlives it. Only a
+    process that leads its group has one (a coordinator's worker, started in a session of its own); else
+    None (its group is its starter's, a shell's job: never killed from here)."""
+    if not sys.platform.startswith("linux") or os.getpgrp() != os.getpid():
+        return None
+    import subprocess  # noqa: PLC0415 - only a group leader pays for it
+
+    return subprocess.Popen([sys.executable, "-m", "derl.lifetime", str(os.getpid())], stdin=subprocess.DEVNULL)
+
+
+def _guard(leader: int) -> None:
+    """The guard of ``leader``'s group: waits for ``leader``'s death, then SIGKILLs the group (itself too).
+
+    It ignores SIGINT and SIGTERM (a group stopped gently stops its leader; the guard outlives it by a
+    moment, then kills what the leader left behind) and asks for ``_GUARD_SIGNAL`` when ``leader`` dies."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(_GUARD_SIGNAL, lambda signum, frame: os.killpg(leader, signal.SIGKILL))
+    die_with_parent(_GUARD_SIGNAL)
+    if os.getppid() != leader:  # gone before the signal was asked for
+        os.killpg(leader, signal.SIGKILL)
+    while True:
+        signal.pause()
 
 
 def pool_process_init(parent: int) -> None:
@@ -166,3 +203,7 @@ def _end(procs: dict[Connection, Any]) -> None:
         if proc.pid is not None:
             proc.join(REAP_SECONDS)
         conn.close()
+
+
+if __name__ == "__main__":
+    _guard(int(sys.argv[1]))

@@ -81,7 +81,7 @@ def test_a_cuda_or_warp_error_is_the_devices_failure_not_the_morphologys(err):
     (FileNotFoundError("genomes/000001.json"), "environment"),
     (MemoryError(), "config"),  # never retried: a restart asks for the same memory
     (ModuleNotFoundError("No module named 'mujoco'"), "environment"),
-    (ConfigError("unknown key"), "environment"),
+    (ConfigError("unknown key"), "config"),  # a fault of the config found while training: exit 2, never retried
     (DeviceError("DEVICE cuda requested but CUDA is not available on this machine"), "environment"),
     (RuntimeError("CUDA error: out of memory"), "environment"),
     (AssertionError("Torch not compiled with CUDA enabled"), "environment"),

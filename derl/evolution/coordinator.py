@@ -12,8 +12,9 @@ failed for ``EVO.LEASE_SECONDS``, after which other nodes take its slots over
 anyway), rewrites ``summary.json`` every few seconds (node 0 also the search's TensorBoard curves,
 ``derl.evolution.curves``), and returns when every
 worker has run out of work. On SIGINT/SIGTERM it stops every process group it started:
-SIGTERM, a grace period, then SIGKILL. Workers also receive SIGTERM if the
-coordinator itself is killed (``PR_SET_PDEATHSIG``), so none is left orphaned.
+SIGTERM, a grace period, then SIGKILL. A worker is SIGKILLed at once if the coordinator itself is
+killed (``PR_SET_PDEATHSIG``), and its children with it (``derl.lifetime.guard_group``), so none is
+left orphaned.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from derl.evolution.prepare import prepare_run, preparing
 from derl.evolution.private_folder import node_config_file, private_folder
 from derl.evolution.process import (
     COORDINATOR_PID_VARIABLE,
+    EXIT_CONFIG,
     EXIT_ENVIRONMENT,
     EXIT_FATAL,
     EXIT_STOPPED,
@@ -92,6 +94,7 @@ class Coordinator:
         self.results = PublishedResults(run, evo)
         self.logged_progress: tuple[int, int] | None = None
         self.curves = SearchCurves(evo, run) if node == 0 and tensorboard else None
+        self.summary_written = False  # the last summary.json, when the workers ended
 
     def _handle_signal(self, signum: int, frame) -> None:
         self.signalled = signum
@@ -126,7 +129,7 @@ class Coordinator:
             self.stop_all()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        self._try_write_summary(session)
+        self.summary_written = self._try_write_summary(session)
         if self.curves is not None:
             self.curves.close()
         return code
@@ -158,6 +161,10 @@ class Coordinator:
         if code == EXIT_FATAL:
             log(f"worker {worker} hit a fatal error; stopping the node")
             return EXIT_FATAL
+        if code == EXIT_CONFIG:  # its error line names the key; every other worker would meet it too
+            log(f"worker {worker} found a fault of the config (its error line names the key); stopping the node: "
+                "fix it and run the same command to resume")
+            return EXIT_CONFIG
         now = time.monotonic()
         limit = self.evo.LEASE_SECONDS
         # A run shorter than the lease or the longest back-off is part of the same crash loop.
@@ -223,12 +230,15 @@ class Coordinator:
                 pass
         self.procs.clear()
 
-    def _try_write_summary(self, session: dict[str, float]) -> None:
-        """``_write_summary``, logging instead of failing when the filesystem refuses (a full disk)."""
+    def _try_write_summary(self, session: dict[str, float]) -> bool:
+        """``_write_summary``, logging instead of failing when the filesystem refuses (a full disk); whether
+        it was written."""
         try:
             self._write_summary(session)
         except OSError as err:
             log(f"summary.json not updated: {err}")
+            return False
+        return True
 
     def _write_summary(self, session: dict[str, float]) -> None:
         self.results.refresh()
@@ -296,15 +306,24 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     # Workers run this node's config, resolved: OUT_DIR absolute, NUM_PROCESSES counted.
     cfg = with_values(cfg, {"OUT_DIR": str(run.root), "EVO.NUM_PROCESSES": num})
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops preparation like Ctrl-C, exit 143
-    with preparing(run, cfg.NODE_ID, cfg.EVO.LEASE_SECONDS):
-        prepare_run(cfg.EVO, cfg.unimal, run, load_backend(), node=cfg.NODE_ID, rng_seed=cfg.RNG_SEED)
+    try:
+        with preparing(run, cfg.NODE_ID, cfg.EVO.LEASE_SECONDS):
+            prepare_run(cfg.EVO, cfg.unimal, run, load_backend(), node=cfg.NODE_ID, rng_seed=cfg.RNG_SEED)
+    except ChildProcessError as err:  # an OSError, but no bad input: a process of the pool was killed
+        print(f"error: {err} while drawing the initial population (killed, or out of memory: the node's "
+              "problem, not the config's); run the same command to resume", file=sys.stderr, flush=True)
+        return EXIT_ENVIRONMENT
     with private_folder(cfg.NODE_ID) as private:
         worker_args = ["--cfg", str(node_config_file(cfg, private))]
-        code = Coordinator(cfg.EVO, run, worker_args, devices, node=cfg.NODE_ID,
-                           tensorboard=cfg.TENSORBOARD.ENABLED).run_workers()
-    published = len(run.publications.published_ids())
+        coordinator = Coordinator(cfg.EVO, run, worker_args, devices, node=cfg.NODE_ID,
+                                  tensorboard=cfg.TENSORBOARD.ENABLED)
+        code = coordinator.run_workers()
+    results = PublishedResults(run, cfg.EVO)  # what status and summary.json count: checked records
+    results.refresh()
+    published = len(results.by_id)
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
-        log(f"search complete: {published} morphologies in {run.root} (see summary.json)")
+        see = "see summary.json" if coordinator.summary_written else "summary.json could not be written"
+        log(f"search complete: {published} morphologies in {run.root} ({see})")
     elif run.stop_requested() and code == 0:
         log(f"stopped by {run.root / 'STOP'}: delete it and run the same command to resume")
         return EXIT_STOPPED

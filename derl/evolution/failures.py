@@ -1,10 +1,12 @@
 """Whose fault a failure is, and how long a coordinator waits before restarting a failing worker.
 
 Only a failure of the morphology itself costs its slot an attempt: MuJoCo rejecting or blowing up
-the body, non-finite training values, an invalid genome. Running out of memory (``MemoryError``: a
-rollout that does not fit, ``derl.ppo.rollout.RolloutTooLarge``, or any allocation) is the config's
-or the machine's (``config``): a restart would ask for the same memory again, so it is never retried
-as an environment failure. Everything else is the node's problem
+the body, an invalid genome. A fault of the config found only while training (a ``ConfigError``: a
+non-finite reward or training summary, an allocation the config asked for, a ``DEVICE`` the node lacks)
+and running out of memory (``MemoryError``: a rollout that does not fit,
+``derl.ppo.rollout.RolloutTooLarge``, or any allocation) are the config's or the machine's (``config``):
+a restart would fail again, so they are never recorded as a morphology's nor retried as an environment
+failure (``config_fault`` finds the ``ConfigError``, which names its key). Everything else is the node's problem
 (a full disk, an I/O error, a missing GPU or module, a corrupt checkpoint, a bug in derl): the
 worker stops without recording anything, its slot and checkpoint stay as they were, and the
 coordinator restarts it after a back-off, so that the run resumes once the cause is gone.
@@ -25,12 +27,12 @@ Cause = Literal["morphology", "environment", "config", "bug"]
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (MemoryError,)
 # The node, not the morphology: I/O (ENOSPC, EIO, NFS), resources, installation, files and settings.
 ENVIRONMENT_ERRORS: tuple[type[BaseException], ...] = (
-    OSError, EOFError, ImportError, ConfigError, json.JSONDecodeError,
+    OSError, EOFError, ImportError, json.JSONDecodeError,
 )
 # Matched by class name (theirs or a base's), so that classifying imports neither torch nor mujoco.
 ENVIRONMENT_ERROR_NAMES = frozenset({"derl.ppo.checkpoint.CheckpointError", "derl.ppo.device.DeviceError"})
 # What simulating or training a bad body raises: MuJoCo's compiler and mju_error (ValueError,
-# mujoco.FatalError, RuntimeError), non-finite values (ValueError, ArithmeticError).
+# mujoco.FatalError, RuntimeError), values a body drives out of range (ArithmeticError).
 MORPHOLOGY_ERRORS: tuple[type[BaseException], ...] = (ValueError, ArithmeticError, RuntimeError)
 MORPHOLOGY_ERROR_NAMES = frozenset({"mujoco.FatalError"})
 # torch and warp report device problems as RuntimeError (or AssertionError when torch is built without
@@ -69,16 +71,22 @@ def _is_device_error(err: BaseException) -> bool:
     return isinstance(err, RuntimeError | AssertionError) and any(word in str(err) for word in DEVICE_WORDS)
 
 
+def config_fault(err: BaseException) -> ConfigError | None:
+    """The ``ConfigError`` in ``err``'s chain, or None: a fault of the config found while a worker trains
+    (its message names the key; the search ends on it as on bad input, ``EXIT_CONFIG``)."""
+    return next((e for e in _chain(err) if isinstance(e, ConfigError)), None)
+
+
 def classify(err: BaseException) -> Cause:
     """Whose fault ``err`` is: ``morphology`` (costs the slot an attempt), ``config``, ``environment`` or ``bug``.
 
-    A ``MemoryError`` anywhere in the chain (``raise ... from``) makes the whole failure the config's
-    or the machine's (``config``: restarting would fail again; it stops the worker for good); else an
-    environment error anywhere in the chain makes it the environment's. A ``NotImplementedError`` or
+    A ``MemoryError`` or a ``ConfigError`` anywhere in the chain (``raise ... from``) makes the whole
+    failure the config's or the machine's (``config``: restarting would fail again; it stops the worker
+    for good); else an environment error anywhere in the chain makes it the environment's. A ``NotImplementedError`` or
     an exception outside the lists (``TypeError``, ``KeyError``, ...) is a bug of derl: it must be
     fixed, not paid for with slots.
     """
-    if any(isinstance(e, CONFIG_ERRORS) for e in _chain(err)):
+    if any(isinstance(e, CONFIG_ERRORS) for e in _chain(err)) or config_fault(err) is not None:
         return "config"
     if any(_is_environment_error(e) for e in _chain(err)):
         return "environment"

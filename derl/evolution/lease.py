@@ -15,6 +15,7 @@ for ``tools/status.py``), but holds no slot: no takeover reads its heartbeat.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -27,6 +28,8 @@ from derl.evolution.process import COORDINATOR_PID_VARIABLE, Stopped
 
 # Heartbeats at most this far apart, and at least four per lease.
 HEARTBEAT_SECONDS = 30.0
+# How far ahead of the judge's "now" a file time may be and still be now (``file_age``).
+FUTURE_SLACK_SECONDS = 60.0
 # How often a training worker looks for the STOP file and a later lease of its slot, and rewrites its state.
 STOP_POLL_SECONDS = 5.0
 STATE_SECONDS = 30.0
@@ -36,14 +39,43 @@ def heartbeat_interval(lease_seconds: float) -> float:
     return min(HEARTBEAT_SECONDS, lease_seconds / 4)
 
 
+def file_age(now: float, then: float, lease_seconds: float) -> float:
+    """Seconds from the file time ``then`` to ``now`` (both the shared filesystem's clock); ``math.inf``
+    for a time from the future, which says nothing of life: it never counts as fresh.
+
+    Every judgement of liveness goes through here (``is_fresh``): heartbeats, claims and leases,
+    the evaluation's claims, ``tools/status.py``. A beat may land between the judge's ``now`` and its
+    look at the file, so a time ahead by at most ``FUTURE_SLACK_SECONDS`` (or the lease, if shorter) is
+    now; further ahead (a clock set wrong, a planted mtime) it is from the future: a slot whose owner's
+    heartbeat is dated ten years ahead would otherwise be held for ten years.
+    """
+    if then - now > min(FUTURE_SLACK_SECONDS, lease_seconds):
+        return math.inf
+    return max(now - then, 0.0)
+
+
+def is_fresh(now: float, then: float | None, lease_seconds: float) -> bool:
+    """Whether the file time ``then`` (None: no file) is at most ``lease_seconds`` old at ``now`` (``file_age``)."""
+    return then is not None and file_age(now, then, lease_seconds) <= lease_seconds
+
+
+def age_text(now: float, then: float | None, lease_seconds: float) -> str:
+    """``12 s ago``, ``never``, or, for a time from the future (``file_age``), how far ahead it is dated."""
+    if then is None:
+        return "never"
+    if file_age(now, then, lease_seconds) == math.inf:
+        return f"dated {then - now:.0f} s in the future (a clock set wrong, or planted: counts as stale)"
+    return f"{file_age(now, then, lease_seconds):.0f} s ago"
+
+
 def is_stale(now: float, heartbeat: float | None, claimed: float | None, lease_seconds: float) -> bool:
-    """True when neither the owner's heartbeat nor its claim is newer than ``lease_seconds`` before ``now``.
+    """True when neither the owner's heartbeat nor its claim is fresh (``is_fresh``: at most ``lease_seconds``
+    old at ``now``, and not from the future).
 
     All three times are file mtimes on the shared filesystem. A claim made after the owner's
     last heartbeat counts as a sign of life (a fresh claim is never stale).
     """
-    times = [t for t in (heartbeat, claimed) if t is not None]
-    return not times or now - max(times) > lease_seconds
+    return not (is_fresh(now, heartbeat, lease_seconds) or is_fresh(now, claimed, lease_seconds))
 
 
 def takeover_reason(run: RunDir, slot: int, claim: Claim, now: float, lease_seconds: float,
@@ -56,8 +88,8 @@ def takeover_reason(run: RunDir, slot: int, claim: Claim, now: float, lease_seco
     """
     if claim.damaged:
         holders = [state for state in run.workers.states() if state.slot == slot and (state.node, state.worker) != me]
-        beats = [t for t in (run.workers.heartbeat_time(s.node, s.worker) for s in holders) if t is not None]
-        if is_stale(now, max(beats, default=None), None, lease_seconds):
+        beats = [run.workers.heartbeat_time(s.node, s.worker) for s in holders]
+        if not any(is_fresh(now, beat, lease_seconds) for beat in beats):
             return f"its claim {claim.damaged}, and no other worker on slot {slot} beat in {lease_seconds:g} s"
         return None
     assert claim.node is not None and claim.worker is not None and claim.id is not None  # not damaged
@@ -70,7 +102,7 @@ def takeover_reason(run: RunDir, slot: int, claim: Claim, now: float, lease_seco
         return f"its owner {name} works on slot {working_on}"
     heartbeat = run.workers.heartbeat_time(*owner)
     if is_stale(now, heartbeat, run.slots.claim_time(slot, claim.lease), lease_seconds):
-        age = "never" if heartbeat is None else f"{now - heartbeat:.0f} s ago"
+        age = age_text(now, heartbeat, lease_seconds)
         return f"its owner {name} last beat {age} (EVO.LEASE_SECONDS {lease_seconds:g})"
     return None
 

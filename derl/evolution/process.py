@@ -1,10 +1,11 @@
 """What a node's coordinator and its worker processes agree on: exit codes, stop signals, the
 worker lock, and the state file in which a worker reports its slot and peak memory.
 
-Exit codes of a worker (docs/reference/commands.md): 0 no slot left, ``EXIT_STOPPED`` stopped on request
-(``Stopped``: a signal, the STOP file, the coordinator gone), ``EXIT_FATAL`` a problem a restart
-cannot fix (``FatalError``), ``EXIT_ENVIRONMENT`` a failure that is not the morphology's
-(``derl.evolution.failures``: a full disk, an I/O error, a missing device, a bug); its slot and
+Exit codes of a worker (docs/reference/commands.md): 0 no slot left, ``EXIT_CONFIG`` a fault of the
+config found while training (``derl.evolution.failures.config_fault``: one line naming the key),
+``EXIT_STOPPED`` stopped on request (``Stopped``: a signal, the STOP file, the coordinator gone),
+``EXIT_FATAL`` a problem a restart cannot fix (``FatalError``), ``EXIT_ENVIRONMENT`` a failure that is not
+the morphology's (``derl.evolution.failures``: a full disk, an I/O error, a missing device, a bug); its slot and
 checkpoint stay as they were and the coordinator restarts the worker after a back-off.
 """
 
@@ -22,6 +23,8 @@ from typing import Any
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.worker_store import WorkerStatus
 
+# The code of bad input (``derl.cli.EXIT_USAGE``, a floor above): a config fault a worker finds while training.
+EXIT_CONFIG = 2
 EXIT_FATAL = 3
 EXIT_STOPPED = 4
 EXIT_ENVIRONMENT = 5

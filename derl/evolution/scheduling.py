@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 
 from derl.checked_config import EvoCfg
 from derl.evolution.failures import classify
+from derl.evolution.folder import schema
 from derl.evolution.folder.failure_store import Failure
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.slot_store import Claim
@@ -126,6 +127,9 @@ class Scheduler:
         """Takes the next lease of ``claim``'s slot for this worker (exclusive creation); False if another
         process took it first. Whoever held ``claim`` sees the later lease and yields the slot."""
         attempt = claim.attempt or 0  # a damaged claim: from attempt 0, skipping those failed or published
+        if claim.lease >= schema.MAX_LEASES:  # the next lease's name would be out of range: refused, taken again
+            raise FatalError(f"slot {claim.slot} was taken over {schema.MAX_LEASES} times (leases/), the most its "
+                             "names allow: its owners keep going silent; see workers/ and the nodes' logs")
         return self.run.slots.take_over(claim, attempt, self.node, self.worker)
 
     def _resume(self, slot: int) -> None:
@@ -252,6 +256,9 @@ class Scheduler:
                     self._record_failure(morphology_id, slot, attempt, err)
                     failed_here += 1
             attempt += 1
+            if attempt > schema.MAX_ATTEMPTS:  # its id would be out of range: never counted, tried again
+                raise FatalError(f"slot {slot} has used all {schema.MAX_ATTEMPTS} attempts its ids allow "
+                                 "(see error_metadata/)")
             if failed_here >= MAX_ATTEMPTS:
                 raise FatalError(f"slot {slot}: {MAX_ATTEMPTS} morphologies failed in a row (attempts "
                                  f"{attempt - MAX_ATTEMPTS}-{attempt - 1}, see error_metadata/); every new body "

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from derl.checked_config import EvoCfg, load_run_config
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.worker_store import WorkerStatus
-from derl.evolution.lease import heartbeat_interval
+from derl.evolution.lease import age_text, file_age, heartbeat_interval, is_fresh
 from derl.evolution.population import parse_id, search_text
 from derl.evolution.results import PublishedResults, rank
 
@@ -34,7 +34,8 @@ def preparing_ages(run: RunDir, now: float, lease_seconds: float) -> dict[int, f
     A beat older than ``lease_seconds`` is left out: that coordinator was killed while preparing long
     ago; a younger one may still be stopped (``still_preparing``).
     """
-    return {node: now - beat for node, beat in run.workers.preparing_beats().items() if now - beat < lease_seconds}
+    return {node: file_age(now, beat, lease_seconds) for node, beat in run.workers.preparing_beats().items()
+            if is_fresh(now, beat, lease_seconds)}
 
 
 def still_preparing(age: float, lease_seconds: float) -> bool:
@@ -78,12 +79,13 @@ def node_lines(evo: EvoCfg, run: RunDir, results: PublishedResults) -> list[str]
             lines.append(f"  node {node}: {prepares}")
             continue
         beats = [b for s in states[node] if (b := run.workers.heartbeat_time(node, s.worker)) is not None]
-        age = now - max(beats) if beats else None
+        fresh = [b for b in beats if is_fresh(now, b, evo.LEASE_SECONDS)]  # a beat from the future is not
+        newest = max(fresh or beats, default=None)
         working = [s for s in states[node] if not str(s.status).startswith(_IDLE)]
-        stale = bool(working or held[node]) and (age is None or age > evo.LEASE_SECONDS)
+        stale = bool(working or held[node]) and not fresh
         statuses = ", ".join(f"{s.worker}: {s.status} {s.id or ''}".rstrip()
                              for s in sorted(states[node], key=lambda s: s.worker))
-        heartbeat = "never" if age is None else f"{age:.0f} s ago"
+        heartbeat = age_text(now, newest, evo.LEASE_SECONDS)
         slots = ", ".join(map(str, held[node])) or "none"
         flag = f" STALE (older than EVO.LEASE_SECONDS {evo.LEASE_SECONDS:g}: its slots are taken over)" \
             if stale else ""
@@ -93,8 +95,7 @@ def node_lines(evo: EvoCfg, run: RunDir, results: PublishedResults) -> list[str]
 
 
 def _is_running(state: WorkerStatus, heartbeat: float | None, now: float, lease_seconds: float) -> bool:
-    idle = str(state.status).startswith(_IDLE)
-    return not idle and heartbeat is not None and now - heartbeat < lease_seconds
+    return not str(state.status).startswith(_IDLE) and is_fresh(now, heartbeat, lease_seconds)
 
 
 def status_lines(out_dir: str) -> list[str]:

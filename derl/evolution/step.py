@@ -17,14 +17,19 @@ from typing import Any
 import numpy as np
 
 from derl.checked_config import EvoCfg
+from derl.config import ConfigError
 from derl.evolution.backend import Backend, TrainingSetup, TrainOutcome
 from derl.evolution.folder.record import PublishedRecord, morphology_files
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.lease import SlotLost, StopSignal
 from derl.evolution.population import num_initial_slots, ppo_seed, slot_id, slot_rng
-from derl.evolution.process import Stopped
+from derl.evolution.process import FatalError, Stopped
 from derl.evolution.results import PublishedResults, is_finite_summary
 from derl.morphology.config import UnimalCfg
+
+# Bodies made for one morphology in one fill at most: the first, and one more each time its genome was written
+# over while it trained (quarantined); past that something else writes in OUT_DIR, and the worker stops.
+MAX_BODIES = 3
 
 
 class Step:
@@ -52,21 +57,36 @@ class Step:
         evo = self.evo
         child_id = slot_id(slot, attempt)
         seed = ppo_seed(self.rng_seed, slot, attempt)
-        genome = None
-        while genome is None:  # a genome written over while its body trained is quarantined: made anew
-            if not self.run.genomes.has_genome(child_id):
-                rng = slot_rng(self.rng_seed, slot, attempt)
-                if slot < num_initial_slots(evo):  # a replacement of a failed initial morphology
-                    child = self.backend.random_genome(self.unimal, rng, child_id)
-                else:
-                    parent = self._tournament(rng)
-                    child = self.backend.mutate(self.unimal, parent, rng, child_id)
-                self.run.genomes.write_genome(child_id, child.genome_json, child.mjcf)
-            outcome = self._train(child_id, seed)
-            genome = self._trained_genome(child_id)
+        outcome, genome = self._trained_body(child_id, slot, attempt, seed)
         if slot >= evo.SEARCH_SPACE_SIZE - evo.VIDEOS_LAST_N:
             self._record_video(child_id, seed)
         self._publish(child_id, slot, attempt, seed, outcome, genome)
+
+    def _trained_body(self, child_id: str, slot: int, attempt: int, seed: int) -> tuple[TrainOutcome, dict[str, Any]]:
+        """Makes the body of ``child_id`` unless its genome is there, and trains it; its outcome and genome.
+
+        A genome written over while its body trained is quarantined and the body made anew, at most
+        ``MAX_BODIES`` times: then ``FatalError``, never a loop without end.
+        """
+        for _ in range(MAX_BODIES):
+            if not self.run.genomes.has_genome(child_id):
+                self._make(child_id, slot, attempt)
+            outcome = self._train(child_id, seed)
+            if (genome := self._trained_genome(child_id)) is not None:
+                return outcome, genome
+        raise FatalError(f"the genome of {child_id} was written over while its body trained, {MAX_BODIES} "
+                         "times in a row (see quarantine/): something else writes in OUT_DIR's genomes/")
+
+    def _make(self, child_id: str, slot: int, attempt: int) -> None:
+        """Draws the body of ``child_id`` (a tournament child, or a random one in an initial slot) and writes it
+        (a ``ConfigError`` if the genome reader would refuse it: ``GenomeStore.write_genome``)."""
+        rng = slot_rng(self.rng_seed, slot, attempt)
+        if slot < num_initial_slots(self.evo):  # a replacement of a failed initial morphology
+            child = self.backend.random_genome(self.unimal, rng, child_id)
+        else:
+            parent = self._tournament(rng)
+            child = self.backend.mutate(self.unimal, parent, rng, child_id)
+        self.run.genomes.write_genome(child_id, child.genome_json, child.mjcf)
 
     def _trained_genome(self, morphology_id: str) -> dict[str, Any] | None:
         """The genome of the body just trained, or None if it was quarantined (it no longer matches
@@ -96,8 +116,9 @@ class Step:
         if not outcome.completed:
             self.stop.check()
             raise Stopped
-        if not is_finite_summary(outcome.summary):
-            raise ValueError(f"training summary is not finite: {outcome.summary}")
+        if not is_finite_summary(outcome.summary):  # rewards the config's weights and scales overflow
+            raise ConfigError(f"the training summary of {morphology_id} is not finite ({outcome.summary}): a "
+                              "reward weight or scale of the config (ENV.*_WEIGHT, PPO) overflows, not the body")
         return outcome
 
     def _record_video(self, morphology_id: str, seed: int) -> None:

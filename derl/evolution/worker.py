@@ -8,7 +8,6 @@ codes and what the coordinator shares with its workers, ``derl.evolution.process
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
@@ -17,12 +16,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from derl.arguments import ArgumentParser
 from derl.checked_config import Config, load_config_or_exit
 from derl.evolution.backend import Backend, TrainingSetup, load_backend
-from derl.evolution.failures import WHOSE, classify, describe
+from derl.evolution.failures import WHOSE, classify, config_fault, describe
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.lease import Heartbeat, StopSignal, heartbeat_interval
 from derl.evolution.process import (
+    COORDINATOR_PID_VARIABLE,
+    EXIT_CONFIG,
     EXIT_ENVIRONMENT,
     EXIT_FATAL,
     EXIT_STOPPED,
@@ -36,7 +38,7 @@ from derl.evolution.results import PublishedResults
 from derl.evolution.scheduling import Scheduler
 from derl.evolution.step import Step
 from derl.fileio.folders import NotAFolder, confine_writes
-from derl.lifetime import die_with_parent
+from derl.lifetime import die_with_parent, guard_group
 from derl.threads import limit_threads
 
 
@@ -47,7 +49,9 @@ def run_worker(cfg: Config, worker: int, backend: Backend | None = None) -> int:
     line on stderr (and the traceback of a bug) and ``EXIT_ENVIRONMENT``; nothing else is written,
     so its slot keeps its attempt and its checkpoint. A folder of ``OUT_DIR`` that became a symbolic
     link or a file (``NotAFolder``), or more memory than the node has (a ``MemoryError``: ``classify``
-    calls it the config's), is one a restart would find again: ``EXIT_FATAL`` stops the node.
+    calls it the config's), is one a restart would find again: ``EXIT_FATAL`` stops the node. A fault of
+    the config found while training (a ``ConfigError``: ``config_fault``) is one line naming the key and
+    ``EXIT_CONFIG``, as bad input: the node stops, no morphology pays for it.
     """
     try:
         return _run_worker(cfg, worker, backend)
@@ -55,6 +59,9 @@ def run_worker(cfg: Config, worker: int, backend: Backend | None = None) -> int:
         print(f"[worker {cfg.NODE_ID}-{worker}] fatal: {err}", file=sys.stderr, flush=True)
         return EXIT_FATAL
     except Exception as err:  # noqa: BLE001 - see the docstring
+        if (fault := config_fault(err)) is not None:
+            print(f"[worker {cfg.NODE_ID}-{worker}] error: {fault}", file=sys.stderr, flush=True)
+            return EXIT_CONFIG
         cause = classify(err)
         if cause == "config":  # a restart would ask for the same memory again: the node stops
             print(f"[worker {cfg.NODE_ID}-{worker}] fatal: {describe(err)} ({WHOSE[cause]})", file=sys.stderr,
@@ -68,7 +75,6 @@ def run_worker(cfg: Config, worker: int, backend: Backend | None = None) -> int:
 
 
 def _run_worker(cfg: Config, worker: int, backend: Backend | None) -> int:
-    die_with_parent(signal.SIGTERM)  # the coordinator's death stops this worker like a signal
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for EVO.VIDEOS_LAST_N; read at mujoco's import
     backend = backend or load_backend()
     run = RunDir(cfg.OUT_DIR, quarantine=True, search_space_size=cfg.EVO.SEARCH_SPACE_SIZE,
@@ -112,11 +118,14 @@ def _try_write_state(state: WorkerState, **changes: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])  # a negative override value is a value
     parser.add_argument("--worker", type=int, required=True, help="worker index on this node")
     parser.add_argument("--cfg", type=Path, help="YAML config file")
     parser.add_argument("overrides", nargs="*", help="KEY VALUE pairs")
     args = parser.parse_args(argv)
+    # The coordinator's death (SIGKILL included) kills this worker at once, and the guard its children.
+    die_with_parent(signal.SIGKILL, int(os.environ.get(COORDINATOR_PID_VARIABLE, os.getppid())))
+    guard_group()
     cfg = load_config_or_exit(args.cfg, args.overrides, this_node=True)
     limit_threads(cfg.TORCH_THREADS)  # one worker per core: no BLAS or OpenMP pools fighting
     raise SystemExit(run_worker(cfg, args.worker))

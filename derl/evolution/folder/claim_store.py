@@ -12,6 +12,10 @@ and ``derl.evaluation.store.EvalDir`` (``eval/claims/<task>/<cell>-<g>.json``):
   parse or fails its check is kept as damaged, never quarantined, which would free the key while its
   owner may still work on it;
 - an owner learns it lost the key from the next generation's file (``taken_over``: one lookup);
+- a generation is created only once the one before it was read, and none is ever removed, so the
+  generations of a key are ``1 .. g`` without a break (``unbroken``): one above a missing one was planted,
+  and is never the base of the next (near the top of the names' range it would leave none for the
+  protocol's own takeovers);
 - when a key is stale is each store's own rule: the search judges its owner's worker heartbeat and the
   claim's mtime (``derl.evolution.lease``), the evaluation the claiming process and the claim's mtime,
   which it touches while the cell trains (``touch``).
@@ -130,3 +134,13 @@ class ClaimStore(Generic[K, C]):
         path = self.file(key, generation)
         with self.folder.open_dir(path.parent) as folder:
             os.utime(path.name, dir_fd=folder, follow_symlinks=False)
+
+
+def unbroken(generations: list[int]) -> tuple[list[int], list[int]]:
+    """``generations`` split into the unbroken run ``1 .. g`` (0 kept where listed) and those above its
+    first break, which no process of the protocol created (planted)."""
+    listed = set(generations)
+    top = 0
+    while top + 1 in listed:
+        top += 1
+    return sorted(g for g in listed if g <= top), sorted(g for g in listed if g > top)

@@ -20,10 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from derl.config import ConfigError
 from derl.evolution.folder import schema
 from derl.evolution.folder.record import MORPHOLOGY_FILES
 from derl.evolution.folder.shared import SharedFolder
-from derl.fileio.reads import MAX_JSON_BYTES, NotRegularFile, parse_json, read_bytes
+from derl.fileio.reads import MAX_JSON_BYTES, JsonFileError, NotRegularFile, parse_json, read_bytes
 
 _MARK = re.compile(r"<!-- derl genome sha256 ([0-9a-f]{64}) -->\s*\Z")
 
@@ -78,12 +79,29 @@ class GenomeStore:
 
         A checkpoint and metrics already there belong to the body this one replaces (``has_genome``
         found it damaged): they are quarantined, so that the new body trains from scratch.
+
+        Raises:
+            ConfigError: the genome is one ``read_genome`` would refuse (``made_problem``): the design
+                space the config lets the maker draw is wider than a genome may hold, so every body
+                made anew would be refused again (written, trained, quarantined, for ever).
         """
+        if (problem := self.made_problem(genome_json)) is not None:
+            raise ConfigError(f"the body drawn for {morphology_id} {problem}: the config's design space (the "
+                              "ranges of LIMB, TORSO, ...) draws bodies a genome may not hold")
         for stale in self._trained_files(morphology_id):
             if self.run.lexists(stale):
                 self.run.quarantine(stale, "belongs to a body made anew (its genome or MJCF was damaged)")
         self.run.write_text(self.xml_path(morphology_id), mjcf.rstrip("\n") + "\n" + body_mark(genome_json))
         self.run.write_text(self.genome_path(morphology_id), genome_json)
+
+    def made_problem(self, genome_json: str) -> str | None:
+        """Why a genome just made (``genome_json``) would be refused when read back for its body, or None: its
+        bytes and its body's design space (``limits``: ``read_genome`` holds it to them)."""
+        try:
+            data = parse_json(genome_json.encode(), "a new genome", self.limits.max_bytes)
+        except JsonFileError as err:
+            return err.reason
+        return self.limits.problem(data)
 
     def read_xml(self, morphology_id: str) -> str:
         """The MJCF text of ``morphology_id``, never read through a link or from a FIFO.

@@ -4,7 +4,8 @@ numbers (``published/<n>.json``, each taken by exclusive creation), the publishe
 and the morphologies retired from the vanilla-tournament population (``retired/<id>.json``).
 
 Published files are never rewritten or deleted, so readers may cache them. A record is read only
-once the folder backs it: its files are there, its number is its own, its slot's claim names it.
+once the folder backs it: its number is its own, its slot's claim names it. Published means published:
+once read, a record stays published whatever later happens to the files it lists (``read_metadata``).
 """
 
 from __future__ import annotations
@@ -43,20 +44,35 @@ class PublicationStore:
         """The published metadata of ``morphology_id`` in a run with ``rules``; None if missing or quarantined.
 
         Besides its schema (``derl.evolution.folder.schema.metadata_problem``: a slot of the search, the
-        selection criteria), the files it lists must be regular files of this folder, its publication
-        number must be its own (``published/<n>.json`` names it), so no two records share a number,
-        and its slot's claim must name it, so that only the morphology a worker held the slot for counts.
-        """
-        return self.run.read_checked(self.metadata_path(morphology_id),
-                                      lambda data: schema.metadata_problem(data, morphology_id, rules)
-                                      or self._metadata_files_problem(data) or self._metadata_claim_problem(data))
+        selection criteria), its publication number must be its own (``published/<n>.json`` names it),
+        so no two records share a number, and its slot's claim must name it, so that only the
+        morphology a worker held the slot for counts.
 
-    def _metadata_files_problem(self, data: dict[str, Any]) -> str | None:
-        for relative in data["files"].values():
-            if (found := self.run.lstat(self.run.root / relative)) is None:
-                return f"lists {relative}, which is missing"
-            if not stat.S_ISREG(found.st_mode):
-                return f"lists {relative}, which is not a regular file"
+        Published means published: what happens to the files it lists (genome, MJCF, model, curve)
+        never refuses it, so no later start unpublishes a result and trains its slot again. A listed
+        file that is missing is named in one warning; one that is not a regular file is quarantined
+        (never read through). A genome that cannot be read takes the morphology out of the tournament
+        pool (``derl.evolution.results.PublishedResults.select_parent``), nothing more.
+        """
+        record = self.run.read_checked(self.metadata_path(morphology_id),
+                                        lambda data: schema.metadata_problem(data, morphology_id, rules)
+                                        or self._publication_problem(data) or self._metadata_claim_problem(data))
+        if record is not None:
+            self._check_files(record)
+        return record
+
+    def _check_files(self, record: dict[str, Any]) -> None:
+        """Warns of each file ``record`` lists that is missing; quarantines one that is not a regular file."""
+        kept = f"{record['id']} stays published"
+        for relative in record["files"].values():
+            path = self.run.root / relative
+            if (found := self.run.lstat(path)) is None:
+                self.run.warn_once(path, f"is missing; {kept}")
+            elif not stat.S_ISREG(found.st_mode):
+                self.run.bad_file(path, f"is not a regular file (a link, FIFO or folder); {kept}")
+
+    def _publication_problem(self, data: dict[str, Any]) -> str | None:
+        """Why ``published/<n>.json`` of the record's number ``n`` does not give it to the record, or None."""
         number = data["publication"]
         path = self.run.root / "published" / f"{number:08d}.json"
         try:
@@ -95,26 +111,29 @@ class PublicationStore:
         return f"is in slot {slot}, whose claim {name} names {claim.id}"
 
     def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
-        """The next free publication number, taken by creating ``published/<n>.json`` exclusively.
+        """The lowest free publication number, taken by creating ``published/<n>.json`` exclusively.
 
-        Numbers are unique on every node (exclusive creation), increasing in the order they
-        are taken, and need no clock. The search starts above the highest number seen; a
-        number taken concurrently by another process makes this one try the next.
+        Numbers are unique on every node (exclusive creation) and need no clock. Every process takes
+        the lowest number free when it looks (a number taken concurrently makes it try the next), and
+        numbers are never removed, so in a folder derl wrote the numbers taken are ``0 .. n - 1`` and
+        the next is ``n``: increasing in the order they are taken. A number planted above a free one
+        (``published/00000599.json`` in a fresh run) is passed over, never continued from: near the top
+        of the range it would leave no number for the search's own publications (a name in range must
+        never force the next out of it). Only numbers of the search's range count
+        (``schema.max_publications``: a planted name out of it is quarantined by the listing).
         A number whose taker died before writing its metadata stays taken and unused (a gap):
-        the morphology takes a new number when it is published again. Only numbers of the search's
-        range count (``schema.max_publications``: a planted name out of it is quarantined by the
-        listing, never continued from).
+        the morphology takes a new number when it is published again.
 
         Raises:
             RuntimeError: every number of the range is taken (100 takes per slot: the folder is broken).
         """
         folder = self.run.root / "published"
-        taken = [int(name) for name in self.run.names("published")]  # a damaged record's number stays taken
-        number = max(taken, default=-1) + 1
+        taken = {int(name) for name in self.run.names("published")}  # a damaged record's number stays taken
+        number = lowest_free(taken)
         record = {"id": morphology_id, "node": node, "worker": worker}
         limit = schema.max_publications(self.search_space_size)
         while number < limit and not self.run.create_json(folder / f"{number:08d}.json", record):
-            number += 1
+            number = lowest_free(taken, number + 1)
         if number >= limit:
             raise RuntimeError(f"every publication number below {limit} is taken in {self.run.relative(folder)}/ "
                                f"({schema.PUBLICATIONS_PER_SLOT} per slot of EVO.SEARCH_SPACE_SIZE)")
@@ -136,3 +155,11 @@ class PublicationStore:
 
     def retired_ids(self) -> set[str]:
         return set(self.run.names("retired"))
+
+
+def lowest_free(taken: set[int], start: int = 0) -> int:
+    """The lowest number from ``start`` up that ``taken`` lacks."""
+    number = start
+    while number in taken:
+        number += 1
+    return number

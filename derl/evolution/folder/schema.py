@@ -134,6 +134,8 @@ def claim_problem(data: Any, slot: int) -> str | None:
         return f"has no valid morphology id (id={data.get('id')!r:.60})"
     if parse_id(data["id"])[0] != slot:
         return f"claims {data['id']}, not in slot {slot}"
+    if parse_id(data["id"])[1] > MAX_ATTEMPTS:
+        return f"claims attempt {parse_id(data['id'])[1]}, more than {MAX_ATTEMPTS}"
     missing = [key for key in ("node", "worker") if not _is_int(data.get(key))]
     if missing:
         return f"lacks integer {', '.join(missing)}"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from derl.evolution.folder import schema
-from derl.evolution.folder.claim_store import ClaimStore
+from derl.evolution.folder.claim_store import ClaimStore, unbroken
 from derl.evolution.folder.shared import Identity, SharedFolder
 from derl.evolution.population import slot_id
 
@@ -93,9 +93,21 @@ class SlotStore(ClaimStore[int, Claim]):
     lease_path = file
 
     def generations(self, slot: int) -> list[int]:
-        """The slot's leases; lease 0, the claim itself, is in ``slots/``, read when none is listed."""
+        """The slot's leases, ``1 .. g`` (``claim_store.unbroken``); lease 0, the claim itself, is in ``slots/``,
+        read when none is listed. A lease above a missing one was planted: it is moved to ``quarantine/``
+        (skipped with one warning by a reader), never taken over from."""
         prefix = f"{slot:06d}-"
-        return [int(name[len(prefix):]) for name in self.run.names("leases") if name.startswith(prefix)]
+        leases, planted = unbroken([int(name[len(prefix):]) for name in self.run.names("leases")
+                                    if name.startswith(prefix)])
+        missing = self.run.relative(self.lease_path(slot, len(leases) + 1))
+        for lease in planted:
+            path = self.lease_path(slot, lease)
+            reason = f"follows no lease of slot {slot} ({missing} is missing), so no worker created it"
+            if self.run.quarantine_bad_files:
+                self.run.quarantine(path, reason)
+            elif self.run.skip_bad_files:
+                self.run.warn_once(path, f"{reason}; skipped")
+        return leases
 
     leases = generations
 
