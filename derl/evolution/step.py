@@ -141,7 +141,10 @@ class Step:
         # resumed worker finds the finished checkpoint and takes a new number.
         if not self.stop.still_ours():
             raise SlotLost
-        publication = self.run.publications.take_publication_number(morphology_id, self.node, self.worker)
+        try:
+            publication = self.run.publications.take_publication_number(morphology_id, self.node, self.worker)
+        except RuntimeError as err:  # every number of the range taken: the folder's problem, never the body's
+            raise FatalError(str(err)) from None
         self.results.refresh()
         device = self.training.trainer.DEVICE  # the coordinator gives each worker a concrete device
         record = PublishedRecord(
