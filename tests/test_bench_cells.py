@@ -57,6 +57,11 @@ def test_studies_adding_at_once_lose_no_cell(tmp_path):
     ("KEY:seed=1.5", "a cell's key field 'seed' must be int"),
     ("KEY:body=\"abc\"", "must be a SHA-256"),
     ("KEY:overrides={\"A\": 1}", "overrides must map keys to strings"),
+    # Every number read back is finite: a study never averages NaN or writes JSON that is not JSON.
+    ("CELL:fitness=NaN", "field 'fitness' must be a finite number"),
+    ("CELL:fitness=Infinity", "field 'fitness' must be a finite number"),
+    ("CELL:wall_seconds=-Infinity", "field 'wall_seconds' must be a finite number"),
+    ("CELL:cpu_seconds=1e999", "field 'cpu_seconds' must be a finite number"),
 ])
 def test_a_bad_line_is_an_error_naming_the_file_and_line(tmp_path, line, problem):
     path = tmp_path / "cells.jsonl"

@@ -1,49 +1,30 @@
 """Benchmarks, printed as JSON: `python tools/bench.py NAME [options]` (`--help` lists the names).
 
-Each benchmark lives in `derl/bench/<name>.py` with `add_arguments(parser)` and
-`run(args) -> dict`; ratios are measured side by side in one run.
+Each benchmark lives in `derl/bench/<name>.py` with `add_arguments(parser)`, `run(args) -> dict` and
+its output paths in `OUTPUTS` (derl.fileio.outputs); ratios are measured side by side in one run.
 """
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
 from derl.cli import ArgumentParser, run
+from derl.fileio.outputs import OutputRefused, check_outputs
 from derl.fileio.writes import atomic_write_text
 from derl.threads import limit_threads
 
-BENCHMARKS = ("env", "ppo", "ab", "evolve", "report", "learner", "ddp", "memory", "sim", "compile", "fidelity")
+BENCHMARKS = ("env", "ppo", "ab", "evolve", "report", "learner", "ddp", "memory", "sim", "compile", "fidelity",
+              "cluster", "scale")
 
 
 def benchmark(name: str) -> ModuleType:
     """The module of benchmark ``name``, imported alone: importing all of them costs seconds of start-up."""
-    if name == "env":
-        from derl.bench import env as module
-    elif name == "ppo":
-        from derl.bench import ppo as module
-    elif name == "ab":
-        from derl.bench import ab as module
-    elif name == "evolve":
-        from derl.bench import evolve as module
-    elif name == "report":
-        from derl.bench import report as module
-    elif name == "learner":
-        from derl.bench import learner as module
-    elif name == "ddp":
-        from derl.bench import ddp as module
-    elif name == "memory":
-        from derl.bench import memory as module
-    elif name == "sim":
-        from derl.bench import sim as module
-    elif name == "compile":
-        from derl.bench import compile as module
-    elif name == "fidelity":
-        from derl.bench import fidelity as module
-    else:
+    if name not in BENCHMARKS:
         raise ValueError(f"no benchmark {name!r}")
-    return module
+    return importlib.import_module(f"derl.bench.{name}")
 
 
 def main(argv: list[str]) -> int:
@@ -56,8 +37,13 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog=f"tools/bench.py {chosen.benchmark}", description=module.__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out (or another output file) if it exists")
     module.add_arguments(parser)
     args = parser.parse_args(chosen.options)
+    try:  # before anything runs: never inside a search's folder, never over a file unasked
+        check_outputs(args, {"out": "file", **getattr(module, "OUTPUTS", {})}, args.overwrite)
+    except OutputRefused as err:
+        parser.error(str(err))
     limit_threads(1)  # every benchmark measures one core per process (TORCH_THREADS 1), BLAS included
     try:
         result = module.run(args)

@@ -17,7 +17,8 @@ import re
 import sys
 from pathlib import Path
 
-from derl.cli import ArgumentParser, run
+from derl.cli import ArgumentParser, bounded_int, run
+from derl.fileio.outputs import OutputRefused, check_output, check_text
 
 
 def main(argv: list[str]) -> int:
@@ -26,12 +27,13 @@ def main(argv: list[str]) -> int:
                         help="finished evolution runs, then config overrides (KEY in capitals: PPO.NUM_ENVS 8)")
     parser.add_argument("--tasks", required=True, help="all, or comma-separated names of configs/eval/<task>.yml")
     chosen = parser.add_mutually_exclusive_group()
-    chosen.add_argument("--top", type=int, default=10, help="the K best of each run by its selection criteria")
+    chosen.add_argument("--top", type=bounded_int(0, 1000), default=10, help="the K best of each run")
     chosen.add_argument("--ids", help="comma-separated morphology ids instead of --top")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. S-1 per morphology and task")
-    parser.add_argument("--nproc", type=int, default=1, help="data-parallel ranks per training (torchrun)")
-    parser.add_argument("--workers", type=int, help="trainings at a time (default: cores // nproc)")
+    parser.add_argument("--seeds", type=bounded_int(0, 1000), default=1, help="seeds 0 .. S-1 per morphology and task")
+    parser.add_argument("--nproc", type=bounded_int(0, 1024), default=1, help="ranks per training (torchrun)")
+    parser.add_argument("--workers", type=bounded_int(0, 1024), help="trainings at a time (default: cores // nproc)")
     parser.add_argument("--compare", type=Path, help="write the comparison of the runs to this JSON file")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --compare file if it exists")
     args = parser.parse_intermixed_args(argv)
     # Imported after the arguments: --help and usage errors answer at once.
     from derl.evaluation import EvalError, evaluate, plan_cells, task_names, write_comparison
@@ -48,9 +50,13 @@ def main(argv: list[str]) -> int:
             raise EvalError("--top, --seeds, --workers and --nproc must be at least 1")
         if args.compare is not None and (args.compare.is_dir() or not args.compare.parent.is_dir()):
             raise EvalError(f"--compare {args.compare}: give a file name in an existing folder")
+        for out_dir in out_dirs:  # derl.fileio.outputs: eval/ inside each run is its own place
+            check_text(out_dir, "OUT_DIR")
+        if args.compare is not None:
+            check_output(args.compare, "--compare", args.overwrite)
         ids = None if args.ids is None else [i.strip() for i in args.ids.split(",") if i.strip()]
         cells = plan_cells(out_dirs, task_names(args.tasks), args.top, ids, args.seeds, overrides)
-    except EvalError as err:
+    except (EvalError, OutputRefused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     code = evaluate(cells, overrides, workers, args.nproc)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from derl.bench import gpu_check, gpu_verdicts
 from derl.cli import ArgumentParser, run
+from derl.fileio.outputs import OutputRefused, check_outputs
 from derl.fileio.writes import atomic_write_text
 
 
@@ -21,6 +22,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=Path("output/gpu_check.json"), help="the JSON report")
     gpu_check.add_arguments(parser)
     args = parser.parse_args(argv)
+    try:  # its report replaces the last one; never inside a search's folder (derl.fileio.outputs)
+        check_outputs(args, {"out": "report", **gpu_check.OUTPUTS})
+    except OutputRefused as err:
+        parser.error(str(err))
     missing = gpu_check.gpu_missing(args.device)
     if missing:
         print(missing, file=sys.stderr)

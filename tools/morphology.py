@@ -17,17 +17,18 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from derl.cli import ArgumentParser, run  # noqa: E402
+from derl.cli import ArgumentParser, bounded_int, run  # noqa: E402
+from derl.fileio.outputs import OutputRefused, check_output  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
     parser = ArgumentParser(prog="tools/morphology.py", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     sample = commands.add_parser("sample", help="random genomes, optionally mutated K times")
-    sample.add_argument("--num", type=int, required=True)
+    sample.add_argument("--num", type=bounded_int(1, 100_000), required=True)
     sample.add_argument("--seed", type=int, required=True)
     sample.add_argument("--out", type=Path, required=True)
-    sample.add_argument("--mutations", type=int, default=0)
+    sample.add_argument("--mutations", type=bounded_int(0, 1000), default=0)
     xml = commands.add_parser("xml", help="print the MJCF of a saved genome")
     xml.add_argument("genome", type=Path)
     mutate = commands.add_parser("mutate", help="write one mutated child of a saved genome")
@@ -39,11 +40,17 @@ def main(argv: list[str]) -> None:
     image = commands.add_parser("image", help="a PNG picture of a saved genome")
     image.add_argument("genome", type=Path)
     image.add_argument("--out", type=Path, required=True, help="PNG file to write")
+    image.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
     image.add_argument("--size", type=int, nargs=2, default=[480, 360], metavar=("W", "H"))
     for sub in (sample, xml, mutate, stats, image):
         sub.add_argument("--cfg", help="YAML config file")
         sub.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
     args = parser.parse_args(argv)
+    try:  # derl.fileio.outputs: never inside a run folder, never over a file unasked
+        if args.command in ("sample", "mutate", "image"):
+            check_output(args.out, "--out", args.command == "image" and args.overwrite, folder=args.command != "image")
+    except OutputRefused as err:
+        parser.error(str(err))
     # Imported after the arguments: --help and usage errors answer at once.
     from derl.checked_config import load_config_or_exit
     from derl.cli import morphology

@@ -23,7 +23,8 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from derl.cli import ArgumentParser, run  # noqa: E402
+from derl.cli import ArgumentParser, bounded_int, run  # noqa: E402
+from derl.fileio.outputs import OutputRefused, check_output  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
@@ -31,14 +32,18 @@ def main(argv: list[str]) -> None:
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path, help="the run's OUT_DIR")
     parser.add_argument("id", help="a published morphology id, e.g. 000042")
-    parser.add_argument("--video", type=Path, help="write a video of the policy here (.mp4 or .gif)")
-    parser.add_argument("--steps", type=int, help="episode length (default: the run's ENV.EPISODE_LENGTH)")
+    parser.add_argument("--video", type=Path, help="write a video of the policy here (.mp4 or .gif), outside OUT_DIR")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --video file if it exists")
+    parser.add_argument("--steps", type=bounded_int(1, 1_000_000), help="episode length (default: ENV.EPISODE_LENGTH)")
     parser.add_argument("--seed", type=int, help="env seed (default: the run's RNG_SEED)")
-    parser.add_argument("--episodes", type=int, default=5,
+    parser.add_argument("--episodes", type=bounded_int(0, 10_000), default=5,
                         help="episodes with mean actions and with sampled actions, for the spread (0: the first only)")
     args = parser.parse_args(argv)
-    if args.episodes < 0:
-        parser.error(f"--episodes must be at least 0, got {args.episodes}")
+    try:  # derl.fileio.outputs: never inside a run folder (its models, its metadata), never over a file unasked
+        if args.video is not None:
+            check_output(args.video, "--video", args.overwrite)
+    except OutputRefused as err:
+        parser.error(str(err))
     # Imported after the arguments: --help and usage errors answer at once.
     from derl.analysis.replay import replay, replay_line
     from derl.analysis.run import RunError, RunView

@@ -13,26 +13,30 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from derl.cli import ArgumentParser, run  # noqa: E402
+from derl.cli import ArgumentParser, bounded_int, run  # noqa: E402
+from derl.fileio.outputs import OutputRefused, check_output  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
     parser = ArgumentParser(prog="tools/report.py", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path, help="the run's OUT_DIR")
     parser.add_argument("--out", type=Path, help="report folder (default OUT_DIR/report)")
-    parser.add_argument("--top", type=int, default=10, help="morphologies in the table and family tree")
+    parser.add_argument("--top", type=bounded_int(1, 1000), default=10, help="morphologies in the table and tree")
     parser.add_argument("--fraction", type=float, default=0.75,
                         help="fraction of the final fitness for the learning-speed (Baldwin) plot")
-    parser.add_argument("--video-steps", type=int, default=200, help="frames of each top-K video")
+    parser.add_argument("--video-steps", type=bounded_int(1, 100_000), default=200, help="frames of each top-K video")
     parser.add_argument("--no-media", action="store_true", help="no body pictures or videos (no rendering)")
     parser.add_argument("--seed", type=int, help="replay seed of the videos (default: the run's RNG_SEED)")
     args = parser.parse_args(argv)
+    try:  # derl.fileio.outputs: inside a run folder only its own report/
+        check_output(args.out or args.out_dir / "report", "--out", folder=True, own=args.out_dir / "report")
+    except OutputRefused as err:
+        parser.error(str(err))
     # Imported after the arguments: --help and usage errors answer at once.
     from derl.analysis.report import ReportOptions, write_report
     from derl.analysis.run import RunError, RunView
-    if args.top < 1 or args.video_steps < 1 or not 0 < args.fraction <= 1:
-        print("error: need --top >= 1, --video-steps >= 1 and 0 < --fraction <= 1", file=sys.stderr)
-        raise SystemExit(2)
+    if not 0 < args.fraction <= 1:
+        parser.error(f"--fraction must be in (0, 1], got {args.fraction}")
     options = ReportOptions(top_k=args.top, fraction=args.fraction, video_steps=args.video_steps,
                             media=not args.no_media, seed=args.seed)
     try:

@@ -19,7 +19,7 @@ The work: derl/cli/train_ppo.py.
 import argparse
 from pathlib import Path
 
-from derl.cli import ArgumentParser, run
+from derl.cli import ArgumentParser, bounded_int, run
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -36,7 +36,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true",
                         help="continue from OUT/model.pt if present; a finished training is left as it is")
     parser.add_argument("--eval", type=Path, metavar="CKPT", help="replay this checkpoint deterministically")
-    parser.add_argument("--episodes", type=int, default=1, help="episodes to replay with --eval")
+    parser.add_argument("--episodes", type=bounded_int(1, 10_000), default=1, help="episodes to replay with --eval")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (it is drawn on a terminal only anyway)")
     parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
     return parser.parse_intermixed_args(argv)

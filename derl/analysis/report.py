@@ -28,7 +28,7 @@ from derl.analysis import plots
 from derl.analysis.lineage import tree_layout
 from derl.analysis.records import Morphology
 from derl.analysis.replay import FITNESS_NOTE
-from derl.analysis.report_content import baldwin_verdict, eval_rows, transfer_table
+from derl.analysis.report_content import baldwin_verdict, eval_rows, transfer_size, transfer_table
 from derl.analysis.report_page import PageWriter, Report, ReportOptions, esc, num, plural
 from derl.analysis.report_top import top_section
 from derl.analysis.run import RunView
@@ -201,11 +201,14 @@ def _transfer(w: PageWriter) -> None:
             f"<td>{num(means[i, j], 1)} ± {num(stds[i, j], 1)}<br><small>metric {num(metrics[i, j], 2)}, "
             f"rank {num(ranks.get((i, j)))}</small></td>" for j in range(len(tasks)))
         body_rows.append(f"<tr><td>{esc(morphology_id)}</td>{cells}</tr>")
-    seeds = len({row.get("seed") for row in rows})
+    seeds = len({str(row.get("seed")) for row in rows})
+    all_ids, all_tasks = transfer_size(rows)
+    shown = "" if (all_ids, all_tasks) == (len(ids), len(tasks)) else (
+        f" Shown: the first {len(ids)} morphologies and {len(tasks)} tasks by name; eval/summary.json holds all.")
     w.section("transfer", "Transfer evaluation",
-              f"<p>{plural(len(rows), 'training')}: {plural(len(ids), 'morphology', 'morphologies')} x "
-              f"{plural(len(tasks), 'task')} x {plural(seeds, 'seed')}; "
-              f"return mean ± sample std over seeds (– with one seed), rank within the task.</p>"
+              f"<p>{plural(len(rows), 'training')}: {plural(all_ids, 'morphology', 'morphologies')} x "
+              f"{plural(all_tasks, 'task')} x {plural(seeds, 'seed')}; "
+              f"return mean ± sample std over seeds (– with one seed), rank within the task.{shown}</p>"
               f'<table class="top">{head}{"".join(body_rows)}</table>{img}')
 
 

@@ -79,32 +79,58 @@ def eval_rows(data: Any) -> list[dict[str, Any]]:
         data, list) else []
 
 
+# The page's transfer table and plot show at most this many morphologies and tasks (the first by name): an
+# evaluation has DERL's 8 tasks and a run's top 10, so a larger eval/summary.json is not one to read as a table,
+# and the page's work stays linear in its rows (the table and the plot are ids x tasks).
+MAX_TRANSFER_IDS = 40
+MAX_TRANSFER_TASKS = 16
+
+
+def _transfer_cells(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[list[float], list[float]]]:
+    """``(label, task) -> (returns, metrics)`` over the seeds, in one pass over ``rows``.
+
+    Rows from several runs (``source``) are labelled ``<run folder name>:<id>``: ids repeat across runs.
+    """
+    sources = {str(row.get("source", row.get("run", ""))) for row in rows}
+    cells: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for row in rows:
+        source = str(row.get("source", row.get("run", "")))
+        label = str(row["id"]) if len(sources) == 1 else f"{Path(source).name}:{row['id']}"
+        returns, metrics = cells.setdefault((label, str(row["task"])), ([], []))
+        if isinstance(value := row.get("return"), int | float):
+            returns.append(float(value))
+        if isinstance(value := row.get("metric"), int | float):
+            metrics.append(float(value))
+    return cells
+
+
+def transfer_size(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """How many morphologies and tasks ``rows`` hold (``transfer_table`` shows the first of them)."""
+    cells = _transfer_cells(rows)
+    return len({label for label, _ in cells}), len({task for _, task in cells})
+
+
 def transfer_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """``tasks, ids, mean return [ids, tasks], std [ids, tasks], mean metric [ids, tasks]`` over seeds.
+    """``tasks, ids, mean return [ids, tasks], std [ids, tasks], mean metric [ids, tasks]`` over seeds,
+    of the first ``MAX_TRANSFER_TASKS`` tasks and ``MAX_TRANSFER_IDS`` morphologies by name.
 
     The std is the sample standard deviation (ddof 1): NaN, no spread, for a cell with one seed.
     Rows from several runs (``source``) are labelled ``<run folder name>:<id>``.
     """
-    sources = {str(row.get("source", row.get("run", ""))) for row in rows}
-
-    def label(row: dict[str, Any]) -> str:  # ids repeat across runs: name the run when there are several
-        source = str(row.get("source", row.get("run", "")))
-        return str(row["id"]) if len(sources) == 1 else f"{Path(source).name}:{row['id']}"
-
-    tasks = sorted({str(row["task"]) for row in rows})
-    ids = sorted({label(row) for row in rows})
+    cells = _transfer_cells(rows)
+    tasks = sorted({task for _, task in cells})[:MAX_TRANSFER_TASKS]
+    ids = sorted({label for label, _ in cells})[:MAX_TRANSFER_IDS]
+    row_of, column_of = {label: i for i, label in enumerate(ids)}, {task: j for j, task in enumerate(tasks)}
     shape = (len(ids), len(tasks))
     means, stds, metrics = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
-    for i, morphology_id in enumerate(ids):
-        for j, task in enumerate(tasks):
-            cell = [row for row in rows if label(row) == morphology_id and str(row["task"]) == task]
-            returns = [float(row["return"]) for row in cell if isinstance(row.get("return"), int | float)]
-            metric = [float(row["metric"]) for row in cell if isinstance(row.get("metric"), int | float)]
-            if returns:
-                means[i, j] = np.mean(returns)
-            if len(returns) > 1:
-                stds[i, j] = np.std(returns, ddof=1)
-            if metric:
-                metrics[i, j] = np.mean(metric)
+    for (label, task), (returns, metric) in cells.items():
+        if label not in row_of or task not in column_of:
+            continue
+        i, j = row_of[label], column_of[task]
+        if returns:
+            means[i, j] = np.mean(returns)
+        if len(returns) > 1:
+            stds[i, j] = np.std(returns, ddof=1)
+        if metric:
+            metrics[i, j] = np.mean(metric)
     return tasks, ids, means, stds, metrics
-

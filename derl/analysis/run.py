@@ -272,5 +272,15 @@ class RunView:
             except ValueError:
                 raise RunError(f"not a morphology id: {morphology_id!r}") from None
             raise RunError(f"morphology {morphology_id} is not published in {self.run.root} "
-                           f"(no {self.run.relative(self.run.publications.metadata_path(morphology_id))})")
+                           f"({self._why_unpublished(morphology_id)})")
         return self.by_id[morphology_id]
+
+    def _why_unpublished(self, morphology_id: str) -> str:
+        """Why the record of an unpublished id is not read: refused (the reason), not numbered, or missing."""
+        path = self.run.publications.metadata_path(morphology_id)
+        shown = self.run.relative(path)
+        if (reason := self.unreadable.get(str(path))) is not None:
+            return f"{shown} is refused: {reason.removeprefix(f'{path}: ')}"
+        if os.path.lexists(path):
+            return f"{shown} exists but no publication number in published/ names it"
+        return f"no {shown}"

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from derl.arguments import bounded_int
 from derl.bench.cases import FT_GENOME_SEED, env_configs, unimal_case
 from derl.bench.ppo_runs import speed_overrides
 from derl.bench.stats import median, paired_median, ratio_of_totals
@@ -40,7 +41,7 @@ _IMPORT = re.compile(r"^(\s*)(from|import) derl(?=[.\s])", re.MULTILINE)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", required=True, help="git revision to compare against (e.g. HEAD~3, a tag)")
     parser.add_argument("--xml", type=Path, help="unimal MJCF (default: the ppo benchmark's seeded genome)")
-    parser.add_argument("--iters", type=int, default=30, help="PPO iterations of each, alternating")
+    parser.add_argument("--iters", type=bounded_int(1, 100_000), default=30, help="PPO iterations of each, alternating")
     parser.add_argument("--env", default="ft", choices=("ft", "vt", "mvt"),
                         help="the task preset both train (configs/evo/<env>.yml of each revision)")
 

@@ -10,8 +10,8 @@ commit). The body is named by ``body_digest``, so a genome renamed or copied fro
 same body.
 
 Each addition rewrites the table atomically under an advisory lock on its folder, so readers never
-see half a line; every line read back is validated, and a bad one is an error naming the file and
-line.
+see half a line; every line read back is validated (every number finite), and a bad one is an error
+naming the file and line.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -106,6 +107,8 @@ def _checked(data: Any, types: dict[str, tuple[type, ...]], what: str) -> dict[s
         if not isinstance(value, allowed) or isinstance(value, bool):
             raise ValueError(f"{what} field {field!r} must be {' or '.join(t.__name__ for t in allowed)}, "
                              f"got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):  # NaN, Infinity: Python's json reads them
+            raise ValueError(f"{what} field {field!r} must be a finite number, got {value!r}")
     return data
 
 

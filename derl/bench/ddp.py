@@ -28,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from derl.arguments import bounded_int
 from derl.bench.cases import FT_GENOME_SEED, ft_xml
 from derl.bench.children import run_command
 from derl.bench.stats import over_seeds
@@ -38,14 +39,18 @@ from derl.ppo.metrics_file import MAX_METRICS_BYTES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ranks", type=int, default=2, help="N, the ranks compared with one")
+    parser.add_argument("--ranks", type=bounded_int(1, 1024), default=2, help="N, the ranks compared with one")
     parser.add_argument("--device", default="cpu", help="cpu (one rank per core) or cuda (one rank per GPU)")
-    parser.add_argument("--envs", type=int, default=32, help="PPO.NUM_ENVS per rank")
-    parser.add_argument("--timesteps", type=int, default=128, help="PPO.TIMESTEPS")
-    parser.add_argument("--iters", type=int, default=10, help="iterations per rank of a throughput run")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating throughput runs per rank count")
-    parser.add_argument("--return-steps", type=int, default=0, help="total env steps of a return run (0: skip)")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per rank count for the return runs")
+    parser.add_argument("--envs", type=bounded_int(1, 65_536), default=32, help="PPO.NUM_ENVS per rank")
+    parser.add_argument("--timesteps", type=bounded_int(1, 100_000), default=128, help="PPO.TIMESTEPS")
+    parser.add_argument("--iters", type=bounded_int(1, 100_000), default=10,
+                        help="iterations per rank of a throughput run")
+    parser.add_argument("--repeats", type=bounded_int(1, 1000), default=2,
+                        help="alternating throughput runs per rank count")
+    parser.add_argument("--return-steps", type=bounded_int(0, 10**10), default=0,
+                        help="total env steps of a return run (0: skip)")
+    parser.add_argument("--seeds", type=bounded_int(1, 1000), default=3,
+                        help="seeds per rank count for the return runs")
     parser.add_argument("--return-split", action="store_true",
                         help="return runs: N ranks share the one-rank batch (--envs / N envs per rank)")
     parser.add_argument("--env-id", help="a Gymnasium env id instead of the FT unimal env")

@@ -35,6 +35,7 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
+from derl.arguments import bounded_int
 from derl.bench.cases import env_configs, morphology_seeds, seeded_body
 from derl.bench.stats import median
 from derl.checked_config import load_config
@@ -53,16 +54,20 @@ _SIGNATURE = mujoco.mjtState.mjSTATE_INTEGRATION  # a state that mj_step continu
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--envs", default="all",
                         help="comma-separated names among ft, vt, mvt and the configs/eval tasks, or all")
-    parser.add_argument("--morphologies", type=int, default=3, help="sampled morphologies per env")
-    parser.add_argument("--steps", type=int, default=300, help="lockstep steps of all envs per morphology")
-    parser.add_argument("--num-envs", type=int, default=32, help="simulations in the batch (PPO.NUM_ENVS)")
-    parser.add_argument("--threads", type=int, default=1, help="threads that step them (VECENV.THREADS)")
-    parser.add_argument("--resets", type=int, default=3, help="timed resets of every env per morphology")
+    parser.add_argument("--morphologies", type=bounded_int(1, 100_000), default=3, help="sampled morphologies per env")
+    parser.add_argument("--steps", type=bounded_int(1, 10**7), default=300,
+                        help="lockstep steps of all envs per morphology")
+    parser.add_argument("--num-envs", type=bounded_int(1, 65_536), default=32,
+                        help="simulations in the batch (PPO.NUM_ENVS)")
+    parser.add_argument("--threads", type=bounded_int(1, 1024), default=1,
+                        help="threads that step them (VECENV.THREADS)")
+    parser.add_argument("--resets", type=bounded_int(0, 10_000), default=3,
+                        help="timed resets of every env per morphology")
     parser.add_argument("--seed", type=int, default=0, help="first morphology seed")
     parser.add_argument("--seeds", help="comma-separated morphology seeds instead of --seed and --morphologies")
     parser.add_argument("--xml", help="comma-separated unimal MJCF files instead of sampled morphologies (e.g. "
                                       "tools/morphology.py sample output); the actions' seeds count from --seed")
-    parser.add_argument("--bank-size", type=int, default=0,
+    parser.add_argument("--bank-size", type=bounded_int(0, 100_000), default=0,
                         help="TERRAIN.BANK_SIZE: 0 (the default) draws a new terrain per episode, as DERL; K > 0 "
                              "picks VT's, MVT's and escape_bowl's terrain from K drawn at build")
     parser.add_argument("--single", action="store_true",

@@ -20,18 +20,21 @@ import sys
 import tempfile
 from pathlib import Path
 
+from derl.arguments import bounded_int
 from derl.bench.children import run_command
 from derl.fileio.reads import read_json
 from derl.progress import progress_bar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--init", type=int, default=4, help="initial population size")
-    parser.add_argument("--search", type=int, default=24, help="morphologies per run (SEARCH_SPACE_SIZE)")
-    parser.add_argument("--steps", type=int, default=40000, help="env steps per morphology")
+    parser.add_argument("--init", type=bounded_int(1, 100_000), default=4, help="initial population size")
+    parser.add_argument("--search", type=bounded_int(1, 100_000), default=24,
+                        help="morphologies per run (SEARCH_SPACE_SIZE)")
+    parser.add_argument("--steps", type=bounded_int(1, 10**9), default=40000, help="env steps per morphology")
     parser.add_argument("--tournament", action="store_true",
                         help="aging tournaments instead of random search (runs then train different morphologies)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to compare")
+    parser.add_argument("--workers", type=bounded_int(1, 1024), nargs="+", default=[1, 2],
+                        help="worker counts to compare")
 
 
 def _run(args: argparse.Namespace, workers: int, out_dir: Path) -> dict:

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from derl.analysis import plots
+from derl.arguments import bounded_int, bounded_ints
 from derl.bench.agreement import agreement, bootstrap, seed_agreement
 from derl.bench.cases import genome_files
 from derl.bench.cells import (
@@ -83,32 +84,34 @@ EVERY_RUN = {"TORCH_THREADS": 1, "TENSORBOARD.ENABLED": "false"}
 NOT_IN_KEY = {"SIM.BACKEND", "RNG_SEED", "PPO.MAX_STATE_ACTION_PAIRS", *DERIVED_KEYS, *NODE_LOCAL_KEYS}
 
 
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part]
+# Its output paths (derl.fileio.outputs.check_outputs, before anything trains): the cells table is added to.
+OUTPUTS = {"work": "folder", "plot": "file", "cells": "appended"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     bodies = parser.add_mutually_exclusive_group()
     bodies.add_argument("--genomes", type=Path, help="a folder of genome JSON files (every one is trained)")
-    bodies.add_argument("--sample", type=int, default=8, help="K random bodies (default 8)")
+    bodies.add_argument("--sample", type=bounded_int(1, 10_000), default=8, help="K random bodies (default 8)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the sampled bodies")
-    parser.add_argument("--mutations", type=_ints, default=[0, 2, 4, 6],
+    parser.add_argument("--mutations", type=bounded_ints(0, 1000), default=[0, 2, 4, 6],
                         help="mutations of the sampled bodies, in turn (default 0,2,4,6)")
     parser.add_argument("--reference", type=Path, default=evo_preset("ft"))
     parser.add_argument("--candidate", action="append", metavar="FILE[:KEY=VALUE,...]",
                         help="a candidate preset (repeat for several; default configs/evo/ft_gpu.yml)")
-    parser.add_argument("--seeds", type=int, default=2, help="RNG_SEEDs 1..N of the reference (at least 2)")
+    parser.add_argument("--seeds", type=bounded_int(0, 1000), default=2,
+                        help="RNG_SEEDs 1..N of the reference (at least 2)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="factor on every PPO.MAX_STATE_ACTION_PAIRS, in (0, 1000]")
     parser.add_argument("--cpu", action="store_true", help="candidates on SIM.BACKEND mujoco, DEVICE cpu")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="CPU trainings at once")
-    parser.add_argument("--gpu-jobs", type=int, default=1, help="CUDA trainings at once")
+    parser.add_argument("--jobs", type=bounded_int(1, 1024), default=os.cpu_count() or 1, help="CPU trainings at once")
+    parser.add_argument("--gpu-jobs", type=bounded_int(1, 1024), default=1, help="CUDA trainings at once")
     parser.add_argument("--work", type=Path, default=REPO_ROOT / "output" / "fidelity", help="where trainings are kept")
     parser.add_argument("--plot", type=Path, help="write the scatter plot (PNG) here")
     parser.add_argument("--cells", type=Path, default=CELLS,
                         help="the cells table read first and added to (default docs/measurements/fidelity-cells.jsonl)")
     parser.add_argument("--cells-only", action="store_true", help="train nothing: a study of the cells table alone")
-    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples over bodies (default 2000)")
+    parser.add_argument("--resamples", type=bounded_int(1, 1_000_000), default=2000,
+                        help="bootstrap resamples over bodies (default 2000)")
     parser.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides for every training")
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from derl.arguments import bounded_int
 from derl.bench.cases import ft_model, seeded_genome
 from derl.bench.gpu_rows import EndToEnd
 from derl.bench.gpu_verdicts import (
@@ -88,11 +89,17 @@ QUICK = {"train_iters": 2, "new_morphologies": 1, "workers": (1, 2, 4), "row_sec
          "fidelity": {"sample": 4, "scale": 0.1, "seconds": 420.0}}
 
 
+# Its output paths besides the report (derl.fileio.outputs.check_outputs).
+OUTPUTS = {"keep": "folder"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (warp's CPU device: the tests)")
     parser.add_argument("--nworld", default="1024,4096", help="comma-separated world counts of the rate check")
-    parser.add_argument("--steps", type=int, default=None, help="env steps of the overflow tally (default 1000)")
-    parser.add_argument("--sync-steps", type=int, default=None, help="env steps watched for host syncs (default 200)")
+    parser.add_argument("--steps", type=bounded_int(1, 10**7), default=None,
+                        help="env steps of the overflow tally (default 1000)")
+    parser.add_argument("--sync-steps", type=bounded_int(1, 10**7), default=None,
+                        help="env steps watched for host syncs (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="the FT body's seed")
     parser.add_argument("--quick", action="store_true",
                         help="about 10 minutes on a GPU (default about 30; see the description): shorter "

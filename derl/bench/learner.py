@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from derl.arguments import bounded_int, bounded_ints
 from derl.bench.cases import FT_GENOME_SEED, ft_xml
 from derl.checked_config import load_config
 from derl.paths import evo_preset
@@ -28,17 +29,14 @@ from derl.ppo.trainer import PPO
 from derl.training.envs import GymEnvFactory, UnimalEnvFactory
 
 
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part]
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="learner device: cpu, cuda, cuda:N (envs stay on the CPU)")
-    parser.add_argument("--envs", type=_ints, default=[16, 32, 64], help="NUM_ENVS values, comma-separated")
-    parser.add_argument("--timesteps", type=_ints, default=[128, 256], help="TIMESTEPS values")
-    parser.add_argument("--minibatch", type=_ints, default=[512, 2048], help="BATCH_SIZE values")
+    parser.add_argument("--envs", type=bounded_ints(1, 65_536), default=[16, 32, 64],
+                        help="NUM_ENVS values, comma-separated")
+    parser.add_argument("--timesteps", type=bounded_ints(1, 100_000), default=[128, 256], help="TIMESTEPS values")
+    parser.add_argument("--minibatch", type=bounded_ints(1, 10**7), default=[512, 2048], help="BATCH_SIZE values")
     parser.add_argument("--amp", choices=("off", "on", "both"), default="off", help="PPO.AMP (bf16, CUDA only)")
-    parser.add_argument("--iters", type=int, default=3, help="timed iterations per grid point")
+    parser.add_argument("--iters", type=bounded_int(1, 100_000), default=3, help="timed iterations per grid point")
     parser.add_argument("--env-id", help="a Gymnasium env id instead of the FT unimal env")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from derl.arguments import bounded_int
 from derl.bench.children import Child
 from derl.paths import evo_preset
 
@@ -24,10 +25,12 @@ POLL_SECONDS = 0.2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--morphologies", type=int, default=50, help="morphologies the worker trains")
-    parser.add_argument("--init", type=int, default=5, help="initial population size")
-    parser.add_argument("--baseline", type=int, default=5, help="the count whose size growth is measured from")
-    parser.add_argument("--steps", type=int, default=16384, help="env steps per morphology")
+    parser.add_argument("--morphologies", type=bounded_int(1, 100_000), default=50,
+                        help="morphologies the worker trains")
+    parser.add_argument("--init", type=bounded_int(1, 100_000), default=5, help="initial population size")
+    parser.add_argument("--baseline", type=bounded_int(1, 100_000), default=5,
+                        help="the count whose size growth is measured from")
+    parser.add_argument("--steps", type=bounded_int(1, 10**9), default=16384, help="env steps per morphology")
 
 
 def _tree_rss_mb(root: psutil.Process) -> float:

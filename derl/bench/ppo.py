@@ -36,6 +36,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from derl.arguments import bounded_int
 from derl.bench.cases import FT_GENOME_SEED, task_config, unimal_case
 from derl.bench.children import run_json
 from derl.bench.stats import over_seeds, paired_median
@@ -53,11 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="unimal MJCF for the unimal cases (default: a seeded random genome)")
     parser.add_argument("--genome-seed", type=int, default=FT_GENOME_SEED,
                         help="seed of the unimal cases' random genome (random_genome under the case's config)")
-    parser.add_argument("--iters", type=int, default=10,
+    parser.add_argument("--iters", type=bounded_int(1, 100_000), default=10,
                         help="PPO iterations per speed run (4096 steps each)")
-    parser.add_argument("--repeats", type=int, default=2, help="speed runs per trainer, alternating")
-    parser.add_argument("--return-iters", type=int, default=0, help="iterations per return run (0: skip)")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per trainer for the return runs")
+    parser.add_argument("--repeats", type=bounded_int(1, 1000), default=2, help="speed runs per trainer, alternating")
+    parser.add_argument("--return-iters", type=bounded_int(0, 100_000), default=0,
+                        help="iterations per return run (0: skip)")
+    parser.add_argument("--seeds", type=bounded_int(1, 1000), default=3, help="seeds per trainer for the return runs")
     parser.add_argument("--profile", action="store_true",
                         help="instead of the SB3 comparison: derl's us per env step per component "
                              "(derl/bench/ppo_profile.py)")
@@ -66,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "next to derl on MuJoCo C (ft case only)")
     parser.add_argument("--device", default="cpu", help="DEVICE of the --sim warp runs (cuda, or cpu: warp's CPU "
                                                          "device, for correctness only)")
-    parser.add_argument("--num-envs", type=int, default=32, help="PPO.NUM_ENVS of the --sim warp runs")
+    parser.add_argument("--num-envs", type=bounded_int(1, 65_536), default=32,
+                        help="PPO.NUM_ENVS of the --sim warp runs")
 
 
 def _spawn(spec: dict) -> dict:

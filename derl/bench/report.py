@@ -25,6 +25,7 @@ import numpy as np
 
 from derl.analysis.report import ReportOptions, write_report
 from derl.analysis.run import RunView
+from derl.arguments import bounded_int
 from derl.checked_config import load_preset
 from derl.config import dump_config
 from derl.evolution.folder.run_dir import RunDir
@@ -36,12 +37,16 @@ TARGET_SECONDS = 30.0
 MUTATIONS = ("grow_limb", "joint_angle", "limb_params", "dof", "density", "gear", "delete_limb")
 
 
+# Its output paths (derl.fileio.outputs.check_outputs): --dir holds the synthetic search it builds.
+OUTPUTS = {"dir": "search"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--morphologies", type=int, default=4000, help="published morphologies")
-    parser.add_argument("--iterations", type=int, default=1220, help="records per learning curve")
-    parser.add_argument("--genomes", type=int, default=64, help="distinct bodies in the pool")
+    parser.add_argument("--morphologies", type=bounded_int(1, 100_000), default=4000, help="published morphologies")
+    parser.add_argument("--iterations", type=bounded_int(1, 100_000), default=1220, help="records per learning curve")
+    parser.add_argument("--genomes", type=bounded_int(1, 100_000), default=64, help="distinct bodies in the pool")
     parser.add_argument("--dir", type=Path, help="build the run here and keep it (reused if it holds one)")
-    parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--top", type=bounded_int(1, 1000), default=10)
 
 
 def _curve_lines(final: float, iterations: int, speed: float, rng: np.random.Generator) -> str:

@@ -32,6 +32,7 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
+from derl.arguments import bounded_int
 from derl.bench.cases import ft_model
 from derl.checked_config import load_config
 from derl.config import ConfigError
@@ -48,11 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", default="mujoco,warp", help="comma-separated among mujoco, warp")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="warp's device (mujoco: the CPU)")
     parser.add_argument("--nworld", help="comma-separated world counts (default 8,64 on cpu, 1024,4096,8192 on cuda)")
-    parser.add_argument("--steps", type=int, default=20, help=f"timed env steps ({FRAME_SKIP} substeps each)")
-    parser.add_argument("--threads", type=int, default=usable_cores(),
+    parser.add_argument("--steps", type=bounded_int(1, 10**7), default=20,
+                        help=f"timed env steps ({FRAME_SKIP} substeps each)")
+    parser.add_argument("--threads", type=bounded_int(1, 1024), default=usable_cores(),
                         help="threads of mujoco.batch.Batch (default: all usable cores)")
     parser.add_argument("--seed", type=int, default=0, help="the benchmark morphology's seed")
-    parser.add_argument("--new-morphologies", type=int, default=2,
+    parser.add_argument("--new-morphologies", type=bounded_int(0, 100_000), default=2,
                         help="warp: bodies of the following seeds built after the first (0: none)")
 
 

@@ -1,7 +1,9 @@
 """What every command-line tool shares, so that all behave alike (docs/reference/commands.md).
 
-- ``ArgumentParser``: ``--help`` prints help and exits 0; an unknown flag or subcommand, or a
-  missing argument, is one line on stderr and exit code 2, as every other input error;
+- ``ArgumentParser`` (``derl.arguments``, shared with the parsers below this floor): ``--help`` prints
+  help and exits 0; an unknown flag or subcommand, a missing argument or a count out of its range
+  (``bounded_int``) is one line on stderr and exit code 2, as every other input error; a negative
+  number is a value (``KEY -1e1``);
 - ``run``: a tool's ``main(argv)`` returns its exit code; Ctrl-C while it runs is one line and
   130 (128 + SIGINT), never a traceback. Tools that train stop at the end of an iteration with a
   checkpoint first (``derl.training.run.SignalStop``, the evolution's and evaluation's own handlers).
@@ -9,21 +11,16 @@
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-EXIT_USAGE = 2
+from derl.arguments import EXIT_USAGE, ArgumentParser, bounded_int
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "ArgumentParser", "bounded_int", "run"]
+
 EXIT_INTERRUPTED = 128 + signal.SIGINT
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """``argparse`` with its errors in one line (argparse prints the usage first, a second line)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"error: {message} (see {self.prog} --help)\n")
 
 
 def run(main: Callable[[list[str]], int | None]) -> NoReturn:

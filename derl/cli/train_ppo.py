@@ -27,6 +27,7 @@ def main(args: argparse.Namespace) -> int:
     # once the genome is read, so that a genome outside the design space is refused in half a second.
     from derl.checked_config import load_config_or_exit
     from derl.config import RETIRED_KEYS
+    from derl.fileio.outputs import check_output
     from derl.morphology.files import load_genome
     from derl.threads import limit_threads
 
@@ -73,6 +74,8 @@ def main(args: argparse.Namespace) -> int:
     out = args.out or Path(cfg.OUT_DIR)
     info = RankInfo.from_environ()
     try:
+        if args.eval is None or genome is not None:  # it writes in ``out``: never in a search's folder
+            check_output(out, "--out" if args.out else "OUT_DIR", folder=True)
         if args.eval is not None:
             source = None
             if args.xml or genome is not None:

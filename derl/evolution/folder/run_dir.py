@@ -75,6 +75,7 @@ from derl.evolution.folder.shared import Identity, SharedFolder
 from derl.evolution.folder.slot_store import SlotStore
 from derl.evolution.folder.worker_store import WorkerStore
 from derl.fileio.folders import make_folders
+from derl.fileio.outputs import SEARCH_CONFIG
 from derl.fileio.reads import read_bytes
 
 _FOLDERS = ("genomes", "xml", "models", "metrics", "slots", "leases", "published", "metadata", "error_metadata",
@@ -200,7 +201,7 @@ class RunDir(SharedFolder):
             return None
 
     def config_path(self) -> Path:
-        return self.root / "config.yaml"
+        return self.root / SEARCH_CONFIG
 
     def stop_requested(self) -> bool:
         return os.path.lexists(self.root / "STOP")
