@@ -59,7 +59,7 @@ class Cluster:
         self.procs: dict[int, subprocess.Popen] = {}
         self.starts: Counter = Counter()
         self.exits: list[tuple[int, int]] = []
-        self.family: set[int] = set()  # every process of the nodes ever seen: ended at teardown
+        self.family: set[tuple[int, float]] = set()  # (pid, start time) of every process of the nodes ever seen
         for folder in ("out", "logs", "trainings", "tmp", "site"):
             (where / folder).mkdir(parents=True, exist_ok=True)
         (where / "site" / "sitecustomize.py").write_text("import derl.bench.sim_shim as s\ns.install()\n")
@@ -92,7 +92,8 @@ class Cluster:
         ended = {}
         for node, proc in list(self.procs.items()):
             try:
-                self.family.update(child.pid for child in psutil.Process(proc.pid).children(recursive=True))
+                self.family.update((child.pid, child.create_time())
+                                   for child in psutil.Process(proc.pid).children(recursive=True))
             except psutil.NoSuchProcess:
                 pass
             if (code := proc.poll()) is not None:
@@ -105,12 +106,16 @@ class Cluster:
         return len(os.listdir(self.where / "trainings"))
 
     def teardown(self) -> None:
-        """Ends every process of the nodes still running (by the pids this cluster started and saw)."""
-        pids = set(self.family) | {proc.pid for proc in self.procs.values()}
-        for pid in pids:
+        """Ends every process of the nodes still running: the coordinators it started and the processes it saw
+        them start (a pid counts only with the start time it was seen with: never a later process's reused pid)."""
+        for proc in self.procs.values():
+            proc.kill()
+        for pid, started in self.family:
             try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                process = psutil.Process(pid)
+                if process.create_time() == started:
+                    process.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
         for proc in self.procs.values():
             proc.wait()
@@ -127,7 +132,8 @@ class Cluster:
         if fault.kind.endswith("-worker"):
             proc = self.procs.get(fault.node)
             try:
-                workers = psutil.Process(proc.pid).children() if proc else []
+                workers = [child for child in (psutil.Process(proc.pid).children() if proc else [])
+                           if "derl.evolution.worker" in child.cmdline()]
             except psutil.NoSuchProcess:
                 workers = []
             if not workers:
