@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 GPU_STAMP := $(VENV)/.installed-gpu
 
-.PHONY: setup setup-gpu docs lint test test-slow evolve
+.PHONY: setup setup-gpu docs lint test test-slow fuzz evolve
 
 setup: $(STAMP)
 
@@ -46,12 +46,31 @@ lint: setup
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 
-test: lint docs
+# The test suite's own packages (requirements-test.txt: Hypothesis), installed into the same venv on first use.
+TEST_STAMP := $(VENV)/.installed-test
+
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(PY) -m pip install --quiet $(WHEELS) -r requirements-test.txt
+	touch $(TEST_STAMP)
+
+# The property tests (tests/properties/) run here too: a fixed, derandomized few examples each.
+test: lint docs $(TEST_STAMP)
 	MUJOCO_GL=egl $(PY) -m pytest -q -n auto --dist loadfile -m "not slow" tests
 
 # Slower end-to-end and statistical tests, kept out of `make test`.
 test-slow: setup
 	MUJOCO_GL=egl $(PY) -m pytest -q -m slow tests
+
+# The fuzzer (docs/contributing.md#fuzzing): every test marked `fuzz` with FUZZ_EXAMPLES examples per
+# in-process property (a share of them for a property that starts processes; 2000: over 10,000 in all) and
+# FUZZ_SEEDS seeds of the simulated cluster (tests marked `fuzz` read DERL_FUZZ_SEEDS). A failure prints its
+# example and the blob that replays it; FUZZ_SEED=N draws the same examples again.
+FUZZ_EXAMPLES ?= 2000
+FUZZ_SEEDS ?= 200
+FUZZ_SEED ?=
+fuzz: $(TEST_STAMP)
+	DERL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) DERL_FUZZ_SEEDS=$(FUZZ_SEEDS) DERL_FUZZ_SEED=$(FUZZ_SEED) MUJOCO_GL=egl \
+		$(PY) -m pytest -q -n auto -m fuzz --hypothesis-show-statistics tests
 
 # A small real evolution run (configs/evo/quick.yml, a few minutes on 2 cores); rerun to resume.
 evolve: setup
@@ -83,4 +102,4 @@ WHEELS = $(if $(wildcard $(WHEELHOUSE)/*.whl),--no-index --find-links $(WHEELHOU
 wheelhouse:
 	$(PYTHON) -m pip download --quiet --dest $(WHEELHOUSE) --only-binary=:all: \
 		--python-version $(PYTHON_VERSION) --platform $(PLATFORM) \
-		pip -r requirements.txt -r requirements-gpu.txt
+		pip -r requirements.txt -r requirements-gpu.txt -r requirements-test.txt

@@ -231,9 +231,11 @@ def is_number(action) -> bool:
     return bool(action.option_strings) and ("int" in kind.lower() or "float" in kind.lower())
 
 
-OUTPUT_WORDS = ("--out", "--video", "--work", "--plot")
+OUTPUT_OPTIONS = ("--out", "--video", "--work", "--plot")
 
 
 def is_output_path(action) -> bool:
-    """An option naming a file or folder the tool writes (``--out``, ``--video``, ``--work``, ``--plot``)."""
-    return any(option.startswith(OUTPUT_WORDS) for option in action.option_strings)
+    """An option naming a file or folder the tool writes (``--out``, ``--video``, ``--work``, ``--plot``, or a
+    path option whose name says out)."""
+    return any(option in OUTPUT_OPTIONS or (action.type is Path and "out" in option)
+               for option in action.option_strings)

@@ -6,6 +6,7 @@ an accepted value lies inside the key's declaration (a finite range, its choices
 line's text literally; a value the config accepts, the design space draws and the genome reader takes back.
 """
 
+import mujoco
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from derl.checked_config import load_config
 from derl.config import ConfigError
-from derl.morphology import Genome, GenomeError, mutate, random_genome
+from derl.morphology import Genome, GenomeError, mutate, random_genome, to_mjcf
 from tests.properties.declarations import config_keys, examples, numbers, override_texts, within_declaration
 
 pytestmark = pytest.mark.fuzz
@@ -76,18 +77,21 @@ def test_a_derived_key_set_by_hand_is_refused_naming_it(key):
     _refusal(caught.value, key.name)
 
 
-# The keys the design space is drawn from (``Config.unimal``): a span at its declared ends, or past them.
-DESIGN_SPANS = [key for key in KEYS if key.span and key.section in ("BODY", "TORSO", "LIMB")]
+# The keys the design space is drawn from and built with (``Config.unimal``): a span at its declared ends or past
+# them, any other value as the command line may give it.
+DESIGN_KEYS = [key for key in KEYS if key.section in ("XML", "BODY", "TORSO", "LIMB") and not key.text]
 
 
 @st.composite
 def design_overrides(draw) -> list[str]:
-    """Overrides of one to three design-space spans, each a single value or a ``[start, stop, step]``."""
-    chosen = draw(st.lists(st.sampled_from(DESIGN_SPANS), min_size=1, max_size=3, unique_by=lambda key: key.name))
+    """Overrides of one to three design-space keys; a span a single value or a ``[start, stop, step]``."""
+    chosen = draw(st.lists(st.sampled_from(DESIGN_KEYS), min_size=1, max_size=3, unique_by=lambda key: key.name))
     overrides = []
     for key in chosen:
         number = numbers(key)
-        if draw(st.booleans()):
+        if not key.span:
+            value = draw(override_texts(key))
+        elif draw(st.booleans()):
             value = f"[{draw(number)!r}]"
         else:
             low, high = sorted([draw(number), draw(number)])
@@ -99,12 +103,13 @@ def design_overrides(draw) -> list[str]:
 @settings(max_examples=examples(20, 1 / 4))
 @given(overrides=design_overrides(), seed=st.integers(0, 2**32 - 1))
 def test_what_the_config_lets_the_design_space_draw_the_genome_reader_accepts(overrides, seed):
-    """A body drawn or mutated under an accepted config is read back by ``Genome.from_json`` of that config:
-    never a search that trains a body, refuses its genome on read-back and makes it anew for ever."""
+    """A body drawn or mutated under an accepted config is read back by ``Genome.from_json`` of that config and
+    compiles in MuJoCo: never a search that trains a body, refuses its genome on read-back and makes it anew for
+    ever, nor a config fault found as a body's failure."""
     try:
         cfg = load_config(None, overrides)
     except ConfigError as err:
-        _refusal(err, err.key or overrides[0])
+        assert "\n" not in str(err) and any(name in str(err) for name in overrides[::2]), (overrides, str(err))
         return
     rng = np.random.default_rng(seed)
     genome = random_genome(cfg.unimal, rng, "000000")
@@ -113,6 +118,10 @@ def test_what_the_config_lets_the_design_space_draw_the_genome_reader_accepts(ov
             Genome.from_json(genome.to_json(), cfg.unimal)
         except GenomeError as err:
             raise AssertionError(f"{overrides}: drawn, then refused on read-back: {err}") from None
+        try:
+            mujoco.MjModel.from_xml_string(to_mjcf(genome, cfg.unimal))
+        except ValueError as err:
+            raise AssertionError(f"{overrides}: drawn, then MuJoCo refused it: {str(err).splitlines()[0]}") from None
         try:
             genome = mutate(genome, cfg.unimal, rng, f"00000{generation + 1}")
         except ValueError:  # no operator applies: nothing more to draw

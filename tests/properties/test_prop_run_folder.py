@@ -1,0 +1,193 @@
+"""Every run-folder file kind, attacked: a search stopped half-way (the fake backend's, seconds) has its files
+damaged, linked out, turned into FIFOs or folders, dated in the future or in 1970, and names planted at the ends
+of their folder's range (``derl.evolution.folder.schema``'s limits); then the search is started again.
+
+The files attacked are the stopped run's own, listed, and the names planted come from the schema's declared
+limits, so a new file kind or limit is attacked without a test of its own. The invariants:
+
+- a search that can finish finishes (its resume ends within a generous timeout that counts as failure), with
+  exactly one result per slot, or stops with one line naming what it met (exit 2 or 3), never a traceback;
+- no published record, model or fitness is lost or altered (the bytes of each one published before, unless the
+  attack damaged that very file), and ``tools/status.py`` agrees;
+- nothing outside the run folder changes (a link planted in it points at a sentinel folder).
+"""
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from derl.evolution.folder import schema
+from tests.properties.declarations import examples
+from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
+
+pytestmark = pytest.mark.fuzz
+
+SIZE = 8
+TEN_YEARS = 10 * 365 * 86400
+DAMAGES = ("truncate", "wrong type", "null", "huge value", "deep nesting", "empty", "directory", "fifo", "symlink",
+           "future", "1970")
+# Names at the ends of their folder's range (schema.name_problem): the last in range, the first past it.
+PLANTED = {
+    "published": [f"{schema.max_publications(SIZE) - 1:08d}.json", f"{schema.max_publications(SIZE):08d}.json"],
+    "slots": [f"{SIZE - 1:06d}.json", f"{SIZE:06d}.json"],
+    "leases": [f"{SIZE - 1:06d}-{schema.MAX_LEASES}.json", f"{SIZE - 1:06d}-{schema.MAX_LEASES + 1}.json",
+               f"{SIZE - 1:06d}-1.json"],
+    "metadata": [f"{SIZE - 1:06d}-{schema.MAX_ATTEMPTS}.json", f"{SIZE:06d}.json"],
+}
+# A search per example: a failing one is reported as drawn, not shrunk through dozens more searches.
+NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
+RESUME_TIMEOUT = 240  # seconds: a search that cannot finish runs on; a healthy resume here takes seconds
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory) -> Path:
+    """A search of ``SIZE`` slots stopped (SIGTERM) once 3 morphologies are published."""
+    out = tmp_path_factory.mktemp("stopped") / "run"
+    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", str(SIZE))
+    deadline = time.monotonic() + 600
+    while (len(published(out)) if (out / "metadata").is_dir() else 0) < 3 and coordinator.poll() is None:
+        assert time.monotonic() < deadline, "the search published nothing"
+        time.sleep(0.1)
+    coordinator.send_signal(signal.SIGTERM)
+    coordinator.wait(timeout=600)
+    return out
+
+
+def _files(run: Path) -> list[str]:
+    skipped = ("tensorboard", "fake_starts")  # TensorBoard's own files; the fake backend's log of its starts
+    return sorted(str(p.relative_to(run)) for p in run.rglob("*")
+                  if p.is_file() and not p.is_symlink() and p.parts[len(run.parts)] not in skipped)
+
+
+def _damage(path: Path, how: str, sentinel: Path) -> None:
+    if how in ("future", "1970"):
+        when = time.time() + TEN_YEARS if how == "future" else 0
+        os.utime(path, (when, when))
+        return
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    path.unlink(missing_ok=True)
+    if how == "truncate":
+        path.write_text(text[: len(text) // 2])
+    elif how == "wrong type":
+        path.write_text("[1, 2]")
+    elif how == "null":
+        path.write_text("null")
+    elif how == "huge value":
+        path.write_text(text.replace("0", "9" * 400) if text else "1e999")
+    elif how == "deep nesting":
+        path.write_text("[" * 100_000)
+    elif how == "empty":
+        path.write_text("")
+    elif how == "directory":
+        path.mkdir()
+    elif how == "fifo":
+        os.mkfifo(path)
+    else:  # symlink
+        path.symlink_to(sentinel / "victim.json")
+
+
+def _plant(path: Path, like: Path | None) -> None:
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(like.read_bytes() if like is not None and like.is_file() else b"{}")
+
+
+@st.composite
+def attacks(draw, files: list[str]) -> list[tuple[str, str]]:
+    """One or two attacks: (file of the run, damage) or (planted name, the file of its folder it copies)."""
+    chosen = []
+    for _ in range(draw(st.integers(1, 2))):
+        if draw(st.integers(0, 2)) == 0:
+            folder = draw(st.sampled_from(sorted(PLANTED)))
+            name = draw(st.sampled_from(PLANTED[folder]))
+            like = next((f for f in files if f.startswith(f"{folder}/")), None)
+            chosen.append(("plant", f"{folder}/{name}", like))
+        else:
+            chosen.append(("damage", draw(st.sampled_from(files)), draw(st.sampled_from(DAMAGES))))
+    return chosen
+
+
+def _digest(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else None
+
+
+def _published_files(run: Path) -> dict[str, str | None]:
+    """Each published record's metadata and model, by path, with a digest of its bytes."""
+    found = {}
+    for record in published(run).values():
+        for relative in [f"metadata/{record['id']}.json", *record["files"].values()]:
+            if relative.startswith(("metadata/", "models/")):
+                found[relative] = _digest(run / relative)
+    return found
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): _digest(p) for p in sorted(folder.rglob("*"))}
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    for child in [*children, process]:
+        try:
+            child.kill()
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+    process.wait()
+
+
+@settings(max_examples=examples(2, 1 / 100), phases=NO_SHRINK)
+@given(data=st.data())
+def test_a_stopped_search_with_attacked_files_finishes_keeping_what_it_published(stopped_run, tmp_path_factory, data):
+    work = tmp_path_factory.mktemp("attacked")
+    run, sentinel = work / "run", work / "sentinel"
+    shutil.copytree(stopped_run, run, symlinks=True)
+    sentinel.mkdir()
+    (sentinel / "victim.json").write_text('{"id": "000003", "slot": 3}')
+    chosen = data.draw(attacks(_files(run)), label="attacks")
+    processes = data.draw(st.sampled_from(["1", "2"]), label="EVO.NUM_PROCESSES")
+    before, outside = _published_files(run), _snapshot(sentinel)
+    damaged = set()
+    for kind, relative, how in chosen:
+        if kind == "plant":
+            _plant(run / relative, run / how if how else None)
+        else:
+            if not (run / relative).exists() and not (run / relative).is_symlink():
+                continue
+            _damage(run / relative, how, sentinel)
+            damaged.add(relative)
+    resume = start(run, "EVO.SEARCH_SPACE_SIZE", str(SIZE), "EVO.NUM_PROCESSES", processes, log_name="resume.log")
+    try:
+        code = resume.wait(timeout=RESUME_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_tree(resume)
+        code = None
+    log = (work / "run-resume.log").read_text(errors="replace")
+    assert code is not None, f"{chosen}: the search did not finish within {RESUME_TIMEOUT} s: {log[-1500:]}"
+    assert "Traceback" not in log, (chosen, log[-3000:])
+    assert _snapshot(sentinel) == outside, chosen
+    after = _published_files(run)
+    for relative, digest in before.items():
+        if relative not in damaged:
+            assert after.get(relative) == digest, f"{chosen}: published {relative} lost or altered"
+    if code == 0:
+        assert_complete(run, SIZE)
+        status = subprocess.run([sys.executable, "tools/status.py", str(run)], cwd=ROOT, env=ENV,
+                                capture_output=True, text=True, timeout=300)
+        assert status.returncode == 0 and f"done: {SIZE}/{SIZE}" in status.stdout, (chosen, status.stdout[-2000:],
+                                                                                  status.stderr[-2000:])
+    else:
+        assert code in (2, 3), (chosen, code, log[-3000:])
+        last = log.strip().splitlines()[-1] if log.strip() else ""
+        assert last.startswith("error: ") or "error" in last, (chosen, log[-3000:])
