@@ -40,6 +40,7 @@ from derl.evolution.population import slot_id
 from derl.paths import REPO_ROOT, evo_preset
 
 BACKEND = "derl.bench.sim_backend:InstantBackend"
+OUTPUTS = {"keep": "folder"}  # derl.fileio.outputs.check_outputs: --keep holds each seed's folder
 RESTARTS = 30  # starts of one node before the simulation calls it a node that cannot finish
 POLL = 0.05
 FUTURE = 10 * 365 * 86400.0  # a heartbeat planted ten years ahead
@@ -266,11 +267,21 @@ def seed_range(text: str) -> list[int]:
     return list(range(low, high + 1))
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"seconds from 1 to 86,400, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=seed_range, default=seed_range("0-9"), help="seeds to run: N or A-B")
     parser.add_argument("--seed", type=seed_range, dest="seeds", help="one seed to reproduce (same as --seeds N)")
     parser.add_argument("--keep", type=Path, help="keep each seed's folder under this folder (logs/, out/)")
-    parser.add_argument("--deadline", type=float, default=300.0, help="seconds a search may take (default 300)")
+    parser.add_argument("--deadline", type=_seconds, default=300.0, help="seconds a search may take (default 300)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from derl.arguments import bounded_int, bounded_ints
 from derl.bench.cluster import Cluster
 from derl.bench.report import build_synthetic_run
 from derl.bench.sim_plan import Plan
@@ -34,16 +35,6 @@ from derl.paths import REPO_ROOT
 
 OUTPUTS = {"keep": "folder"}
 FIGURES = ("opens", "folder_opens", "listings", "entries", "read_chars", "cpu")
-
-
-def _counts(text: str, low: int, high: int) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of counts: {text!r}") from None
-    if not values or not all(low <= v <= high for v in values):
-        raise argparse.ArgumentTypeError(f"each count from {low} to {high}, got {text!r}")
-    return values
 
 
 def _tool_runs(text: str) -> list[tuple[int, int]]:
@@ -57,11 +48,10 @@ def _tool_runs(text: str) -> list[tuple[int, int]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--publications", type=lambda t: _counts(t, 10, 100_000), default=[100, 400, 1000, 4000],
+    parser.add_argument("--publications", type=bounded_ints(10, 100_000), default=[100, 400, 1000, 4000],
                         help="search sizes (EVO.SEARCH_SPACE_SIZE), comma-separated")
-    parser.add_argument("--workers", type=lambda t: _counts(t, 1, 1024), default=[8],
-                        help="workers in all, comma-separated")
-    parser.add_argument("--workers-per-node", type=lambda t: _counts(t, 1, 64)[0], default=8,
+    parser.add_argument("--workers", type=bounded_ints(1, 1024), default=[8], help="workers in all, comma-separated")
+    parser.add_argument("--workers-per-node", type=bounded_int(1, 64), default=8,
                         help="workers per simulated node (the nodes share this machine)")
     parser.add_argument("--tools", type=_tool_runs, default=[], help="RECORDS:ITERATIONS runs to time the tools on")
     parser.add_argument("--keep", type=Path, help="keep the run folders here")
