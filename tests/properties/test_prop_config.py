@@ -32,7 +32,7 @@ def _refusal(err: ConfigError, key_name: str, source: str | None = None) -> None
 
 
 @pytest.mark.parametrize("key", KEYS, ids=[key.name for key in KEYS])
-@settings(max_examples=examples(6, 1 / 40))
+@settings(max_examples=examples(6, 1 / 20))
 @given(data=st.data())
 def test_a_value_on_the_command_line_is_refused_naming_its_key_or_kept_within_its_declaration(key, data):
     text = data.draw(override_texts(key), label="text")

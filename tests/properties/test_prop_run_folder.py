@@ -13,6 +13,8 @@ limits, so a new file kind or limit is attacked without a test of its own. The i
 """
 
 import hashlib
+import json
+import math
 import os
 import shutil
 import signal
@@ -27,7 +29,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from derl.evolution.folder import schema
-from tests.properties.declarations import examples
+from tests.properties.declarations import config_keys, examples
 from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
 
 pytestmark = pytest.mark.fuzz
@@ -101,12 +103,32 @@ def _plant(path: Path, like: Path | None) -> None:
     path.write_bytes(like.read_bytes() if like is not None and like.is_file() else b"{}")
 
 
+def _hold(run: Path, slot: int, ahead: float) -> None:
+    """A worker of another node holds ``slot``: its claim, its state saying it works on the slot, and its
+    heartbeat dated ``ahead`` seconds in the future (a node whose clock runs ahead, or a planted file)."""
+    claim = json.loads(next((run / "slots").glob("*.json")).read_text())
+    morphology_id = f"{slot:06d}"
+    (run / "slots" / f"{morphology_id}.json").write_text(json.dumps(
+        {**claim, "slot": slot, "lease": 0, "id": morphology_id, "attempt": 0, "node": 0, "worker": 7, "pid": 1,
+         "token": "f" * 16}))
+    state = json.loads((run / "workers" / "0-0.json").read_text())
+    when = time.time() + ahead
+    (run / "workers" / "0-7.json").write_text(json.dumps(
+        {**state, "worker": 7, "slot": slot, "id": morphology_id, "status": "training", "pid": 1, "updated": when}))
+    for suffix in (".alive", ".lock"):
+        (run / "workers" / f"0-7{suffix}").write_bytes(b"")
+        os.utime(run / "workers" / f"0-7{suffix}", (when, when))
+
+
 @st.composite
 def attacks(draw, files: list[str]) -> list[tuple[str, str]]:
-    """One or two attacks: (file of the run, damage) or (planted name, the file of its folder it copies)."""
+    """One or two attacks: (file of the run, damage), (planted name, the file of its folder it copies) or the
+    last slot held by a worker whose heartbeat is dated in the future."""
     chosen = []
     for _ in range(draw(st.integers(1, 2))):
-        if draw(st.integers(0, 2)) == 0:
+        if draw(st.integers(0, 5)) == 0:
+            chosen.append(("hold", f"slots/{SIZE - 1:06d}.json", draw(st.sampled_from([3600.0, TEN_YEARS]))))
+        elif draw(st.integers(0, 2)) == 0:
             folder = draw(st.sampled_from(sorted(PLANTED)))
             name = draw(st.sampled_from(PLANTED[folder]))
             like = next((f for f in files if f.startswith(f"{folder}/")), None)
@@ -147,7 +169,7 @@ def _kill_tree(process: subprocess.Popen) -> None:
     process.wait()
 
 
-@settings(max_examples=examples(2, 1 / 100), phases=NO_SHRINK)
+@settings(max_examples=examples(1, 1 / 100), phases=NO_SHRINK)
 @given(data=st.data())
 def test_a_stopped_search_with_attacked_files_finishes_keeping_what_it_published(stopped_run, tmp_path_factory, data):
     work = tmp_path_factory.mktemp("attacked")
@@ -162,6 +184,9 @@ def test_a_stopped_search_with_attacked_files_finishes_keeping_what_it_published
     for kind, relative, how in chosen:
         if kind == "plant":
             _plant(run / relative, run / how if how else None)
+        elif kind == "hold":
+            if not (run / relative).exists():
+                _hold(run, SIZE - 1, how)
         else:
             if not (run / relative).exists() and not (run / relative).is_symlink():
                 continue
@@ -191,3 +216,37 @@ def test_a_stopped_search_with_attacked_files_finishes_keeping_what_it_published
         assert code in (2, 3), (chosen, code, log[-3000:])
         last = log.strip().splitlines()[-1] if log.strip() else ""
         assert last.startswith("error: ") or "error" in last, (chosen, log[-3000:])
+
+
+# The search's keys of time (``EVO.*_SECONDS``, ``EVO.*_TIMEOUT``), from their declarations.
+TIME_KEYS = [key for key in config_keys() if key.section == "EVO" and key.name.endswith(("SECONDS", "TIMEOUT"))]
+
+
+@settings(max_examples=examples(1, 1 / 200), phases=NO_SHRINK)
+@given(key=st.sampled_from(TIME_KEYS), data=st.data())
+def test_a_search_with_a_key_of_time_at_its_bound_finishes_or_is_refused_in_one_line(key, data, tmp_path_factory):
+    """A lease of a millisecond made two workers take a slot from each other for ever: a value the config
+    accepts is one a search finishes with."""
+    value = data.draw(st.sampled_from(_time_edges(key)), label="value")
+    run = tmp_path_factory.mktemp("time") / "run"
+    search = start(run, "EVO.SEARCH_SPACE_SIZE", "6", key.name, value, iterations=4)
+    try:
+        code = search.wait(timeout=RESUME_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_tree(search)
+        code = None
+    log = (run.parent / "run-coordinator.log").read_text(errors="replace")
+    assert code is not None, f"{key.name} {value}: the search did not finish within {RESUME_TIMEOUT} s: {log[-1500:]}"
+    assert "Traceback" not in log, (key.name, value, log[-3000:])
+    if code == 0:
+        assert_complete(run, 6)
+    else:
+        assert code == 2 and key.name in log.strip().splitlines()[-1], (key.name, value, code, log[-3000:])
+
+
+def _time_edges(key) -> list[str]:
+    """The ends of ``key``'s range, or values a user may try where it declares none."""
+    if key.allowed is None:
+        return ["0.001", "0.01", "1"]
+    return [repr(key.allowed.low) if not key.allowed.low_open else repr(math.nextafter(key.allowed.low, math.inf)),
+            "0.001"]

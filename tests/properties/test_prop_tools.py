@@ -119,8 +119,9 @@ def _run(tool: str, sub: str | None, extra: list[str], places: dict[str, str]) -
 
 
 def _one_line_refusal(done: subprocess.CompletedProcess, what) -> None:
+    """Exit 2 (or a code the tool documents for what it checks first, gpu_check's "no GPU") and one line."""
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert done.returncode == 2, (what, done.returncode, done.stderr[-2000:])
+    assert done.returncode in {2} | OTHER_CODES.get(what[0], set()), (what, done.returncode, done.stderr[-2000:])
     assert len(lines) == 1 and "Traceback" not in done.stderr, (what, done.stderr[-2000:])
 
 
@@ -129,7 +130,7 @@ def test_every_tool_and_subcommand_has_an_invocation():
     assert NUMBER_OPTIONS and OUTPUT_OPTIONS and OVERRIDE_TOOLS
 
 
-@settings(max_examples=examples(2, 1 / 200), phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@settings(max_examples=examples(1, 1 / 200), phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(option=st.sampled_from(NUMBER_OPTIONS), value=st.sampled_from(PAST_ANY_BOUND))
 def test_a_number_past_any_bound_is_refused_in_one_line(option, value, workspace, tmp_path_factory):
     tool, sub, flag = option
@@ -166,7 +167,7 @@ TARGETS = ["{run}/models/{id}.pt", "{run}/metadata/{id}.json", "{run}/genomes/{i
            "{run}", "{run}/published/00000000.json", "{run}/xml/{id}.xml"]
 
 
-@settings(max_examples=examples(2, 1 / 200), phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@settings(max_examples=examples(1, 1 / 200), phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(option=st.sampled_from(OUTPUT_OPTIONS), target=st.sampled_from(TARGETS))
 def test_an_output_path_on_a_runs_published_files_leaves_them_as_they_were(option, target, workspace,
                                                                           tmp_path_factory):
@@ -177,6 +178,6 @@ def test_an_output_path_on_a_runs_published_files_leaves_them_as_they_were(optio
     done = _run(tool, sub, [flag, target], places)
     assert _digests(run) == before, (tool, sub, flag, target, done.returncode, done.stderr[-1500:])
     assert done.returncode in {0, 2} | OTHER_CODES.get(tool, set()), (tool, sub, flag, target, done.stderr[-2000:])
-    if done.returncode == 2:
+    if done.returncode != 0:
         _one_line_refusal(done, (tool, sub, flag, target))
     json.dumps(before)  # the digests are plain data: a failure prints them
