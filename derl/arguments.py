@@ -5,7 +5,7 @@
   (``TERRAIN.INCLINE_ANGLE -1e1``, ``-.5``, ``-inf``: argparse alone takes only ``-1`` and ``-1.5``).
 - ``bounded_int``: an argparse type for a count (``--num``, ``--seeds``, ``--resamples``): an integer held to
   its declared range, so a count that would take memory or time without end is one line and exit 2 before
-  anything runs (docs/reference/commands.md#counts).
+  anything runs (docs/reference/commands.md#counts-and-override-values).
 """
 
 from __future__ import annotations

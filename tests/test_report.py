@@ -313,7 +313,7 @@ def test_morphology_image(tiny_run, tmp_path):
     pixels = iio.imread(out)
     assert pixels.std() > 10 and np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0).shape[0] > 50
     bad = subprocess.run([sys.executable, "tools/morphology.py", "image", str(tmp_path / "none.json"), "--out",
-                          str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          str(tmp_path / "other.png")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "genome file not found" in bad.stderr
 
 

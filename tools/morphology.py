@@ -4,7 +4,7 @@
     tools/morphology.py xml GENOME.json
     tools/morphology.py mutate GENOME.json --seed S --out DIR
     tools/morphology.py stats DIR
-    tools/morphology.py image GENOME.json --out FILE.png [--size W H]
+    tools/morphology.py image GENOME.json --out FILE.png [--size W H] [--overwrite]
 
 ``sample`` and ``mutate`` write ``DIR/<id>.json`` (genome) and ``DIR/<id>.xml`` (MJCF); ``image``
 renders the body at its start pose on a floor, headless (MUJOCO_GL=egl).

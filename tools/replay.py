@@ -1,6 +1,6 @@
 """Replay a published morphology of a run, from the run folder alone.
 
-    tools/replay.py OUT_DIR ID [--video FILE] [--steps N] [--seed S] [--episodes E]
+    tools/replay.py OUT_DIR ID [--video FILE [--overwrite]] [--steps N] [--seed S] [--episodes E]
 
 Uses OUT_DIR/config.yaml (the run's env), xml/ID.xml and models/ID.pt. Prints as JSON the first
 deterministic episode (mean actions): return, reward terms, metric, length; then E episodes (5) with
@@ -12,7 +12,8 @@ FITNESS_NOTE); stderr gets the first criterion's three on one line.
 The same seed gives the same numbers; the first episode's are
 equal to `tools/train_ppo.py --eval OUT_DIR/models/ID.pt --cfg OUT_DIR/config.yaml
 --xml OUT_DIR/xml/ID.xml RNG_SEED S`. --video writes an MP4 (GIF if MP4 is unavailable) of N
-frames (default: the episode length), continuing into new episodes if the first one ends sooner.
+frames (default: the episode length), continuing into new episodes if the first one ends sooner; never
+inside OUT_DIR nor over an existing file unless --overwrite (docs/reference/commands.md#output-paths).
 """
 
 import argparse
