@@ -20,9 +20,10 @@ from derl.bench.sim_checks import Ledger, number_problems, slot_problems
 from derl.bench.sim_plan import KINDS, plan
 
 ROOT = Path(__file__).resolve().parents[1]
-# Seeds of make test, each seconds: 0 damages the genomes of published bodies, SIGKILLs a coordinator and
-# skews a node's clock a year ahead; 23 plants a lease of the largest generation; 44 plants a heartbeat from
-# the future; 55 names its OUT_DIR "run #2".
+# Seeds of make test (15-45 s each on a busy 2-core machine), each failing on 8222025 in another family of
+# docs/design/scale.md: 0 damages the genomes of published bodies, SIGKILLs a coordinator and skews a node's
+# clock a year ahead; 23 plants a lease of the largest generation; 44 plants a heartbeat from the future;
+# 55 names its OUT_DIR "run #2".
 SEEDS = (0, 23, 44, 55)
 FUZZ_FIRST = int(os.environ.get("DERL_FUZZ_FIRST_SEED") or 1000)
 FUZZ_SEEDS = range(FUZZ_FIRST, FUZZ_FIRST + int(os.environ.get("DERL_FUZZ_SEEDS") or 0))
