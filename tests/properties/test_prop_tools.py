@@ -130,7 +130,7 @@ def test_every_tool_and_subcommand_has_an_invocation():
     assert NUMBER_OPTIONS and OUTPUT_OPTIONS and OVERRIDE_TOOLS
 
 
-@settings(max_examples=examples(1, 1 / 200), phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@settings(max_examples=examples(1, 1 / 40), phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(option=st.sampled_from(NUMBER_OPTIONS), value=st.sampled_from(PAST_ANY_BOUND))
 def test_a_number_past_any_bound_is_refused_in_one_line(option, value, workspace, tmp_path_factory):
     tool, sub, flag = option
@@ -167,7 +167,7 @@ TARGETS = ["{run}/models/{id}.pt", "{run}/metadata/{id}.json", "{run}/genomes/{i
            "{run}", "{run}/published/00000000.json", "{run}/xml/{id}.xml"]
 
 
-@settings(max_examples=examples(1, 1 / 200), phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@settings(max_examples=examples(1, 1 / 40), phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(option=st.sampled_from(OUTPUT_OPTIONS), target=st.sampled_from(TARGETS))
 def test_an_output_path_on_a_runs_published_files_leaves_them_as_they_were(option, target, workspace,
                                                                           tmp_path_factory):
