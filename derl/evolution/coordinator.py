@@ -318,15 +318,17 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
         coordinator = Coordinator(cfg.EVO, run, worker_args, devices, node=cfg.NODE_ID,
                                   tensorboard=cfg.TENSORBOARD.ENABLED)
         code = coordinator.run_workers()
+    if code != 0:  # a stop or a failure, said in the log (a broken folder is not read again)
+        return code
     results = PublishedResults(run, cfg.EVO)  # what status and summary.json count: checked records
     results.refresh()
     published = len(results.by_id)
     if published >= cfg.EVO.SEARCH_SPACE_SIZE:
         see = "see summary.json" if coordinator.summary_written else "summary.json could not be written"
         log(f"search complete: {published} morphologies in {run.root} ({see})")
-    elif run.stop_requested() and code == 0:
+    elif run.stop_requested():
         log(f"stopped by {run.root / 'STOP'}: delete it and run the same command to resume")
         return EXIT_STOPPED
-    elif code == 0:
+    else:
         log(f"node {cfg.NODE_ID} has no work left; {published}/{cfg.EVO.SEARCH_SPACE_SIZE} published so far")
     return code

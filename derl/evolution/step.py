@@ -65,17 +65,21 @@ class Step:
     def _trained_body(self, child_id: str, slot: int, attempt: int, seed: int) -> tuple[TrainOutcome, dict[str, Any]]:
         """Makes the body of ``child_id`` unless its genome is there, and trains it; its outcome and genome.
 
-        A genome written over while its body trained is quarantined and the body made anew, at most
+        A genome written over while its body trained is quarantined and the body made anew; so is one
+        whose files are not all regular files once trained (an MJCF swapped for a link: ``has_genome``
+        moves it aside), since a published record stays published whatever they become. At most
         ``MAX_BODIES`` times: then ``FatalError``, never a loop without end.
         """
         for _ in range(MAX_BODIES):
             if not self.run.genomes.has_genome(child_id):
                 self._make(child_id, slot, attempt)
             outcome = self._train(child_id, seed)
-            if (genome := self._trained_genome(child_id)) is not None:
+            if (problem := self.run.genomes.files_problem(child_id)) is not None:
+                self.log(f"{child_id} is not published: {problem}; made anew")
+            elif (genome := self._trained_genome(child_id)) is not None:
                 return outcome, genome
-        raise FatalError(f"the genome of {child_id} was written over while its body trained, {MAX_BODIES} "
-                         "times in a row (see quarantine/): something else writes in OUT_DIR's genomes/")
+        raise FatalError(f"the body of {child_id} was made {MAX_BODIES} times in a row, its genome or files "
+                         "changed while it trained each time (see quarantine/): something else writes in OUT_DIR")
 
     def _make(self, child_id: str, slot: int, attempt: int) -> None:
         """Draws the body of ``child_id`` (a tournament child, or a random one in an initial slot) and writes it

@@ -148,6 +148,16 @@ class GenomeStore:
             return False
         return found is not None and self._checked_genome(morphology_id) is not None
 
+    def files_problem(self, morphology_id: str) -> str | None:
+        """Why the files of ``morphology_id`` (genome, MJCF, model, curve) cannot be published, or None: one
+        is missing or not a regular file. Checked before publishing: once published, a record stays
+        published whatever happens to them (``PublicationStore.read_metadata``)."""
+        for key in MORPHOLOGY_FILES:
+            path = morphology_file(self.run.root, key, morphology_id)
+            if (found := self.run.lstat(path)) is None or not stat.S_ISREG(found.st_mode):
+                return f"{self.run.relative(path)} is {'missing' if found is None else 'not a regular file'}"
+        return None
+
     def read_genome(self, morphology_id: str) -> dict[str, Any]:
         """The genome, parsed and checked: its bookkeeping (``schema.genome_problem``), its body held to the
         design space (``limits``, the backend's) and to the MJCF trained (``body_mark``).
