@@ -231,6 +231,8 @@ def _simulate(cluster: Cluster, deadline: float) -> tuple[list[str], list[str]]:
 def _check(cluster: Cluster, deadline: float, log: list[str]) -> list[str]:
     """The invariants after the search, then after a later start of every node."""
     plan_, out = cluster.plan, cluster.out
+    for node in range(plan_.nodes):  # a disk still full when every node ended is freed for the later start
+        cluster.free_disk(node)
     cluster.ledger.scan()
     problems = _outside(cluster) + slot_problems(out, plan_.search) + number_problems(out) + agreement_problems(out)
     for node in range(plan_.nodes):  # a later start: nothing is left to do, nothing published changes
