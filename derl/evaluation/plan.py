@@ -88,7 +88,9 @@ def cell_config(cell: Cell, out_dir: Path, overrides: Sequence[str]) -> Config:
     carried = [(f"{section}.{key}", value) for section in CARRIED_SECTIONS
                for key, value in getattr(run_cfg, section).to_dict().items()]
     carried += [(key, getattr(run_cfg, key)) for key in CARRIED_KEYS]
-    pairs = [text for key, value in carried if key not in DERIVED_KEYS for text in (key, json.dumps(value))]
+    # A text key takes the command line's text as it is; every other value goes as the JSON it reads back as.
+    pairs = [text for key, value in carried if key not in DERIVED_KEYS
+             for text in (key, value if isinstance(value, str) else json.dumps(value))]
     return load_config(EVAL_PRESETS / f"{cell.task}.yml",
                        [*pairs, *overrides, "OUT_DIR", str(out_dir), "RNG_SEED", str(cell.seed)])
 
