@@ -22,11 +22,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from derl.checked_config import BEATS_PER_LEASE
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.slot_store import Claim
 from derl.evolution.process import COORDINATOR_PID_VARIABLE, Stopped
 
-# Heartbeats at most this far apart, and at least four per lease.
+# Heartbeats at most this far apart, and at least BEATS_PER_LEASE per lease.
 HEARTBEAT_SECONDS = 30.0
 # How far ahead of the judge's "now" a file time may be and still be now (``file_age``).
 FUTURE_SLACK_SECONDS = 60.0
@@ -36,7 +37,9 @@ STATE_SECONDS = 30.0
 
 
 def heartbeat_interval(lease_seconds: float) -> float:
-    return min(HEARTBEAT_SECONDS, lease_seconds / 4)
+    """Seconds between beats: at most ``HEARTBEAT_SECONDS``, ``BEATS_PER_LEASE`` per lease (whose lower bound,
+    ``EVO.LEASE_SECONDS``'s, keeps the beats at least ``MIN_HEARTBEAT_SECONDS`` apart)."""
+    return min(HEARTBEAT_SECONDS, lease_seconds / BEATS_PER_LEASE)
 
 
 def file_age(now: float, then: float, lease_seconds: float) -> float:
