@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from derl.arguments import ArgumentParser, bounded_int
 from derl.bench.report import build_synthetic_run
 from derl.evolution.folder.run_dir import RunDir
-from derl.fileio.outputs import SEARCH_CONFIG, SEARCH_FOLDERS, OutputRefused, check_output, search_holding
 from tests.conftest import ROOT
 
 QUICK = str(ROOT / "configs" / "evo" / "quick.yml")
@@ -50,6 +48,8 @@ def run_folder(tmp_path_factory) -> Path:
 
 # ------------------------------------------------------------------ output paths
 def test_the_search_markers_are_the_run_folders_own_names(run_folder):
+    from derl.fileio.outputs import SEARCH_CONFIG, SEARCH_FOLDERS, search_holding
+
     assert set(SEARCH_FOLDERS) <= set(RunDir.FOLDERS) and RunDir(run_folder).config_path().name == SEARCH_CONFIG
     assert search_holding(run_folder / "models" / "000003.pt") == run_folder.resolve()
     assert search_holding(run_folder.parent) is None
@@ -107,6 +107,8 @@ def test_no_tool_replaces_a_file_unasked(run_folder, tmp_path, argv):
 
 
 def test_check_output_kinds(tmp_path, run_folder):
+    from derl.fileio.outputs import OutputRefused, check_output
+
     (tmp_path / "file").write_text("x")
     assert check_output(tmp_path / "new.json", "--out") == tmp_path / "new.json"
     assert check_output(tmp_path / "file", "--out", overwrite=True) == tmp_path / "file"
@@ -152,6 +154,8 @@ def test_a_negative_number_in_any_notation_is_an_override_value(tmp_path, argv):
 
 
 def test_the_shared_parser_takes_negative_numbers_but_not_unknown_flags():
+    from derl.arguments import ArgumentParser
+
     parser = ArgumentParser(prog="x")
     parser.add_argument("--cfg")
     parser.add_argument("overrides", nargs="*")
@@ -195,6 +199,8 @@ def test_every_integer_argument_of_every_tool_is_bounded_or_a_seed():
                 if any(isinstance(kind, ast.Name) and kind.id == "int" for kind in kinds) and flag not in NOT_COUNTS:
                     unbounded.append(f"{path.relative_to(ROOT)}: {flag}")
     assert unbounded == []
+    from derl.arguments import bounded_int
+
     with pytest.raises(Exception, match="out of range"):
         bounded_int(1, 10)("11")
 
