@@ -263,3 +263,16 @@ def test_a_summary_that_could_not_be_written_is_never_pointed_to(tmp_path, monke
 
     monkeypatch.setattr(coordinator, "_write_summary", full)
     assert coordinator._try_write_summary({}) is False
+
+
+def test_a_worker_stopped_by_a_signal_of_its_own_is_restarted(tmp_path):
+    """Before: a SIGTERM to the worker alone (not the node, no STOP file) ended the node with exit 0, slots
+    left unclaimed. Now the worker is restarted like one that died, and the search completes."""
+    out = tmp_path / "run"
+    coordinator = start(out, "EVO.NUM_PROCESSES", "1")
+    wait_for(lambda: (out / "fake_starts").is_dir() and any((out / "fake_starts").iterdir()), "training started")
+    worker = next(p for p in psutil.Process(coordinator.pid).children() if "derl.evolution.worker" in p.cmdline())
+    worker.send_signal(signal.SIGTERM)
+    assert coordinator.wait(timeout=DEADLINE) == 0, log_of(out)[-3000:]
+    assert_complete(out, 12)
+    assert "worker 0 stopped though no stop was asked of the node (exit 4)" in log_of(out)

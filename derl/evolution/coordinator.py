@@ -155,7 +155,7 @@ class Coordinator:
         """Handles a worker's exit; the node's exit code if the whole node must stop, else None."""
         self._kill_group(proc, signal.SIGKILL)  # processes a dead worker may leave behind
         del self.procs[worker]
-        if code in (0, EXIT_STOPPED):
+        if code == 0 or (code == EXIT_STOPPED and self.run.stop_requested()):
             log(f"worker {worker} {'finished' if code == 0 else 'stopped'}")
             return None
         if code == EXIT_FATAL:
@@ -170,7 +170,10 @@ class Coordinator:
         # A run shorter than the lease or the longest back-off is part of the same crash loop.
         healthy = max(limit, MAX_DELAY_SECONDS)
         streak = self.streaks[worker] = next_streak(self.streaks.get(worker), now, now - self.started[worker], healthy)
-        what = "stopped by a failure that is not a morphology's" if code == EXIT_ENVIRONMENT else "died"
+        # A worker stopped though neither this coordinator nor a STOP file asked (a signal sent to it alone, a
+        # job's processes signalled one by one) left its slots to nobody: restarted like one that died.
+        what = {EXIT_ENVIRONMENT: "stopped by a failure that is not a morphology's",
+                EXIT_STOPPED: "stopped though no stop was asked of the node"}.get(code, "died")
         if gives_up(streak, now, limit):
             log(f"worker {worker} {what} (exit {code}) and has been failing for {now - streak.since:.0f} s "
                 f"({streak.failures} times in a row, EVO.LEASE_SECONDS {limit:g}): stopping node "
