@@ -44,7 +44,7 @@ def test_claimers_with_the_same_host_and_pid_never_both_own_a_slot(tmp_path):
         proc.start()
     won = dict(results.get(timeout=120) for _ in procs)
     for proc in procs:
-        proc.join(timeout=30)
+        proc.join(timeout=120)
         assert proc.exitcode == 0
     a, b = (set(slots) for slots in won.values())
     print("WON", len(a), len(b))
