@@ -3,9 +3,10 @@
 - ``ArgumentParser``: its errors are one line and exit code 2 (argparse prints the usage first, a
   second line); a negative number is a value, never an option, in any notation YAML reads as a number
   (``TERRAIN.INCLINE_ANGLE -1e1``, ``-.5``, ``-inf``: argparse alone takes only ``-1`` and ``-1.5``).
-- ``bounded_int``: an argparse type for a count (``--num``, ``--seeds``, ``--resamples``): an integer held to
-  its declared range, so a count that would take memory or time without end is one line and exit 2 before
-  anything runs (docs/reference/commands.md#counts-and-override-values).
+- ``bounded_int``: an argparse type for a count (``--num``, ``--seeds``, ``--resamples``): an integer held
+  to its declared range, so a count that would take memory or time without end is one line and exit 2
+  before anything runs (docs/reference/commands.md#counts-and-override-values); ``bounded_ints`` for a
+  comma-separated list, ``bounded_float`` for a number, ``any_seed`` for a seed (RNG_SEED's range).
 """
 
 from __future__ import annotations
@@ -55,6 +56,26 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+# RNG_SEED's upper bound (derl.checked_config: Range(0, INT32_MAX)), written again: derl.config shares this floor.
+MAX_SEED = 2**31 - 1
+
+
+def bounded_float(low: float, high: float) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in ``low .. high`` (both included), else a usage error."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:  # NaN fails every comparison
+            raise argparse.ArgumentTypeError(f"{text} is out of range: give {low:,} .. {high:,}")
+        return value
+
+    parse.__name__ = "bounded float"
+    return parse
+
+
 def bounded_ints(low: int, high: int, most: int = 64) -> Callable[[str], list[int]]:
     """An argparse ``type``: comma-separated integers, each in ``low .. high``, at most ``most`` of them."""
     one = bounded_int(low, high)
@@ -67,3 +88,7 @@ def bounded_ints(low: int, high: int, most: int = 64) -> Callable[[str], list[in
 
     parse.__name__ = "bounded ints"
     return parse
+
+
+# A seed names a stream of random numbers: any integer of RNG_SEED's range (``derl.checked_config``).
+any_seed = bounded_int(0, MAX_SEED)

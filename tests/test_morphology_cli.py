@@ -61,7 +61,7 @@ def test_mutate_writes_one_child_and_stats_counts(tmp_path, capsys):
     (["xml", "missing.json"], "error: genome file not found: missing.json"),
     (["xml", "{bad}"], "{bad}: not valid JSON"),
     (["sample", "--num", "0", "--seed", "1", "--out", "x"], "argument --num: 0 is out of range: give 1 .. 100,000"),
-    (["sample", "--num", "1", "--seed", "-1", "--out", "x"], "need --num >= 1"),
+    (["sample", "--num", "1", "--seed", "-1", "--out", "x"], "argument --seed: -1 is out of range"),
     (["stats", "nowhere"], "error: not a folder: nowhere"),
     (["stats", ".", "NUM_LIMB", "3"], "error: unknown config key 'NUM_LIMB'"),
     (["stats", ".", "MAX_LIMBS", "many"], "error: config key LIMB.MAX_LIMBS expects int, got 'many'"),

@@ -175,6 +175,7 @@ def test_the_shared_parser_takes_negative_numbers_but_not_unknown_flags():
     (["tools/report.py", "{tmp}", "--video-steps", "1000000000"], "--video-steps"),
     (["tools/evaluate.py", "{tmp}", "--tasks", "patrol", "--seeds", "1000000000"], "--seeds"),
     (["tools/train_ppo.py", "--eval", "x.pt", "--episodes", "1000000000"], "--episodes"),
+    (["tools/morphology.py", "sample", "--num", "1", "--seed", "1000000000000", "--out", "{tmp}/g"], "--seed"),
 ], ids=lambda value: value if isinstance(value, str) else " ".join(value[:2]))
 def test_a_count_out_of_its_range_is_one_line_before_anything_runs(tmp_path, argv, flag):
     _refused(_tool(*(arg.format(tmp=tmp_path) for arg in argv), timeout=60), flag, "out of range")
@@ -183,13 +184,12 @@ def test_a_count_out_of_its_range_is_one_line_before_anything_runs(tmp_path, arg
 
 COUNT_FILES = [*sorted((ROOT / "tools").glob("*.py")), ROOT / "evo_single_proc.py",
                *sorted((ROOT / "derl" / "cli").glob("*.py")), *sorted((ROOT / "derl" / "bench").glob("*.py"))]
-# A seed names a stream of random numbers (any integer is one); an image's size is held to 16 .. MAX_IMAGE_SIDE
-# pixels by derl.cli.morphology.image.
-NOT_COUNTS = {"--seed", "--genome-seed", "--size"}
+# An image's size is held to 16 .. MAX_IMAGE_SIDE pixels by derl.cli.morphology.image.
+NOT_COUNTS = {"--size"}
 
 
 def test_every_integer_argument_of_every_tool_is_bounded_or_a_seed():
-    """`type=int` only for seeds; every count takes `bounded_int` (derl.arguments) or `bounded_ints`."""
+    """No `type=int`: every count takes `bounded_int` (derl.arguments) or `bounded_ints`, a seed `any_seed`."""
     unbounded = []
     for path in COUNT_FILES:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -199,10 +199,15 @@ def test_every_integer_argument_of_every_tool_is_bounded_or_a_seed():
                 if any(isinstance(kind, ast.Name) and kind.id == "int" for kind in kinds) and flag not in NOT_COUNTS:
                     unbounded.append(f"{path.relative_to(ROOT)}: {flag}")
     assert unbounded == []
-    from derl.arguments import bounded_int
+    from derl.arguments import MAX_SEED, bounded_float, bounded_int
+    from derl.config.keys import INT32_MAX
 
     with pytest.raises(Exception, match="out of range"):
         bounded_int(1, 10)("11")
+    for text in ("nan", "inf", "1e10"):
+        with pytest.raises(Exception, match="out of range"):
+            bounded_float(1, 100)(text)
+    assert MAX_SEED == INT32_MAX  # RNG_SEED's range (derl.checked_config): a tool's seed is one the config takes
 
 
 # ------------------------------------------------------------------ what a tool says

@@ -17,7 +17,7 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from derl.cli import ArgumentParser, bounded_int, run  # noqa: E402
+from derl.cli import ArgumentParser, any_seed, bounded_int, run  # noqa: E402
 from derl.fileio.outputs import OutputRefused, check_output  # noqa: E402
 
 
@@ -26,14 +26,14 @@ def main(argv: list[str]) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     sample = commands.add_parser("sample", help="random genomes, optionally mutated K times")
     sample.add_argument("--num", type=bounded_int(1, 100_000), required=True)
-    sample.add_argument("--seed", type=int, required=True)
+    sample.add_argument("--seed", type=any_seed, required=True)
     sample.add_argument("--out", type=Path, required=True)
     sample.add_argument("--mutations", type=bounded_int(0, 1000), default=0)
     xml = commands.add_parser("xml", help="print the MJCF of a saved genome")
     xml.add_argument("genome", type=Path)
     mutate = commands.add_parser("mutate", help="write one mutated child of a saved genome")
     mutate.add_argument("genome", type=Path)
-    mutate.add_argument("--seed", type=int, required=True)
+    mutate.add_argument("--seed", type=any_seed, required=True)
     mutate.add_argument("--out", type=Path, required=True)
     stats = commands.add_parser("stats", help="limb and DoF histograms, unique structures")
     stats.add_argument("dir", type=Path)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from derl.cli import ArgumentParser, bounded_int, run  # noqa: E402
+from derl.cli import ArgumentParser, any_seed, bounded_int, run  # noqa: E402
 from derl.fileio.outputs import OutputRefused, check_output  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--video", type=Path, help="write a video of the policy here (.mp4 or .gif), outside OUT_DIR")
     parser.add_argument("--overwrite", action="store_true", help="replace the --video file if it exists")
     parser.add_argument("--steps", type=bounded_int(1, 1_000_000), help="episode length (default: ENV.EPISODE_LENGTH)")
-    parser.add_argument("--seed", type=int, help="env seed (default: the run's RNG_SEED)")
+    parser.add_argument("--seed", type=any_seed, help="env seed (default: the run's RNG_SEED)")
     parser.add_argument("--episodes", type=bounded_int(0, 10_000), default=5,
                         help="episodes with mean actions and with sampled actions, for the spread (0: the first only)")
     args = parser.parse_args(argv)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from derl.cli import ArgumentParser, bounded_int, run  # noqa: E402
+from derl.cli import ArgumentParser, any_seed, bounded_int, run  # noqa: E402
 from derl.fileio.outputs import OutputRefused, check_output  # noqa: E402
 
 
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> None:
                         help="fraction of the final fitness for the learning-speed (Baldwin) plot")
     parser.add_argument("--video-steps", type=bounded_int(1, 100_000), default=200, help="frames of each top-K video")
     parser.add_argument("--no-media", action="store_true", help="no body pictures or videos (no rendering)")
-    parser.add_argument("--seed", type=int, help="replay seed of the videos (default: the run's RNG_SEED)")
+    parser.add_argument("--seed", type=any_seed, help="replay seed of the videos (default: the run's RNG_SEED)")
     args = parser.parse_args(argv)
     try:  # derl.fileio.outputs: inside a run folder only its own report/
         check_output(args.out or args.out_dir / "report", "--out", folder=True, own=args.out_dir / "report")

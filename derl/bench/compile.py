@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from derl.arguments import bounded_int
+from derl.arguments import any_seed, bounded_float, bounded_int
 from derl.bench.cases import genome_files, sampled_in_turns, world_model
 from derl.bench.children import ChildError, run_json, serve
 from derl.checked_config import load_config
@@ -81,16 +81,18 @@ OUTPUTS = {"cache": "folder"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--genomes", type=Path, help="a folder of genome JSON files (a run's genomes/)")
-    parser.add_argument("--sample", type=bounded_int(1, 100_000), help="or: this many random genomes")
-    parser.add_argument("--seed", type=int, default=0, help="--sample: the first seed (one more per --mutations value)")
+    parser.add_argument("--sample", type=bounded_int(0, 100_000), help="or: this many random genomes")
+    parser.add_argument("--seed", type=any_seed, default=0,
+                        help="--sample: the first seed (one more per --mutations value)")
     parser.add_argument("--mutations", default="0",
                         help="--sample: mutations per genome, comma-separated values taking turns (0,4,8)")
     parser.add_argument("--cfg", type=Path, default=evo_preset("ft"), help="the bodies' config (default: ft.yml)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="warp's device")
-    parser.add_argument("--nworld", type=bounded_int(1, 1_000_000), default=8, help="worlds of each body")
+    parser.add_argument("--nworld", type=bounded_int(0, 1_000_000), default=8, help="worlds of each body")
     parser.add_argument("--cache", type=Path,
                         help="warp's cache folder, new or empty; kept afterwards (default: a temporary one, removed)")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds one body's process may take")
+    parser.add_argument("--timeout", type=bounded_float(1, 604_800), default=1800,
+                        help="seconds one body's process may take")
 
 
 def collision_pairs(pair_counts: Sequence[int], type_names: Sequence[str]) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
-from derl.arguments import bounded_int
+from derl.arguments import any_seed, bounded_int
 from derl.bench.cases import env_configs, morphology_seeds, seeded_body
 from derl.bench.stats import median
 from derl.checked_config import load_config
@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads that step them (VECENV.THREADS)")
     parser.add_argument("--resets", type=bounded_int(0, 10_000), default=3,
                         help="timed resets of every env per morphology")
-    parser.add_argument("--seed", type=int, default=0, help="first morphology seed")
+    parser.add_argument("--seed", type=any_seed, default=0, help="first morphology seed")
     parser.add_argument("--seeds", help="comma-separated morphology seeds instead of --seed and --morphologies")
     parser.add_argument("--xml", help="comma-separated unimal MJCF files instead of sampled morphologies (e.g. "
                                       "tools/morphology.py sample output); the actions' seeds count from --seed")

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from derl.analysis import plots
-from derl.arguments import bounded_int, bounded_ints
+from derl.arguments import any_seed, bounded_int, bounded_ints
 from derl.bench.agreement import agreement, bootstrap, seed_agreement
 from derl.bench.cases import genome_files
 from derl.bench.cells import (
@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bodies = parser.add_mutually_exclusive_group()
     bodies.add_argument("--genomes", type=Path, help="a folder of genome JSON files (every one is trained)")
     bodies.add_argument("--sample", type=bounded_int(1, 10_000), default=8, help="K random bodies (default 8)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the sampled bodies")
+    parser.add_argument("--seed", type=any_seed, default=1, help="seed of the sampled bodies")
     parser.add_argument("--mutations", type=bounded_ints(0, 1000), default=[0, 2, 4, 6],
                         help="mutations of the sampled bodies, in turn (default 0,2,4,6)")
     parser.add_argument("--reference", type=Path, default=evo_preset("ft"))

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.arguments import bounded_int
+from derl.arguments import any_seed, bounded_int
 from derl.bench.cases import ft_model, seeded_genome
 from derl.bench.gpu_rows import EndToEnd
 from derl.bench.gpu_verdicts import (
@@ -100,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="env steps of the overflow tally (default 1000)")
     parser.add_argument("--sync-steps", type=bounded_int(1, 10**7), default=None,
                         help="env steps watched for host syncs (default 200)")
-    parser.add_argument("--seed", type=int, default=0, help="the FT body's seed")
+    parser.add_argument("--seed", type=any_seed, default=0, help="the FT body's seed")
     parser.add_argument("--quick", action="store_true",
                         help="about 10 minutes on a GPU (default about 30; see the description): shorter "
                              "trainings, one new morphology, bench fidelity on 4 bodies at 0.1 of the budgets; "

@@ -36,7 +36,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from derl.arguments import bounded_int
+from derl.arguments import any_seed, bounded_int
 from derl.bench.cases import FT_GENOME_SEED, task_config, unimal_case
 from derl.bench.children import run_json
 from derl.bench.stats import over_seeds, paired_median
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "task config .yml) and/or Gymnasium env ids")
     parser.add_argument("--xml", type=Path,
                         help="unimal MJCF for the unimal cases (default: a seeded random genome)")
-    parser.add_argument("--genome-seed", type=int, default=FT_GENOME_SEED,
+    parser.add_argument("--genome-seed", type=any_seed, default=FT_GENOME_SEED,
                         help="seed of the unimal cases' random genome (random_genome under the case's config)")
     parser.add_argument("--iters", type=bounded_int(1, 100_000), default=10,
                         help="PPO iterations per speed run (4096 steps each)")

@@ -32,7 +32,7 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
-from derl.arguments import bounded_int
+from derl.arguments import any_seed, bounded_int
 from derl.bench.cases import ft_model
 from derl.checked_config import load_config
 from derl.config import ConfigError
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"timed env steps ({FRAME_SKIP} substeps each)")
     parser.add_argument("--threads", type=bounded_int(1, 1024), default=usable_cores(),
                         help="threads of mujoco.batch.Batch (default: all usable cores)")
-    parser.add_argument("--seed", type=int, default=0, help="the benchmark morphology's seed")
+    parser.add_argument("--seed", type=any_seed, default=0, help="the benchmark morphology's seed")
     parser.add_argument("--new-morphologies", type=bounded_int(0, 100_000), default=2,
                         help="warp: bodies of the following seeds built after the first (0: none)")
 

@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from derl.arguments import EXIT_USAGE, ArgumentParser, bounded_int
+from derl.arguments import EXIT_USAGE, ArgumentParser, any_seed, bounded_int
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "ArgumentParser", "bounded_int", "run"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "ArgumentParser", "any_seed", "bounded_int", "run"]
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
