@@ -6,6 +6,8 @@
   (``open_folder``, ``make_folders``, ``confine_writes``).
 - ``writes``: atomic writes through a folder's descriptor (``atomic_write_bytes``/``_text``,
   ``write_json``) and exclusive creation (``create_exclusive``).
+- ``outputs``: where a tool may write (``check_output``): never inside a search's folder but its own
+  documented place, never over a file unasked, never a path that is not UTF-8.
 
 Every file another process may read is written to a temporary file in the same
 folder, flushed to disk, then renamed over the target with ``os.replace``: a
