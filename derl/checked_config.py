@@ -287,7 +287,8 @@ def check_arrays_fit_here(cfg: Config) -> None:
     total, ppo = psutil.virtual_memory().total, cfg.PPO
     patch = patch_values(cfg.world)
     if cfg.SIM.BACKEND == "mujoco" and (need := rollout_bytes(ppo.TIMESTEPS, ppo.NUM_ENVS, 1 + patch, 1)) > total:
-        per_step, keys, patch_keys = need // (ppo.TIMESTEPS * ppo.NUM_ENVS), ("PPO.NUM_ENVS", "PPO.TIMESTEPS"), ""
+        per_step, patch_keys = need // (ppo.TIMESTEPS * ppo.NUM_ENVS), ""
+        keys: tuple[str, ...] = ("PPO.NUM_ENVS", "PPO.TIMESTEPS")
         if patch:
             keys = ("HFIELD.OBS_SIZE", "HFIELD.NUM_DIVS", *keys)
             patch_keys = (f" with HFIELD.OBS_SIZE {list(cfg.HFIELD.OBS_SIZE)} at HFIELD.NUM_DIVS {cfg.HFIELD.NUM_DIVS} "

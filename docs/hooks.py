@@ -2,7 +2,8 @@
 
 ``docs/reference/config.md`` holds the marker line ``<!-- config-keys -->``; the build replaces it with
 the table of every flattened key of ``derl.checked_config.Config`` from its one declaration in the
-section that holds it (default, type, meaning), so the page cannot drift from the code. ``tests/test_docs.py`` checks the table.
+section that holds it (default, type, the range of its numbers, meaning), so the page cannot drift from
+the code. ``tests/test_docs.py`` checks the table.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ def config_table() -> str:
         head = doc.key.split(".")[0] if "." in doc.key else "Top level"
         if head != section:
             section = head
-            lines += ["", f"## {section}", "", "| key | default | type | meaning |", "|---|---|---|---|"]
+            lines += ["", f"## {section}", "", "| key | default | type | values | meaning |", "|---|---|---|---|---|"]
         default = json.dumps(doc.default) if not isinstance(doc.default, str) else doc.default
-        lines.append(f"| `{doc.key}` | `{_cell(default)}` | {doc.type} | {_cell(doc.meaning)} |")
+        values = f"`{doc.allowed.text()}`" if doc.allowed is not None else ""
+        lines.append(f"| `{doc.key}` | `{_cell(default)}` | {doc.type} | {values} | {_cell(doc.meaning)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -17,7 +17,10 @@ from derl.envs.config import WorldCfg
 from derl.envs.observations import HeightPatch, patch_axes
 from derl.envs.terrain_bank import bank_size
 
-CELL_BYTES = 4  # float32 heights, int32 offsets
+CELL_BYTES = 4  # float32 heights
+# The patch's offsets per heading and cell are computed from int64 rows and columns and their product with the
+# map's width, three arrays alive at once (``HeightPatch.__init__``), before they are kept as int32.
+TABLE_BYTES_PER_CELL = 3 * 8
 # The least cells per side of the observed patch: 0 or 1 makes its log-spaced offsets 0 / 0.
 MIN_PATCH_CELLS = 2
 
@@ -65,8 +68,9 @@ def world_arrays(world: WorldCfg, num_envs: int) -> list[WorldArray]:
     if cells:
         ahead_x, left_y = patch_axes(world.HFIELD.OBS_SIZE, divs)
         reach = math.ceil(math.hypot(abs(ahead_x).max(), abs(left_y).max()))
+        table = HeightPatch.YAW_BINS * cells * TABLE_BYTES_PER_CELL
         arrays.append(WorldArray(f"height-field patch offsets ({HeightPatch.YAW_BINS} headings x {cells} cells)",
-                                 ("HFIELD.OBS_SIZE", "HFIELD.NUM_DIVS"), HeightPatch.YAW_BINS * cells * CELL_BYTES))
+                                 ("HFIELD.OBS_SIZE", "HFIELD.NUM_DIVS"), table))
     modules = world.ENV.MODULES
     if cells or "Bowl" in modules or "Terrain" in modules:
         half_x, half_y = float(world.TERRAIN.SIZE[0]), float(world.TERRAIN.SIZE[1])

@@ -45,6 +45,7 @@ from derl.ppo.rollout import env_device
 from derl.ppo.trainer import TrainResult, max_iterations, train
 from derl.progress import progress_bar
 from derl.training.envs import env_factory
+from derl.training.faults import FiniteTraining, config_faults
 
 CHECKPOINT_FILE = "model.pt"
 METRICS_LINES_FILE = "metrics.jsonl"
@@ -201,6 +202,10 @@ def train_to_folder(
     A resume of a finished training returns its saved result and writes nothing
     (``finished_result``); a run stopped by a callback keeps its checkpoint and gets no
     ``metrics.json``. With ``TENSORBOARD.ENABLED``, rank 0 writes ``out_dir/tensorboard/``.
+
+    Raises:
+        ConfigError: a reward or loss stopped being finite, or memory ran out (``derl.training.faults``): the
+            keys to change, the last checkpoint (if any) the iteration before.
     """
     factory = env_factory(cfg.world, source)
     info = RankInfo.from_environ()
@@ -219,7 +224,7 @@ def train_to_folder(
             if cfg.TENSORBOARD.ENABLED:
                 own.append(TensorBoard(out_dir / TENSORBOARD_DIR))
         try:
-            with counted_warnings(f"training {out_dir}"):
+            with counted_warnings(f"training {out_dir}"), config_faults(cfg.world, cfg.PPO):
                 result = train(
                     cfg.trainer,
                     factory,
@@ -227,7 +232,7 @@ def train_to_folder(
                     checkpoint_path=out_dir / CHECKPOINT_FILE,
                     metrics_path=out_dir / METRICS_LINES_FILE,
                     resume=resume,
-                    callbacks=[*callbacks, *own],
+                    callbacks=[FiniteTraining(cfg.world), *callbacks, *own],
                     comm=comm,
                 )
         finally:
