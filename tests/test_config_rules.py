@@ -157,6 +157,29 @@ def test_joint_ranges_and_axes_the_reader_refuses_are_refused_by_the_config():
         load_config(None, ["BODY.JOINT_ANGLE_LIST", "[[0, 720]]"])
 
 
+def test_an_empty_joint_range_is_refused_by_the_config_and_the_reader_as_mujoco_refuses_it():
+    from derl.morphology import Genome, GenomeError, random_genome
+
+    with pytest.raises(ConfigError, match=r"^config key BODY.JOINT_ANGLE_LIST must hold \[low, high\] pairs"):
+        load_config(None, ["BODY.JOINT_ANGLE_LIST", "[[30, 30]]"])
+    genome = random_genome(load_config().unimal, np.random.default_rng(0), "g0")
+    group = genome.groups[0]
+    empty = dataclasses.replace(group, joints=(dataclasses.replace(group.joints[0], range=(30, 30)),))
+    with pytest.raises(GenomeError, match=r"joint range \[30, 30\] must have its low end below its high end"):
+        Genome.from_json(dataclasses.replace(genome, groups=(empty, *genome.groups[1:])).to_json())
+
+
+def test_a_genome_number_past_the_float_range_is_a_genome_error():
+    import json
+
+    from derl.morphology import Genome, GenomeError, random_genome
+
+    data = json.loads(random_genome(load_config().unimal, np.random.default_rng(0), "g0").to_json())
+    for unimal in (None, load_config().unimal):
+        with pytest.raises(GenomeError, match=r"^genome field head_radius must be a number in float range"):
+            Genome.from_json(json.dumps({**data, "head_radius": 10**400}), unimal)
+
+
 # --- the memory check at load ------------------------------------------------------------------------------
 
 @pytest.fixture

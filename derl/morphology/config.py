@@ -58,9 +58,9 @@ class BodyCfg(Section):
 
     def check(self) -> None:
         pairs = self.JOINT_ANGLE_LIST
-        if not pairs or any(len(pair) != 2 or pair[0] > pair[1] for pair in pairs):
-            raise ConfigError(f"config key BODY.JOINT_ANGLE_LIST must hold [low, high] pairs in degrees, low not "
-                              f"above high, got {[list(pair) for pair in pairs]}", "BODY.JOINT_ANGLE_LIST")
+        if not pairs or any(len(pair) != 2 or pair[0] >= pair[1] for pair in pairs):  # as the genome reader
+            raise ConfigError(f"config key BODY.JOINT_ANGLE_LIST must hold [low, high] pairs in degrees, low below "
+                              f"high, got {[list(pair) for pair in pairs]}", "BODY.JOINT_ANGLE_LIST")
         if not self.JOINT_AXIS:
             raise ConfigError("config key BODY.JOINT_AXIS is empty", "BODY.JOINT_AXIS")
 

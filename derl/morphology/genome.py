@@ -257,6 +257,9 @@ def _optional(value: Any, kind: type, name: str) -> Any:
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise GenomeError(f"genome field {name} must be a number, got {value!r}")
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:  # float() of it overflows
+        raise GenomeError(f"genome field {name} must be a number in float range, got an integer of "
+                          f"{value.bit_length()} bits")
     return value
 
 
@@ -325,6 +328,8 @@ def check_id(value: str, name: str = "id") -> str:
 
 # The physical bounds of every value the MJCF builder uses are the design space keys' own (``SIZE``,
 # ``DENSITY``, ``GEAR``, ``ANGLE`` of ``derl.morphology.config``): a config can only draw bodies they accept.
+# An integer of more bits has no float (float(2**1024) overflows): a JSON number such as 10**400 is refused.
+MAX_INT_BITS = 1000
 MAX_LIMB_ID = 2**31 - 1  # ids are never reused, so next_limb_id grows along a lineage, 2 at most a mutation
 
 
@@ -351,9 +356,9 @@ def _check_values(genome: Genome) -> None:
                               f"{value!r}")
     for group in genome.groups:
         for joint in group.joints:
-            if joint.range[0] > joint.range[1]:
+            if joint.range[0] >= joint.range[1]:  # MuJoCo refuses an empty range
                 raise GenomeError(f"genome {genome.id}: limb group {list(group.ids)} joint range "
-                                  f"{list(joint.range)} is reversed")
+                                  f"{list(joint.range)} must have its low end below its high end")
 
 
 def _in_span(value: float, values: Sequence[float]) -> bool:
