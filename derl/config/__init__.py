@@ -9,7 +9,9 @@ the sections together into the whole tree (``Config``) and loads it; only entry 
 A config is loaded from optional YAML files, then overridden by ``KEY VALUE`` pairs from the command
 line, then built once into its typed tree. Keys are either full dotted names (``EVO.NUM_PROCESSES``)
 or unambiguous leaf names (``NUM_PROCESSES``). ``1e6`` is accepted for an integer key when it is a
-whole number. Derived keys (``PPO.MAX_ITERS``) are computed by their section, never set by hand.
+whole number; a text key takes the command line's text as it is. Every number has a ``Range`` with both
+ends finite, every text is one line of UTF-8 (``check_keys``).
+Derived keys (``PPO.MAX_ITERS``) are computed by their section, never set by hand.
 
 This module is the ground floor: it imports no other part of derl::
 
