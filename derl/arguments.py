@@ -35,6 +35,21 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"error: {message} (see {self.prog} --help)\n")
 
+    def parse_with_overrides(self, argv: list[str]) -> argparse.Namespace:
+        """``parse_args`` where ``KEY VALUE`` pairs after an option join ``overrides`` too.
+
+        argparse fills a ``nargs="*"`` positional once, with the words before the first option, and
+        ``parse_intermixed_args`` takes no subcommands: ``image G.json --out b.png KEY VALUE`` would
+        leave ``KEY VALUE`` over. Words left over that are not flags are appended to ``overrides``.
+        """
+        args, extra = self.parse_known_args(argv)
+        flags = [word for word in extra if word.startswith("-") and not _NEGATIVE_NUMBER.match(word)]
+        if flags or (extra and not isinstance(getattr(args, "overrides", None), list)):
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        if extra:
+            args.overrides = [*args.overrides, *extra]
+        return args
+
 
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer in ``low .. high`` (both included), else a usage error naming the range.

@@ -153,6 +153,15 @@ def test_a_negative_number_in_any_notation_is_an_override_value(tmp_path, argv):
     assert not (tmp_path / "run").exists()
 
 
+def test_overrides_may_follow_a_subcommands_options(tmp_path):
+    """`tools/morphology.py xml G.json --cfg F KEY VALUE` left `KEY VALUE` over (`unrecognized arguments`)."""
+    made = _tool("tools/morphology.py", "sample", "--num", "1", "--seed", "0", "--out", str(tmp_path), "--cfg", QUICK)
+    genome = made.stdout.split()[0]
+    done = _tool("tools/morphology.py", "xml", genome, "--cfg", QUICK, "TERRAIN.INCLINE_ANGLE", "-1e1")
+    assert done.returncode == 0 and done.stdout.startswith("<mujoco"), done.stderr
+    _refused(_tool("tools/morphology.py", "xml", genome, "--cfg", QUICK, "--bogus", "1"), "unrecognized arguments")
+
+
 def test_the_shared_parser_takes_negative_numbers_but_not_unknown_flags():
     from derl.arguments import ArgumentParser
 

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
     for sub in (sample, xml, mutate, stats, image):
         sub.add_argument("--cfg", help="YAML config file")
         sub.add_argument("overrides", nargs="*", metavar="KEY VALUE", help="config overrides")
-    args = parser.parse_args(argv)
+    args = parser.parse_with_overrides(argv)  # KEY VALUE pairs may follow the options too
     try:  # derl.fileio.outputs: never inside a run folder, never over a file unasked
         if args.command in ("sample", "mutate", "image"):
             check_output(args.out, "--out", args.command == "image" and args.overwrite, folder=args.command != "image")
