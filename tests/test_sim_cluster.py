@@ -1,9 +1,9 @@
 """The simulated cluster (``derl.bench.cluster``): real coordinators and workers on one folder, instant
 training, faults drawn from a seed, invariants checked after each search.
 
-A few seeds run here in ``make test``; ``make fuzz`` runs hundreds through ``test_a_fuzzed_seed_keeps_every_invariant``
-(``DERL_FUZZ_SEEDS=200``, from ``DERL_FUZZ_FIRST_SEED``, default 1000). A failing seed names the command that
-reproduces it (``tools/bench.py cluster --seed N --keep DIR``).
+A few seeds run here in ``make test``; ``make fuzz`` (``-m fuzz``) runs hundreds through
+``test_a_fuzzed_seed_keeps_every_invariant`` (``DERL_FUZZ_SEEDS``, 200 there, from ``DERL_FUZZ_FIRST_SEED``,
+default 1000). A failing seed names the command that reproduces it (``tools/bench.py cluster --seed N --keep DIR``).
 """
 
 import json
@@ -34,11 +34,13 @@ def _assert_invariants(seed: int, where: Path) -> None:
     assert not problems, f"seed {seed}: {problems}\nreproduce: {reproduce_command(seed)}\nlog: {log}"
 
 
+@pytest.mark.fuzz
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_simulated_search_keeps_every_invariant_under_its_faults(seed, tmp_path):
     _assert_invariants(seed, tmp_path)
 
 
+@pytest.mark.fuzz
 @pytest.mark.parametrize("seed", FUZZ_SEEDS)
 def test_a_fuzzed_seed_keeps_every_invariant(seed, tmp_path):
     _assert_invariants(seed, tmp_path)
