@@ -276,3 +276,41 @@ def test_a_worker_stopped_by_a_signal_of_its_own_is_restarted(tmp_path):
     assert coordinator.wait(timeout=DEADLINE) == 0, log_of(out)[-3000:]
     assert_complete(out, 12)
     assert "worker 0 stopped though no stop was asked of the node (exit 4)" in log_of(out)
+
+
+# What grows with the search is read once: a step reads what is new, never the whole folder.
+def test_a_step_reads_the_records_published_since_its_last_look_without_listing_a_folder(tmp_path, monkeypatch):
+    """Before: every tournament and every publication listed ``metadata/`` (and ``published/``): O(n) per
+    publication, O(n^2) in all. Now a step probes the numbers from the lowest it has not seen."""
+    from derl.checked_config import load_config
+    from derl.evolution.results import PublishedResults
+
+    evo = load_config(None, ["EVO.SEARCH_SPACE_SIZE", "24", "EVO.INIT_POPULATION_SIZE", "4", "EVO.AGING_WINDOW_SIZE",
+                             "4", "EVO.SELECTION_CRITERIA", "[__reward__forward]", "EVO.SELECTION_CRITERIA_OBJ",
+                             "[-1]"]).EVO
+    run = search_run(tmp_path)
+    results = PublishedResults(run, evo)
+    for name in ("000000", "000001"):
+        run.publications.publish(published_record(run, name))
+    results.refresh()  # the first look lists the folders
+    assert sorted(results.by_id) == ["000000", "000001"] and results.next_number == 2
+    gap = published_record(run, "000002")  # number 2 taken, its metadata not written yet (or its taker died)
+    run.publications.publish(published_record(run, "000003"))
+    listed = []
+    monkeypatch.setattr(run, "names", lambda folder, suffix=".json": listed.append(folder) or [])
+    results.refresh_new()
+    assert sorted(results.by_id) == ["000000", "000001", "000003"] and results.pending == {2: "000002"}
+    run.publications.publish(gap)
+    results.refresh_new()
+    assert sorted(results.by_id) == ["000000", "000001", "000002", "000003"] and results.pending == {}
+    assert results.next_number == 4 and not {"metadata", "published"} & set(listed)  # leases/: a slot's claim
+    assert run.publications.take_publication_number("000004", 0, 0, results.next_number) == 4
+
+
+def test_a_search_whose_init_wait_timeout_is_zero_finishes(tmp_path):
+    """Before: ``EVO.INIT_WAIT_TIMEOUT 0`` (other nodes' wait for node 0's drawing) failed node 0's own worker
+    waiting for its neighbour's initial morphology: exit 3. Now the workers' wait is bounded by progress."""
+    out = tmp_path / "run"
+    node = start(out, "EVO.SEARCH_SPACE_SIZE", "6", "EVO.INIT_WAIT_TIMEOUT", "0", iterations=4)
+    assert node.wait(timeout=DEADLINE) == 0, log_of(out)[-3000:]
+    assert_complete(out, 6)

@@ -11,6 +11,7 @@ import numpy as np
 
 from derl.checked_config import EvoCfg
 from derl.evolution import selection
+from derl.evolution.folder.publication_store import lowest_free
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules
 from derl.evolution.population import num_initial_slots, parse_id, search_kind
@@ -31,12 +32,52 @@ class PublishedResults:
         self.rules = RecordRules.of(evo)
         self.by_id: dict[str, dict[str, Any]] = {}
         self.unavailable: set[str] = set()
+        # Every publication number below next_number was seen taken (numbers are never removed); pending:
+        # those of them whose record was not published yet (being written, or a gap a dead worker left).
+        self.next_number = 0
+        self.pending: dict[int, str] = {}
+        self.refreshed = False
 
     def refresh(self) -> None:
+        """Reads every published record not read yet: a listing of ``metadata/`` (and of ``published/``, for
+        ``refresh_new``), so a record behind a missing number is found too. For the waits and the summary."""
         publications = self.run.publications
         for morphology_id in publications.published_ids():
             if morphology_id not in self.by_id and (metadata := publications.read_metadata(morphology_id, self.rules)):
                 self.by_id[morphology_id] = metadata  # None: quarantined meanwhile
+        numbers = publications.taken_numbers()  # listed after metadata/: a record missed is pending below
+        known = {record["publication"] for record in self.by_id.values()}
+        self.next_number = max(self.next_number, lowest_free(numbers))
+        for number in sorted(numbers - known - set(self.pending)):
+            if number < self.next_number and (taker := publications.taken_id(number)) is not None:
+                self.pending[number] = taker
+        self._read_pending()
+        self.refreshed = True
+
+    def refresh_new(self) -> None:
+        """Reads the records published since the last refresh, at the cost of what is new: the numbers from
+        ``next_number`` up to the first free one (``PublicationStore.taken_from``), and the few pending.
+
+        In a folder derl wrote the numbers taken are ``0 .. n - 1``, each record's among them, so this
+        finds what ``refresh`` finds; a record behind a number someone removed waits for the next
+        ``refresh`` (the scheduler's waits). What a tournament draws from and a publication takes per
+        step, without listing a folder that grows with the search.
+        """
+        if not self.refreshed:
+            self.refresh()
+            return
+        found = self.run.publications.taken_from(self.next_number)
+        self.next_number += len(found)
+        self.pending.update({number: morphology_id for number, morphology_id in found.items() if morphology_id})
+        self._read_pending()
+
+    def _read_pending(self) -> None:
+        for number, morphology_id in list(self.pending.items()):
+            if morphology_id not in self.by_id and \
+                    (metadata := self.run.publications.read_metadata(morphology_id, self.rules)) is not None:
+                self.by_id[morphology_id] = metadata
+            if morphology_id in self.by_id:
+                del self.pending[number]
 
     def count_slots_below(self, limit: int) -> int:
         """Published morphologies in slots below ``limit`` (``num_initial_slots``: the initial ones)."""

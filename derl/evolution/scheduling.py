@@ -192,10 +192,21 @@ class Scheduler:
         return None
 
     def _wait_for_initial_population(self) -> None:
+        """Waits until every initial slot is published (tournaments draw from them), filling a dead node's.
+
+        Other workers train the slots, and the leases hand a silent owner's to this one, so the wait
+        ends; its bound is on progress: ``FatalError`` once no initial morphology was published for
+        ``max(EVO.INIT_WAIT_TIMEOUT, EVO.LEASE_SECONDS)`` (a timeout of 0, other nodes' wait for node 0's
+        drawing, never fails a worker whose neighbours are still training).
+        """
         size = num_initial_slots(self.evo)
-        deadline = time.monotonic() + self.evo.INIT_WAIT_TIMEOUT
+        patience = max(self.evo.INIT_WAIT_TIMEOUT, self.lease_seconds)
+        deadline = time.monotonic() + patience
         self.results.refresh()
+        last = self.results.count_slots_below(size)
         while (published := self.results.count_slots_below(size)) < size:
+            if published > last:
+                last, deadline = published, time.monotonic() + patience
             done = {parse_id(morphology_id)[0] for morphology_id in self.results.by_id}
             if self._help_unfinished(slot for slot in range(size) if slot not in done):  # a dead node's slots
                 self.results.refresh()
@@ -203,8 +214,9 @@ class Scheduler:
             status = f"waiting for the initial population ({published}/{size})"
             self.state.write(slot=None, id=None, status=status)
             if time.monotonic() > deadline:
-                raise FatalError(f"initial population still incomplete ({published}/{size}) after "
-                                 f"EVO.INIT_WAIT_TIMEOUT={self.evo.INIT_WAIT_TIMEOUT} s")
+                raise FatalError(f"initial population still incomplete ({published}/{size}): none published for "
+                                 f"{patience:g} s (EVO.INIT_WAIT_TIMEOUT {self.evo.INIT_WAIT_TIMEOUT}, "
+                                 f"EVO.LEASE_SECONDS {self.lease_seconds:g})")
             self.stop.check()
             time.sleep(INIT_POLL_SECONDS)
             self.results.refresh()

@@ -104,7 +104,7 @@ class Step:
     def _tournament(self, rng: np.random.Generator) -> dict[str, Any]:
         """The genome of the parent that ``EVO.TOURNAMENT_TYPE`` chooses among the published morphologies
         (a parent whose genome was quarantined leaves the pool: ``PublishedResults.select_parent``)."""
-        self.results.refresh()
+        self.results.refresh_new()
         return self.results.select_parent(self.evo, rng)
 
     def _train(self, morphology_id: str, seed: int) -> TrainOutcome:
@@ -145,11 +145,12 @@ class Step:
         # resumed worker finds the finished checkpoint and takes a new number.
         if not self.stop.still_ours():
             raise SlotLost
+        self.results.refresh_new()  # every number below next_number is taken: the lowest free is tried first
         try:
-            publication = self.run.publications.take_publication_number(morphology_id, self.node, self.worker)
+            publication = self.run.publications.take_publication_number(morphology_id, self.node, self.worker,
+                                                                         self.results.next_number)
         except RuntimeError as err:  # every number of the range taken: the folder's problem, never the body's
             raise FatalError(str(err)) from None
-        self.results.refresh()
         device = self.training.trainer.DEVICE  # the coordinator gives each worker a concrete device
         record = PublishedRecord(
             id=morphology_id, parent_id=genome.get("parent_id"),

@@ -110,7 +110,39 @@ class PublicationStore:
         name = self.run.relative(self.slots.lease_path(slot, claim.lease))
         return f"is in slot {slot}, whose claim {name} names {claim.id}"
 
-    def take_publication_number(self, morphology_id: str, node: int, worker: int) -> int:
+    def taken_numbers(self) -> set[int]:
+        """Every publication number of the search's range taken (a listing of ``published/``)."""
+        return {int(name) for name in self.run.names("published")}  # a damaged record's number stays taken
+
+    def taken_id(self, number: int) -> str | None:
+        """The morphology ``published/<number>.json`` gives its number to; None if missing or damaged."""
+        return self.taken_from(number, number + 1).get(number)
+
+    def taken_from(self, start: int, stop: int | None = None) -> dict[int, str | None]:
+        """The numbers taken from ``start`` up to the first free one (or ``stop``), each with the morphology
+        its record names (None: damaged), by looking at ``published/<n>.json`` one by one in one descriptor
+        of the folder: the cost of what is new since ``start``, never a listing of the folder."""
+        folder = self.run.root / "published"
+        stop = min(stop or schema.max_publications(self.search_space_size),
+                   schema.max_publications(self.search_space_size))
+        found: dict[int, str | None] = {}
+        try:
+            with self.run.open_dir(folder) as descriptor:
+                for number in range(start, stop):
+                    try:
+                        taken = read_json(folder / f"{number:08d}.json", dir_fd=descriptor)
+                    except FileNotFoundError:
+                        break
+                    except JsonFileError:
+                        taken = None
+                    found[number] = taken["id"] if schema.published_problem(taken) is None else None
+        except FileNotFoundError:
+            pass
+        except NotAFolder as err:
+            self.run.refuse(err)
+        return found
+
+    def take_publication_number(self, morphology_id: str, node: int, worker: int, start: int | None = None) -> int:
         """The lowest free publication number, taken by creating ``published/<n>.json`` exclusively.
 
         Numbers are unique on every node (exclusive creation) and need no clock. Every process takes
@@ -122,14 +154,16 @@ class PublicationStore:
         never force the next out of it). Only numbers of the search's range count
         (``schema.max_publications``: a planted name out of it is quarantined by the listing).
         A number whose taker died before writing its metadata stays taken and unused (a gap):
-        the morphology takes a new number when it is published again.
+        the morphology takes a new number when it is published again. ``start``: the lowest free number
+        the caller knows of (every number below it taken: ``PublishedResults.next_number``), tried first,
+        so the folder is not listed.
 
         Raises:
             RuntimeError: every number of the range is taken (100 takes per slot: the folder is broken).
         """
         folder = self.run.root / "published"
-        taken = {int(name) for name in self.run.names("published")}  # a damaged record's number stays taken
-        number = lowest_free(taken)
+        taken = self.taken_numbers() if start is None else set()
+        number = lowest_free(taken, start or 0)
         record = {"id": morphology_id, "node": node, "worker": worker}
         limit = schema.max_publications(self.search_space_size)
         while number < limit and not self.run.create_json(folder / f"{number:08d}.json", record):
