@@ -37,6 +37,7 @@ from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published,
 pytestmark = pytest.mark.fuzz
 
 SIZE = 8
+SEARCH = ("EVO.SEARCH_SPACE_SIZE", str(SIZE), "NUM_NODES", "2")
 TEN_YEARS = 10 * 365 * 86400
 DAMAGES = ("truncate", "wrong type", "null", "huge value", "deep nesting", "empty", "directory", "fifo", "symlink",
            "future", "1970")
@@ -55,9 +56,10 @@ RESUME_TIMEOUT = 240  # seconds: a search that cannot finish runs on; a healthy 
 
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory) -> Path:
-    """A search of ``SIZE`` slots stopped (SIGTERM) once 3 morphologies are published."""
+    """A search of ``SIZE`` slots on two nodes, of which node 0 alone runs (node 1 may come, or a file of its may
+    be planted), stopped (SIGTERM) once 3 morphologies are published."""
     out = tmp_path_factory.mktemp("stopped") / "run"
-    coordinator = start(out, "EVO.SEARCH_SPACE_SIZE", str(SIZE))
+    coordinator = start(out, *SEARCH)
     deadline = time.monotonic() + 600
     while (len(published(out)) if (out / "metadata").is_dir() else 0) < 3 and coordinator.poll() is None:
         assert time.monotonic() < deadline, "the search published nothing"
@@ -106,20 +108,21 @@ def _plant(path: Path, like: Path | None) -> None:
 
 
 def _hold(run: Path, slot: int, ahead: float) -> None:
-    """A worker of another node holds ``slot``: its claim, its state saying it works on the slot, and its
-    heartbeat dated ``ahead`` seconds in the future (a node whose clock runs ahead, or a planted file)."""
+    """A worker of the other node (node 1, which is not started) holds ``slot``: its claim, its state saying it
+    works on the slot, and its heartbeat dated ``ahead`` seconds in the future (a node whose clock runs ahead)."""
     claim = json.loads(next((run / "slots").glob("*.json")).read_text())
     morphology_id = f"{slot:06d}"
     (run / "slots" / f"{morphology_id}.json").write_text(json.dumps(
-        {**claim, "slot": slot, "lease": 0, "id": morphology_id, "attempt": 0, "node": 0, "worker": 7, "pid": 1,
-         "token": "f" * 16}))
+        {**claim, "slot": slot, "lease": 0, "id": morphology_id, "attempt": 0, "node": 1, "worker": 0, "pid": 1,
+         "host": "elsewhere", "token": "f" * 16}))
     state = json.loads((run / "workers" / "0-0.json").read_text())
     when = time.time() + ahead
-    (run / "workers" / "0-7.json").write_text(json.dumps(
-        {**state, "worker": 7, "slot": slot, "id": morphology_id, "status": "training", "pid": 1, "updated": when}))
+    (run / "workers" / "1-0.json").write_text(json.dumps(
+        {**state, "node": 1, "worker": 0, "slot": slot, "id": morphology_id, "status": "training", "pid": 1,
+         "updated": when}))
     for suffix in (".alive", ".lock"):
-        (run / "workers" / f"0-7{suffix}").write_bytes(b"")
-        os.utime(run / "workers" / f"0-7{suffix}", (when, when))
+        (run / "workers" / f"1-0{suffix}").write_bytes(b"")
+        os.utime(run / "workers" / f"1-0{suffix}", (when, when))
 
 
 @st.composite
@@ -203,7 +206,7 @@ def test_a_stopped_search_with_attacked_files_finishes_keeping_what_it_published
                 continue
             _damage(run / relative, how, sentinel)
             damaged.add(relative)
-    resume = start(run, "EVO.SEARCH_SPACE_SIZE", str(SIZE), "EVO.NUM_PROCESSES", processes, log_name="resume.log")
+    resume = start(run, *SEARCH, "EVO.NUM_PROCESSES", processes, log_name="resume.log")
     try:
         code = resume.wait(timeout=RESUME_TIMEOUT)
     except subprocess.TimeoutExpired:
