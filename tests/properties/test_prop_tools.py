@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -172,8 +173,10 @@ TARGETS = ["{run}/models/{id}.pt", "{run}/metadata/{id}.json", "{run}/genomes/{i
 def test_an_output_path_on_a_runs_published_files_leaves_them_as_they_were(option, target, workspace,
                                                                           tmp_path_factory):
     tool, sub, flag = option
-    places = {**workspace, "out": str(tmp_path_factory.mktemp("out"))}
-    run = Path(workspace["run"])
+    out = tmp_path_factory.mktemp("out")
+    run = out / "run"  # a copy per example: what one example changed, the next does not see (nor a replay)
+    shutil.copytree(workspace["run"], run, symlinks=True)
+    places = {**workspace, "out": str(out), "run": str(run)}
     before = _digests(run)
     done = _run(tool, sub, [flag, target], places)
     assert _digests(run) == before, (tool, sub, flag, target, done.returncode, done.stderr[-1500:])
