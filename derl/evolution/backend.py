@@ -147,13 +147,18 @@ class DerlBackend:
         from derl.ppo import SaveWhile, StopWhen, train  # lazy: torch (see the class docstring)
         from derl.ppo.callbacks import TensorBoard
         from derl.training.envs import UnimalEnvFactory
+        from derl.training.faults import FiniteTraining, config_faults
 
         tensorboard, board = training.tensorboard, None
         if tensorboard.ENABLED and tensorboard.PER_MORPHOLOGY:  # a search has thousands: if asked
             board = TensorBoard(RunDir(training.out_dir).tensorboard_dir(f"morphologies/{Path(xml_path).stem}"))
-        callbacks = [StopWhen(should_stop), SaveWhile(may_save), *([board] if board else [])]
+        # A reward that stops being finite, an allocation that does not fit: the config's faults (ConfigError
+        # naming its keys: the node stops, exit 2), never a morphology's.
+        callbacks = [FiniteTraining(training.world), StopWhen(should_stop), SaveWhile(may_save),
+                     *([board] if board else [])]
         try:
-            with counted_warnings(f"training {Path(xml_path).stem}"):
+            with counted_warnings(f"training {Path(xml_path).stem}"), \
+                    config_faults(training.world, training.trainer.PPO):
                 return train(
                     training.trainer, UnimalEnvFactory(training.world, str(xml_path), seed), seed=seed,  # type: ignore[arg-type]
                     checkpoint_path=checkpoint_path, metrics_path=metrics_path, resume=resume, callbacks=callbacks,
