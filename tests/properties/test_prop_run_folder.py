@@ -235,8 +235,9 @@ def test_a_stopped_search_with_attacked_files_finishes_keeping_what_it_published
 TIME_KEYS = [key for key in config_keys() if key.section == "EVO" and key.name.endswith(("SECONDS", "TIMEOUT"))]
 
 
-@settings(max_examples=examples(1, 1 / 200), phases=NO_SHRINK)
-@given(key=st.sampled_from(TIME_KEYS), data=st.data())
+@pytest.mark.parametrize("key", TIME_KEYS, ids=[key.name for key in TIME_KEYS])
+@settings(max_examples=examples(1, 1 / 400), phases=NO_SHRINK)
+@given(data=st.data())
 def test_a_search_with_a_key_of_time_at_its_bound_finishes_or_is_refused_in_one_line(key, data, tmp_path_factory):
     """A lease of a millisecond made two workers take a slot from each other for ever: a value the config
     accepts is one a search finishes with."""
