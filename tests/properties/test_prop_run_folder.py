@@ -243,7 +243,7 @@ def test_a_search_with_a_key_of_time_at_its_bound_finishes_or_is_refused_in_one_
     accepts is one a search finishes with."""
     value = data.draw(st.sampled_from(_time_edges(key)), label="value")
     run = tmp_path_factory.mktemp("time") / "run"
-    search = start(run, "EVO.SEARCH_SPACE_SIZE", "6", key.name, value, iterations=4)
+    search = start(run, "EVO.SEARCH_SPACE_SIZE", "6", key.name, value, iterations=40)  # 2 s a body: time to overlap
     try:
         code = search.wait(timeout=RESUME_TIMEOUT)
     except subprocess.TimeoutExpired:
