@@ -164,13 +164,13 @@ def test_a_published_best_whose_genome_is_lost_stays_published_at_every_start(tm
 
 # Time from the future is not fresh.
 def test_a_time_from_the_future_is_stale():
-    from derl.evolution.lease import file_age
-
     now = 1.7e9
     assert is_stale(now, now + TEN_YEARS, None, 600.0)
     assert is_stale(now, None, now + TEN_YEARS, 600.0)
     assert not is_stale(now, now + 1.0, None, 600.0)  # a beat that landed after the judge read "now"
     assert not is_stale(now, now - 599.0, None, 600.0) and is_stale(now, now - 601.0, None, 600.0)
+    from derl.evolution.lease import file_age
+
     assert file_age(now, now + 61.0, 600.0) == float("inf") and file_age(now, now + 3.0, 2.0) == float("inf")
 
 
