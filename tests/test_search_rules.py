@@ -314,3 +314,21 @@ def test_a_search_whose_init_wait_timeout_is_zero_finishes(tmp_path):
     node = start(out, "EVO.SEARCH_SPACE_SIZE", "6", "EVO.INIT_WAIT_TIMEOUT", "0", iterations=4)
     assert node.wait(timeout=DEADLINE) == 0, log_of(out)[-3000:]
     assert_complete(out, 6)
+
+
+def test_a_damaged_checkpoint_of_an_unpublished_body_is_set_aside_and_trained_anew(tmp_path):
+    """Before: a truncated ``models/<id>.pt`` of a slot in training stopped every resumed worker as an
+    environment failure, restart after restart, until the node gave up (exit 5)."""
+    out = tmp_path / "run"
+    env = dict(ENV, DERL_FAKE_ITERATION_SECONDS="0.3")
+    coordinator = start(out, "EVO.NUM_PROCESSES", "1", env=env)
+    wait_for(lambda: any(not (out / "metadata" / f"{p.stem}.json").exists() for p in (out / "models").glob("*.pt"))
+             if (out / "models").is_dir() else False, "a checkpoint of a body in training")
+    coordinator.send_signal(signal.SIGTERM)
+    assert coordinator.wait(timeout=DEADLINE) == 128 + signal.SIGTERM
+    damaged = next(p for p in (out / "models").glob("*.pt") if not (out / "metadata" / f"{p.stem}.json").exists())
+    damaged.write_text(damaged.read_text()[:5])
+    assert start(out).wait(timeout=DEADLINE) == 0, log_of(out)[-3000:]
+    assert_complete(out, 12)
+    assert len((out / "quarantine" / f"models-{damaged.name}").read_text()) == 5  # the damaged file, set aside
+    assert f"{damaged.stem} trains from the start; moved to quarantine/models-{damaged.name}" in log_of(out)

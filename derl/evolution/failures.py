@@ -77,6 +77,13 @@ def config_fault(err: BaseException) -> ConfigError | None:
     return next((e for e in _chain(err) if isinstance(e, ConfigError)), None)
 
 
+def damaged_checkpoint(err: BaseException) -> bool:
+    """Whether ``err`` says a checkpoint read back does not load (``derl.ppo.checkpoint.CheckpointError``, or
+    JSON that does not parse): the folder's file, which ``derl.evolution.step`` sets aside to train anew."""
+    return any(isinstance(e, json.JSONDecodeError) or "derl.ppo.checkpoint.CheckpointError" in _names(e)
+               for e in _chain(err))
+
+
 def classify(err: BaseException) -> Cause:
     """Whose fault ``err`` is: ``morphology`` (costs the slot an attempt), ``config``, ``environment`` or ``bug``.
 

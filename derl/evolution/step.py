@@ -19,6 +19,7 @@ import numpy as np
 from derl.checked_config import EvoCfg
 from derl.config import ConfigError
 from derl.evolution.backend import Backend, TrainingSetup, TrainOutcome
+from derl.evolution.failures import damaged_checkpoint, describe
 from derl.evolution.folder.record import PublishedRecord, morphology_files
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.lease import SlotLost, StopSignal
@@ -112,11 +113,16 @@ class Step:
         checkpoint = self.run.checkpoint_path(morphology_id)
         resume = checkpoint.exists()
         self.log(f"{'resuming' if resume else 'training'} {morphology_id} (seed {seed})")
-        outcome = self.backend.train(
-            self.training, self.run.genomes.xml_path(morphology_id), seed=seed, checkpoint_path=checkpoint,
-            metrics_path=self.run.metrics_path(morphology_id), resume=resume, should_stop=self.stop,
-            may_save=self.stop.still_ours,
-        )
+        try:
+            outcome = self._backend_train(morphology_id, seed, resume)
+        except Exception as err:
+            if not (resume and damaged_checkpoint(err)):
+                raise
+            # The folder's file, not the node's nor the body's: set aside once, the body trains from the start.
+            self.run.genomes.drop_trained(morphology_id, f"does not load ({describe(err)}); {morphology_id} trains "
+                                                         "from the start")
+            self.log(f"training {morphology_id} from the start (seed {seed})")
+            outcome = self._backend_train(morphology_id, seed, False)
         if not outcome.completed:
             self.stop.check()
             raise Stopped
@@ -124,6 +130,13 @@ class Step:
             raise ConfigError(f"the training summary of {morphology_id} is not finite ({outcome.summary}): a "
                               "reward weight or scale of the config (ENV.*_WEIGHT, PPO) overflows, not the body")
         return outcome
+
+    def _backend_train(self, morphology_id: str, seed: int, resume: bool) -> TrainOutcome:
+        return self.backend.train(
+            self.training, self.run.genomes.xml_path(morphology_id), seed=seed,
+            checkpoint_path=self.run.checkpoint_path(morphology_id), metrics_path=self.run.metrics_path(morphology_id),
+            resume=resume, should_stop=self.stop, may_save=self.stop.still_ours,
+        )
 
     def _record_video(self, morphology_id: str, seed: int) -> None:
         """``videos/<id>.mp4`` of one of the last ``EVO.VIDEOS_LAST_N`` morphologies, before it is published.

@@ -88,11 +88,15 @@ class GenomeStore:
         if (problem := self.made_problem(genome_json)) is not None:
             raise ConfigError(f"the body drawn for {morphology_id} {problem}: the config's design space (the "
                               "ranges of LIMB, TORSO, ...) draws bodies a genome may not hold")
-        for stale in self._trained_files(morphology_id):
-            if self.run.lexists(stale):
-                self.run.quarantine(stale, "belongs to a body made anew (its genome or MJCF was damaged)")
+        self.drop_trained(morphology_id, "belongs to a body made anew (its genome or MJCF was damaged)")
         self.run.write_text(self.xml_path(morphology_id), mjcf.rstrip("\n") + "\n" + body_mark(genome_json))
         self.run.write_text(self.genome_path(morphology_id), genome_json)
+
+    def drop_trained(self, morphology_id: str, reason: str) -> None:
+        """Quarantines the checkpoint and metrics of ``morphology_id`` (``reason``): its body trains from the start."""
+        for stale in self._trained_files(morphology_id):
+            if self.run.lexists(stale):
+                self.run.quarantine(stale, reason)
 
     def made_problem(self, genome_json: str) -> str | None:
         """Why a genome just made (``genome_json``) would be refused when read back for its body, or None: its
