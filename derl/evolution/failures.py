@@ -7,7 +7,8 @@ and running out of memory (``MemoryError``: a rollout that does not fit,
 ``derl.ppo.rollout.RolloutTooLarge``, or any allocation) are the config's or the machine's (``config``):
 a restart would fail again, so they are never recorded as a morphology's nor retried as an environment
 failure (``config_fault`` finds the ``ConfigError``, which names its key). Everything else is the node's problem
-(a full disk, an I/O error, a missing GPU or module, a corrupt checkpoint, a bug in derl): the
+(a full disk, an I/O error, a missing GPU or module, a bug in derl; a checkpoint that does not load is
+set aside by the step first, ``damaged_checkpoint``): the
 worker stops without recording anything, its slot and checkpoint stay as they were, and the
 coordinator restarts it after a back-off, so that the run resumes once the cause is gone.
 Pure functions: ``derl.evolution.scheduling``, ``worker`` and ``coordinator`` apply them.
