@@ -157,6 +157,30 @@ def test_joint_ranges_and_axes_the_reader_refuses_are_refused_by_the_config():
         load_config(None, ["BODY.JOINT_ANGLE_LIST", "[[0, 720]]"])
 
 
+@pytest.mark.parametrize("key, value, problem", [
+    ("BODY.JOINT_ANGLE_LIST", "[1, 2]", "must hold lists as its items"),  # was a TypeError traceback
+    ("ENV.MODULES", "[[1]]", "must hold texts as its items"),  # was accepted
+    ("EVO.SELECTION_CRITERIA", "[1]", "must hold texts as its items"),
+    ("BODY.JOINT_AXIS", "[xx]", "unknown value 'xx'"),  # was accepted, then MuJoCo refused a repeated name
+    ("BODY.JOINT_AXIS", "[yx]", "unknown value 'yx'"),
+])
+def test_a_list_keys_items_have_the_kind_of_its_defaults_items(key, value, problem):
+    with pytest.raises(ConfigError, match=rf"^config key {key}:? {re.escape(problem)}") as caught:
+        load_config(None, [key, value])
+    assert caught.value.key == key and "\n" not in str(caught.value)
+
+
+def test_a_genome_refused_for_its_limbs_names_its_id_on_one_line():
+    import json
+
+    from derl.morphology import Genome, GenomeError, random_genome
+
+    data = json.loads(random_genome(load_config().unimal, np.random.default_rng(0), "g0").to_json())
+    with pytest.raises(GenomeError, match=r"is not a valid id") as caught:
+        Genome.from_json(json.dumps({**data, "id": "a\nb", "groups": []}), load_config().unimal)
+    assert "\n" not in str(caught.value)
+
+
 def test_an_empty_joint_range_is_refused_by_the_config_and_the_reader_as_mujoco_refuses_it():
     from derl.morphology import Genome, GenomeError, random_genome
 

@@ -178,6 +178,8 @@ def check_keys(tree: Section) -> None:
             if (problem := text_problem(text)) is not None:
                 shown = repr(text if len(text) <= 80 else text[:80] + "...")
                 raise ConfigError(f"config key {path} {problem}, got {shown}", path)
+        if (problem := _shape_problem(value, field.default)) is not None:
+            raise ConfigError(f"config key {path} {problem}, got {_show(value)}", path)
         allowed, choices = field.metadata["allowed"], field.metadata["choices"]
         if field.metadata["span"]:
             try:
@@ -236,6 +238,25 @@ def one_of(key: str, value: Any, known: Sequence[Any]) -> None:
     """Raises ``ConfigError`` unless ``value`` is one of ``known``."""
     if value not in known:
         raise ConfigError(f"config key {key}: unknown value {value!r}; use one of {', '.join(map(str, known))}", key)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "list"
+    if isinstance(value, str):
+        return "text"
+    return "number" if isinstance(value, int | float) and not isinstance(value, bool) else type(value).__name__
+
+
+def _shape_problem(value: Any, default: Any) -> str | None:
+    """Why a list key's items are not of the kind its default's items are (``[[1]]`` where names go, ``[1, 2]``
+    where pairs go), or None: the items of a list key are all texts, all numbers or all lists."""
+    if not (isinstance(value, tuple) and isinstance(default, tuple) and default):
+        return None
+    kind = _kind(default[0])
+    if any(_kind(item) != kind for item in value):
+        return f"must hold {kind}s as its items"
+    return None
 
 
 def _numbers(value: Any) -> Iterator[float]:

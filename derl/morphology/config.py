@@ -23,7 +23,7 @@ ANGLE = Range(-360.0, 360.0)  # degrees: limb directions and joint ranges
 LIMBS = Range(1, 100, whole=True)
 # A joint's axis in the limb geom's frame, and a limb's one or two joints (BODY.JOINT_AXIS).
 AXES = ("x", "y")
-JOINT_AXES = (*AXES, *(a + b for a in AXES for b in AXES))
+JOINT_AXES = (*AXES, *(a + b for i, a in enumerate(AXES) for b in AXES[i + 1:]))  # x, y, xy: no axis twice
 
 
 @dataclass(frozen=True)

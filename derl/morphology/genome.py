@@ -278,10 +278,10 @@ def validate(genome: Genome, unimal: UnimalCfg | None = None) -> None:
     Raises:
         GenomeError: naming the first broken rule.
     """
+    _check_values(genome)  # the id first: every message below names it
     if unimal is not None and not 1 <= genome.num_limbs <= unimal.LIMB.MAX_LIMBS:
         raise GenomeError(f"genome {genome.id}: {genome.num_limbs} limbs, outside 1..LIMB.MAX_LIMBS "
                           f"({unimal.LIMB.MAX_LIMBS})")
-    _check_values(genome)
     plane_parents: set[int | None] = {None}
     pair_parents: set[int] = set()
     seen: set[int] = set()
