@@ -167,6 +167,8 @@ def test_a_time_from_the_future_is_stale():
     now = 1.7e9
     assert is_stale(now, now + TEN_YEARS, None, 600.0)
     assert is_stale(now, None, now + TEN_YEARS, 600.0)
+    assert is_stale(now, now + TEN_YEARS, now - 1.0, 600.0)  # a claim before a heartbeat from the future
+    assert not is_stale(now, now - 900.0, now - 1.0, 600.0)  # a claim after the last heartbeat: a sign of life
     assert not is_stale(now, now + 1.0, None, 600.0)  # a beat that landed after the judge read "now"
     assert not is_stale(now, now - 599.0, None, 600.0) and is_stale(now, now - 601.0, None, 600.0)
     from derl.evolution.lease import file_age

@@ -72,13 +72,15 @@ def age_text(now: float, then: float | None, lease_seconds: float) -> str:
 
 
 def is_stale(now: float, heartbeat: float | None, claimed: float | None, lease_seconds: float) -> bool:
-    """True when neither the owner's heartbeat nor its claim is fresh (``is_fresh``: at most ``lease_seconds``
-    old at ``now``, and not from the future).
+    """True unless the newer of the owner's heartbeat and its claim is fresh (``is_fresh``: at most
+    ``lease_seconds`` old at ``now``, and not from the future).
 
     All three times are file mtimes on the shared filesystem. A claim made after the owner's
-    last heartbeat counts as a sign of life (a fresh claim is never stale).
+    last heartbeat counts as a sign of life (a fresh claim is never stale); one made before a
+    heartbeat dated in the future does not.
     """
-    return not (is_fresh(now, heartbeat, lease_seconds) or is_fresh(now, claimed, lease_seconds))
+    times = [t for t in (heartbeat, claimed) if t is not None]
+    return not times or not is_fresh(now, max(times), lease_seconds)
 
 
 def takeover_reason(run: RunDir, slot: int, claim: Claim, now: float, lease_seconds: float,
