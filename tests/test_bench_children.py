@@ -13,7 +13,8 @@ from derl.bench.stats import median, over_seeds, paired_median, ratio_of_totals
 CHILDREN = {
     "answers": "from derl.bench.children import serve\nserve(lambda spec: {'twice': 2 * spec['x']})\n",
     "fails": "import sys\nprint('loading')\nprint('a warning', file=sys.stderr)\nsys.exit('error: no such body')\n",
-    "sleeps": "import os, time\nopen('pid', 'w').write(str(os.getpid()))\nwhile True:\n    time.sleep(1)\n",
+    "sleeps": "import os, time\nopen(os.path.join(os.path.dirname(__file__), 'pid'), 'w').write(str(os.getpid()))\n"
+              "while True:\n    time.sleep(1)\n",
     "mumbles": "print('no json here')\n",
 }
 
@@ -39,10 +40,10 @@ def test_a_failing_child_is_one_line_naming_it_and_its_last_words(child_env):
         run_json("bench_child_mumbles", {}, "child", env=child_env)
 
 
-def test_a_child_past_its_time_limit_is_killed(child_env, tmp_path, monkeypatch):
+def test_a_child_past_its_time_limit_is_killed(child_env, tmp_path):
     """The child sleeps for ever: the call returns only because it was killed, and the child is gone (its
-    pid, where it lived long enough to write it on a busy machine)."""
-    monkeypatch.chdir(tmp_path)  # where the child writes its pid
+    pid, where it lived long enough to write it on a busy machine, beside its module: children run in the
+    checkout)."""
     with pytest.raises(ChildError, match=r"^slow child still running after 1 s: killed$"):
         run_json("bench_child_sleeps", {}, "slow child", timeout=1, env=child_env)
     if (tmp_path / "pid").exists() and (pid := (tmp_path / "pid").read_text()):
