@@ -68,8 +68,8 @@ class Cluster:
 
     def env(self, node: int) -> dict[str, str]:
         env = dict(os.environ, DERL_EVO_BACKEND=BACKEND, TMPDIR=str(self.where / "tmp"),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(self.where / "site"), str(REPO_ROOT),
-                                                            os.environ.get("PYTHONPATH")])),
+                   # the test-only shim's sitecustomize first (derl.bench.sim_shim); derl itself is installed
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(self.where / "site"), os.environ.get("PYTHONPATH")])),
                    DERL_SIM_LOG=str(self.where / "trainings"), DERL_SIM_FAIL_EVERY=str(self.plan.fail_every),
                    DERL_SIM_TRAIN_SECONDS=str(self.plan.train_seconds))
         if any(fault.kind == "full-disk" for fault in self.plan.faults):
