@@ -160,6 +160,7 @@ def test_joint_ranges_and_axes_the_reader_refuses_are_refused_by_the_config():
 @pytest.mark.parametrize("key, value, problem", [
     ("BODY.JOINT_ANGLE_LIST", "[1, 2]", "must hold lists as its items"),  # was a TypeError traceback
     ("ENV.MODULES", "[[1]]", "must hold texts as its items"),  # was accepted
+    ("BODY.JOINT_ANGLE_LIST", "[[-360, 1e+308]]", "must hold numbers as its items"),  # YAML's 1e+308 is text
     ("EVO.SELECTION_CRITERIA", "[1]", "must hold texts as its items"),
     ("BODY.JOINT_AXIS", "[xx]", "unknown value 'xx'"),  # was accepted, then MuJoCo refused a repeated name
     ("BODY.JOINT_AXIS", "[yx]", "unknown value 'yx'"),

@@ -256,7 +256,8 @@ def _shape_problem(value: Any, default: Any) -> str | None:
     kind = _kind(default[0])
     if any(_kind(item) != kind for item in value):
         return f"must hold {kind}s as its items"
-    return None
+    problems = (_shape_problem(item, default[0]) for item in value)  # the items of a list of lists, in turn
+    return next((problem for problem in problems if problem is not None), None)
 
 
 def _numbers(value: Any) -> Iterator[float]:
