@@ -134,7 +134,9 @@ def _skew_clock(offset: float) -> None:
     time.time_ns = lambda: real_time_ns() + int(offset * 1e9)
 
 
-def _fill_disk(flag: str) -> None:
+def fill_disk(flag: str) -> None:
+    """While the file ``flag`` exists, every ``os.fsync`` of a file below the folder it names raises
+    ``OSError(ENOSPC)``, as a full disk does when data reaches it (derl.fileio fsyncs before it renames)."""
     real_fsync = os.fsync
 
     def fsync(fd: Any) -> None:
@@ -155,6 +157,6 @@ def install() -> None:
     if offset := os.environ.get("DERL_SIM_CLOCK_OFFSET"):
         _skew_clock(float(offset))
     if flag := os.environ.get("DERL_SIM_FULL_DISK"):
-        _fill_disk(flag)
+        fill_disk(flag)
     if folder := os.environ.get("DERL_SIM_AUDIT"):
         _audit(folder, os.environ.get("DERL_SIM_AUDIT_ROOT", ""))
