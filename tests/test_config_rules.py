@@ -148,6 +148,25 @@ def test_a_search_at_the_largest_head_draws_genomes_it_reads_back():
         assert genome.head_radius == 10 and Genome.from_json(genome.to_json(), unimal) == genome
 
 
+def test_a_design_space_that_cannot_grow_its_bodies_is_one_line_naming_its_keys_at_the_first_draw(tmp_path):
+    """``LIMB.RADIUS_RANGE '[10]'``: every second limb overlaps; was a RuntimeError after 10,000 operators (four
+    minutes of MuJoCo contact checks per body, in every slot), now a ``ConfigError`` after 20 failed grows, which a
+    search ends with exit 2 (make fuzz, seed 1024383)."""
+    from derl.morphology import random_genome
+    from derl.morphology.mutations import INIT_FAILED_GROWS
+
+    unimal = load_config(None, ["LIMB.RADIUS_RANGE", "[10.0]", "LIMB.NUM_LIMBS_RANGE", "[7]"]).unimal
+    with pytest.raises(ConfigError, match=rf"cannot grow a body of 7 limbs.*the last {INIT_FAILED_GROWS} grow_limb"
+                       ) as caught:
+        random_genome(unimal, np.random.default_rng(1024383), "g0")
+    assert "LIMB.RADIUS_RANGE" in caught.value.keys and "\n" not in str(caught.value)
+    run = subprocess.run([sys.executable, str(ROOT / "evo_single_proc.py"), "--cfg", "configs/evo/quick.yml",
+                          "OUT_DIR", str(tmp_path / "run"), "EVO.NUM_PROCESSES", "1", "LIMB.RADIUS_RANGE", "[10.0]"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2 and run.stderr.strip().startswith("error: the design space cannot grow"), run.stderr
+    assert not (tmp_path / "run" / "published").exists() or not any((tmp_path / "run" / "published").iterdir())
+
+
 def test_joint_ranges_and_axes_the_reader_refuses_are_refused_by_the_config():
     with pytest.raises(ConfigError, match=r"^config key BODY.JOINT_ANGLE_LIST must hold \[low, high\] pairs"):
         load_config(None, ["BODY.JOINT_ANGLE_LIST", "[[30, -30]]"])

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from derl.config import expand_range
+from derl.config import ConfigError, expand_range
 from derl.morphology.config import UnimalCfg
 from derl.morphology.genome import (  # THETAS, PHIS: the grown directions (the design space's)
     HEAD_SITE,
@@ -32,6 +32,8 @@ from derl.morphology.mjcf import contact_pairs, unexcluded_xml
 GROW_ATTEMPTS = 50
 MUTATION_REDRAWS = 100
 INIT_STEPS = 10_000
+INIT_FAILED_GROWS = 20
+GEOMETRY_KEYS = ("LIMB.RADIUS_RANGE", "LIMB.HEIGHT_RANGE", "TORSO.HEAD_RADIUS_RANGE", "LIMB.NUM_LIMBS_RANGE")
 
 
 def _choice(rng: np.random.Generator, options: Sequence[Any]) -> Any:
@@ -226,12 +228,21 @@ def _random_op(genome: Genome, unimal: UnimalCfg, rng: np.random.Generator) -> t
 
 def random_genome(unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -> Genome:
     """DERL's limb-count initialisation: draw a target from LIMB.NUM_LIMBS_RANGE, then
-    apply random operators (grow_limb first) until the genome has that many limbs."""
+    apply random operators (grow_limb first) until the genome has that many limbs.
+
+    Raises:
+        ConfigError: the design space cannot grow its bodies: ``grow_limb`` failed
+            ``INIT_FAILED_GROWS`` times in a row (each ``GROW_ATTEMPTS`` placements that overlapped),
+            or ``INIT_STEPS`` operators did not reach the target. Under DERL's design space a body
+            grows in tens of operators; a space whose limbs overlap (``LIMB.RADIUS_RANGE '[10]'``)
+            would otherwise spend minutes per body before failing, in every slot of a search.
+    """
     targets = expand_range(unimal.LIMB.NUM_LIMBS_RANGE, "LIMB.NUM_LIMBS_RANGE")
     if max(targets) > unimal.LIMB.MAX_LIMBS or min(targets) < 1:
-        raise ValueError(f"LIMB.NUM_LIMBS_RANGE {list(targets)} must lie within 1..LIMB.MAX_LIMBS")
+        raise ConfigError(f"LIMB.NUM_LIMBS_RANGE {list(targets)} must lie within 1..LIMB.MAX_LIMBS",
+                          "LIMB.NUM_LIMBS_RANGE", "LIMB.MAX_LIMBS")
     if "grow_limb" not in unimal.MUTATION_OPS:
-        raise ValueError("EVO.MUTATION_OPS must include grow_limb to build a random genome")
+        raise ConfigError("EVO.MUTATION_OPS must include grow_limb to build a random genome", "EVO.MUTATION_OPS")
     genome = Genome(
         id=genome_id,
         head_radius=_choice(rng, expand_range(unimal.TORSO.HEAD_RADIUS_RANGE, "TORSO.HEAD_RADIUS_RANGE")),
@@ -239,9 +250,18 @@ def random_genome(unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -
         limb_density=_choice(rng, expand_range(unimal.LIMB.DENSITY_RANGE, "LIMB.DENSITY_RANGE")),
     )
     target = _choice(rng, targets)
-    for _ in range(INIT_STEPS):
-        if genome.num_limbs >= target:
-            return genome
-        child, _op = _random_op(genome, unimal, rng)
+    failed_grows = steps = 0
+    while genome.num_limbs < target:
+        if steps == INIT_STEPS or failed_grows == INIT_FAILED_GROWS:
+            raise ConfigError(
+                f"the design space cannot grow a body of {target} limbs: genome {genome_id} stopped at "
+                f"{genome.num_limbs} after {steps} operators (the last {failed_grows} grow_limb found no "
+                f"free place in {GROW_ATTEMPTS} draws each); widen LIMB.HEIGHT_RANGE, "
+                f"narrow LIMB.RADIUS_RANGE or TORSO.HEAD_RADIUS_RANGE, or lower LIMB.NUM_LIMBS_RANGE",
+                *GEOMETRY_KEYS)
+        child, op = _random_op(genome, unimal, rng)
+        if op == "grow_limb":
+            failed_grows = failed_grows + 1 if child is None else 0
         genome = child or genome
-    raise RuntimeError(f"genome {genome_id}: {INIT_STEPS} operators did not reach {target} limbs")
+        steps += 1
+    return genome
