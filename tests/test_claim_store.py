@@ -10,6 +10,7 @@ import pytest
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
 from derl.evolution.folder.claim_store import ClaimStore
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.shared import Identity, SharedFolder
 from derl.fileio.folders import NotAFolder
 from derl.fileio.reads import JsonFileError
@@ -87,7 +88,7 @@ def test_a_strict_store_stops_on_a_claims_folder_that_is_a_link(tmp_path, capsys
 
 def test_an_evaluation_claim_is_complete_compact_json_on_the_shared_protocol(tmp_path):
     cell = Cell(tmp_path, "patrol", "000001", 0)
-    store = EvalDir(tmp_path, lease_seconds=600, identity=Identity("node-a", os.getpid(), "a"))
+    store = EvalDir(RunDir(tmp_path), lease_seconds=600, identity=Identity("node-a", os.getpid(), "a"))
     assert store.claim(cell) == 0  # makes tmp/, where the claim is staged
     path = tmp_path / "eval" / "claims" / "patrol" / "000001-s0-0.json"
     owner = json.loads(path.read_text())

@@ -17,9 +17,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from derl.analysis.report import ReportOptions, write_report
 from derl.analysis.run import RunView
-from derl.evaluation import Cell, EvalError, plan_cells, task_names
+from derl.evaluation import Cell, EvalError, open_runs, plan_cells, task_names
 from derl.evaluation.cell import PARENT_PID_VARIABLE, orphaned
 from derl.evaluation.store import EvalDir, compare_runs, ranking
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.shared import Identity
 from tests.test_analysis import swap_before
 
@@ -179,16 +180,16 @@ def test_bad_input_is_one_line_and_exit_2(tiny_run, tmp_path, capsys):
         assert captured.err.startswith("error: ") and problem in captured.err, captured.err
         assert len(captured.err.splitlines()) == 1
     with pytest.raises(EvalError, match="unknown morphology id '\\.\\./x'"):
-        plan_cells([tiny_run], ["patrol"], None, ["../x"], 1, [])
+        plan_cells(open_runs([tiny_run]), ["patrol"], None, ["../x"], 1, [])
     unfinished = tmp_path / "run"
     shutil.copytree(tiny_run, unfinished, ignore=shutil.ignore_patterns("000005.json"))
     with pytest.raises(EvalError, match="no finished run \\(5 of 6"):
-        plan_cells([unfinished], ["patrol"], 2, None, 1, [])
+        plan_cells(open_runs([unfinished]), ["patrol"], 2, None, 1, [])
     linked = tmp_path / "linked"
     shutil.copytree(tiny_run, linked, ignore=shutil.ignore_patterns("eval"))
     (linked / "eval").symlink_to(tmp_path)
     with pytest.raises(EvalError, match="eval is not a folder"):
-        plan_cells([linked], ["patrol"], 1, None, 1, [])
+        plan_cells(open_runs([linked]), ["patrol"], 1, None, 1, [])
     with pytest.raises(EvalError, match="unknown task"):
         task_names("patrol,point-nav")
     assert len(task_names("all")) == 8
@@ -197,8 +198,8 @@ def test_bad_input_is_one_line_and_exit_2(tiny_run, tmp_path, capsys):
 def test_claims_of_live_and_dead_owners(tmp_path):
     (tmp_path / "tmp").mkdir()
     cell = Cell(tmp_path, "patrol", "000001", 0)
-    me = EvalDir(tmp_path, lease_seconds=600, identity=Identity("node-a", os.getpid(), "a"))
-    other_host = EvalDir(tmp_path, lease_seconds=600, identity=Identity("node-b", 1, "b"))
+    me = EvalDir(RunDir(tmp_path), lease_seconds=600, identity=Identity("node-a", os.getpid(), "a"))
+    other_host = EvalDir(RunDir(tmp_path), lease_seconds=600, identity=Identity("node-b", 1, "b"))
     assert me.claim(cell) == 0
     assert other_host.claim(cell) is None  # held by a live owner elsewhere
     claim = tmp_path / "eval" / "claims" / "patrol" / "000001-s0-0.json"
@@ -207,12 +208,12 @@ def test_claims_of_live_and_dead_owners(tmp_path):
     assert me.claim(cell) is None  # node-b beats (fresh claim), so node-a stays out
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     host = socket.gethostname()
-    same_host = EvalDir(tmp_path, lease_seconds=600, identity=Identity(host, os.getpid(), "c"))
+    same_host = EvalDir(RunDir(tmp_path), lease_seconds=600, identity=Identity(host, os.getpid(), "c"))
     cell2 = Cell(tmp_path, "patrol", "000002", 0)
-    assert EvalDir(tmp_path, 600, Identity(host, int(dead.stdout), "d")).claim(cell2) == 0
+    assert EvalDir(RunDir(tmp_path), 600, Identity(host, int(dead.stdout), "d")).claim(cell2) == 0
     assert same_host.claim(cell2) == 1  # a dead process on this host holds nothing
     cell3 = Cell(tmp_path, "patrol", "000003", 0)
-    assert EvalDir(tmp_path, 600, Identity(host, os.getpid(), "e")).claim(cell3) == 0
+    assert EvalDir(RunDir(tmp_path), 600, Identity(host, os.getpid(), "e")).claim(cell3) == 0
     assert same_host.claim(cell3) is None  # this process holds it, whichever EvalDir asks
     earlier = claim.parent / "000003-s0-0.json"  # an earlier run that had our pid (a container's numbering)
     earlier.write_text(json.dumps({**json.loads(earlier.read_text()), "started": 1.0}))
@@ -222,7 +223,7 @@ def test_claims_of_live_and_dead_owners(tmp_path):
 def test_an_unparsable_result_counts_as_unfinished(tmp_path, capsys):
     """A corrupt ``metrics.json`` is one warning line; the cell is trained again instead of every call failing."""
     cell = Cell(tmp_path, "patrol", "000001", 0)
-    store = EvalDir(tmp_path, lease_seconds=600)
+    store = EvalDir(RunDir(tmp_path), lease_seconds=600)
     path = store.cell_dir(cell) / "metrics.json"
     path.parent.mkdir(parents=True)
     path.write_text('{"summary": {"return"')
@@ -268,7 +269,7 @@ def test_a_result_or_claim_of_the_wrong_type_counts_as_unfinished_or_stale(tmp_p
     """``[]`` or ``[1,2]`` as a cell's metrics.json or claim crashed tools/evaluate.py with a traceback."""
     (tmp_path / "tmp").mkdir()
     cell = Cell(tmp_path, "patrol", "000001", 0)
-    store = EvalDir(tmp_path, lease_seconds=600, identity=Identity("node-a", os.getpid(), "a"))
+    store = EvalDir(RunDir(tmp_path), lease_seconds=600, identity=Identity("node-a", os.getpid(), "a"))
     path = store.cell_dir(cell) / "metrics.json"
     path.parent.mkdir(parents=True)
     path.write_text(text)
@@ -288,7 +289,7 @@ def test_a_cell_folder_swapped_for_a_link_between_its_check_and_its_use_is_never
     from derl.evaluation import store
 
     cell = Cell(tmp_path / "run", "point_nav", "000001", 0)
-    evaluation = EvalDir(cell.run, 600)
+    evaluation = EvalDir(RunDir(cell.run), 600)
     own = {"summary": {"return": 1.0, "metric": 0.5}, "env_steps": 64, "iterations": 1}
     evaluation.cell_dir(cell).mkdir(parents=True)
     (evaluation.cell_dir(cell) / "metrics.json").write_text(json.dumps(own))
@@ -305,7 +306,7 @@ def test_a_claims_folder_swapped_for_a_link_between_its_check_and_its_listing_is
     listed through the link: a claim planted outside (a later number) made the cell look held elsewhere."""
     (tmp_path / "tmp").mkdir()
     cell = Cell(tmp_path, "point_nav", "000001", 0)
-    evaluation = EvalDir(tmp_path, 600, identity=Identity("node-a", os.getpid(), "a"))
+    evaluation = EvalDir(RunDir(tmp_path), 600, identity=Identity("node-a", os.getpid(), "a"))
     assert evaluation.claim(cell) == 0
     claims = evaluation.root / "claims" / "point_nav"
     owner = json.dumps({"host": "node-b", "pid": 1, "token": "b"})
@@ -324,7 +325,7 @@ def test_a_claims_folder_swapped_for_a_link_before_a_claim_is_judged_is_never_re
 
     (tmp_path / "tmp").mkdir()
     cell = Cell(tmp_path, "point_nav", "000001", 0)
-    evaluation = EvalDir(tmp_path, 600, identity=Identity(socket.gethostname(), os.getpid(), "a"))
+    evaluation = EvalDir(RunDir(tmp_path), 600, identity=Identity(socket.gethostname(), os.getpid(), "a"))
     assert evaluation.claim(cell) == 0
     dead = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": "b", "started": 1.0})
     plant = {f"{cell.name}-0.json": dead} if use == "stale" else {f"{cell.name}-1.json": dead}

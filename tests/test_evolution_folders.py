@@ -220,7 +220,7 @@ def test_eval_folders_swapped_for_a_link_are_refused(tmp_path, sentinel, folder)
     from derl.fileio.folders import NotAFolder
 
     run = search_run(tmp_path)
-    store = EvalDir(run.root, 60.0)
+    store = EvalDir(run, 60.0)
     cell = Cell(run.root, "point_nav", "000001", 0)
     generation = store.claim(cell)
     swap_for_link(run.root / folder, sentinel / "eval")
@@ -270,7 +270,7 @@ def test_readers_never_read_through_a_folder_swapped_for_a_link(tmp_path, sentin
         {"summary": {"return": 1.0}, "env_steps": 64, "iterations": 1}))
     (run.root / "eval").mkdir()
     (run.root / "eval" / "point_nav").symlink_to(sentinel / "point_nav")
-    assert EvalDir(run.root, 60.0).result(cell) is None
+    assert EvalDir(run, 60.0).result(cell) is None
     err = capsys.readouterr().err
     assert "metrics is a link or a file, not a folder" in err and "point_nav is a link or a file" in err
 

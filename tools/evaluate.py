@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace the --compare file if it exists")
     args = parser.parse_intermixed_args(argv)
     # Imported after the arguments: --help and usage errors answer at once.
-    from derl.evaluation import EvalError, evaluate, plan_cells, task_names, write_comparison
+    from derl.evaluation import EvalError, evaluate, open_runs, plan_cells, task_names, write_comparison
     from derl.evolution.node_size import usable_cores
     workers = max(1, usable_cores() // max(args.nproc, 1)) if args.workers is None else args.workers
     first_key = next((k for k, arg in enumerate(args.args) if re.fullmatch(r"[A-Z][A-Z0-9_.]*", arg)), len(args.args))
@@ -55,13 +55,14 @@ def main(argv: list[str]) -> int:
         if args.compare is not None:
             check_output(args.compare, "--compare", args.overwrite)
         ids = None if args.ids is None else [i.strip() for i in args.ids.split(",") if i.strip()]
-        cells = plan_cells(out_dirs, task_names(args.tasks), args.top, ids, args.seeds, overrides)
+        views = open_runs(out_dirs)  # each run's one RunDir, planned from, trained in and compared
+        cells = plan_cells(views, task_names(args.tasks), args.top, ids, args.seeds, overrides)
     except (EvalError, OutputRefused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    code = evaluate(cells, overrides, workers, args.nproc)
+    code = evaluate(cells, views, overrides, workers, args.nproc)
     if len(out_dirs) > 1 or args.compare is not None:
-        for line in write_comparison(out_dirs, args.compare):
+        for line in write_comparison([view.run for view in views], args.compare):
             print(f"[evaluate] {line}")
     return code
 

@@ -25,7 +25,7 @@ import numpy as np
 from derl.analysis.curves import EMPTY, Curve, iterations_to_fraction, read_curve
 from derl.analysis.lineage import LineageGraph
 from derl.analysis.records import Morphology, publication_order, to_record
-from derl.checked_config import Config, load_config, load_run_config
+from derl.checked_config import Config, load_config
 from derl.config import ConfigError
 from derl.evolution.folder.failure_store import Failure
 from derl.evolution.folder.run_dir import RunDir
@@ -34,6 +34,7 @@ from derl.evolution.folder.slot_store import Claim
 from derl.evolution.population import parse_id
 from derl.evolution.results import rank
 from derl.fileio.folders import NotAFolder
+from derl.fileio.outputs import SEARCH_CONFIG
 from derl.fileio.reads import JsonFileError, read_json
 
 
@@ -69,12 +70,11 @@ class RunView:
     """
 
     def __init__(self, out_dir: str | Path):
-        self.run = RunDir(out_dir)
+        # The names in the folder held to this search's size (slots, publication numbers), as the search holds them.
+        self.run = self._open(out_dir)
         if (problem := self.run.not_a_search()) is not None:
             raise RunError(problem)
-        self.cfg = self._load_config()
-        # The names in the folder held to this search's size (slots, publication numbers), as the search holds them.
-        self.run = RunDir(out_dir, search_space_size=self.cfg.EVO.SEARCH_SPACE_SIZE)
+        self.cfg: Config = self.run.config or load_config()  # the defaults for a run that has no config.yaml
         self._metadata: dict[str, dict[str, Any]] = {}
         self._genomes: dict[str, dict[str, Any] | None] = {}
         self.unreadable: dict[str, str] = {}  # path -> reason: files skipped because they did not parse
@@ -83,13 +83,13 @@ class RunView:
         self.by_id: dict[str, Morphology] = {}
         self.refresh()
 
-    def _load_config(self) -> Config:
-        """The run's ``config.yaml`` (a link, FIFO or folder there is refused: ``load_run_config``),
-        or the defaults for a run that has none."""
-        path = self.run.config_path()
+    @staticmethod
+    def _open(out_dir: str | Path) -> RunDir:
+        """The run with its ``config.yaml`` read (a link, FIFO or folder there is refused: ``load_run_config``)."""
         try:
-            return load_run_config(path) if os.path.lexists(path) else load_config()
+            return RunDir.open(out_dir)
         except ConfigError as err:
+            path = Path(out_dir).resolve() / SEARCH_CONFIG
             raise RunError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
 
     # ------------------------------------------------------------------ records

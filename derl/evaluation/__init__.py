@@ -7,8 +7,8 @@
 - ``cell``: the training process of one cell (``python -m derl.evaluation``).
 """
 
-from derl.evaluation.plan import Cell, EvalError, plan_cells, task_names
+from derl.evaluation.plan import Cell, EvalError, open_runs, plan_cells, task_names
 from derl.evaluation.runner import evaluate
 from derl.evaluation.store import compare_runs, write_comparison
 
-__all__ = ["Cell", "EvalError", "compare_runs", "evaluate", "plan_cells", "task_names", "write_comparison"]
+__all__ = ["Cell", "EvalError", "compare_runs", "evaluate", "open_runs", "plan_cells", "task_names", "write_comparison"]

@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from derl.checked_config import load_run_config
 from derl.evaluation.plan import Cell, cell_config
-from derl.evolution.folder.run_dir import RunDir
+from derl.evolution.folder.genome_store import morphology_file
 from derl.fileio.folders import confine_writes
+from derl.fileio.outputs import SEARCH_CONFIG
 from derl.lifetime import die_with_parent
 from derl.threads import limit_threads
 from derl.training.run import train_to_folder
@@ -40,8 +42,8 @@ def main(argv: list[str]) -> None:
     run, task, morphology_id, seed, out_dir, *overrides = argv
     cell = Cell(Path(run), task, morphology_id, int(seed))
     confine_writes(cell.run)  # every write below OUT_DIR (the trainer's too): no folder passed as a link
-    cfg = cell_config(cell, Path(out_dir), overrides)
+    cfg = cell_config(cell, load_run_config(cell.run / SEARCH_CONFIG), Path(out_dir), overrides)
     limit_threads(cfg.TORCH_THREADS)  # one training per core: no BLAS or OpenMP pools fighting
-    train_to_folder(cfg, {"xml": str(RunDir(cell.run).genomes.xml_path(cell.id))}, Path(out_dir), resume=True,
+    train_to_folder(cfg, {"xml": str(morphology_file(cell.run, "xml", cell.id))}, Path(out_dir), resume=True,
                     progress=False)
 

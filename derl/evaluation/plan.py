@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from derl.analysis.run import RunError, RunView
-from derl.checked_config import DERIVED_KEYS, Config, load_config, load_run_config
+from derl.checked_config import DERIVED_KEYS, Config, load_config
 from derl.config import ConfigError
 from derl.paths import EVAL_PRESETS
 
@@ -58,15 +58,24 @@ def task_names(spec: str) -> list[str]:
     return tasks
 
 
-def select_ids(out_dir: Path, top: int | None, ids: Sequence[str] | None) -> list[str]:
+def open_runs(out_dirs: Sequence[Path]) -> list[RunView]:
+    """Each run folder once (its ``RunDir``, read with its own config): what the evaluation plans from,
+    trains in and compares.
+
+    Raises:
+        EvalError: a folder is no run, or its config does not load (one line).
+    """
+    try:
+        return [RunView(out_dir) for out_dir in dict.fromkeys(Path(out_dir).resolve() for out_dir in out_dirs)]
+    except RunError as err:
+        raise EvalError(str(err)) from None
+
+
+def select_ids(view: RunView, top: int | None, ids: Sequence[str] | None) -> list[str]:
     """The ``top`` best morphologies of a finished run by its selection criteria, or ``ids`` checked
     against the run's published ids (so an id never becomes a path unless the run published it)."""
     if ids is not None and not ids:
         raise EvalError("no morphology id given (--ids names none)")
-    try:
-        view = RunView(out_dir)
-    except RunError as err:
-        raise EvalError(str(err)) from None
     if not view.is_finished():
         raise EvalError(f"{view.run.root} holds no finished run ({len(view)} of {view.total} morphologies "
                         "published)")
@@ -78,13 +87,13 @@ def select_ids(out_dir: Path, top: int | None, ids: Sequence[str] | None) -> lis
     return list(dict.fromkeys(ids))
 
 
-def cell_config(cell: Cell, out_dir: Path, overrides: Sequence[str]) -> Config:
-    """The config of ``cell`` (module docstring); ``out_dir`` is its training folder.
+def cell_config(cell: Cell, run_cfg: Config, out_dir: Path, overrides: Sequence[str]) -> Config:
+    """The config of ``cell`` (module docstring) of the run whose config is ``run_cfg``; ``out_dir`` is its
+    training folder.
 
     Raises:
-        ConfigError: a bad override or run config (one line).
+        ConfigError: a bad override (one line).
     """
-    run_cfg = load_run_config(cell.run / "config.yaml")
     carried = [(f"{section}.{key}", value) for section in CARRIED_SECTIONS
                for key, value in getattr(run_cfg, section).to_dict().items()]
     carried += [(key, getattr(run_cfg, key)) for key in CARRIED_KEYS]
@@ -95,24 +104,24 @@ def cell_config(cell: Cell, out_dir: Path, overrides: Sequence[str]) -> Config:
                        [*pairs, *overrides, "OUT_DIR", str(out_dir), "RNG_SEED", str(cell.seed)])
 
 
-def plan_cells(out_dirs: Sequence[Path], tasks: Sequence[str], top: int | None, ids: Sequence[str] | None,
+def plan_cells(views: Sequence[RunView], tasks: Sequence[str], top: int | None, ids: Sequence[str] | None,
                seeds: int, overrides: Sequence[str]) -> list[Cell]:
-    """Every (run, task, id, seed) cell, seeds ``0 .. seeds-1``; each run's and task's config is
-    checked here, so a bad input fails before anything trains.
+    """Every (run, task, id, seed) cell of the runs ``views`` (``open_runs``), seeds ``0 .. seeds-1``; each
+    run's and task's config is checked here, so a bad input fails before anything trains.
 
     Raises:
         EvalError: one line naming the problem.
     """
     cells = []
-    for out_dir in out_dirs:
-        run = Path(out_dir).resolve()
-        chosen = select_ids(run, top, ids)
+    for view in views:
+        run = view.run.root
+        chosen = select_ids(view, top, ids)
         if os.path.islink(run / "eval") or os.path.lexists(run / "eval") and not (run / "eval").is_dir():
             raise EvalError(f"{run / 'eval'} is not a folder (a symbolic link or a file): trainings written "
                             "through it would leave the run; remove it")
         for task in tasks:
             try:
-                cell_config(Cell(run, task, chosen[0], 0), run / "eval", overrides)
+                cell_config(Cell(run, task, chosen[0], 0), view.cfg, run / "eval", overrides)
             except ConfigError as err:
                 raise EvalError(f"{task}: {err}") from None
             cells += [Cell(run, task, morphology_id, seed) for morphology_id in chosen for seed in range(seeds)]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from derl.checked_config import load_run_config
+from derl.analysis.run import RunView
 from derl.evaluation.cell import PARENT_PID_VARIABLE
 from derl.evaluation.plan import Cell
 from derl.evaluation.store import EvalDir
@@ -54,13 +54,13 @@ class _Training:
 class Evaluation:
     """The cells of one ``tools/evaluate.py`` call on this node."""
 
-    def __init__(self, cells: Sequence[Cell], overrides: Sequence[str], workers: int, nproc: int = 1):
+    def __init__(self, cells: Sequence[Cell], views: Sequence[RunView], overrides: Sequence[str], workers: int,
+                 nproc: int = 1):
         self.cells = list(cells)
         self.overrides = list(overrides)
         self.workers = workers
         self.nproc = nproc
-        self.stores = {run: EvalDir(run, load_run_config(run / "config.yaml").EVO.LEASE_SECONDS)
-                       for run in dict.fromkeys(cell.run for cell in cells)}
+        self.stores = {view.run.root: EvalDir(view.run, view.cfg.EVO.LEASE_SECONDS) for view in views}
         self.interval = min(heartbeat_interval(store.lease_seconds) for store in self.stores.values())
         self.running: dict[Cell, _Training] = {}
         self.attempts = dict.fromkeys(self.cells, 0)
@@ -211,18 +211,19 @@ def _num(value) -> str:
     return f"{value:.2f}" if isinstance(value, int | float) else "-"
 
 
-def evaluate(cells: Sequence[Cell], overrides: Sequence[str], workers: int, nproc: int = 1) -> int:
-    """Trains every unfinished cell (``nproc`` data-parallel ranks each) and writes each run's
-    ``eval/summary.json``; returns the exit code.
+def evaluate(cells: Sequence[Cell], views: Sequence[RunView], overrides: Sequence[str], workers: int,
+             nproc: int = 1) -> int:
+    """Trains every unfinished cell of the runs ``views`` (``nproc`` data-parallel ranks each) and writes each
+    run's ``eval/summary.json``; returns the exit code.
 
     A folder of ``eval/`` that is a symbolic link or a file (``NotAFolder``) is one line on stderr and
     ``EXIT_FATAL``, as in the search (a rerun would meet it again): refused before anything is read or
     written (``EvalDir.check_folders``), or, met while the cells train, after stopping them.
     """
     try:
-        for run in dict.fromkeys(cell.run for cell in cells):
-            EvalDir(run, 0.0).check_folders(cell for cell in cells if cell.run == run)
-        return Evaluation(cells, overrides, workers, nproc).run()
+        for view in views:
+            EvalDir(view.run, 0.0).check_folders(cell for cell in cells if cell.run == view.run.root)
+        return Evaluation(cells, views, overrides, workers, nproc).run()
     except NotAFolder as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return EXIT_FATAL

@@ -74,10 +74,10 @@ class CellClaims(ClaimStore[Cell, Any]):
 
 
 class EvalDir:
-    """The ``eval/`` folder of the run in ``run_root``; claims record ``identity``."""
+    """The ``eval/`` folder of ``run`` (the process's ``RunDir`` of it); claims record ``identity``."""
 
-    def __init__(self, run_root: Path, lease_seconds: float, identity: Identity | None = None):
-        self.run = RunDir(run_root)
+    def __init__(self, run: RunDir, lease_seconds: float, identity: Identity | None = None):
+        self.run = run
         self.root = self.run.root / "eval"
         self.lease_seconds = lease_seconds
         self.identity = identity or Identity.current()
@@ -225,13 +225,13 @@ def _ranked_per_task(rows: list[dict[str, Any]], group_of, describe) -> dict[str
     return table
 
 
-def write_comparison(runs: list[Path], path: Path | None) -> list[str]:
+def write_comparison(runs: list[RunDir], path: Path | None) -> list[str]:
     """``compare_runs`` over the finished cells of ``runs``, written as JSON to ``path`` (if given);
     returns one line per task for the terminal."""
     rows = [row for run in runs for row in EvalDir(run, 0.0).rows()]
     table = compare_runs(rows)
     if path is not None:
-        write_json(path, {"runs": [str(run) for run in runs], "tasks": table, "updated": time.time()})
+        write_json(path, {"runs": [str(run.root) for run in runs], "tasks": table, "updated": time.time()})
 
     def number(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"

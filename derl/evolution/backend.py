@@ -56,17 +56,17 @@ class GenomeFiles(NamedTuple):
 class TrainingSetup:
     """What training and filming a morphology of the search read: the learner's bundle (``PPO``,
     ``MODEL``, ``DEVICE``, ``TORCH_THREADS``, ``CHECKPOINT_PERIOD``), the world's, ``TENSORBOARD`` and
-    ``OUT_DIR`` (where per-morphology curves go)."""
+    the folder of per-morphology curves (``tensorboard/morphologies`` of the worker's ``RunDir``)."""
 
     trainer: TrainerCfg
     world: WorldCfg
     tensorboard: TensorboardCfg
-    out_dir: str
+    morphology_boards: Path
 
     @staticmethod
-    def of(tree: Config) -> TrainingSetup:
-        """The training setup of a node's config (the worker's entry point holds the whole tree)."""
-        return TrainingSetup(tree.trainer, tree.world, tree.TENSORBOARD, tree.OUT_DIR)
+    def of(tree: Config, run: RunDir) -> TrainingSetup:
+        """The training setup of a node's config (the worker's entry point holds the whole tree) in ``run``."""
+        return TrainingSetup(tree.trainer, tree.world, tree.TENSORBOARD, run.tensorboard_dir("morphologies"))
 
 
 class Backend(Protocol):
@@ -151,7 +151,7 @@ class DerlBackend:
 
         tensorboard, board = training.tensorboard, None
         if tensorboard.ENABLED and tensorboard.PER_MORPHOLOGY:  # a search has thousands: if asked
-            board = TensorBoard(RunDir(training.out_dir).tensorboard_dir(f"morphologies/{Path(xml_path).stem}"))
+            board = TensorBoard(training.morphology_boards / Path(xml_path).stem)
         # A reward that stops being finite, an allocation that does not fit: the config's faults (ConfigError
         # naming its keys: the node stops, exit 2), never a morphology's.
         callbacks = [FiniteTraining(training.world), StopWhen(should_stop), SaveWhile(may_save),

@@ -300,7 +300,7 @@ def run_node(cfg_file: str | Path | None, overrides: Sequence[str]) -> int:
     run.create()
     cfg = join_search(cfg, run, log)  # OUT_DIR/config.yaml plus this node's node-local keys
     # Only now is the search's size this node's: names are held to it (a slot of another size is never moved).
-    run = RunDir(run.root, run.identity, quarantine=True, search_space_size=cfg.EVO.SEARCH_SPACE_SIZE)
+    run.hold_names_to(cfg.EVO.SEARCH_SPACE_SIZE)
     log(f"node {cfg.NODE_ID}: {search_text(cfg.EVO)}")
     limit_threads(cfg.TORCH_THREADS)  # the initial population is drawn here; workers set their own
     devices, num = worker_devices(cfg.EVO, cfg.trainer, run, num, node=cfg.NODE_ID, sim_backend=cfg.SIM.BACKEND)

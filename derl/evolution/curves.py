@@ -32,9 +32,7 @@ class SearchCurves:
     def __init__(self, evo: EvoCfg, run: RunDir):
         from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked for
 
-        # Drawing never moves a file: a genome that does not parse is skipped here and left for the
-        # search to judge (quarantined only if a worker needs it as a parent).
-        self.run = RunDir(run.root, skip=True)
+        self.run = run
         self.criterion = evo.SELECTION_CRITERIA[0]
         self.sign = -evo.SELECTION_CRITERIA_OBJ[0]  # +1: larger is better
         self.window = evo.AGING_WINDOW_SIZE
@@ -65,8 +63,11 @@ class SearchCurves:
 
     def _body(self, morphology_id: str, step: int) -> None:
         """Limbs and degrees of freedom of the genome, where it is one of ``derl.morphology``."""
+        # Drawing never moves a file: a genome that does not parse is skipped here and left for the
+        # search to judge (quarantined only if a worker needs it as a parent).
         try:
-            genome = Genome.from_dict(self.run.genomes.read_genome(morphology_id))
+            with self.run.skipping_bad_files():
+                genome = Genome.from_dict(self.run.genomes.read_genome(morphology_id))
         except (GenomeError, OSError, ValueError):
             return
         self.writer.add_scalar("morphology/limbs", genome.num_limbs, step)

@@ -6,7 +6,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
-from derl.checked_config import EvoCfg, load_run_config
+from derl.checked_config import EvoCfg
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.worker_store import WorkerStatus
 from derl.evolution.lease import age_text, file_age, heartbeat_interval, is_fresh
@@ -100,11 +100,10 @@ def _is_running(state: WorkerStatus, heartbeat: float | None, now: float, lease_
 
 def status_lines(out_dir: str) -> list[str]:
     """Done/total, running workers, best fitness, state and (while workers run) ETA of the run in ``out_dir``."""
-    run = RunDir(out_dir, skip=True)  # a bad file is named in one warning line and skipped
-    if (problem := run.not_a_search()) is not None or not run.config_path().exists():
+    run = RunDir.open(out_dir, skip=True)  # a bad file is named in one warning line and skipped
+    if (problem := run.not_a_search()) is not None or run.config is None:
         raise FileNotFoundError(problem or f"{run.root} is not an evolution output folder (no config.yaml)")
-    cfg = load_run_config(run.config_path())
-    run = RunDir(out_dir, run.identity, skip=True, search_space_size=cfg.EVO.SEARCH_SPACE_SIZE)
+    cfg = run.config
     results = PublishedResults(run, cfg.EVO)
     results.refresh()
     evo = cfg.EVO

@@ -89,7 +89,7 @@ def _run_worker(cfg: Config, worker: int, backend: Backend | None) -> int:
     state = WorkerState(run, cfg.NODE_ID, worker)
     stop = StopSignal(run, state.write)
     results = PublishedResults(run, cfg.EVO)
-    step = Step(cfg.EVO, cfg.unimal, TrainingSetup.of(cfg), run, backend, results, stop, worker,
+    step = Step(cfg.EVO, cfg.unimal, TrainingSetup.of(cfg, run), run, backend, results, stop, worker,
                 state.log, node=cfg.NODE_ID, rng_seed=cfg.RNG_SEED)
     scheduler = Scheduler(cfg.EVO, cfg.NUM_NODES, run, results, stop, state, step)
     catch_stop_signals(stop.handle_signal)

@@ -57,16 +57,18 @@ Layout::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from derl.checked_config import Config, load_run_config
 from derl.evolution.folder import schema
 from derl.evolution.folder.failure_store import FailureStore
 from derl.evolution.folder.genome_store import GenomeLimits, GenomeStore, morphology_file
@@ -122,6 +124,47 @@ class RunDir(SharedFolder):
         super().__init__(root, identity, quarantine, skip)
         self.search_space_size = search_space_size or schema.MAX_SEARCH_SPACE_SIZE
         self.genome_limits = genome_limits or GenomeLimits()
+        self.config: Config | None = None  # config.yaml, once read (``open``, ``read_config``)
+
+    @classmethod
+    def open(cls, root: str | Path, identity: Identity | None = None, *, quarantine: bool = False,
+             skip: bool = False) -> RunDir:
+        """The run at ``root`` as a process that reads it (status, the report, an evaluation) opens it: once,
+        its ``config.yaml`` read (``config``, None while it has none) and the names held to its search's size.
+
+        Raises:
+            ConfigError: ``config.yaml`` does not load (one line naming it).
+        """
+        run = cls(root, identity, quarantine, skip)
+        run.read_config()
+        return run
+
+    def read_config(self) -> Config | None:
+        """Loads ``config.yaml`` (``load_run_config``: a link or FIFO there is refused) into ``config`` and
+        holds the names to its ``EVO.SEARCH_SPACE_SIZE``; None while the run has none."""
+        if os.path.lexists(self.config_path()):
+            self.config = load_run_config(self.config_path())
+            self.hold_names_to(self.config.EVO.SEARCH_SPACE_SIZE)
+        return self.config
+
+    def hold_names_to(self, search_space_size: int) -> None:
+        """Holds the numbers in file names to the search's ``EVO.SEARCH_SPACE_SIZE`` from now on: a node
+        knows it only once it has joined the search (``config.yaml``). The publication store, which holds
+        its numbers to it, is built anew on its next use."""
+        self.search_space_size = search_space_size
+        self.__dict__.pop("publications", None)
+
+    @contextlib.contextmanager
+    def skipping_bad_files(self) -> Iterator[None]:
+        """Within: a file that fails its schema is skipped with one warning, never moved nor raised (a
+        reader inside a process that writes, such as the search's curves in the coordinator: a genome
+        that does not parse is left for the workers to judge)."""
+        modes = self.quarantine_bad_files, self.skip_bad_files
+        self.quarantine_bad_files, self.skip_bad_files = False, True
+        try:
+            yield
+        finally:
+            self.quarantine_bad_files, self.skip_bad_files = modes
 
     def name_problem(self, folder: str, name: str) -> str | None:
         """The pattern of ``folder`` (``NAMES``), then the numbers in ``name`` held to the search's range."""
