@@ -39,11 +39,12 @@ $(DOCS_STAMP): $(STAMP) requirements-docs.txt
 	touch $(DOCS_STAMP)
 
 # ruff, then the architecture check: the import floors in pyproject.toml [tool.importlinter]
-# (docs/design/architecture.md#layers), imports inside functions included; then the type check (mypy,
+# (docs/design/architecture.md#layers), imports inside functions included, and derl never importing the
+# benchmarks (tools/benchmarks: not installed, so tools/ goes on its path); then the type check (mypy,
 # pyproject.toml [tool.mypy]): a misspelt config key or a wrong argument in the typed packages fails.
 lint: setup
 	$(VENV)/bin/ruff check derl tools tests evo_single_proc.py
-	$(VENV)/bin/lint-imports --no-cache
+	PYTHONPATH=tools $(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 
 # The test suite's own packages (requirements-test.txt: Hypothesis), installed into the same venv on first use.

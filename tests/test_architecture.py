@@ -19,15 +19,18 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
 def _lint_imports(checkout: Path) -> subprocess.CompletedProcess:
-    """``lint-imports`` on ``checkout`` (its ``pyproject.toml`` and its ``derl``; no cache written)."""
-    env = dict(os.environ, PYTHONPATH=str(checkout))  # that derl, not the one installed
+    """``lint-imports`` on ``checkout`` (its ``pyproject.toml``, its ``derl`` and its ``tools/benchmarks``; no cache
+    written)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(checkout), str(checkout / "tools")]))  # not the installed
     return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=checkout, env=env, capture_output=True,
                           text=True, timeout=120)
 
 
 def _copy_with(tmp_path: Path, module: str, planted: str) -> Path:
-    """A copy of the checkout's ``derl`` and ``pyproject.toml`` with ``planted`` appended to ``module``."""
-    shutil.copytree(ROOT / "derl", tmp_path / "derl", ignore=shutil.ignore_patterns("__pycache__"))
+    """A copy of the checkout's ``derl``, ``tools/benchmarks`` and ``pyproject.toml`` with ``planted`` appended to
+    ``module``."""
+    for package in ("derl", "tools/benchmarks"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     path = tmp_path / module
     path.write_text(path.read_text() + "\n\n" + planted)
@@ -38,7 +41,8 @@ def test_the_tree_keeps_every_contract():
     done = _lint_imports(ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout
-    assert f"Analyzed {len(list((ROOT / 'derl').rglob('*.py')))} files" in done.stdout  # this checkout's
+    files = [*(ROOT / "derl").rglob("*.py"), *(ROOT / "tools" / "benchmarks").rglob("*.py")]
+    assert f"Analyzed {len(files)} files" in done.stdout  # this checkout's
 
 
 @pytest.mark.parametrize("module, planted, broken", [
@@ -51,6 +55,9 @@ def test_the_tree_keeps_every_contract():
     # The learner reaching the robot world, below it in no floor but forbidden all the same.
     ("derl/ppo/policy.py", "def _body():\n    from derl.morphology import Genome\n",
      "derl.ppo is not allowed to import derl.morphology"),
+    # derl reaching the benchmarks, which live beside it in tools/ so that a user never imports them.
+    ("derl/evolution/backend.py", "def _instant():\n    from benchmarks.sim_backend import InstantBackend\n",
+     "derl is not allowed to import benchmarks"),
     # A circle inside a package: run.py and replay.py importing each other.
     ("derl/analysis/run.py", "def _replay():\n    from derl.analysis.replay import replay\n",
      "No cycles are allowed in derl.analysis"),

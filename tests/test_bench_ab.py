@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from derl.bench.ab import compare, rename_imports, run
+from benchmarks.ab import compare, rename_imports, run
 from derl.paths import REPO_ROOT as ROOT
 
 

@@ -1,4 +1,4 @@
-"""derl.bench.cells: the fidelity studies' table of trainings, and the bootstrap intervals over bodies."""
+"""benchmarks.cells: the fidelity studies' table of trainings, and the bootstrap intervals over bodies."""
 
 import json
 import threading
@@ -6,8 +6,8 @@ import threading
 import numpy as np
 import pytest
 
-from derl.bench.agreement import bootstrap, seed_agreement
-from derl.bench.cells import Cell, CellError, CellKey, CellTable, body_digest, cell_from_dict, sources
+from benchmarks.agreement import bootstrap, seed_agreement
+from benchmarks.cells import Cell, CellError, CellKey, CellTable, body_digest, cell_from_dict, sources
 
 
 def _cell(seed: int = 1, fitness: float = 12.5, machine: str = "CPU A (AVX2)", date: str = "2026-11-28",

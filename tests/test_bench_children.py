@@ -1,5 +1,5 @@
-"""The benchmarks' harness: the one child-process protocol (``derl.bench.children``) and the paired
-statistics (``derl.bench.stats``)."""
+"""The benchmarks' harness: the one child-process protocol (``benchmarks.children``) and the paired
+statistics (``benchmarks.stats``)."""
 
 import os
 import sys
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from derl.bench.children import ChildError, failure, run_command, run_json
-from derl.bench.stats import median, over_seeds, paired_median, ratio_of_totals
+from benchmarks.children import ChildError, failure, run_command, run_json
+from benchmarks.stats import median, over_seeds, paired_median, ratio_of_totals
 
 CHILDREN = {
-    "answers": "from derl.bench.children import serve\nserve(lambda spec: {'twice': 2 * spec['x']})\n",
+    "answers": "from benchmarks.children import serve\nserve(lambda spec: {'twice': 2 * spec['x']})\n",
     "fails": "import sys\nprint('loading')\nprint('a warning', file=sys.stderr)\nsys.exit('error: no such body')\n",
     "sleeps": "import os, time\nopen(os.path.join(os.path.dirname(__file__), 'pid'), 'w').write(str(os.getpid()))\n"
               "while True:\n    time.sleep(1)\n",

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from derl.bench.compile import (
+from benchmarks.compile import (
     BodyCompile,
     _genome_files,
     add_arguments,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from derl.bench.agreement import agreement, kendall, seed_agreement, spearman, tournament_agreement, tournaments
+from benchmarks.agreement import agreement, kendall, seed_agreement, spearman, tournament_agreement, tournaments
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBERS_REFUSED = ("error: need --seeds >= 2, --scale in (0, 1000], --jobs >= 1, --gpu-jobs >= 1 and "
@@ -163,7 +163,7 @@ def test_sampled_bodies_take_the_mutation_counts_in_turn(tmp_path):
 def test_a_cells_key_names_what_the_overrides_changed_however_they_were_written():
     """Leaf or dotted names, a value equal to the preset's, the device and the simulator (fields or
     provenance of their own): the same cells."""
-    from derl.bench.fidelity import ON_CPU, parse_preset
+    from benchmarks.fidelity import ON_CPU, parse_preset
 
     gpu = str(ROOT / "configs" / "evo" / "ft_gpu.yml")
     dotted = parse_preset(f"{gpu}:PPO.NUM_ENVS=1024,PPO.BATCH_SIZE=6144", ON_CPU, [])

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from derl.bench import gpu_rows
-from derl.bench.gpu_check import FULL, QUICK
-from derl.bench.gpu_training import (
+from benchmarks import gpu_rows
+from benchmarks.gpu_check import FULL, QUICK
+from benchmarks.gpu_training import (
     RowError,
     check_finished,
     evolution_verdict,
@@ -24,8 +24,8 @@ from derl.bench.gpu_training import (
     run_at_once,
     training_rates,
 )
-from derl.bench.gpu_utilisation import SMI_QUERY, Sampling, parse_samples, sampler_args
-from derl.bench.gpu_verdicts import (
+from benchmarks.gpu_utilisation import SMI_QUERY, Sampling, parse_samples, sampler_args
+from benchmarks.gpu_verdicts import (
     FAIL,
     MEASURED,
     NOT_RUN,
@@ -72,6 +72,7 @@ def _tool(*args: str, env: dict | None = None, prelude: str = "") -> subprocess.
     command = [sys.executable, "tools/gpu_check.py", *args]
     if prelude:
         command = [sys.executable, "-c", f"{prelude}import runpy, sys\nsys.argv = {command[1:]!r}\n"
+                                         "sys.path.insert(0, 'tools')\n"  # as Python runs a script: its folder first
                                          "runpy.run_path('tools/gpu_check.py', run_name='__main__')"]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
@@ -106,7 +107,7 @@ def test_each_verdict_follows_from_its_measurements():
 
 
 def test_the_host_syncs_row_watches_ft_and_vt_on_a_bank_and_fails_on_either(monkeypatch):
-    from derl.bench import gpu_check
+    from benchmarks import gpu_check
 
     watched = {}
     errors = {"ft": None, "vt": None}
@@ -237,8 +238,8 @@ def test_a_check_killed_at_its_time_limit_takes_its_trainings_with_it(tmp_path):
     sleeper = _script(tmp_path / "sleeper.py", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))"
                                                "\ntime.sleep(600)\n")
     check = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
-                              "from derl.bench.gpu_training import run_at_once; "
-                              f"run_at_once([{sleeper!r}], 60, Path({str(tmp_path)!r}))"], cwd=ROOT)
+                              "from benchmarks.gpu_training import run_at_once; "
+                              f"run_at_once([{sleeper!r}], 60, Path({str(tmp_path)!r}))"], cwd=ROOT / "tools")
     deadline = time.monotonic() + 120  # generous for a busy machine: a training that outlives its check never dies
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -362,7 +363,7 @@ def test_preset_fidelity_passes_within_0_1_of_the_references_own_seeds():
 
 
 def test_the_fidelity_row_calls_bench_fidelity_as_its_parser_reads_it(tmp_path):
-    from derl.bench import fidelity
+    from benchmarks import fidelity
 
     parser = ArgumentParser(prog="tools/bench.py fidelity")
     parser.add_argument("--out", type=Path)
@@ -480,8 +481,8 @@ def test_rows_that_share_the_trainers_run_them_once_and_fail_alike(tmp_path, mon
 
 
 def test_rows_that_share_the_evolution_run_it_once_and_read_its_trainings(tmp_path, monkeypatch):
-    from derl.bench import sim
-    from derl.bench.report import build_synthetic_run
+    from benchmarks import sim
+    from benchmarks.report import build_synthetic_run
 
     build_synthetic_run(tmp_path / "evolution", morphologies=3, iterations=5, genomes=2)
     # Each synthetic training: 5 iterations of 4,096 env steps, 0.5 s each (8,192/s), 3,600 s of wall time.

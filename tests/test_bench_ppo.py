@@ -8,9 +8,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from derl.bench.cases import env_configs, task_config, unimal_case
-from derl.bench.ppo_replay import EpisodeReturns
-from derl.bench.ppo_runs import case_config, env_factory
+from benchmarks.cases import env_configs, task_config, unimal_case
+from benchmarks.ppo_replay import EpisodeReturns
+from benchmarks.ppo_runs import case_config, env_factory
 
 
 class _Countdown(gym.Env):
@@ -43,7 +43,7 @@ def test_episode_returns_are_the_raw_sums_of_finished_episodes_only():
 
 
 def test_paired_medians_take_ratios_within_each_repeat():
-    from derl.bench.ppo import paired_medians
+    from benchmarks.ppo import paired_medians
 
     # Repeat 2 ran on a host twice as slow: within-repeat ratios stay 1.5, 0.6, 0.75 and 0.4.
     derl, sb3 = [9000.0, 4500.0, 9300.0], [6000.0, 3000.0, 6000.0]

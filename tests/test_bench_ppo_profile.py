@@ -6,8 +6,8 @@ import mujoco
 import numpy as np
 from gymnasium.vector import SyncVectorEnv
 
-from derl.bench import ppo_profile
-from derl.bench.ppo_profile import Profiler, profile_run, summarise
+from benchmarks import ppo_profile
+from benchmarks.ppo_profile import Profiler, profile_run, summarise
 from derl.checked_config import load_preset
 from derl.ppo import rollout
 from derl.ppo.episode_stats import EpisodeStatistics, vector_step_values
@@ -69,7 +69,7 @@ def test_profile_of_a_short_unimal_training_adds_up_and_restores_the_code():
 
 
 def test_physics_replays_step_every_recorded_action(monkeypatch):
-    from derl.bench.ppo_replay import StateRecorder, lockstep_physics_seconds, physics_seconds
+    from benchmarks.ppo_replay import StateRecorder, lockstep_physics_seconds, physics_seconds
     from derl.envs import UnimalVectorEnv
 
     cfg = load_preset("ft", {"ENV.EPISODE_LENGTH": 5})

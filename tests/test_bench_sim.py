@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from derl.bench.cases import ft_model
-from derl.bench.sim import FRAME_SKIP, WarpSim, add_arguments, mujoco_rate, run
+from benchmarks.cases import ft_model
+from benchmarks.sim import FRAME_SKIP, WarpSim, add_arguments, mujoco_rate, run
 from derl.envs.warp_check import WARP_MODULES
 from tests.conftest import ROOT
 
@@ -35,7 +35,7 @@ def test_the_same_seed_builds_the_same_body_and_a_rate_counts_substeps_of_all_wo
     (model, body), (again, _) = ft_model(3), ft_model(3)
     assert body["nv"] == model.nv == again.nv and body["ngeom"] == again.ngeom
     seconds = iter([0.5, 1.0, 1.0])  # first env step, then two timed ones: 2 x 4 substeps x 5 worlds in 2 s
-    monkeypatch.setattr("derl.bench.sim._timed_steps", lambda *args: (next(seconds), next(seconds) + next(seconds)))
+    monkeypatch.setattr("benchmarks.sim._timed_steps", lambda *args: (next(seconds), next(seconds) + next(seconds)))
     rate = mujoco_rate(model, 5, 2, threads=1)
     assert rate.steps_per_sec == 2 * FRAME_SKIP * 5 / 2.0 and rate.first_step_seconds == 0.5
 

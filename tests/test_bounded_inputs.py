@@ -260,7 +260,7 @@ def test_evo_single_proc_refuses_a_4_mb_config_file_at_once(tmp_path):
 
 
 def test_evaluate_refuses_a_hostile_override_in_one_line(tmp_path):
-    from derl.bench.report import build_synthetic_run
+    from benchmarks.report import build_synthetic_run
 
     build_synthetic_run(tmp_path / "run", morphologies=2, iterations=2, genomes=2)
     done = _command([str(ROOT / "tools" / "evaluate.py"), "run", "--tasks", "point_nav", "--top", "1",

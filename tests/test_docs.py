@@ -9,7 +9,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
-from derl.bench.report import build_synthetic_run
+from benchmarks.report import build_synthetic_run
 from derl.checked_config import Config
 from derl.config import declared_keys, flatten
 

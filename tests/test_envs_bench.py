@@ -11,8 +11,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from derl.bench import env as bench
-from derl.bench.cases import env_configs
+from benchmarks import env as bench
+from benchmarks.cases import env_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,8 +18,9 @@ def test_pyproject_has_a_build_system():
 
 # The simulated cluster's test-only shim (docs/design/scale.md) reaches every process of a simulated node through a
 # generated sitecustomize.py put first on PYTHONPATH: it fakes a node's clock and a full disk and counts file
-# operations; derl itself is imported from its install, never from a path edited here.
-SHIM = {"derl/bench/cluster.py", "derl/bench/sim_shim.py"}
+# operations. The benchmarks (tools/benchmarks) are not installed: the processes they start find them through
+# PYTHONPATH (children.with_benchmarks). derl itself is imported from its install, never from a path edited here.
+SHIM = {"tools/benchmarks/children.py", "tools/benchmarks/cluster.py", "tools/benchmarks/sim_shim.py"}
 
 
 def test_no_import_path_edits_in_the_code():

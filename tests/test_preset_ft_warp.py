@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from derl.bench.gpu_rows import CPU_PPO
-from derl.bench.gpu_training import tiny_evolution
+from benchmarks.gpu_rows import CPU_PPO
+from benchmarks.gpu_training import tiny_evolution
 from derl.paths import evo_preset
 from tests.conftest import ROOT
 from tests.test_envs_tasks import sampled_xml

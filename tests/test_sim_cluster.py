@@ -1,4 +1,4 @@
-"""The simulated cluster (``derl.bench.cluster``): real coordinators and workers on one folder, instant
+"""The simulated cluster (``benchmarks.cluster``): real coordinators and workers on one folder, instant
 training, faults drawn from a seed, invariants checked after each search.
 
 A few seeds run here in ``make test``; ``make fuzz`` (``-m fuzz``) runs hundreds through
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from derl.bench.cluster import reproduce_command, simulate
-from derl.bench.sim_checks import Ledger, number_problems, slot_problems
-from derl.bench.sim_plan import KINDS, plan
+from benchmarks.cluster import reproduce_command, simulate
+from benchmarks.sim_checks import Ledger, number_problems, slot_problems
+from benchmarks.sim_plan import KINDS, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seeds of make test (15-45 s each on a busy 2-core machine), each failing on 8222025 in another family of

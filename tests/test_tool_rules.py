@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from derl.bench.report import build_synthetic_run
+from benchmarks.report import build_synthetic_run
 from derl.evolution.folder.run_dir import RunDir
 from tests.conftest import ROOT
 

@@ -1,7 +1,8 @@
 """Benchmarks, printed as JSON: `python tools/bench.py NAME [options]` (`--help` lists the names).
 
-Each benchmark lives in `derl/bench/<name>.py` with `add_arguments(parser)`, `run(args) -> dict` and
-its output paths in `OUTPUTS` (derl.fileio.outputs); ratios are measured side by side in one run.
+Each benchmark lives in `tools/benchmarks/<name>.py` (beside this script; derl never imports them) with
+`add_arguments(parser)`, `run(args) -> dict` and its output paths in `OUTPUTS` (derl.fileio.outputs); ratios
+are measured side by side in one run.
 """
 
 import argparse
@@ -24,7 +25,7 @@ def benchmark(name: str) -> ModuleType:
     """The module of benchmark ``name``, imported alone: importing all of them costs seconds of start-up."""
     if name not in BENCHMARKS:
         raise ValueError(f"no benchmark {name!r}")
-    return importlib.import_module(f"derl.bench.{name}")
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def main(argv: list[str]) -> int:

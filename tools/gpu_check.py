@@ -1,7 +1,7 @@
 """Checks that SIM.BACKEND warp works on this machine's GPU: a verdict table, and a JSON file.
 
 `python tools/gpu_check.py [--quick] [--out output/gpu_check.json]` (`make gpu-check`); see
-derl/bench/gpu_check.py for what each check measures. The report is rewritten after each row, so a
+tools/benchmarks/gpu_check.py for what each check measures. The report is rewritten after each row, so a
 check stopped midway leaves the rows it finished. Without a GPU: one `error:` line, exit 1.
 """
 
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from derl.bench import gpu_check, gpu_verdicts
+from benchmarks import gpu_check, gpu_verdicts
 from derl.cli import ArgumentParser, run
 from derl.fileio.outputs import OutputRefused, check_outputs
 from derl.fileio.writes import atomic_write_text

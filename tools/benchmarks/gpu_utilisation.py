@@ -1,8 +1,8 @@
 """One GPU's utilisation and memory, sampled once a second in a background process while something runs.
 
-``python -m derl.bench.gpu_utilisation ARGS`` prints ``utilisation %, memory MiB`` lines (the format of
+``python -m benchmarks.gpu_utilisation ARGS`` prints ``utilisation %, memory MiB`` lines (the format of
 ``nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits``) for the GPU
-``UUID`` until it is stopped or the process that started it dies (``derl.bench.children``'s launcher):
+``UUID`` until it is stopped or the process that started it dies (``benchmarks.children``'s launcher):
 through NVML (``pynvml``) where it is importable, else by becoming ``nvidia-smi -l 1`` (the
 parent-death signal survives the exec, so a check killed at its time limit leaves no sampler
 behind). ``Sampling`` runs it around a block and ``parse_samples`` reads what it printed.
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from derl.bench.children import Child
+from benchmarks.children import Child
 
 SMI_QUERY = ("--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits", "-l", "1")
 

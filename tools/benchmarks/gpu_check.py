@@ -9,9 +9,9 @@ host syncs in env steps with episode restarts (FT, and VT on a terrain bank) und
 the overflow tally over ``--steps`` steps at the largest ``--nworld``; the GPU memory the worlds took
 against the coordinator's estimate; physics steps/s against ``nworld`` for an FT body. Then
 (``LATER_ROWS``): VT and MVT stepped on the device (``not run`` with the refusal while a task cannot
-run there); end to end, in processes started as a user starts them (``derl.bench.gpu_training``):
+run there); end to end, in processes started as a user starts them (``benchmarks.gpu_training``):
 PPO on the GPU against MuJoCo C on all the node's cores, 1, 2 and 4 trainers sharing the GPU and
-the GPU's utilisation meanwhile (``derl.bench.gpu_utilisation``), a tiny ``configs/evo/ft_gpu.yml``
+the GPU's utilisation meanwhile (``benchmarks.gpu_utilisation``), a tiny ``configs/evo/ft_gpu.yml``
 evolution that must publish, the share of its trainings spent starting up (kernel compiles
 included), the morphologies per hour a GPU would train at ``ft_gpu.yml``'s budget, K
 ``configs/evo/ft_warp.yml`` trainers (DERL's learner, the physics on the GPU) sharing the GPU against K
@@ -19,7 +19,7 @@ included), the morphologies per hour a GPU would train at ``ft_gpu.yml``'s budge
 meanwhile, ``configs/gpu_server.yml``'s learner with AMP off and on and its round-robin over the GPUs, DDP with
 two GPUs, a new morphology's first step (the kernels MuJoCo Warp specialises per model); last,
 ``tools/bench.py fidelity``: does ``ft_gpu.yml`` on the GPU rank bodies as DERL's ``ft.yml`` on the
-CPU cores does, trained at the same time (``derl.bench.gpu_rows``). About 15 minutes on a GPU
+CPU cores does, trained at the same time (``benchmarks.gpu_rows``). About 15 minutes on a GPU
 without that last row and ``derl_shape_per_gpu`` (measured on an H200), ``--quick`` about 5;
 ``preset_fidelity`` adds some 15 and 5, ``derl_shape_per_gpu`` some 10 and 5 (estimated: neither has
 run on a GPU yet).
@@ -41,10 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.arguments import any_seed, bounded_int
-from derl.bench.cases import ft_model, seeded_genome
-from derl.bench.gpu_rows import EndToEnd
-from derl.bench.gpu_verdicts import (
+from benchmarks.cases import ft_model, seeded_genome
+from benchmarks.gpu_rows import EndToEnd
+from benchmarks.gpu_verdicts import (
     FAIL,
     MEASURED,
     NOT_RUN,
@@ -62,6 +61,7 @@ from derl.bench.gpu_verdicts import (
     sync_verdict,
     task_on_device_verdict,
 )
+from derl.arguments import any_seed, bounded_int
 from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.envs.batch import FRAME_SKIP
@@ -87,10 +87,7 @@ FULL = {"train_iters": 4, "new_morphologies": 2, "workers": (1, 2, 4), "row_seco
 QUICK = {"train_iters": 2, "new_morphologies": 1, "workers": (1, 2, 4), "row_seconds": 150.0,
          "derl_shape": {"counts": (1, 4), "most": 16},
          "fidelity": {"sample": 4, "scale": 0.1, "seconds": 420.0}}
-
-
-# Its output paths besides the report (derl.fileio.outputs.check_outputs).
-OUTPUTS = {"keep": "folder"}
+OUTPUTS = {"keep": "folder"}  # its output paths besides the report (derl.fileio.outputs.check_outputs)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -235,7 +232,7 @@ def _on_device(name: str, device: str, nworld: int, steps: int) -> Check:
 
 def _new_morphologies(device: str, count: int, nworld: int, buffers: Buffers) -> Check:
     """``count`` bodies this machine has not compiled (seeds drawn from the OS), through bench sim's ``build_cost``."""
-    from derl.bench.sim import WarpSim
+    from benchmarks.sim import WarpSim
 
     warp = WarpSim(device)
     costs = []

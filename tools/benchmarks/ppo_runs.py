@@ -1,9 +1,9 @@
-"""bench ppo's child process: one training of a case, timed (``python -m derl.bench.ppo_runs SPEC``,
-through ``derl.bench.children``; ``derl.bench.ppo`` starts them and says what is measured).
+"""bench ppo's child process: one training of a case, timed (``python -m benchmarks.ppo_runs SPEC``,
+through ``benchmarks.children``; ``benchmarks.ppo`` starts them and says what is measured).
 
 A spec names the trainer (``ours``: derl, ``sb3``: Stable-Baselines3, ``profile``: derl instrumented
-by ``derl.bench.ppo_profile``), the case, iterations and seed, and for derl whether to ``record`` the
-trajectories for the physics replay (``derl.bench.ppo_replay``) or count episode ``returns``.
+by ``benchmarks.ppo_profile``), the case, iterations and seed, and for derl whether to ``record`` the
+trajectories for the physics replay (``benchmarks.ppo_replay``) or count episode ``returns``.
 Each trainer's imports stay in its own function: a child imports only what it runs (peak RSS).
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from derl.bench.children import serve
-from derl.bench.ppo_replay import EpisodeReturns, StateRecorder, lockstep_physics_seconds, physics_seconds
+from benchmarks.children import serve
+from benchmarks.ppo_replay import EpisodeReturns, StateRecorder, lockstep_physics_seconds, physics_seconds
 from derl.checked_config import Config, load_config
 from derl.envs.config import WorldCfg
 from derl.threads import limit_threads
@@ -97,7 +97,7 @@ def run_ours(case: dict, iters: int, seed: int, record: bool, with_returns: bool
 
 
 def run_sb3(case: dict, iters: int, seed: int) -> dict:
-    """One Stable-Baselines3 training with DERL's settings (``derl.bench.ppo``'s docstring)."""
+    """One Stable-Baselines3 training with DERL's settings (``benchmarks.ppo``'s docstring)."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -152,8 +152,8 @@ def run_sb3(case: dict, iters: int, seed: int) -> dict:
 
 
 def run_profiled(case: dict, iters: int, seed: int) -> dict:
-    """One derl training with its components timed (``derl.bench.ppo_profile.profile_run``)."""
-    from derl.bench.ppo_profile import profile_run  # lazy: only the profiled child imports the profiler
+    """One derl training with its components timed (``benchmarks.ppo_profile.profile_run``)."""
+    from benchmarks.ppo_profile import profile_run  # lazy: only the profiled child imports the profiler
 
     cfg = case_config(case, iters)
     return profile_run(cfg.trainer, vector_env_factory(case, cfg.world), seed)

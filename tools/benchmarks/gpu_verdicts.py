@@ -1,4 +1,4 @@
-"""The GPU check's verdicts (``derl.bench.gpu_check``): a row of the table from what a probe measured.
+"""The GPU check's verdicts (``benchmarks.gpu_check``): a row of the table from what a probe measured.
 
 Pure: each function takes measurements (numbers, the JSON a benchmark wrote, a training's rates) and
 returns a ``Check``; nothing here touches a device, a process or a file, so every verdict is tested
@@ -102,7 +102,7 @@ def memory_verdict(measured_bytes: int, nworld: int) -> Check:
 
 
 def compile_verdict(costs: list[dict]) -> Check:
-    """What a new morphology's first env step cost (``derl.bench.sim.WarpSim.build_cost`` per body)."""
+    """What a new morphology's first env step cost (``benchmarks.sim.WarpSim.build_cost`` per body)."""
     seconds = [cost["first_step_seconds"] for cost in costs]
     cached = any(cost["modules_compiled"] == 0 for cost in costs)
     note = (f"a new morphology's first env step: {min(seconds):.1f}-{max(seconds):.1f} s (the kernels MuJoCo Warp "
@@ -185,7 +185,7 @@ def utilisation_summary(samples: list[tuple[float, float]]) -> dict:
 
 def utilisation_verdict(samples: dict[int, list[tuple[float, float]]]) -> Check:
     """The GPU's utilisation while 1, 2, 4 ``ft_gpu.yml`` trainers shared it (``samples`` by trainer count,
-    one a second: ``derl.bench.gpu_utilisation``); fails when the sampler recorded nothing."""
+    one a second: ``benchmarks.gpu_utilisation``); fails when the sampler recorded nothing."""
     empty = [str(count) for count, taken in samples.items() if not taken]
     if empty or not samples:
         return Check("gpu_utilisation", FAIL, f"the sampler recorded nothing while {', '.join(empty) or 'no'} "
@@ -227,7 +227,7 @@ def derl_shape_verdict(warp: dict[int, dict], mujoco: dict[int, dict],
 
 
 def startup_seconds(training: dict) -> float:
-    """A training's seconds beyond its env steps at its loop rate (``derl.bench.gpu_training.loop_rate``):
+    """A training's seconds beyond its env steps at its loop rate (``benchmarks.gpu_training.loop_rate``):
     its env built, warp's kernels compiled or loaded, its graphs captured, the first iteration's extra."""
     rate = training["loop_steps_per_sec"]
     if rate <= 0:

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from derl.bench.children import Child, failure
-from derl.bench.gpu_verdicts import RowError
+from benchmarks.children import Child, failure
+from benchmarks.gpu_verdicts import RowError
 from derl.fileio.reads import parse_json, read_bytes, read_json
 from derl.paths import REPO_ROOT, evo_preset
 
@@ -59,7 +59,7 @@ def evolution_command(out: Path, device: str, overrides: dict, preset: str = "ft
 
 def run_at_once(commands: list[list[str]], timeout: float, log_dir: Path) -> Finished:
     """Starts the Python scripts ``commands`` (``[python, script, args...]``) together, each a
-    ``derl.bench.children.Child`` in its own process group and dying with this process (the check
+    ``benchmarks.children.Child`` in its own process group and dying with this process (the check
     stopped at its time limit leaves nothing on the GPU), output to a log in ``log_dir``; waits for all
     of them up to ``timeout`` seconds in all, and kills the groups of those still running then."""
     started = time.perf_counter()

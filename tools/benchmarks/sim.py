@@ -32,8 +32,8 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
+from benchmarks.cases import ft_model
 from derl.arguments import any_seed, bounded_int
-from derl.bench.cases import ft_model
 from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.envs.batch import FRAME_SKIP

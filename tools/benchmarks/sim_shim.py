@@ -1,7 +1,7 @@
 """Test-only shims for the processes of a simulated cluster, switched on by environment variables.
 
-``derl.bench.cluster`` puts a folder holding a one-line ``sitecustomize.py`` (``import
-derl.bench.sim_shim as s; s.install()``) first on ``PYTHONPATH``, so every process of a simulated node,
+``benchmarks.cluster`` puts a folder holding a one-line ``sitecustomize.py`` (``import
+benchmarks.sim_shim as s; s.install()``) first on ``PYTHONPATH``, so every process of a simulated node,
 its coordinator, workers and tools, calls ``install`` at start-up. Nothing in derl imports this module.
 
 - ``DERL_SIM_CLOCK_OFFSET`` (seconds): ``time.time`` and ``time.time_ns`` run that far ahead (behind

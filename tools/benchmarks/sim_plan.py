@@ -4,7 +4,7 @@
 list of faults, each fired once that many morphologies are published (``Fault.at``). The fault kinds
 (``KINDS``) are the catalogue of what a shared folder and its users do to a search: signals to workers
 and coordinators at random points, files planted at the ends of their names' ranges or dated in the
-future, published files damaged, a full disk. ``derl.bench.cluster`` carries a plan out.
+future, published files damaged, a full disk. ``benchmarks.cluster`` carries a plan out.
 """
 
 from __future__ import annotations

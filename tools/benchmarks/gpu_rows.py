@@ -1,5 +1,5 @@
 """The GPU check's end-to-end rows: trainings, an evolution and benchmarks, each a process started as a
-user starts it (``derl.bench.gpu_training``), on the device the check runs on.
+user starts it (``benchmarks.gpu_training``), on the device the check runs on.
 
 Rows that share a measurement run it once (``EndToEnd._once``): the ``ft_gpu.yml`` trainers sharing the
 GPU (``ppo_vs_mujoco``, ``workers_per_gpu``, ``gpu_utilisation``, ``morphologies_per_hour``), sampled
@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from derl.bench.cases import ft_xml
-from derl.bench.gpu_training import (
+from benchmarks.cases import ft_xml
+from benchmarks.gpu_training import (
     check_finished,
     loop_rate,
     read_iterations,
@@ -24,8 +24,8 @@ from derl.bench.gpu_training import (
     tiny_evolution,
     trainings_at_once,
 )
-from derl.bench.gpu_utilisation import Sampling, sampler_here
-from derl.bench.gpu_verdicts import (
+from benchmarks.gpu_utilisation import Sampling, sampler_here
+from benchmarks.gpu_verdicts import (
     MEASURED,
     NOT_RUN,
     PASS,
@@ -78,7 +78,7 @@ def fidelity_command(device: str, size: dict, jobs: int, folder: Path) -> list[s
     DERL's ``ft.yml`` (two seeds, MuJoCo C on ``jobs`` CPU lanes) and, at the same time, ``ft_gpu.yml`` on
     ``device`` (its own lane); its JSON, plot and trainings in ``folder``. On warp's CPU device (the tests)
     every training is tiny: ``CPU_FIDELITY``'s, at scale 1, and its cells stay in ``folder``; on a GPU they
-    join the committed cells table (``derl.bench.cells``), where later studies find them."""
+    join the committed cells table (``benchmarks.cells``), where later studies find them."""
     candidate, common, scale = str(evo_preset("ft_gpu")), [], size["scale"]
     if device == "cpu":
         candidate, common, scale = f"{candidate}:DEVICE=cpu,{CPU_FIDELITY[0]}", CPU_FIDELITY[1], 1.0
@@ -103,7 +103,7 @@ def search_trainings(out: Path) -> list[dict]:
 
 
 class EndToEnd:
-    """The end-to-end rows (``derl.bench.gpu_training``): trainings and an evolution in ``folder``;
+    """The end-to-end rows (``benchmarks.gpu_training``): trainings and an evolution in ``folder``;
     ``gpu_uuid``: the GPU whose utilisation is sampled (None on warp's CPU device)."""
 
     def __init__(self, device: str, sizes: dict, folder: Path, gpu_uuid: str | None):
@@ -154,7 +154,7 @@ class EndToEnd:
     def _search(self) -> dict:
         """The tiny ``ft_gpu.yml`` evolution: its counts, the modules it added to warp's kernel cache (the
         cache this process and its children share) and its ``search_trainings``."""
-        from derl.bench.sim import WarpSim
+        from benchmarks.sim import WarpSim
 
         def search() -> dict:
             cache = WarpSim(self.device)

@@ -8,7 +8,7 @@ names; or ``--sample N`` genomes drawn as ``tools/morphology.py sample`` draws t
 ``--mutations`` times, a comma-separated list taking turns) are stepped in order, each in a process
 of its own, all with warp's cache in one fresh folder (``WARP_CACHE_PATH``), as a node's workers
 share ``~/.cache/warp``. A process builds the body's world (``--cfg``, default ``configs/evo/ft.yml``),
-puts ``--nworld`` worlds on warp's ``--device`` and takes one env step (``derl.bench.sim.WarpSim``);
+puts ``--nworld`` worlds on warp's ``--device`` and takes one env step (``benchmarks.sim.WarpSim``);
 the modules that appeared in the cache meanwhile were compiled for that body.
 
 Per body: its model sizes (limbs, nv, nu, ngeom, nbody, njnt, nv_pad, nC: the mass matrix's nonzeros,
@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from benchmarks.cases import genome_files, sampled_in_turns, world_model
+from benchmarks.children import ChildError, run_json, serve
 from derl.arguments import any_seed, bounded_float, bounded_int
-from derl.bench.cases import genome_files, sampled_in_turns, world_model
-from derl.bench.children import ChildError, run_json, serve
 from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.morphology.config import UnimalCfg
@@ -167,7 +167,7 @@ def summarise(bodies: Sequence[BodyCompile]) -> dict:
 
 def measure_body(genome_path: Path, config_file: Path, device: str, nworld: int) -> BodyCompile:
     """In this process: the body's world on warp's ``device``, its first env step, the modules it added."""
-    from derl.bench.sim import WarpSim
+    from benchmarks.sim import WarpSim
 
     cfg = load_config(config_file)
     genome = load_genome(genome_path)
@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _child(spec: dict) -> dict:
-    """``python -m derl.bench.compile SPEC`` (``derl.bench.children``): one body's record."""
+    """``python -m benchmarks.compile SPEC`` (``benchmarks.children``): one body's record."""
     try:
         body = measure_body(Path(spec["genome"]), Path(spec["cfg"]), spec["device"], spec["nworld"])
     except InputError as err:

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.cases import FT_GENOME_SEED, env_configs, unimal_case
+from benchmarks.ppo_runs import speed_overrides
+from benchmarks.stats import median, paired_median, ratio_of_totals
 from derl.arguments import bounded_int
-from derl.bench.cases import FT_GENOME_SEED, env_configs, unimal_case
-from derl.bench.ppo_runs import speed_overrides
-from derl.bench.stats import median, paired_median, ratio_of_totals
 from derl.paths import REPO_ROOT
 
 BASE_PACKAGE = "derl_base"

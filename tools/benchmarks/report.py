@@ -28,6 +28,7 @@ from derl.analysis.run import RunView
 from derl.arguments import bounded_int
 from derl.checked_config import load_preset
 from derl.config import dump_config
+from derl.evolution.folder.record import PublishedRecord
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.population import slot_id
 from derl.fileio.writes import atomic_write_text, write_json
@@ -97,7 +98,7 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
         atomic_write_text(run.checkpoint_path(morphology_id), "a synthetic run has no trained checkpoint\n")
         run.slots.claim(slot, node=0, worker=slot % 16)
         publication = run.publications.take_publication_number(morphology_id, 0, slot % 16)
-        run.publications.publish({
+        run.publications.publish(PublishedRecord.from_json({
             "id": morphology_id, "parent_id": parent, "lineage": lineage[morphology_id], "mutation": mutation,
             "slot": slot, "attempt": 0, "seed": slot, "node": 0, "worker": slot % 16, "return": final - 0.1,
             "__reward__forward": final, "__reward__ctrl": -0.1, "energy": 80.0, "__reward__stand": 0.0,
@@ -107,7 +108,7 @@ def build_synthetic_run(out: Path, morphologies: int, iterations: int, genomes: 
                 ("genome", run.genomes.genome_path(morphology_id)), ("xml", run.genomes.xml_path(morphology_id)),
                 ("checkpoint", run.checkpoint_path(morphology_id)), ("metrics", run.metrics_path(morphology_id)))},
             "published_at": started + 10.0 * slot, "publication": publication,
-        })
+        }))
     run.mark_init_population([slot_id(s) for s in range(init)])
     write_json(out / "summary.json", {"published": morphologies, "total": morphologies})
 

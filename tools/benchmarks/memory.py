@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
+from benchmarks.children import Child
 from derl.arguments import bounded_int
-from derl.bench.children import Child
 from derl.paths import evo_preset
 
 POLL_SECONDS = 0.2

@@ -1,6 +1,6 @@
-"""A backend that does not train, for the simulated cluster (``derl.bench.cluster``) and the scale benchmark.
+"""A backend that does not train, for the simulated cluster (``benchmarks.cluster``) and the scale benchmark.
 
-Selected with ``DERL_EVO_BACKEND=derl.bench.sim_backend:InstantBackend``: the real coordinator, workers and
+Selected with ``DERL_EVO_BACKEND=benchmarks.sim_backend:InstantBackend``: the real coordinator, workers and
 run folder run on it, only bodies and training are stand-ins. A genome is a number (its ``size``);
 training takes ``DERL_SIM_TRAIN_SECONDS`` (default 0: instant), writes a checkpoint and a one-line curve,
 and its fitness is the size, so a run's results are a pure function of its genomes. Slot ``s`` fails at

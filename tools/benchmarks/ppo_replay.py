@@ -1,7 +1,7 @@
 """bench ppo's physics replay: each env's trajectory recorded during a training, replayed through
 ``mj_step`` alone (``physics_seconds``) and with the envs in lockstep (``lockstep_physics_seconds``);
-and the episode returns a return run compares (``EpisodeReturns``). Used in ``derl.bench.ppo_runs``'
-child processes (``derl.bench.ppo``'s docstring says what the figures mean)."""
+and the episode returns a return run compares (``EpisodeReturns``). Used in ``benchmarks.ppo_runs``'
+child processes (``benchmarks.ppo``'s docstring says what the figures mean)."""
 
 from __future__ import annotations
 

@@ -35,9 +35,9 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
+from benchmarks.cases import env_configs, morphology_seeds, seeded_body
+from benchmarks.stats import median
 from derl.arguments import any_seed, bounded_int
-from derl.bench.cases import env_configs, morphology_seeds, seeded_body
-from derl.bench.stats import median
 from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.envs import ENV_ID, UnimalVectorEnv

@@ -36,10 +36,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from benchmarks.cases import FT_GENOME_SEED, task_config, unimal_case
+from benchmarks.children import run_json
+from benchmarks.stats import over_seeds, paired_median
 from derl.arguments import any_seed, bounded_int
-from derl.bench.cases import FT_GENOME_SEED, task_config, unimal_case
-from derl.bench.children import run_json
-from derl.bench.stats import over_seeds, paired_median
 from derl.progress import progress_bar
 
 # The progress bar of the running benchmark (``run``): each child training counts one (``_spawn``).
@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=bounded_int(1, 1000), default=3, help="seeds per trainer for the return runs")
     parser.add_argument("--profile", action="store_true",
                         help="instead of the SB3 comparison: derl's us per env step per component "
-                             "(derl/bench/ppo_profile.py)")
+                             "(tools/benchmarks/ppo_profile.py)")
     parser.add_argument("--sim", choices=("mujoco", "warp"), default="mujoco",
                         help="warp: instead of the SB3 comparison, derl's FT training on MuJoCo Warp on --device "
                              "next to derl on MuJoCo C (ft case only)")
@@ -73,9 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _spawn(spec: dict) -> dict:
-    """One training in a child process (``derl.bench.ppo_runs``)."""
+    """One training in a child process (``benchmarks.ppo_runs``)."""
     _PROGRESS.set_postfix_str(f"{spec['trainer']}{' physics' if spec.get('record') else ''}")
-    result = run_json("derl.bench.ppo_runs", spec, f"bench child {spec['trainer']}")
+    result = run_json("benchmarks.ppo_runs", spec, f"bench child {spec['trainer']}")
     _PROGRESS.update(1)
     return result
 
@@ -175,7 +175,7 @@ def _backends(case: dict, args: argparse.Namespace) -> dict:
 
 def _profile(case: dict, args: argparse.Namespace) -> dict:
     """The instrumented run, the least disturbed of ``--repeats`` plain runs, the physics replay."""
-    from derl.bench.ppo_profile import summarise  # lazy: it imports derl's learner (torch); the parent spawns
+    from benchmarks.ppo_profile import summarise  # lazy: it imports derl's learner (torch); the parent spawns
 
     spec = {"case": case, "iters": args.iters, "seed": 0}
     profiled = _spawn({"trainer": "profile", **spec})

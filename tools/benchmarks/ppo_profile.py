@@ -40,7 +40,7 @@ rate.
 
 ``physics_replay_us_per_env_step`` is ``mj_step`` replaying the run's trajectories one env at a
 time, ``lockstep_physics_replay_us_per_env_step`` the same with the envs in lockstep, the physics
-limit of a lockstep trainer (see ``derl.bench.ppo``).
+limit of a lockstep trainer (see ``benchmarks.ppo``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The invariants a simulated search must keep, checked on its run folder (``derl.bench.cluster``).
+"""The invariants a simulated search must keep, checked on its run folder (``benchmarks.cluster``).
 
 Each check returns the problems it found, one line each, empty when the invariant holds:
 

@@ -28,10 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.cases import FT_GENOME_SEED, ft_xml
+from benchmarks.children import run_command
+from benchmarks.stats import over_seeds
 from derl.arguments import bounded_int
-from derl.bench.cases import FT_GENOME_SEED, ft_xml
-from derl.bench.children import run_command
-from derl.bench.stats import over_seeds
 from derl.checked_config import load_config
 from derl.fileio.reads import parse_json, read_bytes, read_json
 from derl.paths import REPO_ROOT, evo_preset

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.cases import FT_GENOME_SEED, ft_xml
 from derl.arguments import bounded_int, bounded_ints
-from derl.bench.cases import FT_GENOME_SEED, ft_xml
 from derl.checked_config import load_config
 from derl.paths import evo_preset
 from derl.ppo.device import resolve_device

@@ -20,8 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.children import run_command
 from derl.arguments import bounded_int
-from derl.bench.children import run_command
 from derl.fileio.reads import read_json
 from derl.progress import progress_bar
 

@@ -3,13 +3,13 @@
 `tools/bench.py cluster --seeds 0-9` runs one simulated search per seed and prints the problems each found;
 `--seed N` reproduces seed N (`--keep DIR` keeps its folder and the coordinators' logs).
 
-A seed (``derl.bench.sim_plan.plan``) draws N nodes x M workers on one OUT_DIR, each node one real
+A seed (``benchmarks.sim_plan.plan``) draws N nodes x M workers on one OUT_DIR, each node one real
 ``evo_single_proc.py`` (``NODE_ID``/``NUM_NODES``) on ``configs/evo/quick.yml`` with the instant backend
-(``derl.bench.sim_backend``), its clock offset and full disk through the test-only shims of
-``derl.bench.sim_shim``, and fires its faults as the search publishes: signals to workers and
+(``benchmarks.sim_backend``), its clock offset and full disk through the test-only shims of
+``benchmarks.sim_shim``, and fires its faults as the search publishes: signals to workers and
 coordinators, files planted and damaged. A coordinator that ends with another code than 0 is started
 again, as a user would. Once every node has finished, every node is started once more (a later start, no
-faults), and the invariants of ``derl.bench.sim_checks`` are checked. A search that does not finish within
+faults), and the invariants of ``benchmarks.sim_checks`` are checked. A search that does not finish within
 ``--deadline`` seconds, or trains more than ``4 x EVO.SEARCH_SPACE_SIZE + 20`` times, is a problem too.
 """
 
@@ -29,8 +29,9 @@ from typing import Any
 
 import psutil
 
-from derl.bench.sim_checks import Ledger, agreement_problems, number_problems, slot_problems
-from derl.bench.sim_plan import Fault, Plan, plan
+from benchmarks.children import with_benchmarks
+from benchmarks.sim_checks import Ledger, agreement_problems, number_problems, slot_problems
+from benchmarks.sim_plan import Fault, Plan, plan
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import MAX_LEASES, max_publications
 from derl.evolution.folder.shared import Identity
@@ -39,7 +40,7 @@ from derl.evolution.folder.worker_store import WorkerStatus
 from derl.evolution.population import slot_id
 from derl.paths import REPO_ROOT, evo_preset
 
-BACKEND = "derl.bench.sim_backend:InstantBackend"
+BACKEND = "benchmarks.sim_backend:InstantBackend"
 OUTPUTS = {"keep": "folder"}  # derl.fileio.outputs.check_outputs: --keep holds each seed's folder
 RESTARTS = 30  # starts of one node before the simulation calls it a node that cannot finish
 POLL = 0.05
@@ -63,15 +64,16 @@ class Cluster:
         self.family: set[tuple[int, float]] = set()  # (pid, start time) of every process of the nodes ever seen
         for folder in ("out", "logs", "trainings", "tmp", "site"):
             (where / folder).mkdir(parents=True, exist_ok=True)
-        (where / "site" / "sitecustomize.py").write_text("import derl.bench.sim_shim as s\ns.install()\n")
+        (where / "site" / "sitecustomize.py").write_text("import benchmarks.sim_shim as s\ns.install()\n")
         self.audit = audit
 
     def env(self, node: int) -> dict[str, str]:
         env = dict(os.environ, DERL_EVO_BACKEND=BACKEND, TMPDIR=str(self.where / "tmp"),
-                   # the test-only shim's sitecustomize first (derl.bench.sim_shim); derl itself is installed
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(self.where / "site"), os.environ.get("PYTHONPATH")])),
                    DERL_SIM_LOG=str(self.where / "trainings"), DERL_SIM_FAIL_EVERY=str(self.plan.fail_every),
                    DERL_SIM_TRAIN_SECONDS=str(self.plan.train_seconds))
+        # PYTHONPATH: the test-only shim's sitecustomize first (benchmarks.sim_shim), then the benchmarks' folder
+        # (the backend and the shim); derl itself is installed
+        env = with_benchmarks(env, self.where / "site")
         if any(fault.kind == "full-disk" for fault in self.plan.faults):
             env["DERL_SIM_FULL_DISK"] = str(self.where / f"full-disk-{node}")
         if self.plan.clock_offsets[node]:

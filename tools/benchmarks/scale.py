@@ -3,14 +3,14 @@
 `tools/bench.py scale [--publications 100,400,1000,4000] [--workers 8,16] [--tools 4000:1220,20000:244]`
 
 For each search size and worker count, one search runs to its end on the real coordinators, workers and
-run folder with instant training (``derl.bench.cluster``, no faults; nodes of at most
+run folder with instant training (``benchmarks.cluster``, no faults; nodes of at most
 ``--workers-per-node`` workers). Every process counts its file operations on the run folder
-(``derl.bench.sim_shim.Audit``: opens of files and of folders, listings, entries listed, bytes read, CPU
+(``benchmarks.sim_shim.Audit``: opens of files and of folders, listings, entries listed, bytes read, CPU
 seconds), summed over the workers and over the coordinators. ``marginal`` is what one more publication
 costs between consecutive sizes (``marginal``): flat from row to row is a cost per publication that
 does not grow with the folder; one that grows with the size is quadratic in all. ``--tools`` times
 ``tools/status.py`` and ``tools/report.py --no-media`` (wall
-seconds, peak memory) on synthetic finished runs (``derl.bench.report.build_synthetic_run``) of
+seconds, peak memory) on synthetic finished runs (``benchmarks.report.build_synthetic_run``) of
 RECORDS morphologies with curves of ITERATIONS records.
 """
 
@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cluster import Cluster
+from benchmarks.report import build_synthetic_run
+from benchmarks.sim_plan import Plan
 from derl.arguments import bounded_int, bounded_ints
-from derl.bench.cluster import Cluster
-from derl.bench.report import build_synthetic_run
-from derl.bench.sim_plan import Plan
 from derl.fileio.reads import read_json
 from derl.paths import REPO_ROOT
 

@@ -7,7 +7,7 @@ default) with ``--seeds`` seeds, and under each ``--candidate`` with one, each a
 Spearman's rho and Kendall's tau between the candidate and each reference seed, the share of random
 4-body tournaments (``EVO.NUM_PARTICIPANTS``) whose winner agrees, the mean fitness ratio, and the
 same agreement between the reference's own seeds: DERL's noise, the ceiling a candidate can reach
-(``derl.bench.agreement``). Also env steps and seconds (wall and CPU) per training.
+(``benchmarks.agreement``). Also env steps and seconds (wall and CPU) per training.
 
 A candidate is a preset file, optionally with overrides: ``FILE`` or ``FILE:KEY=VALUE,KEY=VALUE``
 (``configs/evo/ft_gpu.yml:PPO.EPOCHS=3``). Its trainings run where its config says (``DEVICE``,
@@ -21,14 +21,14 @@ train DERL's 5M env steps per body many times): each preset keeps its batch shap
 rate schedule over F of its iterations, and the fitness still averages the last 409,600 env steps,
 so at F < 1 it ranks bodies earlier in learning, on a larger share of each curve.
 
-Every training is recorded as one cell (``derl.bench.cells``: preset and overrides, budget, the
+Every training is recorded as one cell (``benchmarks.cells``: preset and overrides, budget, the
 body's genome hash, seed, simulator; fitness, env steps, seconds; machine, GPU, date, commit) in
 ``--cells``, the committed ``docs/measurements/fidelity-cells.jsonl`` by default, and a study first
 takes every training it needs from there: the cells of earlier runs and other machines combine
 (``--cells-only`` trains nothing), and the JSON says where each preset's cells came from. Trainings
 are kept in ``--work`` (one folder per preset, budget, body and seed), resumed after a stop and
 recorded when a later run finds them finished. Intervals: 95% bootstrap over bodies
-(``derl.bench.agreement.bootstrap``). Bodies: ``--genomes DIR`` (genome JSON files, e.g. a
+(``benchmarks.agreement.bootstrap``). Bodies: ``--genomes DIR`` (genome JSON files, e.g. a
 search's ``genomes/``) or ``--sample K`` random genomes of ``--seed``, mutated as many times as
 ``--mutations`` lists in turn (small to large bodies). Writes the JSON (``--out``) and a scatter plot
 of each candidate's fitness against the reference's (``--plot``).
@@ -48,11 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from derl.analysis import plots
-from derl.arguments import any_seed, bounded_int, bounded_ints
-from derl.bench.agreement import agreement, bootstrap, seed_agreement
-from derl.bench.cases import genome_files
-from derl.bench.cells import (
+from benchmarks.agreement import agreement, bootstrap, seed_agreement
+from benchmarks.cases import genome_files
+from benchmarks.cells import (
     CELLS,
     Cell,
     CellError,
@@ -64,7 +62,9 @@ from derl.bench.cells import (
     sources,
     utc_date,
 )
-from derl.bench.children import run_command
+from benchmarks.children import run_command
+from derl.analysis import plots
+from derl.arguments import any_seed, bounded_int, bounded_ints
 from derl.checked_config import DERIVED_KEYS, NODE_LOCAL_KEYS, Config, ConfigError, load_config
 from derl.config import flatten
 from derl.evolution.search_config import versions

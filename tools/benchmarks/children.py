@@ -5,10 +5,11 @@ object; the module's ``__main__`` is ``serve(handler)``, which prints ``handler(
 line of stdout. A *command* (``run_command``, ``Child``): a tool run as a user runs it (``tools/train_ppo.py``,
 ``evo_single_proc.py``, ``tools/train_ddp.sh``), its output to a log, its results in the files it writes.
 
-Either way the child starts in the checkout's root in a process group of its own, which is killed
+Either way the child starts in the checkout's root, the benchmarks' folder on its ``PYTHONPATH``
+(``with_benchmarks``: they are not installed with derl), in a process group of its own, which is killed
 whole at its time limit and when this process stops waiting for it (Ctrl-C, an error): a stopped
 benchmark leaves no training behind. ``dies_with_parent`` starts a Python command through this
-module's launcher (``python -m derl.bench.children PARENT SCRIPT|-m MODULE ARGS...``), which sets
+module's launcher (``python -m benchmarks.children PARENT SCRIPT|-m MODULE ARGS...``), which sets
 Linux's parent-death signal first, so that it dies even when this process is killed outright. A
 failure is one line (``ChildError``, ``failure``): what, how it ended, the last line it printed.
 """
@@ -32,6 +33,7 @@ from derl.fileio.reads import JsonFileError, parse_json
 from derl.lifetime import die_with_parent
 from derl.paths import REPO_ROOT
 
+BENCHMARKS_PARENT = Path(__file__).resolve().parents[1]  # tools/, the folder that holds this package
 POLL_SECONDS = 0.05  # how often a child with a time limit or a ``poll`` is looked at
 TAIL_CHARS = 2000
 
@@ -76,6 +78,14 @@ class Ended:
         return self
 
 
+def with_benchmarks(env: Mapping[str, str], *first: Path) -> dict[str, str]:
+    """``env`` with ``first`` and then the benchmarks' parent folder in front of its ``PYTHONPATH``: a child
+    imports them by name (``python -m benchmarks.ppo_runs``, ``DERL_EVO_BACKEND=benchmarks.sim_backend:...``),
+    and only ``tools/bench.py``'s own process has their folder on its path (the folder of the script it runs)."""
+    path = [*map(str, first), str(BENCHMARKS_PARENT), env.get("PYTHONPATH")]
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, path))}
+
+
 class Child:
     """One started child (module docstring); ``wait`` for it, or ``stop`` it."""
 
@@ -91,7 +101,7 @@ class Child:
                               else tempfile.TemporaryFile("w+", errors="replace"))
         self._answer: IO[str] | None = tempfile.TemporaryFile("w+", errors="replace") if answers else None
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(command, cwd=REPO_ROOT, env=None if env is None else dict(env),
+        self.proc = subprocess.Popen(command, cwd=REPO_ROOT, env=with_benchmarks(os.environ if env is None else env),
                                      stdout=self._answer or self._log, stderr=self._log, process_group=0)
 
     def _kill(self) -> None:

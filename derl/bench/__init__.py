@@ -1,1 +1,0 @@
-"""Benchmarks behind `tools/bench.py`: each module has `add_arguments(parser)` and `run(args)`."""
