@@ -18,6 +18,7 @@ import pytest
 
 from derl.checked_config import load_config
 from derl.config import dump_config
+from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.process import EXIT_FATAL
 from tests import test_evolution_untrusted
 from tests.test_evolution_protocol import ENV, ROOT, assert_complete, start
@@ -220,7 +221,7 @@ def test_eval_folders_swapped_for_a_link_are_refused(tmp_path, sentinel, folder)
     from derl.fileio.folders import NotAFolder
 
     run = search_run(tmp_path)
-    store = EvalDir(run, 60.0)
+    store = EvalDir(RunDir(run.root), 60.0)
     cell = Cell(run.root, "point_nav", "000001", 0)
     generation = store.claim(cell)
     swap_for_link(run.root / folder, sentinel / "eval")
@@ -270,7 +271,7 @@ def test_readers_never_read_through_a_folder_swapped_for_a_link(tmp_path, sentin
         {"summary": {"return": 1.0}, "env_steps": 64, "iterations": 1}))
     (run.root / "eval").mkdir()
     (run.root / "eval" / "point_nav").symlink_to(sentinel / "point_nav")
-    assert EvalDir(run, 60.0).result(cell) is None
+    assert EvalDir(RunDir(run.root), 60.0).result(cell) is None
     err = capsys.readouterr().err
     assert "metrics is a link or a file, not a folder" in err and "point_nav is a link or a file" in err
 
@@ -295,7 +296,6 @@ def test_a_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read
     folder by path. Before: the record planted outside was read, or listed, as the run's own."""
     from derl.evolution.folder import shared as shared_folder
     from derl.evolution.folder.failure_store import Failure
-    from derl.evolution.folder.run_dir import RunDir
 
     run = RunDir(search_run(tmp_path).root, quarantine=quarantine, skip=not quarantine)
     failure = Failure(id="000001", slot=1, attempt=0, reason="the run's own", node=0, worker=0)
@@ -308,8 +308,8 @@ def test_a_folder_swapped_for_a_link_between_its_check_and_its_use_is_never_read
         if not swapped:  # once (copytree lists folders too)
             swapped.append(True)
             swap_for_link(run.root / "error_metadata", outside)
-            (outside / "000001.json").write_text(json.dumps({**failure.as_json(), "reason": "planted outside"}))
-            (outside / "000002.json").write_text(json.dumps({**failure.as_json(), "id": "000002"}))
+            (outside / "000001.json").write_text(json.dumps({**failure.to_json(), "reason": "planted outside"}))
+            (outside / "000002.json").write_text(json.dumps({**failure.to_json(), "id": "000002"}))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(shared_folder if use == "read" else os, name, swap_then_use)

@@ -24,6 +24,7 @@ from derl.config import ConfigError
 from derl.evolution import status
 from derl.evolution.folder import schema
 from derl.evolution.folder.genome_store import GenomeLimits
+from derl.evolution.folder.record import PublishedRecord
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.slot_store import Claim
 from derl.evolution.folder.worker_store import WorkerStatus
@@ -73,7 +74,7 @@ def test_a_planted_lease_that_follows_no_lease_is_quarantined_never_a_base(tmp_p
     run = search_run(tmp_path)
     run.slots.claim(4, node=0, worker=0)
     planted = Claim(slot=4, lease=schema.MAX_LEASES, id="000004", attempt=0, node=7, worker=3)
-    (run.root / "leases" / f"000004-{schema.MAX_LEASES}.json").write_text(json.dumps(planted.as_json()))
+    (run.root / "leases" / f"000004-{schema.MAX_LEASES}.json").write_text(json.dumps(planted.to_json()))
     claim = run.slots.read(4)
     assert (claim.lease, claim.owner) == (0, (0, 0))
     assert run.slots.take_over(claim, 0, node=1, worker=0)  # lease 1, in range, and the latest
@@ -110,7 +111,7 @@ def test_a_body_the_genome_reader_would_refuse_is_a_config_fault_not_made_again(
         run.genomes.write_genome("000004", _genome("000004", None, None, 100.0), "<mujoco/>")
     assert not run.genomes.genome_path("000004").exists()
     run.genomes.write_genome("000005", _genome("000005", None, None, 1.0), "<mujoco/>")
-    assert run.genomes.read_genome("000005")["size"] == 1.0
+    assert run.genomes.read_genome("000005").data["size"] == 1.0
 
 
 def test_a_search_with_names_planted_near_their_limits_finishes(tmp_path):
@@ -130,12 +131,12 @@ def test_a_search_with_names_planted_near_their_limits_finishes(tmp_path):
 # Published means published.
 def test_a_record_stays_published_whatever_happens_to_its_files(tmp_path, capsys):
     run = search_run(tmp_path)
-    run.publications.publish(published_record(run, "000002"))
+    run.publications.publish(PublishedRecord.from_json(published_record(run, "000002")))
     os.unlink(run.root / "models" / "000002.pt")
     os.unlink(run.root / "genomes" / "000002.json")
     os.unlink(run.root / "metrics" / "000002.jsonl")
     os.symlink("/etc/passwd", run.root / "metrics" / "000002.jsonl")
-    assert run.publications.read_metadata("000002", RULES)["id"] == "000002"
+    assert run.publications.read_metadata("000002", RULES).id == "000002"
     err = capsys.readouterr().err
     assert "models/000002.pt is missing; 000002 stays published" in err
     assert "metrics/000002.jsonl is not a regular file (a link, FIFO or folder); 000002 stays published; " \
@@ -293,11 +294,12 @@ def test_a_step_reads_the_records_published_since_its_last_look_without_listing_
     run = search_run(tmp_path)
     results = PublishedResults(run, evo)
     for name in ("000000", "000001"):
-        run.publications.publish(published_record(run, name))
+        run.publications.publish(PublishedRecord.from_json(published_record(run, name)))
     results.refresh()  # the first look lists the folders
     assert sorted(results.by_id) == ["000000", "000001"] and results.next_number == 2
-    gap = published_record(run, "000002")  # number 2 taken, its metadata not written yet (or its taker died)
-    run.publications.publish(published_record(run, "000003"))
+    # Number 2 taken, its metadata not written yet (or its taker died).
+    gap = PublishedRecord.from_json(published_record(run, "000002"))
+    run.publications.publish(PublishedRecord.from_json(published_record(run, "000003")))
     listed = []
     monkeypatch.setattr(run, "names", lambda folder, suffix=".json": listed.append(folder) or [])
     results.refresh_new()

@@ -8,20 +8,23 @@ A record read back is a ``Failure``, checked once when it is built.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from derl.evolution.folder import schema
+from derl.evolution.folder.json_record import JsonRecord, morphology_problem
 from derl.evolution.folder.shared import SharedFolder
 
 
 @dataclass(frozen=True, kw_only=True)
-class Failure:
+class Failure(JsonRecord):
     """Morphology ``id`` (attempt ``attempt`` of slot ``slot``) failed: ``reason`` (one line), the last frames
     of its ``traceback``, on worker ``worker`` of node ``node`` (both absent in records of an older derl).
-    Checked when it is built (``schema.error_problem``: a ``ValueError``)."""
+    Checked when it is built (``JsonRecord``: a ``ValueError``)."""
+
+    NAMED = ("id",)
+    WHAT = "the failure record of {id!r:.60}"
 
     id: str
     slot: int
@@ -31,24 +34,9 @@ class Failure:
     node: int | None = None
     worker: int | None = None
 
-    def __post_init__(self) -> None:
-        if (reason := schema.error_problem(self.as_json(), self.id)) is not None:
-            raise ValueError(f"not the failure record of {self.id!r:.60}: {reason}")
-
-    @staticmethod
-    def parse(data: Any, morphology_id: str) -> Failure:
-        """The failure record in the parsed file ``data`` of ``morphology_id``.
-
-        Raises:
-            ValueError: ``data`` is not one (the reason as its message).
-        """
-        if (reason := schema.error_problem(data, morphology_id)) is not None:
-            raise ValueError(reason)
-        return Failure(**{field.name: data.get(field.name) for field in dataclasses.fields(Failure)})
-
-    def as_json(self) -> dict[str, Any]:
-        """The file's content (fields that are None left out)."""
-        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+    @classmethod
+    def name_problem(cls, data: dict[str, Any], **named: Any) -> str | None:
+        return morphology_problem(data, named["id"])
 
 
 class FailureStore:
@@ -72,8 +60,8 @@ class FailureStore:
     def read_failure(self, morphology_id: str) -> Failure | None:
         """The failure record of ``morphology_id``, None if there is none (or it was just quarantined)."""
         data = self.run.read_checked(self.error_path(morphology_id),
-                                     lambda data: schema.error_problem(data, morphology_id))
-        return None if data is None else Failure.parse(data, morphology_id)
+                                     lambda data: Failure.problem(data, id=morphology_id))
+        return None if data is None else Failure.from_json(data, id=morphology_id)
 
     def record_failure(self, failure: Failure) -> None:
-        self.run.write_json(self.error_path(failure.id), failure.as_json())
+        self.run.write_json(self.error_path(failure.id), failure.to_json())

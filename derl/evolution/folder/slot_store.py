@@ -9,27 +9,30 @@ checked once when it is built.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from derl.evolution.folder import schema
 from derl.evolution.folder.claim_store import ClaimStore, unbroken
+from derl.evolution.folder.json_record import JsonRecord, is_int, json_field, morphology_problem
 from derl.evolution.folder.shared import Identity, SharedFolder
-from derl.evolution.population import slot_id
+from derl.evolution.population import parse_id, slot_id
 
 
 @dataclass(frozen=True, kw_only=True)
-class Claim:
+class Claim(JsonRecord):
     """Who trains ``slot`` under its ``lease`` (0: ``slots/<slot>.json``; g: ``leases/<slot>-<g>.json``, the
     g-th takeover): morphology ``id`` (its ``attempt``), worker ``worker`` of node ``node``, the process
     (``host``, ``pid``, ``token``; absent in claims of an older derl).
 
     A damaged claim (``damaged``: why its file failed its check) keeps its slot taken but names no owner
     (``id``, ``attempt``, ``node`` and ``worker`` None). Any other is checked when it is built
-    (``schema.claim_problem``: a ``ValueError``), so code that holds one never checks it again.
+    (``JsonRecord``: a ``ValueError``), so code that holds one never checks it again.
     """
+
+    NAMED = ("slot", "lease")  # the lease a file holds is its name's, whatever it says
+    WHAT = "a claim of slot {slot}"
 
     slot: int
     lease: int
@@ -40,23 +43,26 @@ class Claim:
     host: str | None = None
     pid: int | None = None
     token: str | None = None
-    damaged: str | None = None
+    damaged: str | None = json_field(default=None, written=False)
 
     def __post_init__(self) -> None:
-        if self.damaged is None and (reason := schema.claim_problem(self.as_json(), self.slot)) is not None:
-            raise ValueError(f"not a claim of slot {self.slot}: {reason}")
+        if self.damaged is None:
+            super().__post_init__()
 
-    @staticmethod
-    def parse(data: Any, slot: int, lease: int) -> Claim:
-        """The claim in the parsed file ``data`` of ``slot``'s lease ``lease``.
-
-        Raises:
-            ValueError: ``data`` is not a claim of ``slot`` (the reason as its message).
-        """
-        if (reason := schema.claim_problem(data, slot)) is not None:
-            raise ValueError(reason)
-        return Claim(slot=slot, lease=lease, id=data["id"], attempt=data["attempt"], node=data["node"],
-                     worker=data["worker"], host=data.get("host"), pid=data.get("pid"), token=data.get("token"))
+    @classmethod
+    def name_problem(cls, data: dict[str, Any], **named: Any) -> str | None:
+        """Why ``data`` is not a claim of slot ``named["slot"]`` (its morphology's id, an owner), or None."""
+        slot = named["slot"]
+        if not schema.is_id(data.get("id")):
+            return f"has no valid morphology id (id={data.get('id')!r:.60})"
+        if parse_id(data["id"])[0] != slot:
+            return f"claims {data['id']}, not in slot {slot}"
+        if parse_id(data["id"])[1] > schema.MAX_ATTEMPTS:
+            return f"claims attempt {parse_id(data['id'])[1]}, more than {schema.MAX_ATTEMPTS}"
+        missing = [key for key in ("node", "worker") if not is_int(data.get(key))]
+        if missing:
+            return f"lacks integer {', '.join(missing)}"
+        return morphology_problem(data, data["id"])
 
     @staticmethod
     def mine(slot: int, lease: int, attempt: int, node: int, worker: int, me: Identity) -> Claim:
@@ -68,11 +74,6 @@ class Claim:
     def owner(self) -> tuple[int | None, int | None]:
         """(node, worker) of the claim's owner; (None, None) for a damaged claim."""
         return self.node, self.worker
-
-    def as_json(self) -> dict[str, Any]:
-        """The file's content (``damaged`` is never written)."""
-        return {key: value for key, value in dataclasses.asdict(self).items()
-                if key != "damaged" and (value is not None or key not in ("host", "pid", "token"))}
 
 
 class SlotStore(ClaimStore[int, Claim]):
@@ -112,7 +113,7 @@ class SlotStore(ClaimStore[int, Claim]):
     leases = generations
 
     def parse(self, data: Any, slot: int, lease: int) -> Claim:
-        return Claim.parse(data, slot, lease)
+        return Claim.from_json(data, slot=slot, lease=lease)
 
     def damaged(self, slot: int, lease: int, reason: str) -> Claim:
         """Kept, the owner unknown; taken over, by the next lease, only once no worker working on the slot
@@ -125,7 +126,7 @@ class SlotStore(ClaimStore[int, Claim]):
     def claim(self, slot: int, node: int, worker: int, attempt: int = 0) -> bool:
         """Claims ``slot`` exclusively (for its first attempt, in a search; the claim records this
         process); False if someone else holds it."""
-        return self.create(slot, 0, Claim.mine(slot, 0, attempt, node, worker, self.run.identity).as_json())
+        return self.create(slot, 0, Claim.mine(slot, 0, attempt, node, worker, self.run.identity).to_json())
 
     def is_claimed(self, slot: int) -> bool:
         return self.run.lexists(self.path(slot)) or bool(self.leases(slot))
@@ -134,7 +135,7 @@ class SlotStore(ClaimStore[int, Claim]):
         """Rewrites ``current``, the claim of a slot this worker owns, for the slot's attempt ``attempt``
         (a failed morphology is replaced), under the same lease."""
         mine = Claim.mine(current.slot, current.lease, attempt, node, worker, self.run.identity)
-        self.run.write_json(self.lease_path(current.slot, current.lease), mine.as_json())
+        self.run.write_json(self.lease_path(current.slot, current.lease), mine.to_json())
 
     def take_over(self, current: Claim, attempt: int, node: int, worker: int) -> bool:
         """Takes ``current``'s slot from its owner for its attempt ``attempt``, by exclusive creation of
@@ -144,7 +145,7 @@ class SlotStore(ClaimStore[int, Claim]):
         learns it lost the slot from ``taken_over``.
         """
         mine = Claim.mine(current.slot, current.lease + 1, attempt, node, worker, self.run.identity)
-        return self.create(current.slot, mine.lease, mine.as_json())
+        return self.create(current.slot, mine.lease, mine.to_json())
 
     def claimed(self) -> list[int]:
         """Every claimed slot, in order."""

@@ -10,7 +10,6 @@ it is built.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import stat
 from dataclasses import dataclass
@@ -18,45 +17,37 @@ from pathlib import Path
 from typing import Any
 
 from derl.evolution.folder import schema
+from derl.evolution.folder.json_record import JsonRecord, json_field
 from derl.evolution.folder.shared import SharedFolder
 
 
 @dataclass(frozen=True, kw_only=True)
-class WorkerStatus:
+class WorkerStatus(JsonRecord):
     """What worker ``worker`` of node ``node`` last said of itself (``workers/<node>-<worker>.json``): the
     ``slot`` and morphology ``id`` it works on (None between slots), its ``status`` line, its ``pid``, when
     it wrote (``updated``, its host's clock) and its memory peaks, which the coordinator sizes the next
-    session by. Checked when it is built (``schema.worker_state_problem``: a ``ValueError``)."""
+    session by. Checked when it is built (``JsonRecord``: a ``ValueError``)."""
+
+    NAMED = ("node", "worker")
+    WHAT = "a worker state"
 
     node: int
     worker: int
-    slot: int | None = None
-    id: str | None = None
+    slot: int | None = json_field(default=None, null=True)
+    id: str | None = json_field(default=None, check=(schema.is_id, "a morphology id"), null=True)
     status: str | None = None
     pid: int | None = None
     updated: float | None = None
     peak_rss_bytes: int = 0
     peak_gpu_bytes: int = 0
 
-    def __post_init__(self) -> None:
-        if (reason := schema.worker_state_problem(self.as_json(), self.node, self.worker)) is not None:
-            raise ValueError(f"not a worker state: {reason}")
-
-    @staticmethod
-    def parse(data: Any, node: int, worker: int) -> WorkerStatus:
-        """The state in the parsed file ``data`` of worker ``node-worker``.
-
-        Raises:
-            ValueError: ``data`` is not one (the reason as its message).
-        """
-        if (reason := schema.worker_state_problem(data, node, worker)) is not None:
-            raise ValueError(reason)
-        known = {field.name for field in dataclasses.fields(WorkerStatus)}
-        return WorkerStatus(**{key: value for key, value in data.items() if key in known})
-
-    def as_json(self) -> dict[str, Any]:
-        """The file's content (fields that are None left out)."""
-        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+    @classmethod
+    def name_problem(cls, data: dict[str, Any], **named: Any) -> str | None:
+        """Why ``data`` is not the state of worker ``named["node"]``-``named["worker"]``, or None."""
+        if (data.get("node"), data.get("worker")) != (named["node"], named["worker"]):
+            return (f"is the state of worker {data.get('node')!r:.20}-{data.get('worker')!r:.20}, "
+                    f"expected {named['node']}-{named['worker']}")
+        return None
 
 
 class WorkerStore:
@@ -76,13 +67,13 @@ class WorkerStore:
         return self._file(node, worker, ".lock")
 
     def write_state(self, state: WorkerStatus) -> None:
-        self.run.write_json(self._file(state.node, state.worker, ".json"), state.as_json())
+        self.run.write_json(self._file(state.node, state.worker, ".json"), state.to_json())
 
     def read_state(self, node: int, worker: int) -> WorkerStatus | None:
         """The state of worker ``node-worker``; None if it has none (or it was just quarantined)."""
         data = self.run.read_checked(self._file(node, worker, ".json"),
-                                     lambda data: schema.worker_state_problem(data, node, worker))
-        return None if data is None else WorkerStatus.parse(data, node, worker)
+                                     lambda data: WorkerStatus.problem(data, node=node, worker=worker))
+        return None if data is None else WorkerStatus.from_json(data, node=node, worker=worker)
 
     def indices(self, node: int) -> list[int]:
         """Every worker index of ``node`` that has ever written its state, in any session."""
