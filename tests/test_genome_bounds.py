@@ -18,7 +18,8 @@ import pytest
 from derl.checked_config import load_config
 from derl.morphology import Genome, GenomeError, Joint, LimbGroup, mutate, random_genome, to_mjcf
 from derl.morphology.files import InputError, load_genome
-from derl.morphology.genome import genome_problem, max_genome_bytes
+from derl.morphology.genome import genome_problem
+from derl.morphology.genome_checks import max_genome_bytes
 from derl.morphology.geometry import place_limbs
 from derl.morphology.mutations import has_forbidden_contact
 from tests.conftest import ROOT

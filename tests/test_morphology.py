@@ -10,7 +10,7 @@ from derl.checked_config import load_config
 from derl.morphology import Genome, GenomeError, Joint, LimbGroup, mutate, random_genome
 from derl.morphology import mutations as ops
 from derl.morphology.config import UnimalCfg
-from derl.morphology.genome import direction, validate
+from derl.morphology.genome_checks import direction, validate
 from derl.morphology.geometry import capsule_frame, mirror, mirror_axis, place_limbs
 
 CFG = load_config().unimal

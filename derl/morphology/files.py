@@ -10,7 +10,8 @@ import numpy as np
 from derl.fileio.reads import MAX_JSON_BYTES, JsonFileError, read_json
 from derl.fileio.writes import atomic_write_text
 from derl.morphology.config import UnimalCfg
-from derl.morphology.genome import Genome, GenomeError, json_problem, max_genome_bytes
+from derl.morphology.genome import Genome
+from derl.morphology.genome_checks import GenomeError, json_problem, max_genome_bytes
 from derl.morphology.mjcf import to_mjcf
 from derl.morphology.mutations import mutate, random_genome
 

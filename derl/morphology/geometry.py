@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from derl.morphology.genome import HEAD_SITE, Genome, LimbGroup, direction
+from derl.morphology.genome import Genome, LimbGroup
+from derl.morphology.genome_checks import HEAD_SITE, direction
 
 
 class PlacedJoint(NamedTuple):

@@ -16,14 +16,12 @@ import numpy as np
 
 from derl.config import ConfigError, expand_range
 from derl.morphology.config import UnimalCfg
-from derl.morphology.genome import (  # THETAS, PHIS: the grown directions (the design space's)
+from derl.morphology.genome import Genome, Joint, LimbGroup
+from derl.morphology.genome_checks import (  # THETAS, PHIS: the grown directions (the design space's)
     HEAD_SITE,
     LIMB_SITES,
     PHIS,
     THETAS,
-    Genome,
-    Joint,
-    LimbGroup,
     direction,
     on_plane,
 )

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import derl.morphology.config as morphology_config
-import derl.morphology.genome as genome_module
+import derl.morphology.genome_checks as genome_checks
 from derl.checked_config import load_config
 from derl.config import Range
 from derl.morphology import Genome, GenomeError, random_genome, to_mjcf
@@ -33,7 +33,7 @@ CFG = load_config()
 def _declared_bounds() -> list[float]:
     """Both ends of every bound declared at the top of the morphology's modules, and the floats just past them."""
     found = set()
-    for module in (genome_module, morphology_config):
+    for module in (genome_checks, morphology_config):
         for value in vars(module).values():
             if isinstance(value, Range):
                 found |= {value.low, value.high}
