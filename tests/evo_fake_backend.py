@@ -73,7 +73,7 @@ class FakeBackend:
         return _files(genome_id, None, None, float(rng.uniform(0, 5)))
 
     def mutate(self, unimal, parent, rng, child_id):
-        return _files(child_id, parent["id"], "size", parent["size"] + float(rng.normal()))
+        return _files(child_id, parent.id, "size", parent.data["size"] + float(rng.normal()))
 
     def train(self, training, xml_path, *, seed, checkpoint_path, metrics_path, resume, should_stop, may_save):
         genome_id = Path(xml_path).stem

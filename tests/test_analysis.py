@@ -13,18 +13,18 @@ import numpy as np
 import pytest
 from matplotlib.container import BarContainer
 
+from benchmarks.report import build_synthetic_run
 from derl.analysis import plots
 from derl.analysis.curves import Curve, iterations_to_fraction, parse_curve, read_curve
 from derl.analysis.lineage import LineageGraph, tree_layout
-from derl.analysis.records import body_stats, publication_order, to_record
+from derl.analysis.records import body_stats, publication_order, to_morphology
 from derl.analysis.report import ReportOptions, write_report
 from derl.analysis.report_content import eval_rows, transfer_table
 from derl.analysis.run import RunError, RunView
 from derl.analysis.stats import TREND_MIN_POINTS, running_best, trend, trend_test, window_mean
-from derl.bench.report import build_synthetic_run
 from derl.checked_config import load_preset, load_run_config
 from derl.config import dump_config, with_values
-from derl.evolution.folder.record import fitness_terms
+from derl.evolution.folder.record import PublishedRecord, fitness_terms
 from derl.evolution.results import rank
 from derl.evolution.status import status_lines
 from derl.morphology import random_genome, to_mjcf
@@ -49,21 +49,22 @@ def test_body_stats_of_a_genome_without_a_body_are_unknown():
     assert body_stats(None).mass is None
 
 
-def _meta(morphology_id, slot, **extra):
-    return {"id": morphology_id, "slot": slot, "attempt": 0, "parent_id": None, "lineage": morphology_id,
-            "mutation": None, "return": 1.0, "__reward__forward": 2.0, "wall_time": 5.0, "files": {}, **extra}
+def _record(morphology_id, slot, **extra):
+    return PublishedRecord.from_json({
+        "id": morphology_id, "slot": slot, "attempt": 0, "parent_id": None, "lineage": morphology_id,
+        "mutation": None, "return": 1.0, "__reward__forward": 2.0, "wall_time": 5.0, "files": {}, **extra})
 
 
-def test_publication_order_uses_the_publication_number_else_the_time():
-    late_slot = [_meta("000001", 1, publication=0), _meta("000000", 0, publication=1)]
-    assert [m["id"] for m in publication_order(late_slot)] == ["000001", "000000"]
-    by_time = [_meta("000000", 0, published_at=20.0), _meta("000001", 1, published_at=10.0),
-               _meta("000002", 2, published_at=10.0)]
-    assert [m["id"] for m in publication_order(by_time)] == ["000001", "000002", "000000"]
+def test_publication_order_is_the_order_of_the_publication_numbers():
+    late_slot = [_record("000001", 1, publication=0), _record("000000", 0, publication=1)]
+    assert [r.id for r in publication_order(late_slot)] == ["000001", "000000"]
+    gaps = [_record("000000", 0, publication=7), _record("000001", 1, publication=2),
+            _record("000002", 2, publication=5)]  # a number a dead worker took is never a record's
+    assert [r.id for r in publication_order(gaps)] == ["000001", "000002", "000000"]
 
 
 def test_fitness_terms_are_the_numeric_results_only():
-    record = to_record(_meta("000004", 4, x_pos=0.5, seed=7, publication=3, node=0), None, 0)
+    record = to_morphology(_record("000004", 4, x_pos=0.5, seed=7, publication=3, node=0), None, 0)
     assert record.fitness == {"return": 1.0, "__reward__forward": 2.0, "x_pos": 0.5}
     assert fitness_terms({"id": "a", "flag": True, "metric": 2}) == {"metric": 2.0}
 
@@ -138,7 +139,7 @@ def test_the_fitness_histogram_counts_whole_morphologies():
 
 
 def _records(lineages):
-    return [to_record(_meta(chain.split("/")[-1], k, lineage=chain, publication=k), None, k)
+    return [to_morphology(_record(chain.split("/")[-1], k, lineage=chain, publication=k), None, k)
             for k, chain in enumerate(lineages)]
 
 
@@ -173,9 +174,10 @@ def test_run_view_of_a_synthetic_run(synthetic_run):
     assert len(view) == 30 and [r.publication for r in view.records] == list(range(30))
     assert [r.slot for r in view.records] == list(range(30))  # published_at rises with the slot here
     assert all(r.limbs and r.dof and r.mass for r in view.records)
-    metadata = [json.loads(p.read_text()) for p in (synthetic_run / "metadata").glob("*.json")]
-    expected = rank(metadata, view.criteria, view.objectives)[:5]
-    assert [r.id for r in view.top(5)] == [m["id"] for m in expected]
+    published = [PublishedRecord.from_json(json.loads(path.read_text()))
+                 for path in (synthetic_run / "metadata").glob("*.json")]
+    expected = rank(published, view.criteria, view.objectives)[:5]
+    assert [r.id for r in view.top(5)] == [record.id for record in expected]
     speeds = view.learning_speed(0.75)
     assert len(speeds) == 30 and all(n is not None and 1 <= n <= 20 for n in speeds.values())
     assert view.in_progress() == [] and view.eval_summary() is None

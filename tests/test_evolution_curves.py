@@ -6,6 +6,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from derl.checked_config import load_config
 from derl.evolution.coordinator import eta_text
 from derl.evolution.curves import SearchCurves
+from derl.evolution.folder.record import PublishedRecord, morphology_files
 from derl.evolution.folder.run_dir import RunDir
 
 
@@ -19,7 +20,8 @@ def test_running_best_and_aging_window_mean_by_publication(tmp_path):
     run = RunDir(tmp_path)
     curves = SearchCurves(cfg.EVO, run)
     fitness = [3.0, 1.0, 5.0, 2.0]
-    records = [{"id": f"{k:06d}", "publication": k, "__reward__forward": f, "return": f + 1}
+    records = [PublishedRecord(id=f"{k:06d}", lineage=f"{k:06d}", slot=k, attempt=0, publication=k,
+                               fitness={"__reward__forward": f, "return": f + 1}, files=morphology_files(f"{k:06d}"))
                for k, f in enumerate(fitness)]
     curves.update(records[:2])
     curves.update(records, morphologies_per_hour=120.0)  # the first two are not written twice

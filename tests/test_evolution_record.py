@@ -46,17 +46,17 @@ def test_metadata_written_by_earlier_derl_reads_and_writes_back_unchanged(tmp_pa
     run = _base_run(tmp_path)
     for morphology_id in IDS:
         text = (BASE_FORMAT / "metadata" / f"{morphology_id}.json").read_text()
-        data = run.publications.read_metadata(morphology_id, RULES)  # raises JsonFileError if it failed its schema
-        assert data == json.loads(text)
-        record = PublishedRecord.from_json(data)
+        record = run.publications.read_metadata(morphology_id, RULES)  # JsonFileError if it failed its schema
+        data = json.loads(text)
+        assert record == PublishedRecord.from_json(data)
         terms = ("__reward__ctrl", "__reward__forward", "__reward__stand", "energy", "metric", "return", "x_pos")
         assert record.fitness == {key: data[key] for key in terms}
         assert json.dumps(record.to_json(), indent=2) + "\n" == text  # same keys, same order, same values
     view = RunView(tmp_path)
     child = view.by_id["000006"]
     assert child.lineage == ("000002", "000005", "000006") and child.parent_id == "000005"
-    assert child.fitness == PublishedRecord.from_json(run.publications.read_metadata("000006", RULES)).fitness
-    assert child.limbs is not None  # the genome read once, as a dict, gives the body
+    assert child.fitness == run.publications.read_metadata("000006", RULES).fitness
+    assert child.limbs is not None  # the genome read once gives the body
 
 
 def test_writer_validator_and_readers_share_one_record_and_one_vocabulary():

@@ -7,6 +7,7 @@ import pytest
 
 from derl.checked_config import load_config
 from derl.evolution.failures import classify
+from derl.evolution.folder.record import PublishedRecord
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import morphology_files, summary_problem
 from derl.evolution.population import search_text, slot_id
@@ -24,9 +25,9 @@ def publish(run, slot, value):
             (run.root / relative).write_text("stand-in\n")
     run.slots.claim(slot, node=0, worker=0)
     number = run.publications.take_publication_number(morphology_id, node=0, worker=0)
-    run.publications.publish({"id": morphology_id, "slot": slot, "attempt": 0, "lineage": morphology_id,
-                              "__reward__forward": value, "publication": number,
-                              "files": morphology_files(morphology_id)})
+    run.publications.publish(PublishedRecord(id=morphology_id, slot=slot, attempt=0, lineage=morphology_id,
+                                             fitness={"__reward__forward": value}, publication=number,
+                                             files=morphology_files(morphology_id)))
     return number
 
 
@@ -50,11 +51,11 @@ def test_aging_tournament_draws_only_from_the_newest_slots(tmp_path):
     _, results = published_run(tmp_path)
     cfg = config(AGING_WINDOW_SIZE=3, NUM_PARTICIPANTS=2)
     rng = np.random.default_rng(0)
-    parents = {results.select_parent(cfg.EVO, rng)["id"] for _ in range(100)}
+    parents = {results.select_parent(cfg.EVO, rng).id for _ in range(100)}
     assert parents <= {"000007", "000008", "000009"} and "000008" in parents
     # With many participants the best of the window (slot 8: 6.0) nearly always wins.
     cfg = config(AGING_WINDOW_SIZE=3, NUM_PARTICIPANTS=40)
-    assert results.select_parent(cfg.EVO, rng)["id"] == "000008"
+    assert results.select_parent(cfg.EVO, rng).id == "000008"
 
 
 def test_aging_window_follows_publication_order_with_a_slot_that_publishes_late(tmp_path):
@@ -62,11 +63,11 @@ def test_aging_window_follows_publication_order_with_a_slot_that_publishes_late(
     # oldest and out of a window of 3; by publication it is the newest.
     order = [0, 2, 3, 4, 5, 6, 7, 8, 9, 1]
     run, results = published_run(tmp_path, order)
-    assert {r["id"]: r["publication"] for r in results.by_id.values()}["000001"] == 9
+    assert {r.id: r.publication for r in results.by_id.values()}["000001"] == 9
     cfg = config(AGING_WINDOW_SIZE=3, NUM_PARTICIPANTS=40)
     rng = np.random.default_rng(0)
-    assert results.select_parent(cfg.EVO, rng)["id"] == "000001"
-    parents = {results.select_parent(config(AGING_WINDOW_SIZE=3, NUM_PARTICIPANTS=1).EVO, rng)["id"] for _ in range(60)}
+    assert results.select_parent(cfg.EVO, rng).id == "000001"
+    parents = {results.select_parent(config(AGING_WINDOW_SIZE=3, NUM_PARTICIPANTS=1).EVO, rng).id for _ in range(60)}
     assert parents == {"000008", "000009", "000001"}
 
 
@@ -84,20 +85,20 @@ def test_publication_numbers_are_unique_with_gaps_after_a_death(tmp_path):
     assert publish(run, 3, 4.0) == 5
     results = PublishedResults(run, config().EVO)
     results.refresh()
-    numbers = sorted(r["publication"] for r in results.by_id.values())
+    numbers = sorted(r.publication for r in results.by_id.values())
     assert numbers == [0, 2, 3, 5]
-    assert results.by_id["000001"]["publication"] == 3
+    assert results.by_id["000001"].publication == 3
 
 
 def test_vanilla_tournament_retires_losers_for_good(tmp_path):
     run, results = published_run(tmp_path)
     cfg = config(TOURNAMENT_TYPE="vanilla_num", NUM_PARTICIPANTS=2)
     rng = np.random.default_rng(1)
-    winners = [results.select_parent(cfg.EVO, rng)["id"] for _ in range(60)]
+    winners = [results.select_parent(cfg.EVO, rng).id for _ in range(60)]
     retired = run.publications.retired_ids()
     assert retired and "000001" not in retired  # the best is never dominated
     assert len(results.by_id) == len(FORWARD)  # published metadata stays
-    later = [results.select_parent(cfg.EVO, rng)["id"] for _ in range(20)]
+    later = [results.select_parent(cfg.EVO, rng).id for _ in range(20)]
     assert not set(later) & retired and set(winners) - retired
 
 
@@ -112,7 +113,7 @@ def test_a_record_without_the_selection_criterion_is_quarantined_not_blamed_on_t
     results = PublishedResults(run, config().EVO)
     results.refresh()
     assert sorted(results.by_id) == ["000000", "000001"]
-    assert results.select_parent(config(NUM_PARTICIPANTS=40).EVO, np.random.default_rng(0))["id"] == "000001"
+    assert results.select_parent(config(NUM_PARTICIPANTS=40).EVO, np.random.default_rng(0)).id == "000001"
     assert sorted(p.name for p in (tmp_path / "quarantine").iterdir()) == ["metadata-000002.json",
                                                                            "metadata-000003.json"]
     assert "000002.json lacks __reward__forward, a selection criterion of the run (EVO.SELECTION_CRITERIA)" \
@@ -125,10 +126,10 @@ def test_a_parent_whose_genome_was_quarantined_leaves_the_pool(tmp_path, capsys)
     (tmp_path / "genomes" / "000001.json").write_text("{")  # the best (9.0), damaged after it was published
     cfg = config(AGING_WINDOW_SIZE=10, NUM_PARTICIPANTS=40)
     rng = np.random.default_rng(0)
-    assert results.select_parent(cfg.EVO, rng)["id"] == "000006"  # the next best (8.0), drawn again
+    assert results.select_parent(cfg.EVO, rng).id == "000006"  # the next best (8.0), drawn again
     assert results.unavailable == {"000001"} and len(results.by_id) == len(FORWARD)  # still published
     assert "warning: 000001 leaves the tournament pool" in capsys.readouterr().err
-    assert "000001" not in {results.select_parent(config(NUM_PARTICIPANTS=2).EVO, rng)["id"] for _ in range(20)}
+    assert "000001" not in {results.select_parent(config(NUM_PARTICIPANTS=2).EVO, rng).id for _ in range(20)}
     for path in (tmp_path / "genomes").iterdir():
         path.write_text("{")
     with pytest.raises(FileNotFoundError, match="no parent") as raised:
@@ -143,7 +144,7 @@ def test_summary_ranks_by_the_criteria(tmp_path):
     assert summary["published"] == 10 and summary["total"] == 20
     assert summary["best"]["id"] == "000001"
     assert [r["id"] for r in summary["top_k"][:3]] == ["000001", "000006", "000003"]
-    assert rank(list(results.by_id.values()), ("__reward__forward",), (1,))[0]["id"] == "000009"
+    assert rank(list(results.by_id.values()), ("__reward__forward",), (1,))[0].id == "000009"
 
 
 def test_summary_says_random_search_and_names_no_tournament(tmp_path):

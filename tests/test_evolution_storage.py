@@ -8,7 +8,7 @@ import re
 import pytest
 
 from derl.evolution.folder.failure_store import Failure
-from derl.evolution.folder.record import morphology_files
+from derl.evolution.folder.record import PublishedRecord, morphology_files
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules
 from derl.evolution.folder.shared import Identity
@@ -20,6 +20,12 @@ RACES = 1000
 
 
 RULES = RecordRules(search_space_size=24, criteria=("__reward__forward",))
+
+
+def record(morphology_id, publication):
+    """The record of an initial morphology in slot 2 (its files are not written)."""
+    return PublishedRecord(id=morphology_id, lineage=morphology_id, slot=2, attempt=0, fitness={},
+                           files=morphology_files(morphology_id), publication=publication)
 
 def _claimer(out, token, barrier, results):
     """Races for slots 0..RACES-1 as a process sharing host and pid with its rival (as in two pid
@@ -101,10 +107,9 @@ def test_takeover_reason_stale_owner_or_owner_elsewhere(tmp_path):
     assert "last beat 20 s ago" in takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10)
     run.workers.write_state(WorkerStatus(node=1, worker=0, slot=3))  # alive, but on another slot
     assert "works on slot 3" in takeover_reason(run, 2, claim, now=beat, lease_seconds=10)
-    run.publications.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002", "publication": 0})
+    run.publications.publish(record("000002", publication=0))
     assert takeover_reason(run, 2, claim, now=beat + 20, lease_seconds=10) is None  # done: nothing to take
-    assert not run.publications.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002",
-                                         "publication": 1})
+    assert not run.publications.publish(record("000002", publication=1))
 
 
 def test_bad_files_are_quarantined_by_the_search_and_named_to_other_readers(tmp_path, capsys):
@@ -162,7 +167,7 @@ def test_a_corrupt_genome_is_quarantined_and_counts_as_missing(tmp_path):
     search = RunDir(tmp_path, quarantine=True)
     search.create()
     search.genomes.write_genome("000004", '{"id": "000004", "size": 1.0}\n', "<mujoco/>")
-    assert search.genomes.has_genome("000004") and search.genomes.read_genome("000004")["size"] == 1.0
+    assert search.genomes.has_genome("000004") and search.genomes.read_genome("000004").data["size"] == 1.0
     (tmp_path / "genomes" / "000004.json").write_text('{"id": "000004", "si')
     assert not search.genomes.has_genome("000004")
     with pytest.raises(FileNotFoundError, match="genomes/000004.json is missing"):
@@ -199,8 +204,7 @@ def test_a_morphology_is_retired_once_and_stays_published(tmp_path):
     run.create()
     number = run.publications.take_publication_number("000002", node=0, worker=0)
     assert not run.publications.is_published("000002")
-    assert run.publications.publish({"id": "000002", "slot": 2, "attempt": 0, "lineage": "000002",
-                                     "publication": number})
+    assert run.publications.publish(record("000002", publication=number))
     run.publications.retire("000002")
     run.publications.retire("000002")  # a second tournament that drew the loser: nothing changes
     assert run.publications.retired_ids() == {"000002"} and run.publications.published_ids() == ["000002"]

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from derl.evolution.folder.record import PublishedRecord
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules, metadata_problem, morphology_files
 from derl.evolution.folder.worker_store import WorkerStatus
@@ -130,17 +131,17 @@ def test_a_record_that_lies_is_refused(tmp_path, fields, reason):
 
 def test_a_planted_record_or_a_reused_publication_number_is_quarantined(tmp_path, capsys):
     run = search_run(tmp_path)
-    run.publications.publish(published_record(run, "000000"))
+    run.publications.publish(PublishedRecord.from_json(published_record(run, "000000")))
     planted = {"id": "000001", "slot": 1, "attempt": 0, "lineage": "000001", "publication": 0,
                "__reward__forward": 1e300, "files": morphology_files("000001")}
     (run.root / "metadata" / "000001.json").write_text(json.dumps(planted))  # no files, number 0 is 000000's
     record = published_record(run, "000002")
     os.unlink(run.root / "models" / "000002.pt")
-    run.publications.publish(record)
-    assert run.publications.read_metadata("000000", RULES)["publication"] == 0
+    run.publications.publish(PublishedRecord.from_json(record))
+    assert run.publications.read_metadata("000000", RULES).publication == 0
     assert run.publications.read_metadata("000001", RULES) is None
     # Published means published: a listed file lost later never unpublishes the record (one warning).
-    assert run.publications.read_metadata("000002", RULES)["id"] == "000002"
+    assert run.publications.read_metadata("000002", RULES).id == "000002"
     err = capsys.readouterr().err
     assert "has publication 0, which published/00000000.json gives to '000000'" in err
     assert "models/000002.pt is missing; 000002 stays published" in err
@@ -152,18 +153,18 @@ def test_a_record_its_slot_never_held_is_quarantined(tmp_path, capsys):
     the search's and the slot's current claim (``slots/`` or its latest lease) names it."""
     run = search_run(tmp_path)
     for name in ("000000", "999999", "000005-1"):
-        run.publications.publish(published_record(run, name, slot=parse_id(name)[0]))
+        run.publications.publish(PublishedRecord.from_json(published_record(run, name, slot=parse_id(name)[0])))
     run.slots.replace(run.slots.read(5), 0, node=0, worker=0)  # slot 5 holds 000005
     record = published_record(run, "000004")
     os.unlink(run.root / "slots" / "000004.json")
-    run.publications.publish(record)
+    run.publications.publish(PublishedRecord.from_json(record))
     for name, taker in (("000006", "000006-2"), ("000008", "000008")):  # slots taken over by another worker
         record = published_record(run, name)
         run.slots.take_over(run.slots.read(parse_id(name)[0]), parse_id(taker)[1], node=1, worker=0)
-        run.publications.publish(record)
+        run.publications.publish(PublishedRecord.from_json(record))
     record = published_record(run, "000007")
     (run.root / "slots" / "000007.json").write_text("{}")
-    run.publications.publish(record)
+    run.publications.publish(PublishedRecord.from_json(record))
     accepted = [name for name in sorted(run.publications.published_ids())
                 if run.publications.read_metadata(name, RULES) is not None]
     # The taker of slot 8 holds the same morphology; slot 7's damaged claim names nobody, refutes nothing.

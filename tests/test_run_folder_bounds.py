@@ -163,17 +163,17 @@ def test_a_genome_that_is_not_the_body_trained_is_refused(tmp_path, capsys):
     genome = {"schema_version": 1, "id": "000004", "parent_id": None, "size": 3}
     run.genomes.write_genome("000004", json.dumps(genome, indent=2), "<mujoco/>\n")
     run.checkpoint_path("000004").write_text("trained on the body of xml/000004.xml\n")
-    assert run.genomes.read_genome("000004") == genome  # as written, whatever its whitespace
+    assert run.genomes.read_genome("000004").data == genome  # as written, whatever its whitespace
     reader = RunDir(tmp_path, skip=True, search_space_size=12)
     run.genomes.genome_path("000004").write_text(json.dumps({**genome, "size": 20000}))
     assert reader.genomes.has_genome("000004") is False and run.genomes.genome_path("000004").exists()
     assert not run.genomes.has_genome("000004")  # quarantined: the body is made anew, from scratch
     assert "is not the body trained" in capsys.readouterr().err
     run.genomes.write_genome("000004", json.dumps(genome), "<mujoco/>\n")
-    assert run.genomes.read_genome("000004") == genome
+    assert run.genomes.read_genome("000004").data == genome
     assert sorted(p.name for p in (tmp_path / "quarantine").iterdir()) == ["genomes-000004.json", "models-000004.pt"]
     run.genomes.xml_path("000004").write_text("<mujoco/>\n")  # an older derl's MJCF, without the mark
-    assert run.genomes.read_genome("000004") == genome
+    assert run.genomes.read_genome("000004").data == genome
 
 
 @pytest.mark.parametrize("limbs", [11, 100_000])

@@ -75,7 +75,7 @@ def distributions(initial: np.ndarray, last: np.ndarray, label: str) -> Figure:
     both = np.concatenate([initial, last])
     if len(both):
         low, high = float(both.min()), float(both.max())
-        bins = np.linspace(low, high if high > low else low + 1.0, 25)
+        bins = np.linspace(low, high if high > low else low + 1.0, 25).tolist()
         if len(initial):
             axes.hist(initial, bins=bins, histtype="stepfilled", color="#d9d9d9", edgecolor=INITIAL_COLOUR,
                       label=f"initial population (n={len(initial)})")
@@ -125,7 +125,7 @@ def lineage_tree(graph: LineageGraph, positions: Mapping[str, tuple[float, int]]
         return figure
     for node, (x, d) in positions.items():
         parent = graph.parent.get(node)
-        if parent in positions:
+        if parent is not None and parent in positions:
             px, pd = positions[parent]
             axes.plot([px, x], [pd, d], color="#bbbbbb", lw=1, zorder=1)
     nodes = list(positions)
@@ -144,7 +144,9 @@ def lineage_tree(graph: LineageGraph, positions: Mapping[str, tuple[float, int]]
     figure.colorbar(points, ax=axes, label="fitness", fraction=0.03)
     axes.set_ylim(depth - 0.5, -0.9)  # generation 0 at the top, room for the labels above each node
     axes.set_xlim(-0.6, leaves - 0.4)
-    axes.yaxis.get_major_locator().set_params(integer=True)
+    locator = axes.yaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # matplotlib's default (AutoLocator): whole generations only
+        locator.set_params(integer=True)
     axes.set_ylabel("generation")
     axes.set_xticks([])
     axes.set_title("Lineages of the top K (red ring); labels: id, fitness, mutation", fontsize=11)

@@ -8,6 +8,7 @@ second. The mass is MuJoCo's (sphere head, capsule limbs, uniform densities), wo
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,8 @@ class BodyStats:
 
 @dataclass(frozen=True)
 class Morphology:
-    """One published morphology: its ``metadata/<id>.json`` and the body of its genome.
+    """One published morphology: its ``PublishedRecord`` (``metadata/<id>.json``), as a script reads it, and
+    the body of its genome. The only form the read side builds from the record (``to_morphology``).
 
     The results are in ``fitness``, by name: ``m.fitness["__reward__forward"]``, not
     ``m.__reward__forward`` (no attribute has a result's name).
@@ -35,9 +37,8 @@ class Morphology:
         parent_id: the parent's id; None in the initial population.
         lineage: ids from the initial ancestor down to this one (``("000003", "000011", id)``).
         mutation: the operator that made it from its parent; None in the initial population.
-        publication: its rank in publication order (0 = first published): the metadata's
-            ``publication`` number where every record has one, else the order of ``published_at``
-            (then slot).
+        publication: its rank in publication order (0 = first published), the order of the records'
+            ``publication`` numbers (``PublishedRecord.publication``: unique, with gaps where a worker died).
         slot: its slot (the search's ``SEARCH_SPACE_SIZE`` slots; the first ``INIT_POPULATION_SIZE``
             hold the initial population).
         attempt: 0, or the replacement number of a morphology that failed in this slot.
@@ -83,7 +84,7 @@ class Morphology:
         return self.body.mass
 
 
-def body_stats(genome: dict[str, Any] | None) -> BodyStats:
+def body_stats(genome: Mapping[str, Any] | None) -> BodyStats:
     """Limbs, DoF and mass of a genome dict (``derl.morphology`` schema), without MuJoCo.
 
     Head: a sphere of ``head_radius``. Limb: a capsule whose segment runs ``radius + length``
@@ -108,17 +109,14 @@ def body_stats(genome: dict[str, Any] | None) -> BodyStats:
     return BodyStats(limbs=limbs, dof=dof, mass=mass)
 
 
-def publication_order(metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records in publication order: by ``publication`` if all have it, else ``published_at``, slot."""
-    if metadata and all(isinstance(m.get("publication"), int) for m in metadata):
-        return sorted(metadata, key=lambda m: m["publication"])
-    return sorted(metadata, key=lambda m: (m.get("published_at") or 0.0, m.get("slot", 0), m["id"]))
+def publication_order(records: list[PublishedRecord]) -> list[PublishedRecord]:
+    """The records in publication order: by their ``publication`` numbers (unique, gaps allowed)."""
+    return sorted(records, key=lambda record: record.publication)
 
 
-def to_record(metadata: dict[str, Any], genome: dict[str, Any] | None, publication: int) -> Morphology:
-    """The morphology of a metadata object that passed its schema (``PublicationStore.read_metadata``), with the
-    body of its genome, ``publication``-th in publication order."""
-    published = PublishedRecord.from_json(metadata)
+def to_morphology(published: PublishedRecord, genome: Mapping[str, Any] | None, publication: int) -> Morphology:
+    """The morphology of a published record (``PublicationStore.read_metadata``), with the body of its genome,
+    ``publication``-th in publication order."""
     return Morphology(
         id=published.id,
         parent_id=published.parent_id,
@@ -130,13 +128,9 @@ def to_record(metadata: dict[str, Any], genome: dict[str, Any] | None, publicati
         seed=published.seed,
         fitness=published.fitness,
         body=body_stats(genome),
-        wall_time=_optional_float(published.wall_time),
+        wall_time=published.wall_time,
         iterations=published.iterations,
         env_steps=published.env_steps,
-        published_at=_optional_float(published.published_at),
+        published_at=published.published_at,
         files=dict(published.files),
     )
-
-
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)

@@ -92,11 +92,14 @@ class ReplayResult:
 
 def replay_line(result: ReplayResult, episodes: int) -> str:
     """The first selection criterion, published and replayed both ways, in one line (``tools/replay.py``)."""
-    key = next(iter(result.deterministic.criteria))
+    deterministic, stochastic, published = result.deterministic, result.stochastic, result.published
+    if deterministic is None or stochastic is None or published is None:
+        raise ValueError(f"the replay of {result.id} ran no episodes: it has no spread to show")
+    key = next(iter(deterministic.criteria))
     spread = {name: part.to_json()["criteria"][key] for name, part in
-              (("stochastic", result.stochastic), ("deterministic", result.deterministic))}
+              (("stochastic", stochastic), ("deterministic", deterministic))}
     replayed = ", ".join(f"{name} {s['mean']:.2f} +- {s['std']:.2f}" for name, s in spread.items())
-    return (f"{result.id}: published {key} {result.published[key]:.2f} (training statistic, stochastic actions) | "
+    return (f"{result.id}: published {key} {published[key]:.2f} (training statistic, stochastic actions) | "
             f"replay's {key} over {episodes} episodes: {replayed}")
 
 
@@ -134,8 +137,8 @@ def _private_copies(run: RunDir, morphology_id: str) -> Iterator[tuple[Path, Pat
             yield xml, checkpoint
         except (OSError, ValueError) as err:
             message = str(err)
-            for copy, path in originals.items():
-                message = message.replace(copy, path)
+            for copy, original in originals.items():
+                message = message.replace(copy, original)
             raise RunError(message) from None
 
 

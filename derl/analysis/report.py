@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,7 @@ def write_report(view: RunView, out: str | Path | None = None,
     started = time.perf_counter()
     with writer.bar:
         for name, build in _BUILDERS.items():
-            writer.timed(name, lambda build=build: build(writer))
+            writer.timed(name, partial(build, writer))
     atomic_write_text(writer.report.index, writer.page_html(), writer.root)
     writer.report.seconds["total"] = round(time.perf_counter() - started, 3)
     return writer.report
@@ -193,7 +194,8 @@ def _transfer(w: PageWriter) -> None:
     head = "<tr><th>morphology</th>" + "".join(f"<th>{esc(t)}</th>" for t in tasks) + "</tr>"
     ranks = {}
     for j in range(len(tasks)):  # only the morphologies with a result on the task are ranked
-        order = sorted((i for i in range(len(ids)) if np.isfinite(means[i, j])), key=lambda i, j=j: -means[i, j])
+        column = means[:, j]  # best first, ties in the table's order
+        order = sorted((i for i in range(len(ids)) if np.isfinite(column[i])), key=column.__getitem__, reverse=True)
         ranks.update({(i, j): k + 1 for k, i in enumerate(order)})
     body_rows = []
     for i, morphology_id in enumerate(ids):

@@ -103,7 +103,7 @@ def _spread(published: float | None, curve: Curve | None, key: str) -> str:
     """The published fitness ± the std of its learning curve over the stretch the fitness averages
     (``fitness_window``)."""
     values = None if curve is None else curve.get(key)
-    if values is None or not np.isfinite(values).any():
+    if curve is None or values is None or not np.isfinite(values).any():
         return f"<b>{num(published, 2)}</b>"
     tail = values[np.isfinite(values) & fitness_window(curve)]
     return f"<b>{num(published, 2)}</b> ± {num(float(tail.std()), 2)}<br><small>n={len(tail)}</small>"
@@ -133,8 +133,8 @@ def _media(w: PageWriter, record: Morphology) -> str:
     try:
         stem = f"{record.id}-s{seed}-{steps}f"
         existing = [p for p in (w.out / "media").glob(f"{stem}.*") if p.suffix in (".mp4", ".gif")]
-        path = existing[0] if existing else Path(replay(
-            view, record.id, seed=seed, video=w.out / "media" / f"{stem}.mp4", video_steps=steps).video)
+        path = existing[0] if existing else Path(str(replay(
+            view, record.id, seed=seed, video=w.out / "media" / f"{stem}.mp4", video_steps=steps).video))
         w.report.media[path.name] = str(path)
         if path.suffix == ".gif" or poster is None:  # a GIF plays as a picture: linked, opened on a click
             return f'<a href="{w.link(path)}">{image}</a>'

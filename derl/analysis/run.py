@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -24,10 +25,12 @@ import numpy as np
 
 from derl.analysis.curves import EMPTY, Curve, iterations_to_fraction, read_curve
 from derl.analysis.lineage import LineageGraph
-from derl.analysis.records import Morphology, publication_order, to_record
+from derl.analysis.records import Morphology, publication_order, to_morphology
 from derl.checked_config import Config, load_config
 from derl.config import ConfigError
 from derl.evolution.folder.failure_store import Failure
+from derl.evolution.folder.genome_store import StoredGenome
+from derl.evolution.folder.record import PublishedRecord
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules
 from derl.evolution.folder.slot_store import Claim
@@ -75,8 +78,8 @@ class RunView:
         if (problem := self.run.not_a_search()) is not None:
             raise RunError(problem)
         self.cfg: Config = self.run.config or load_config()  # the defaults for a run that has no config.yaml
-        self._metadata: dict[str, dict[str, Any]] = {}
-        self._genomes: dict[str, dict[str, Any] | None] = {}
+        self._published: dict[str, PublishedRecord] = {}
+        self._genomes: dict[str, StoredGenome | None] = {}
         self.unreadable: dict[str, str] = {}  # path -> reason: files skipped because they did not parse
         self._speeds: dict[tuple[str, float], dict[str, int | None]] = {}
         self.records: list[Morphology] = []
@@ -96,33 +99,34 @@ class RunView:
     def refresh(self) -> None:
         """Reads the morphologies published since the last call (each file once)."""
         for morphology_id in self.run.publications.published_ids():
-            if morphology_id in self._metadata:
+            if morphology_id in self._published:
                 continue
             try:
-                metadata = self.run.publications.read_metadata(morphology_id, RecordRules.of(self.cfg.EVO))
+                record = self.run.publications.read_metadata(morphology_id, RecordRules.of(self.cfg.EVO))
             except json.JSONDecodeError as err:  # derl.fileio.reads.JsonFileError names the file
                 # A corrupt or foreign file: the search quarantines it; a reader skips it and retries.
                 self.unreadable[str(self.run.publications.metadata_path(morphology_id))] = str(err)
                 continue
-            if metadata is None:
+            if record is None:
                 continue  # moved to quarantine/ by a worker meanwhile
             self.unreadable.pop(str(self.run.publications.metadata_path(morphology_id)), None)
-            self._metadata[morphology_id] = metadata
+            self._published[morphology_id] = record
             self._genomes[morphology_id] = self._read_genome(morphology_id)
         self._name_refused_names()
-        ordered = publication_order(list(self._metadata.values()))
-        self.records = [to_record(m, self._genomes[m["id"]], k) for k, m in enumerate(ordered)]
+        ordered = publication_order(list(self._published.values()))
+        self.records = [to_morphology(record, self.genome(record.id), k) for k, record in enumerate(ordered)]
         self.by_id = {record.id: record for record in self.records}
 
-    def _read_genome(self, morphology_id: str) -> dict[str, Any] | None:
+    def _read_genome(self, morphology_id: str) -> StoredGenome | None:
         try:
             return self.run.genomes.read_genome(morphology_id)
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
-    def genome(self, morphology_id: str) -> dict[str, Any] | None:
-        """The genome dict of a published morphology (None if its file is missing)."""
-        return self._genomes.get(morphology_id)
+    def genome(self, morphology_id: str) -> Mapping[str, Any] | None:
+        """The genome JSON of a published morphology (None if its file is missing or refused)."""
+        stored = self._genomes.get(morphology_id)
+        return None if stored is None else stored.data
 
     def __len__(self) -> int:
         return len(self.records)
@@ -151,8 +155,8 @@ class RunView:
 
     def top(self, k: int) -> list[Morphology]:
         """The ``k`` best by the selection criteria (lexicographic, as ``summary.json``)."""
-        ranked = rank([self._metadata[r.id] for r in self.records], self.criteria, self.objectives)
-        return [self.by_id[m["id"]] for m in ranked[:k]]
+        ranked = rank([self._published[r.id] for r in self.records], self.criteria, self.objectives)
+        return [self.by_id[record.id] for record in ranked[:k]]
 
     def initial(self) -> list[Morphology]:
         """The initial population (slots below ``INIT_POPULATION_SIZE``, replacements included)."""
@@ -199,10 +203,11 @@ class RunView:
         trainings = []
         published_slots = {record.slot for record in self.records}  # a published slot's claim is final
         for slot in self.run.slots.claimed():
-            if slot in published_slots or (claim := self._read_slot(slot)) is None or claim.id is None:
+            if slot in published_slots or (claim := self._read_slot(slot)) is None or claim.id is None \
+                    or claim.node is None or claim.worker is None:  # damaged: its owner unknown
                 continue
             morphology_id = claim.id
-            if morphology_id in self._metadata or self.run.publications.is_published(morphology_id):
+            if morphology_id in self._published or self.run.publications.is_published(morphology_id):
                 continue
             try:
                 if self.run.failures.has_failed(morphology_id):

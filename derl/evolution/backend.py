@@ -1,8 +1,8 @@
 """What the evolution needs from the rest of derl: genomes, MJCF and PPO training.
 
-The worker sees a genome as the JSON it reads and writes (a parent parsed once by ``RunDir``, a
-child as the files it is written to: ``GenomeFiles``) and training as a function, through the
-``Backend`` protocol. ``DerlBackend`` is the real one (derl.morphology,
+The worker sees a genome as the JSON it reads and writes (a parent read and checked once by ``RunDir``:
+``StoredGenome``, its body the JSON object; a child as the files it is written to: ``GenomeFiles``) and
+training as a function, through the ``Backend`` protocol. ``DerlBackend`` is the real one (derl.morphology,
 derl.envs, derl.ppo). The environment variable ``DERL_EVO_BACKEND=module:attr``
 selects another object with the same methods, inherited by every worker process:
 the protocol tests use it to run many morphologies in seconds.
@@ -16,14 +16,14 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from derl.checked_config import Config, TensorboardCfg
 from derl.envs.config import WorldCfg
 from derl.envs.media import write_video
-from derl.evolution.folder.genome_store import GenomeLimits
+from derl.evolution.folder.genome_store import GenomeLimits, StoredGenome
 from derl.evolution.folder.run_dir import RunDir
 from derl.morphology import Genome, initial_population, mutate, random_genome, to_mjcf
 from derl.morphology.config import UnimalCfg
@@ -84,9 +84,10 @@ class Backend(Protocol):
     def random_genome(self, unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
         """One new random morphology (replaces a failed initial one)."""
 
-    def mutate(self, unimal: UnimalCfg, parent: dict[str, Any], rng: np.random.Generator,
+    def mutate(self, unimal: UnimalCfg, parent: StoredGenome, rng: np.random.Generator,
                child_id: str) -> GenomeFiles:
-        """A child of the genome ``parent`` (as ``GenomeStore.read_genome`` returns it), by one mutation."""
+        """A child of the genome ``parent`` (``GenomeStore.read_genome``; its body: ``parent.data``), by one
+        mutation."""
 
     def train(
         self,
@@ -127,9 +128,9 @@ class DerlBackend:
     def random_genome(self, unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
         return _files(unimal, random_genome(unimal, rng, genome_id))
 
-    def mutate(self, unimal: UnimalCfg, parent: dict[str, Any], rng: np.random.Generator,
+    def mutate(self, unimal: UnimalCfg, parent: StoredGenome, rng: np.random.Generator,
                child_id: str) -> GenomeFiles:
-        return _files(unimal, mutate(Genome.from_dict(parent, unimal), unimal, rng, child_id))
+        return _files(unimal, mutate(Genome.from_dict(parent.data, unimal), unimal, rng, child_id))
 
     def train(
         self,

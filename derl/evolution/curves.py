@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 
 from derl.checked_config import EvoCfg
+from derl.evolution.folder.record import PublishedRecord
 from derl.evolution.folder.run_dir import RunDir
 from derl.fileio.folders import make_folders
 from derl.morphology import Genome, GenomeError
@@ -41,22 +41,21 @@ class SearchCurves:
         self.fitness: dict[int, float] = {}  # publication number -> fitness, of the points written
         self.best = -math.inf
 
-    def update(self, records: Iterable[dict[str, Any]], morphologies_per_hour: float | None = None) -> None:
+    def update(self, records: Iterable[PublishedRecord], morphologies_per_hour: float | None = None) -> None:
         """Adds the records not written yet, in publication order, then the search's rate."""
-        new = sorted((r for r in records if isinstance(r.get("publication"), int)
-                      and r["publication"] not in self.fitness and isinstance(r.get(self.criterion), int | float)),
-                     key=lambda r: r["publication"])
+        new = sorted((r for r in records if r.publication not in self.fitness and self.criterion in r.fitness),
+                     key=lambda r: r.publication)
         for record in new:
-            step, value = record["publication"], float(record[self.criterion])
+            step, value = record.publication, record.fitness[self.criterion]
             self.fitness[step] = value
             self.best = max(self.best, self.sign * value)
             window = [v for p, v in self.fitness.items() if step - self.window < p <= step]
             self.writer.add_scalar("search/fitness", value, step)
             self.writer.add_scalar("search/best", self.sign * self.best, step)
             self.writer.add_scalar("search/aging_window_mean", float(np.mean(window)), step)
-            if isinstance(record.get("return"), int | float):
-                self.writer.add_scalar("search/return", float(record["return"]), step)
-            self._body(record["id"], step)
+            if "return" in record.fitness:
+                self.writer.add_scalar("search/return", record.fitness["return"], step)
+            self._body(record.id, step)
         if morphologies_per_hour is not None and self.fitness and morphologies_per_hour > 0:
             self.writer.add_scalar("search/morphologies_per_hour", morphologies_per_hour, max(self.fitness))
         self.writer.flush()
@@ -67,7 +66,7 @@ class SearchCurves:
         # search to judge (quarantined only if a worker needs it as a parent).
         try:
             with self.run.skipping_bad_files():
-                genome = Genome.from_dict(self.run.genomes.read_genome(morphology_id))
+                genome = Genome.from_dict(self.run.genomes.read_genome(morphology_id).data)
         except (GenomeError, OSError, ValueError):
             return
         self.writer.add_scalar("morphology/limbs", genome.num_limbs, step)

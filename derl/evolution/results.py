@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from derl.checked_config import EvoCfg
 from derl.evolution import selection
+from derl.evolution.folder.genome_store import StoredGenome
 from derl.evolution.folder.publication_store import lowest_free
+from derl.evolution.folder.record import PublishedRecord
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.folder.schema import RecordRules
 from derl.evolution.population import num_initial_slots, parse_id, search_kind
@@ -20,7 +23,7 @@ TOP_K = 10
 
 
 class PublishedResults:
-    """The published metadata of a run, as its config ``evo`` accepts it (``schema.RecordRules``).
+    """The published records of a run, as its config ``evo`` accepts them (``schema.RecordRules``).
 
     Published files never change, so each is read once. ``unavailable`` holds the published
     morphologies whose genome could not be read when drawn as a parent (quarantined since): they
@@ -30,7 +33,7 @@ class PublishedResults:
     def __init__(self, run: RunDir, evo: EvoCfg):
         self.run = run
         self.rules = RecordRules.of(evo)
-        self.by_id: dict[str, dict[str, Any]] = {}
+        self.by_id: dict[str, PublishedRecord] = {}
         self.unavailable: set[str] = set()
         # Every publication number below next_number was seen taken (numbers are never removed); pending:
         # those of them whose record was not published yet (being written, or a gap a dead worker left).
@@ -43,10 +46,10 @@ class PublishedResults:
         ``refresh_new``), so a record behind a missing number is found too. For the waits and the summary."""
         publications = self.run.publications
         for morphology_id in publications.published_ids():
-            if morphology_id not in self.by_id and (metadata := publications.read_metadata(morphology_id, self.rules)):
-                self.by_id[morphology_id] = metadata  # None: quarantined meanwhile
+            if morphology_id not in self.by_id and (record := publications.read_metadata(morphology_id, self.rules)):
+                self.by_id[morphology_id] = record  # None: quarantined meanwhile
         numbers = publications.taken_numbers()  # listed after metadata/: a record missed is pending below
-        known = {record["publication"] for record in self.by_id.values()}
+        known = {record.publication for record in self.by_id.values()}
         self.next_number = max(self.next_number, lowest_free(numbers))
         for number in sorted(numbers - known - set(self.pending)):
             if number < self.next_number and (taker := publications.taken_id(number)) is not None:
@@ -74,8 +77,8 @@ class PublishedResults:
     def _read_pending(self) -> None:
         for number, morphology_id in list(self.pending.items()):
             if morphology_id not in self.by_id and \
-                    (metadata := self.run.publications.read_metadata(morphology_id, self.rules)) is not None:
-                self.by_id[morphology_id] = metadata
+                    (record := self.run.publications.read_metadata(morphology_id, self.rules)) is not None:
+                self.by_id[morphology_id] = record
             if morphology_id in self.by_id:
                 del self.pending[number]
 
@@ -83,7 +86,7 @@ class PublishedResults:
         """Published morphologies in slots below ``limit`` (``num_initial_slots``: the initial ones)."""
         return sum(1 for morphology_id in self.by_id if parse_id(morphology_id)[0] < limit)
 
-    def select_parent(self, evo: EvoCfg, rng: np.random.Generator) -> dict[str, Any]:
+    def select_parent(self, evo: EvoCfg, rng: np.random.Generator) -> StoredGenome:
         """The genome of the parent chosen by ``EVO.TOURNAMENT_TYPE`` (vanilla retires a loser).
 
         A winner whose genome cannot be read leaves the pool and the tournament is drawn again, so
@@ -97,31 +100,31 @@ class PublishedResults:
             if not pool:
                 raise FileNotFoundError(f"no parent: no published morphology of {self.run.root} has a readable "
                                         "genome (see quarantine/)")
-            table = np.array([[float(r[key]) for key in evo.SELECTION_CRITERIA] for r in pool], dtype=float)
+            table = selection.criteria_table([r.fitness for r in pool], evo.SELECTION_CRITERIA)
             costs = selection.costs_from_table(table, evo.SELECTION_CRITERIA_OBJ)
             num = selection.num_participants(evo.TOURNAMENT_TYPE, evo.NUM_PARTICIPANTS, evo.PERCENT_PARTICIPANTS,
                                              len(pool))
             winner, participants = selection.tournament(costs, num, rng)
             try:
-                genome = self.run.genomes.read_genome(pool[winner]["id"])
+                genome = self.run.genomes.read_genome(pool[winner].id)
             except FileNotFoundError as err:
-                print(f"warning: {pool[winner]['id']} leaves the tournament pool: {err}", file=sys.stderr, flush=True)
-                self.unavailable.add(pool[winner]["id"])
+                print(f"warning: {pool[winner].id} leaves the tournament pool: {err}", file=sys.stderr, flush=True)
+                self.unavailable.add(pool[winner].id)
                 continue
             if not evo.TOURNAMENT_TYPE.startswith("aging"):
                 loser = selection.first_dominated(costs, participants)
                 if loser is not None:
-                    self.run.publications.retire(pool[loser]["id"])
+                    self.run.publications.retire(pool[loser].id)
             return genome
 
-    def _tournament_pool(self, evo: EvoCfg) -> list[dict[str, Any]]:
+    def _tournament_pool(self, evo: EvoCfg) -> list[PublishedRecord]:
         """The records a tournament may draw: the aging window, or those not retired (vanilla)."""
-        records = [r for r in self.by_id.values() if r["id"] not in self.unavailable]
+        records = [r for r in self.by_id.values() if r.id not in self.unavailable]
         if evo.TOURNAMENT_TYPE.startswith("aging"):
-            window = selection.aging_window([r["publication"] for r in records], evo.AGING_WINDOW_SIZE)
+            window = selection.aging_window([r.publication for r in records], evo.AGING_WINDOW_SIZE)
             return [records[i] for i in window]
         retired = self.run.publications.retired_ids()
-        return sorted((r for r in records if r["id"] not in retired), key=lambda r: r["slot"])
+        return sorted((r for r in records if r.id not in retired), key=lambda r: r.slot)
 
 
 def summarize(
@@ -140,8 +143,7 @@ def summarize(
     elapsed_h = max(time.time() - session["started"], 1e-9) / 3600
     rate = (done - session["published_at_start"]) / elapsed_h
     ranked = rank(records, evo.SELECTION_CRITERIA, evo.SELECTION_CRITERIA_OBJ)
-    shown = ("id", "lineage", *evo.SELECTION_CRITERIA)
-    top = [{key: r[key] for key in shown if key in r} for r in ranked[:TOP_K]]
+    top = [top_entry(r, evo.SELECTION_CRITERIA) for r in ranked[:TOP_K]]
     return {
         "published": done,
         "total": total,
@@ -158,11 +160,17 @@ def summarize(
     }
 
 
-def rank(records: list[dict[str, Any]], criteria: tuple[str, ...], objectives: tuple[int, ...]) -> list[dict]:
+def top_entry(record: PublishedRecord, criteria: tuple[str, ...]) -> dict[str, str | float]:
+    """A morphology as ``summary.json``'s ``best`` and ``top_k`` show it: id, lineage, its selection criteria."""
+    return {"id": record.id, "lineage": record.lineage, **{key: record.fitness[key] for key in criteria}}
+
+
+def rank(records: Iterable[PublishedRecord], criteria: tuple[str, ...],
+         objectives: tuple[int, ...]) -> list[PublishedRecord]:
     """Records best first: lexicographic on the criteria, each in its objective's direction."""
-    usable = [r for r in records if all(isinstance(r.get(key), int | float) for key in criteria)]
+    usable = [r for r in records if all(key in r.fitness for key in criteria)]
     signs = list(zip(criteria, objectives, strict=True))
-    return sorted(usable, key=lambda r: tuple(sign * r[key] for key, sign in signs))
+    return sorted(usable, key=lambda r: tuple(sign * r.fitness[key] for key, sign in signs))
 
 
 def is_finite_summary(summary: dict[str, float]) -> bool:

@@ -10,7 +10,7 @@ column: ``-1`` maximise, ``+1`` minimise (DERL's ``SELECTION_CRITERIA_OBJ``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -38,6 +38,12 @@ def pareto_mask(costs: np.ndarray) -> np.ndarray:
     earlier = np.tri(len(costs), k=-1, dtype=bool).T  # [j, i]: j < i
     dominated = np.any(no_worse & (better | earlier), axis=0)
     return ~dominated
+
+
+def criteria_table(fitness: Sequence[Mapping[str, float]], criteria: Sequence[str]) -> np.ndarray:
+    """The table of the published morphologies whose fitness terms are ``fitness`` (each a
+    ``PublishedRecord.fitness``): one row each, one column per criterion."""
+    return np.array([[terms[key] for key in criteria] for terms in fitness], dtype=float)
 
 
 def costs_from_table(table: np.ndarray, objectives: Sequence[float]) -> np.ndarray:

@@ -124,8 +124,8 @@ def status_lines(out_dir: str) -> list[str]:
     ranked = rank(list(results.by_id.values()), evo.SELECTION_CRITERIA, evo.SELECTION_CRITERIA_OBJ)
     if ranked:
         best = ranked[0]
-        values = ", ".join(f"{key}={best[key]:.3f}" for key in evo.SELECTION_CRITERIA)
-        lines.append(f"best: {best['id']} {values} (lineage {best['lineage']})")
+        values = ", ".join(f"{key}={best.fitness[key]:.3f}" for key in evo.SELECTION_CRITERIA)
+        lines.append(f"best: {best.id} {values} (lineage {best.lineage})")
     preparing = sorted(node for node, age in preparing_ages(run, now, evo.LEASE_SECONDS).items()
                        if still_preparing(age, evo.LEASE_SECONDS))
     lines.extend(progress_lines(done, total, len(running), bool(run.workers.states()), preparing,

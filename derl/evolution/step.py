@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from derl.checked_config import EvoCfg
 from derl.config import ConfigError
 from derl.evolution.backend import Backend, TrainingSetup, TrainOutcome
 from derl.evolution.failures import damaged_checkpoint, describe
+from derl.evolution.folder.genome_store import StoredGenome
 from derl.evolution.folder.record import PublishedRecord, morphology_files
 from derl.evolution.folder.run_dir import RunDir
 from derl.evolution.lease import SlotLost, StopSignal
@@ -63,7 +63,7 @@ class Step:
             self._record_video(child_id, seed)
         self._publish(child_id, slot, attempt, seed, outcome, genome)
 
-    def _trained_body(self, child_id: str, slot: int, attempt: int, seed: int) -> tuple[TrainOutcome, dict[str, Any]]:
+    def _trained_body(self, child_id: str, slot: int, attempt: int, seed: int) -> tuple[TrainOutcome, StoredGenome]:
         """Makes the body of ``child_id`` unless its genome is there, and trains it; its outcome and genome.
 
         A genome written over while its body trained is quarantined and the body made anew; so is one
@@ -93,7 +93,7 @@ class Step:
             child = self.backend.mutate(self.unimal, parent, rng, child_id)
         self.run.genomes.write_genome(child_id, child.genome_json, child.mjcf)
 
-    def _trained_genome(self, morphology_id: str) -> dict[str, Any] | None:
+    def _trained_genome(self, morphology_id: str) -> StoredGenome | None:
         """The genome of the body just trained, or None if it was quarantined (it no longer matches
         ``xml/<id>.xml``, or fails its schema: ``GenomeStore.read_genome``)."""
         try:
@@ -102,7 +102,7 @@ class Step:
             self.log(f"the genome of {morphology_id} is no longer the body trained (see quarantine/); made anew")
             return None
 
-    def _tournament(self, rng: np.random.Generator) -> dict[str, Any]:
+    def _tournament(self, rng: np.random.Generator) -> StoredGenome:
         """The genome of the parent that ``EVO.TOURNAMENT_TYPE`` chooses among the published morphologies
         (a parent whose genome was quarantined leaves the pool: ``PublishedResults.select_parent``)."""
         self.results.refresh_new()
@@ -152,7 +152,7 @@ class Step:
             self.log(f"no video for {morphology_id}: {type(err).__name__}: {err}".splitlines()[0])
 
     def _publish(self, morphology_id: str, slot: int, attempt: int, seed: int, outcome: TrainOutcome,
-                 genome: dict[str, Any]) -> None:
+                 genome: StoredGenome) -> None:
         """Takes a publication number and writes ``metadata/<id>.json``, unless the slot is no longer ours."""
         # Dying between the number and the metadata leaves the number unused (a gap): the
         # resumed worker finds the finished checkpoint and takes a new number.
@@ -166,16 +166,16 @@ class Step:
             raise FatalError(str(err)) from None
         device = self.training.trainer.DEVICE  # the coordinator gives each worker a concrete device
         record = PublishedRecord(
-            id=morphology_id, parent_id=genome.get("parent_id"),
-            lineage=lineage(self.run, self.results, morphology_id, genome.get("parent_id")),
-            mutation=genome.get("mutation"), slot=slot, attempt=attempt, seed=seed, node=self.node,
+            id=morphology_id, parent_id=genome.parent_id,
+            lineage=lineage(self.run, self.results, morphology_id, genome.parent_id),
+            mutation=genome.mutation, slot=slot, attempt=attempt, seed=seed, node=self.node,
             worker=self.worker, device=device,
             fitness={key: float(value) for key, value in outcome.summary.items()},
             env_steps=int(outcome.env_steps), iterations=int(outcome.iterations), wall_time=float(outcome.wall_time),
             steps_per_sec=float(outcome.steps_per_sec), files=morphology_files(morphology_id),
             published_at=time.time(), publication=publication,
         )
-        if not self.run.publications.publish(record.to_json()):
+        if not self.run.publications.publish(record):
             raise SlotLost  # published by the worker that took the slot over
         shown = (self.evo.SELECTION_CRITERIA[0], "return")
         fitness = {key: outcome.summary.get(key, float("nan")) for key in shown}
@@ -194,10 +194,10 @@ def lineage(run: RunDir, results: PublishedResults, morphology_id: str, parent_i
     while parent_id is not None and parent_id not in chain:
         parent = results.by_id.get(parent_id)
         if parent is not None:
-            return "/".join([parent["lineage"], *reversed(chain)])
+            return "/".join([parent.lineage, *reversed(chain)])
         chain.append(parent_id)
         try:
-            parent_id = run.genomes.read_genome(parent_id).get("parent_id")
+            parent_id = run.genomes.read_genome(parent_id).parent_id
         except FileNotFoundError:
             break
     return "/".join(reversed(chain))

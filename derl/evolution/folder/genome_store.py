@@ -16,7 +16,8 @@ import hashlib
 import json
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,6 +37,23 @@ class GenomeLimits(NamedTuple):
 
     max_bytes: int = MAX_JSON_BYTES
     problem: Callable[[Any], str | None] = lambda data: None
+
+
+@dataclass(frozen=True)
+class StoredGenome:
+    """A genome read back and checked (``GenomeStore.read_genome``): the bookkeeping the search reads, typed
+    (``schema.genome_problem`` checked it), and the whole JSON object, the body, which only the backend
+    reads (``Backend.mutate``; derl's body schema is ``derl.morphology.genome``'s)."""
+
+    id: str
+    parent_id: str | None
+    mutation: str | None
+    data: Mapping[str, Any]
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> StoredGenome:
+        """The genome of a JSON object that passed ``schema.genome_problem``."""
+        return StoredGenome(data["id"], data.get("parent_id"), data.get("mutation"), data)
 
 
 def genome_digest(genome: Any) -> str:
@@ -116,11 +134,12 @@ class GenomeStore:
         """
         return self.run.read_in_folder(self.xml_path(morphology_id), read_bytes).decode(errors="replace")
 
-    def _checked_genome(self, morphology_id: str) -> dict[str, Any] | None:
-        return self.run.read_checked(self.genome_path(morphology_id),
+    def _checked_genome(self, morphology_id: str) -> StoredGenome | None:
+        data = self.run.read_checked(self.genome_path(morphology_id),
                                      lambda data: schema.genome_problem(data, morphology_id)
                                      or self.limits.problem(data) or self._body_problem(morphology_id, data),
                                      self.limits.max_bytes)
+        return None if data is None else StoredGenome.from_json(data)
 
     def _body_problem(self, morphology_id: str, genome: Any) -> str | None:
         """Why ``genome`` is not the body ``xml/<id>.xml`` was made from (its mark), or None: the
@@ -162,14 +181,14 @@ class GenomeStore:
                 return f"{self.run.relative(path)} is {'missing' if found is None else 'not a regular file'}"
         return None
 
-    def read_genome(self, morphology_id: str) -> dict[str, Any]:
+    def read_genome(self, morphology_id: str) -> StoredGenome:
         """The genome, parsed and checked: its bookkeeping (``schema.genome_problem``), its body held to the
         design space (``limits``, the backend's) and to the MJCF trained (``body_mark``).
 
         Raises:
             FileNotFoundError: it is missing, or was just quarantined.
         """
-        data = self._checked_genome(morphology_id)
-        if data is None:
+        genome = self._checked_genome(morphology_id)
+        if genome is None:
             raise FileNotFoundError(f"{self.genome_path(morphology_id)} is missing (see quarantine/)")
-        return data
+        return genome

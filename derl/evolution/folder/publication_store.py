@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import Any
 
 from derl.evolution.folder import schema
+from derl.evolution.folder.record import PublishedRecord
 from derl.evolution.folder.shared import SharedFolder
 from derl.evolution.folder.slot_store import SlotStore
 from derl.fileio.folders import NotAFolder
@@ -40,13 +40,14 @@ class PublicationStore:
     def is_published(self, morphology_id: str) -> bool:
         return self.run.lexists(self.metadata_path(morphology_id))
 
-    def read_metadata(self, morphology_id: str, rules: schema.RecordRules) -> dict[str, Any] | None:
-        """The published metadata of ``morphology_id`` in a run with ``rules``; None if missing or quarantined.
+    def read_metadata(self, morphology_id: str, rules: schema.RecordRules) -> PublishedRecord | None:
+        """The published record of ``morphology_id`` in a run with ``rules``; None if missing or quarantined.
 
-        Besides its schema (``derl.evolution.folder.schema.metadata_problem``: a slot of the search, the
-        selection criteria), its publication number must be its own (``published/<n>.json`` names it),
-        so no two records share a number, and its slot's claim must name it, so that only the
-        morphology a worker held the slot for counts.
+        Its JSON must pass its schema (``derl.evolution.folder.schema.metadata_problem``: a slot of the search,
+        the selection criteria); the record is then built from it, once, and held to the folder: its
+        publication number must be its own (``published/<n>.json`` names it), so no two records share a
+        number, and its slot's claim must name it, so that only the morphology a worker held the slot for
+        counts.
 
         Published means published: what happens to the files it lists (genome, MJCF, model, curve)
         never refuses it, so no later start unpublishes a result and trains its slot again. A listed
@@ -54,26 +55,30 @@ class PublicationStore:
         (never read through). A genome that cannot be read takes the morphology out of the tournament
         pool (``derl.evolution.results.PublishedResults.select_parent``), nothing more.
         """
-        record = self.run.read_checked(self.metadata_path(morphology_id),
-                                        lambda data: schema.metadata_problem(data, morphology_id, rules)
-                                        or self._publication_problem(data) or self._metadata_claim_problem(data))
-        if record is not None:
-            self._check_files(record)
+        path = self.metadata_path(morphology_id)
+        data = self.run.read_checked(path, lambda data: schema.metadata_problem(data, morphology_id, rules))
+        if data is None:
+            return None
+        record = PublishedRecord.from_json(data)
+        if (problem := self._publication_problem(record) or self._metadata_claim_problem(record)) is not None:
+            self.run.bad_file(path, problem)
+            return None
+        self._check_files(record)
         return record
 
-    def _check_files(self, record: dict[str, Any]) -> None:
+    def _check_files(self, record: PublishedRecord) -> None:
         """Warns of each file ``record`` lists that is missing; quarantines one that is not a regular file."""
-        kept = f"{record['id']} stays published"
-        for relative in record["files"].values():
+        kept = f"{record.id} stays published"
+        for relative in record.files.values():
             path = self.run.root / relative
             if (found := self.run.lstat(path)) is None:
                 self.run.warn_once(path, f"is missing; {kept}")
             elif not stat.S_ISREG(found.st_mode):
                 self.run.bad_file(path, f"is not a regular file (a link, FIFO or folder); {kept}")
 
-    def _publication_problem(self, data: dict[str, Any]) -> str | None:
+    def _publication_problem(self, record: PublishedRecord) -> str | None:
         """Why ``published/<n>.json`` of the record's number ``n`` does not give it to the record, or None."""
-        number = data["publication"]
+        number = record.publication
         path = self.run.root / "published" / f"{number:08d}.json"
         try:
             with self.run.open_dir(path.parent) as folder:
@@ -85,12 +90,12 @@ class PublicationStore:
             return f"has publication {number}, whose folder {self.run.relative(err.path)}/ is a link or a file"
         except JsonFileError as err:
             return f"has publication {number}, whose record {self.run.relative(path)} {err.reason}"
-        if schema.published_problem(taken) or taken["id"] != data["id"]:
+        if schema.published_problem(taken) or taken["id"] != record.id:
             return f"has publication {number}, which {self.run.relative(path)} gives to {taken.get('id')!r:.40}" \
                 if isinstance(taken, dict) else f"has publication {number}, whose record is not an object"
         return None
 
-    def _metadata_claim_problem(self, data: dict[str, Any]) -> str | None:
+    def _metadata_claim_problem(self, record: PublishedRecord) -> str | None:
         """Why the current claim of the record's slot (``slots/`` or its latest lease) refutes it, or None.
 
         A worker names each morphology in its slot's claim before training it and never changes the
@@ -98,14 +103,14 @@ class PublicationStore:
         claim names nobody and refutes nothing (``SlotStore.read``: the lease, not its content, decides who
         finishes the slot): refusing the record would throw away the result its owner just published.
         """
-        slot = data["slot"]
+        slot = record.slot
         try:
             claim = self.slots.read(slot)
         except JsonFileError:  # damaged, read by a reader that neither quarantines nor skips
             return None
         if claim is None:
             return f"is in slot {slot}, which was never claimed (no {self.run.relative(self.slots.path(slot))})"
-        if claim.damaged or claim.id == data["id"]:
+        if claim.damaged or claim.id == record.id:
             return None
         name = self.run.relative(self.slots.lease_path(slot, claim.lease))
         return f"is in slot {slot}, whose claim {name} names {claim.id}"
@@ -173,13 +178,14 @@ class PublicationStore:
                                f"({schema.PUBLICATIONS_PER_SLOT} per slot of EVO.SEARCH_SPACE_SIZE)")
         return number
 
-    def publish(self, metadata: dict[str, Any]) -> bool:
-        """Publishes a finished morphology (exclusive creation); False if it was already published.
+    def publish(self, record: PublishedRecord) -> bool:
+        """Publishes a finished morphology (exclusive creation of its ``record.to_json()``); False if it was
+        already published.
 
-        Its other files must already be on disk, and ``metadata["publication"]`` must come
+        Its other files must already be on disk, and ``record.publication`` must come
         from ``take_publication_number``.
         """
-        return self.run.create_json(self.metadata_path(metadata["id"]), metadata)
+        return self.run.create_json(self.metadata_path(record.id), record.to_json())
 
     # The vanilla tournament's population: a published morphology that lost leaves it.
     def retire(self, morphology_id: str) -> None:

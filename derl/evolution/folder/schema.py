@@ -13,6 +13,7 @@ listed files being present or the slot's claim naming the record, is checked in 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from derl.checked_config import MORPHOLOGIES, EvoCfg
@@ -42,7 +43,7 @@ def _is_number(value: Any, minimum: float = -math.inf) -> bool:
             and value >= minimum)
 
 
-def _typed(data: dict[str, Any], checks: dict[str, tuple[Any, str]]) -> str | None:
+def _typed(data: Mapping[str, Any], checks: dict[str, tuple[Any, str]]) -> str | None:
     """The first ``key`` present in ``data`` whose ``test(value)`` fails, as a reason."""
     for key, (test, what) in checks.items():
         if key in data and not test(data[key]):
@@ -50,7 +51,7 @@ def _typed(data: dict[str, Any], checks: dict[str, tuple[Any, str]]) -> str | No
     return None
 
 
-def _required(data: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+def _required(data: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
     missing = [key for key in keys if key not in data]
     return f"lacks {', '.join(missing)}" if missing else None
 
