@@ -174,7 +174,7 @@ class Cluster:
             slot = plan_.search - 2
             claim = Claim.mine(slot, MAX_LEASES, 0, fault.node, plan_.workers, outsider.identity)
             path = outsider.slots.lease_path(slot, MAX_LEASES)
-            path.write_text(json.dumps(claim.as_json()))
+            path.write_text(json.dumps(claim.to_json()))
             return str(path.relative_to(out))
         if not published:
             return "nothing published yet"

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from derl.evolution.backend import GenomeFiles, TrainingSetup
-from derl.evolution.folder.genome_store import GenomeLimits
+from derl.evolution.folder.genome_store import GenomeLimits, StoredGenome
 from derl.evolution.population import parse_id
 from derl.fileio.reads import read_json
 from derl.fileio.writes import atomic_write_text
@@ -75,9 +75,9 @@ class InstantBackend:
     def random_genome(self, unimal: UnimalCfg, rng: np.random.Generator, genome_id: str) -> GenomeFiles:
         return _files(genome_id, None, None, float(rng.uniform(0, 5)))
 
-    def mutate(self, unimal: UnimalCfg, parent: dict[str, Any], rng: np.random.Generator,
+    def mutate(self, unimal: UnimalCfg, parent: StoredGenome, rng: np.random.Generator,
                child_id: str) -> GenomeFiles:
-        return _files(child_id, parent["id"], "size", float(parent["size"]) + float(rng.normal()))
+        return _files(child_id, parent.id, "size", float(parent.data["size"]) + float(rng.normal()))
 
     def train(self, training: TrainingSetup, xml_path: Path, *, seed: int, checkpoint_path: Path,
               metrics_path: Path, resume: bool, should_stop: Callable[[], bool],
