@@ -20,13 +20,16 @@ from benchmarks.sim_checks import Ledger, number_problems, slot_problems
 from benchmarks.sim_plan import KINDS, plan
 
 ROOT = Path(__file__).resolve().parents[1]
-# Seeds of make test (15-45 s each on a busy 2-core machine), each failing on 8222025 in another family of
-# docs/design/scale.md: 0 damages the genomes of published bodies, SIGKILLs a coordinator and skews a node's
-# clock a year ahead; 23 plants a lease of the largest generation; 44 plants a heartbeat from the future;
-# 55 names its OUT_DIR "run #2".
+# Seeds each failing on 8222025 in another family of docs/design/scale.md: 0 damages the genomes of published
+# bodies, SIGKILLs a coordinator and skews a node's clock a year ahead; 23 plants a lease of the largest
+# generation; 44 plants a heartbeat from the future; 55 names its OUT_DIR "run #2". make test runs the two
+# quickest (20-40 s each on a busy 2-core machine; 0 and 23 take 50-70 s, and their families have unit tests in
+# tests/test_search_rules.py); make fuzz runs all four before its drawn seeds.
 SEEDS = (0, 23, 44, 55)
+MAKE_TEST_SEEDS = (44, 55)
 FUZZ_FIRST = int(os.environ.get("DERL_FUZZ_FIRST_SEED") or 1000)
 FUZZ_SEEDS = range(FUZZ_FIRST, FUZZ_FIRST + int(os.environ.get("DERL_FUZZ_SEEDS") or 0))
+FIXED_SEEDS = SEEDS if FUZZ_SEEDS else MAKE_TEST_SEEDS
 
 
 def _assert_invariants(seed: int, where: Path) -> None:
@@ -35,7 +38,7 @@ def _assert_invariants(seed: int, where: Path) -> None:
 
 
 @pytest.mark.fuzz
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", FIXED_SEEDS)
 def test_a_simulated_search_keeps_every_invariant_under_its_faults(seed, tmp_path):
     _assert_invariants(seed, tmp_path)
 
