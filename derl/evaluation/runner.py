@@ -24,7 +24,7 @@ from tqdm import tqdm
 from derl.analysis.run import RunView
 from derl.evaluation.cell import PARENT_PID_VARIABLE
 from derl.evaluation.plan import Cell
-from derl.evaluation.store import EvalDir
+from derl.evaluation.store import CellResult, EvalDir
 from derl.evolution.lease import heartbeat_interval
 from derl.evolution.process import EXIT_FATAL
 from derl.fileio.folders import NotAFolder, make_folders
@@ -160,7 +160,7 @@ class Evaluation:
                 continue
             self._start(cell, generation)
 
-    def _record(self, cell: Cell, result: dict, how: str) -> None:
+    def _record(self, cell: Cell, result: CellResult, how: str) -> None:
         """Counts a finished cell, prints its line and rewrites its run's summary."""
         self.pending.remove(cell)
         self.done += 1

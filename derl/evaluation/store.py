@@ -29,9 +29,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypedDict, TypeVar
 
 import psutil
 
@@ -48,6 +49,26 @@ from derl.training.run import FINAL_METRICS_FILE
 
 COLUMNS = ("id", "source", "task", "seed", "return", "metric", "env_steps", "iterations")
 _CELL_NAME = re.compile(r"^(\d{6,}(?:-\d+)?)-s(\d+)$")
+
+
+class CellResult(TypedDict):
+    """What the evaluation reads of a finished cell's ``metrics.json`` (``derl.ppo.trainer.TrainResult``
+    as written by ``train_to_folder``; ``eval_result_problem`` checked it)."""
+
+    summary: dict[str, float]
+    env_steps: int
+    iterations: int
+
+
+# A finished cell in ``eval/summary.json`` and ``summary.csv`` (``COLUMNS``, in order).
+Row = TypedDict("Row", {"id": str, "source": str, "task": str, "seed": int, "return": float | None,
+                        "metric": float | None, "env_steps": int, "iterations": int})
+# A morphology's place on a task (``ranking``: ``summary.json``'s ``ranking``), its keys in the file's order.
+MorphologyRank = TypedDict("MorphologyRank", {"rank": int, "id": str, "source": str, "seeds": int,
+                                              "return": float | None, "metric": float | None})
+# A source run's place on a task (``compare_runs``), its keys in the file's order.
+RunRank = TypedDict("RunRank", {"rank": int, "source": str, "morphologies": int, "cells": int,
+                                "return": float | None, "metric": float | None})
 
 
 class CellClaims(ClaimStore[Cell, Any]):
@@ -102,7 +123,7 @@ class EvalDir:
             with contextlib.suppress(FileNotFoundError):
                 os.close(open_folder(folder, self.run.root))
 
-    def result(self, cell: Cell) -> dict[str, Any] | None:
+    def result(self, cell: Cell) -> CellResult | None:
         """The final ``TrainResult`` of a finished cell, or None.
 
         A ``metrics.json`` that does not parse or match its schema (``derl.evolution.folder.schema``) counts
@@ -111,7 +132,7 @@ class EvalDir:
         """
         path = self.cell_dir(cell) / FINAL_METRICS_FILE
         try:
-            result = self.run.read_in_folder(path, read_json)
+            result: CellResult = self.run.read_in_folder(path, read_json)
         except (FileNotFoundError, NotAFolder):  # eval/ or a folder of it swapped for a link: warned once
             return None
         except JsonFileError as err:
@@ -165,9 +186,9 @@ class EvalDir:
         return self.claims.taken_over(cell, generation)
 
     # The summary.
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[Row]:
         """Every finished cell under ``eval/``, whichever process trained it."""
-        rows = []
+        rows: list[Row] = []
         for task_dir in sorted(self.root.iterdir()) if self.root.is_dir() else []:
             if task_dir.name == "claims" or not task_dir.is_dir():
                 continue
@@ -196,32 +217,49 @@ class EvalDir:
         return path
 
 
-def ranking(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def ranking(rows: list[Row]) -> dict[str, list[MorphologyRank]]:
     """Per task, the morphologies best first by mean return over their seeds (rows without a return last)."""
-    return _ranked_per_task(rows, lambda row: (row["source"], row["id"]), lambda key, cells: {
-        "id": key[1], "source": key[0], "seeds": len(cells)})
+    return {task: [{"rank": group.rank, "id": group.key[1], "source": group.key[0], "seeds": len(group.rows),
+                    "return": group.mean_return, "metric": group.mean_metric} for group in groups]
+            for task, groups in _ranked_per_task(rows, lambda row: (row["source"], row["id"])).items()}
 
 
-def compare_runs(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def compare_runs(rows: list[Row]) -> dict[str, list[RunRank]]:
     """DERL's transfer comparison: per task, the source runs best first by the mean return of their
     evaluated cells (every morphology and seed alike), with the mean metric and the counts."""
-    return _ranked_per_task(rows, lambda row: row["source"], lambda source, cells: {
-        "source": source, "morphologies": len({row["id"] for row in cells}), "cells": len(cells)})
+    return {task: [{"rank": group.rank, "source": group.key, "morphologies": len({row["id"] for row in group.rows}),
+                    "cells": len(group.rows), "return": group.mean_return, "metric": group.mean_metric}
+                   for group in groups]
+            for task, groups in _ranked_per_task(rows, lambda row: row["source"]).items()}
 
 
-def _ranked_per_task(rows: list[dict[str, Any]], group_of, describe) -> dict[str, list[dict[str, Any]]]:
-    """Per task, the rows grouped by ``group_of(row)``; each group ``describe(group, rows)`` plus the mean
-    return and metric of its rows, ranked by that return (best first, groups without one last, ties by key)."""
-    table: dict[str, list[dict[str, Any]]] = {}
+K = TypeVar("K", str, tuple[str, str])  # what rows are grouped by: a source run, a morphology of one
+
+
+@dataclass(frozen=True)
+class _Group(Generic[K]):
+    """The rows of one task that share a ``key``, at their ``rank`` by their mean return (1: the best)."""
+
+    rank: int
+    key: K
+    rows: list[Row]
+    mean_return: float | None
+    mean_metric: float | None
+
+
+def _ranked_per_task(rows: list[Row], group_of: Callable[[Row], K]) -> dict[str, list[_Group[K]]]:
+    """Per task, the rows grouped by ``group_of(row)`` with the mean return and metric of each group, ranked by
+    that return (best first, groups without one last, ties by key)."""
+    table: dict[str, list[_Group[K]]] = {}
     for task in sorted({row["task"] for row in rows}):
-        groups: dict[Any, list[dict[str, Any]]] = {}
+        groups: dict[K, list[Row]] = {}
         for row in rows:
             if row["task"] == task:
                 groups.setdefault(group_of(row), []).append(row)
-        entries = [(group, {**describe(group, cells), "return": _mean(row["return"] for row in cells),
-                            "metric": _mean(row["metric"] for row in cells)}) for group, cells in groups.items()]
-        entries.sort(key=lambda item: (item[1]["return"] is None, -(item[1]["return"] or 0.0), item[0]))
-        table[task] = [{"rank": k + 1, **entry} for k, (_, entry) in enumerate(entries)]
+        means = [(key, cells, _mean(row["return"] for row in cells), _mean(row["metric"] for row in cells))
+                 for key, cells in groups.items()]
+        means.sort(key=lambda item: (item[2] is None, -(item[2] or 0.0), item[0]))
+        table[task] = [_Group(rank, *group) for rank, group in enumerate(means, 1)]
     return table
 
 
@@ -240,7 +278,7 @@ def write_comparison(runs: list[RunDir], path: Path | None) -> list[str]:
                                      f"{e['cells']} cells)" for e in entries) for task, entries in table.items()]
 
 
-def _mean(values) -> float | None:
+def _mean(values: Iterable[float | None]) -> float | None:
     numbers = [float(v) for v in values if isinstance(v, int | float)]
     return sum(numbers) / len(numbers) if numbers else None
 
