@@ -32,7 +32,7 @@ DEFAULT_WORKER_GPU_BYTES = 1024 * 2**20
 # bodies, the step's scratch and captured graph, and the world's rollout tensors. 4096 worlds: +1 GiB.
 WARP_WORLD_GPU_BYTES = 256 * 2**10
 # and this per worker: the CUDA modules MuJoCo Warp loads for a morphology (about 40, specialised per
-# model: derl.bench.sim's new_morphology counts them) and its three captured graphs (step, reset,
+# model: tools/benchmarks/sim.py's new_morphology counts them) and its three captured graphs (step, reset,
 # forward; derl.envs.warp_physics) with their memory-pool allocations. Not measured on a GPU: the
 # margin of a few MB per module; `make gpu-check` measures it against this estimate.
 WARP_MODEL_GPU_BYTES = 192 * 2**20
