@@ -11,13 +11,44 @@ import io
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 import numpy as np
 import torch
 
 from derl.fileio.reads import open_file
 from derl.fileio.writes import atomic_write_bytes
+from derl.ppo.normalize import MeanStdState
+
+
+class ModelSpec(TypedDict):
+    """What a checkpoint's network was built for (``derl.ppo.trainer.PPO``): it loads only into the same."""
+
+    layout: dict  # derl.ppo.obs_layout.ObsLayout.to_dict
+    action_dim: int
+    hidden: list[int]  # MODEL.PRO_HIDDEN_DIMS
+    feat_hidden: list[int]  # MODEL.OBS_FEAT_HIDDEN_DIMS
+
+
+class Checkpoint(TypedDict, total=False):
+    """A checkpoint as ``derl.ppo.trainer.PPO.state_dict`` writes it. A version 1 file (one process) has
+    ``action_rng`` where version 2 has one generator state per rank (``action_rngs``); ``load_checkpoint``
+    checks only the keys every version has (``CHECKPOINT_KEYS``)."""
+
+    version: Required[int]
+    model_spec: Required[ModelSpec]
+    model: Required[dict[str, torch.Tensor]]
+    optimizer: dict
+    obs_norm: MeanStdState
+    ret_norm: MeanStdState
+    episode_log: dict
+    iteration: int
+    env_steps: int
+    world_size: int
+    torch_rng: torch.Tensor
+    action_rngs: list[str]
+    action_rng: str
+    metrics: list[dict]  # the records of iterations 1..iteration (rank 0's)
 
 
 def _tensors_for_numpy(obj: Any) -> Any:
@@ -32,7 +63,7 @@ def _tensors_for_numpy(obj: Any) -> Any:
     return obj
 
 
-def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+def save_checkpoint(path: str | Path, state: Checkpoint) -> None:
     """Writes ``state`` atomically and durably: the file and its rename are on disk when this returns.
 
     The trainer writes the metrics that describe a checkpoint only after it (``PPO.save``), so the
@@ -56,7 +87,7 @@ class CheckpointError(ValueError):
 CHECKPOINT_KEYS = ("version", "model_spec", "model")
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
     """Loads a checkpoint with the weights-only unpickler; tensors land on ``device``.
 
     Raises:
@@ -79,4 +110,4 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dic
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__})") from None
     if not isinstance(state, dict) or not all(key in state for key in CHECKPOINT_KEYS):
         raise CheckpointError(f"{path}: not a derl checkpoint (needs {', '.join(CHECKPOINT_KEYS)})")
-    return state
+    return cast(Checkpoint, state)  # the rest is judged where it is read (PPO.load_state_dict: its version first)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from derl.ppo.normalize import Moments, combine
+from derl.ppo.normalize import MeanStdState, Moments, combine
 
 TIMEOUT = datetime.timedelta(minutes=30)
 
@@ -183,7 +183,7 @@ class ProcessGroup:
 
 
 # ----------------------------------------------------------------------------- normaliser merge
-def _moments(rms_state: Mapping[str, Any]) -> Moments:
+def _moments(rms_state: MeanStdState) -> Moments:
     count = float(rms_state["count"])
     mean = np.asarray(rms_state["mean"], np.float64)
     return count, mean, np.asarray(rms_state["var"], np.float64) * count
@@ -201,7 +201,7 @@ def subtract(total: Moments, base: Moments) -> Moments:
     return count, mean, np.maximum(m2, 0.0)
 
 
-def merge_statistics(local: Mapping[str, Any], base: Mapping[str, Any], comm: Comm) -> dict[str, Any]:
+def merge_statistics(local: MeanStdState, base: MeanStdState, comm: Comm) -> MeanStdState:
     """``base`` plus every rank's data since ``base``: a ``RunningMeanStd`` state dict.
 
     ``base`` is the state all ranks shared (at the start, after a resume or after the last
@@ -211,15 +211,15 @@ def merge_statistics(local: Mapping[str, Any], base: Mapping[str, Any], comm: Co
     whatever the grouping).
     """
     if comm.world_size == 1:
-        return dict(local)
+        return local.copy()
     mean = np.asarray(local["mean"], np.float64)
     shape, size = mean.shape, mean.size
     row = np.concatenate([[float(local["count"])], mean.ravel(), np.asarray(local["var"], np.float64).ravel()])
     base_moments = _moments(base)
     merged = base_moments
     for rank_row in comm.gather(row):
-        state = {"count": rank_row[0], "mean": rank_row[1 : 1 + size].reshape(shape),
-                 "var": rank_row[1 + size :].reshape(shape)}
+        state: MeanStdState = {"count": rank_row[0], "mean": rank_row[1 : 1 + size].reshape(shape),
+                               "var": rank_row[1 + size :].reshape(shape)}
         merged = combine(merged, subtract(_moments(state), base_moments))
     count, mean, m2 = merged
     return {"count": float(count), "mean": mean, "var": m2 / count}

@@ -12,6 +12,8 @@ and a float), so a checkpoint loads into either.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import torch
 
@@ -21,6 +23,15 @@ from derl.arrays import Array
 EPSILON = 1e-8
 CLIP = 10.0
 Moments = tuple[float, Array, Array]  # (count, mean, M2 = var * count)
+
+
+class MeanStdState(TypedDict):
+    """A ``RunningMeanStd``'s statistics, as a checkpoint holds them: NumPy arrays (a NumPy scalar for a
+    scalar's) when written, tensors once a checkpoint is loaded."""
+
+    mean: Array
+    var: Array
+    count: float
 
 
 def combine(a: Moments, b: Moments) -> Moments:
@@ -77,7 +88,7 @@ class RunningMeanStd:
         self.var = m2 / total
         self.count = total
 
-    def state_dict(self) -> dict[str, np.ndarray | float]:
+    def state_dict(self) -> MeanStdState:
         """NumPy arrays whatever the device (the checkpoint format)."""
         if self.device is None:
             return {"mean": self.mean.copy(), "var": self.var.copy(), "count": float(self.count)}
@@ -88,7 +99,7 @@ class RunningMeanStd:
 
         return {"mean": host(self.mean), "var": host(self.var), "count": float(self.count)}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: MeanStdState) -> None:
         """Takes NumPy arrays or tensors (a checkpoint loads them as tensors)."""
         self.mean = self.as_array(state["mean"])
         self.var = self.as_array(state["var"])
@@ -135,10 +146,10 @@ class ObsNormalizer:
         np.minimum(part, CLIP, out=part)
         return out
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> MeanStdState:
         return self.rms.state_dict()
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: MeanStdState) -> None:
         self.rms.load_state_dict(state)
         self._refresh()
 
@@ -163,8 +174,8 @@ class ReturnNormalizer:
         scaled = rewards / np.sqrt(self.rms.var + EPSILON)
         return np.minimum(np.maximum(scaled, -CLIP), CLIP).astype(np.float32)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> MeanStdState:
         return self.rms.state_dict()
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: MeanStdState) -> None:
         self.rms.load_state_dict(state)

@@ -35,7 +35,7 @@ import torch
 
 from derl.fileio.writes import atomic_write_text
 from derl.ppo.callbacks import Callback
-from derl.ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from derl.ppo.checkpoint import Checkpoint, CheckpointError, ModelSpec, load_checkpoint, save_checkpoint
 from derl.ppo.config import PpoCfg, TrainerCfg
 from derl.ppo.device import learner_device
 from derl.ppo.distributed import Comm, merge_statistics
@@ -121,7 +121,7 @@ class PPO:
         comm, world, rank = self.comm, self.comm.world_size, self.comm.rank
         self.layout = layout = ObsLayout.from_space(self.pool.single_observation_space)
         action_dim = int(np.prod(self.pool.single_action_space.shape))
-        self.model_spec = {
+        self.model_spec: ModelSpec = {
             "layout": layout.to_dict(),
             "action_dim": action_dim,
             "hidden": list(settings.MODEL.PRO_HIDDEN_DIMS),
@@ -196,7 +196,7 @@ class PPO:
         self.metrics.append(record)
         return record
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> Checkpoint:
         """The checkpoint; a collective (every rank's action-noise state is gathered)."""
         return {
             "version": CHECKPOINT_VERSION,
@@ -214,7 +214,7 @@ class PPO:
             "metrics": self.metrics,  # the records of iterations 1..iteration (rank 0's)
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Checkpoint) -> None:
         """Restores a checkpoint of any world size (a rank beyond the saved ones keeps its fresh
         action noise); version 1 (single-process) checkpoints load too."""
         if state.get("version") not in (1, CHECKPOINT_VERSION):
