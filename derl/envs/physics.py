@@ -27,12 +27,14 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
+from derl.arrays import Array
+
 STATE = mujoco.mjtState.mjSTATE_INTEGRATION  # what ``state(env)`` holds: enough to continue exactly
 ARRAYS = ("qpos", "qvel", "ctrl", "time", "xpos", "xmat", "site_xpos", "sensordata", "qfrc_actuator")
 
 
 class Physics(Protocol):
-    arrays: dict[str, Any]
+    arrays: dict[str, Array]
 
     def step(self, nstep: int) -> None:
         """Advances every simulation ``nstep`` substeps with the controls in ``arrays["ctrl"]``."""

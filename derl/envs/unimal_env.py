@@ -11,7 +11,6 @@ the reward terms, ``energy``, ``x_pos`` and ``metric`` as floats, and ``out_of_m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import mujoco
@@ -79,7 +78,7 @@ class UnimalEnv(gym.Env):
         self._upload_terrain()
         return self._observe(), {}
 
-    def step(self, action) -> tuple[dict, float, bool, bool, dict[str, Any]]:
+    def step(self, action) -> tuple[dict, float, bool, bool, dict[str, float]]:
         obs, reward, terminated, truncated, infos = self.sim.step(np.asarray(action)[None])
         info = {key: values.item() for key, values in infos.items()}  # .item(): float(values[0]) at 2/3 the cost
         for flag in FLAGS:  # a flag is in info only where it ended the episode (True)

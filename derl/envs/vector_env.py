@@ -26,7 +26,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from derl.arrays import any_set
+from derl.arrays import Array, any_set
 from derl.envs.batch import UnimalBatch, unimal_mjcf
 from derl.envs.config import WorldCfg
 
@@ -88,7 +88,7 @@ class UnimalVectorEnv(VectorEnv):
             obs = self._observe_restarted(obs, ended)
         return obs, rewards, terminated, truncated, infos
 
-    def _observe_restarted(self, obs: dict[str, Any], ended) -> dict[str, Any]:
+    def _observe_restarted(self, obs: dict[str, Array], ended: Array) -> dict[str, Array]:
         """The observations after the restart of the envs ``ended`` (a mask): on the host, a copy of the
         step's ``obs`` (which stay the final observations) with only the restarted rows observed again (the
         height-map gather of 32 envs costs 0.13-0.5 ms, copying them about 20 µs); on a device, every
