@@ -8,6 +8,7 @@ A record read back is a ``Failure``, checked once when it is built.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ class Failure(JsonRecord):
     worker: int | None = None
 
     @classmethod
-    def name_problem(cls, data: dict[str, Any], **named: Any) -> str | None:
+    def name_problem(cls, data: Mapping[str, object], **named: Any) -> str | None:
         return morphology_problem(data, named["id"])
 
 

@@ -18,7 +18,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
 from derl.evolution.population import parse_id
@@ -65,7 +65,7 @@ class JsonRecord:
             raise ValueError(f"not {self.WHAT.format(**named)}: {reason}")
 
     @classmethod
-    def name_problem(cls, data: dict[str, Any], **named: Any) -> str | None:
+    def name_problem(cls, data: Mapping[str, object], **named: Any) -> str | None:
         """Why the object ``data`` is not the file its name says (``named``), or None: each subclass's."""
         return None
 
@@ -96,12 +96,12 @@ class JsonRecord:
             raise ValueError(reason)
         return cls(**{**{key: data[key] for key in _json_fields(cls) if key in data}, **named})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The file's content: the written fields in order, those that are None left out."""
         return {key: value for key in _json_fields(type(self)) if (value := getattr(self, key)) is not None}
 
 
-def morphology_problem(data: dict[str, Any], name: str) -> str | None:
+def morphology_problem(data: Mapping[str, object], name: str) -> str | None:
     """Why the object ``data`` is not a record of morphology ``name`` (its id, slot and attempt), or None.
 
     Raises:

@@ -9,6 +9,7 @@ checked once when it is built.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,19 +51,19 @@ class Claim(JsonRecord):
             super().__post_init__()
 
     @classmethod
-    def name_problem(cls, data: dict[str, Any], **named: Any) -> str | None:
+    def name_problem(cls, data: Mapping[str, object], **named: Any) -> str | None:
         """Why ``data`` is not a claim of slot ``named["slot"]`` (its morphology's id, an owner), or None."""
-        slot = named["slot"]
-        if not schema.is_id(data.get("id")):
-            return f"has no valid morphology id (id={data.get('id')!r:.60})"
-        if parse_id(data["id"])[0] != slot:
-            return f"claims {data['id']}, not in slot {slot}"
-        if parse_id(data["id"])[1] > schema.MAX_ATTEMPTS:
-            return f"claims attempt {parse_id(data['id'])[1]}, more than {schema.MAX_ATTEMPTS}"
+        slot, morphology_id = named["slot"], data.get("id")
+        if not isinstance(morphology_id, str) or not schema.is_id(morphology_id):
+            return f"has no valid morphology id (id={morphology_id!r:.60})"
+        if parse_id(morphology_id)[0] != slot:
+            return f"claims {morphology_id}, not in slot {slot}"
+        if parse_id(morphology_id)[1] > schema.MAX_ATTEMPTS:
+            return f"claims attempt {parse_id(morphology_id)[1]}, more than {schema.MAX_ATTEMPTS}"
         missing = [key for key in ("node", "worker") if not is_int(data.get(key))]
         if missing:
             return f"lacks integer {', '.join(missing)}"
-        return morphology_problem(data, data["id"])
+        return morphology_problem(data, morphology_id)
 
     @staticmethod
     def mine(slot: int, lease: int, attempt: int, node: int, worker: int, me: Identity) -> Claim:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from derl.evolution.folder import schema
-from derl.evolution.folder.json_record import JsonRecord, json_field
+from derl.evolution.folder.json_record import JsonRecord, is_int, json_field
 from derl.evolution.folder.shared import SharedFolder
 
 
@@ -33,7 +34,7 @@ class WorkerStatus(JsonRecord):
 
     node: int
     worker: int
-    slot: int | None = json_field(default=None, null=True)
+    slot: int | None = json_field(default=None, check=(is_int, "a slot number"), null=True)
     id: str | None = json_field(default=None, check=(schema.is_id, "a morphology id"), null=True)
     status: str | None = None
     pid: int | None = None
@@ -42,7 +43,7 @@ class WorkerStatus(JsonRecord):
     peak_gpu_bytes: int = 0
 
     @classmethod
-    def name_problem(cls, data: dict[str, Any], **named: Any) -> str | None:
+    def name_problem(cls, data: Mapping[str, object], **named: Any) -> str | None:
         """Why ``data`` is not the state of worker ``named["node"]``-``named["worker"]``, or None."""
         if (data.get("node"), data.get("worker")) != (named["node"], named["worker"]):
             return (f"is the state of worker {data.get('node')!r:.20}-{data.get('worker')!r:.20}, "
