@@ -12,7 +12,6 @@ while a node runs (``test_a_folder_swapped_for_a_link_while_a_node_runs``; the d
 """
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.attacks import damage
 from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
 
 SIZE = 6
@@ -40,40 +40,6 @@ KINDS = {
     "eval result": "eval/point_nav/000001-s0/metrics.json",
     "eval claim": "eval/claims/point_nav/000001-s0-0.json",
 }
-
-
-def _huge(value):
-    if isinstance(value, dict):
-        return {key: _huge(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_huge(item) for item in value]
-    return 1e300 if isinstance(value, int | float) and not isinstance(value, bool) else value
-
-
-def corrupt(path: Path, how: str, sentinel: Path) -> None:
-    text = path.read_text() if path.is_file() else ""
-    path.unlink(missing_ok=True)
-    if how == "truncate":
-        path.write_text(text[: len(text) // 2])
-    elif how == "wrong type":
-        path.write_text("[1, 2]")
-    elif how == "null":
-        path.write_text("null")
-    elif how == "huge value":
-        try:
-            path.write_text(json.dumps(_huge(json.loads(text))))
-        except ValueError:
-            path.write_text("1e999")
-    elif how == "deep nesting":
-        path.write_text("[" * 200_000)
-    elif how == "directory":
-        path.mkdir()
-    elif how == "fifo":
-        os.mkfifo(path)
-    elif how == "symlink":
-        path.symlink_to(sentinel)
-    else:
-        raise ValueError(how)
 
 
 def snapshot(folder: Path) -> dict:
@@ -137,7 +103,7 @@ def test_several_planted_files_at_once(finished_run, tmp_path, sentinel):
     for kind, how in (("metadata", "fifo"), ("genome", "directory"), ("heartbeat", "symlink"),
                       ("worker state", "deep nesting"), ("eval result", "wrong type"), ("claim", "truncate"),
                       ("publication", "null")):
-        corrupt(out / KINDS[kind], how, sentinel / "victim.json")
+        damage(out / KINDS[kind], how, sentinel / "victim.json")
     check_after(out, tmp_path, sentinel, before, frozenset({KINDS["genome"]}))
 
 
@@ -149,7 +115,7 @@ def test_each_file_kind_corrupted(finished_run, tmp_path, sentinel, kind, how):
     out = tmp_path / "run"
     shutil.copytree(finished_run, out, symlinks=True)
     before = snapshot(sentinel)
-    corrupt(out / KINDS[kind], how, sentinel)
+    damage(out / KINDS[kind], how, sentinel)
     unreadable = kind == "genome" and how in ("directory", "fifo", "symlink")  # quarantined, never read through
     check_after(out, tmp_path, sentinel, before, frozenset({KINDS[kind]} if unreadable else ()))
 

@@ -31,6 +31,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from derl.evolution.folder import schema
+from tests.attacks import DAMAGES, TEN_YEARS, damage
 from tests.properties.declarations import config_keys, examples
 from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
 
@@ -38,9 +39,6 @@ pytestmark = pytest.mark.fuzz
 
 SIZE = 8
 SEARCH = ("EVO.SEARCH_SPACE_SIZE", str(SIZE), "NUM_NODES", "2")
-TEN_YEARS = 10 * 365 * 86400
-DAMAGES = ("truncate", "wrong type", "null", "huge value", "deep nesting", "empty", "directory", "fifo", "symlink",
-           "future", "1970")
 # Names at the ends of their folder's range (schema.name_problem): the last in range, the first past it.
 PLANTED = {
     "published": [f"{schema.max_publications(SIZE) - 1:08d}.json", f"{schema.max_publications(SIZE):08d}.json"],
@@ -73,33 +71,6 @@ def _files(run: Path) -> list[str]:
     skipped = ("tensorboard", "fake_starts")  # TensorBoard's own files; the fake backend's log of its starts
     return sorted(str(p.relative_to(run)) for p in run.rglob("*")
                   if p.is_file() and not p.is_symlink() and p.parts[len(run.parts)] not in skipped)
-
-
-def _damage(path: Path, how: str, sentinel: Path) -> None:
-    if how in ("future", "1970"):
-        when = time.time() + TEN_YEARS if how == "future" else 0
-        os.utime(path, (when, when))
-        return
-    text = path.read_text(errors="replace") if path.is_file() else ""
-    path.unlink(missing_ok=True)
-    if how == "truncate":
-        path.write_text(text[: len(text) // 2])
-    elif how == "wrong type":
-        path.write_text("[1, 2]")
-    elif how == "null":
-        path.write_text("null")
-    elif how == "huge value":
-        path.write_text(text.replace("0", "9" * 400) if text else "1e999")
-    elif how == "deep nesting":
-        path.write_text("[" * 100_000)
-    elif how == "empty":
-        path.write_text("")
-    elif how == "directory":
-        path.mkdir()
-    elif how == "fifo":
-        os.mkfifo(path)
-    else:  # symlink
-        path.symlink_to(sentinel / "victim.json")
 
 
 def _plant(path: Path, like: Path | None) -> None:
@@ -204,7 +175,7 @@ def test_a_stopped_search_with_attacked_files_finishes_keeping_what_it_published
         else:
             if not (run / relative).exists() and not (run / relative).is_symlink():
                 continue
-            _damage(run / relative, how, sentinel)
+            damage(run / relative, how, sentinel / "victim.json")
             damaged.add(relative)
     resume = start(run, *SEARCH, "EVO.NUM_PROCESSES", processes, log_name="resume.log")
     try:
