@@ -180,7 +180,9 @@ def genome_problem(data: Any, unimal: UnimalCfg) -> str | None:
     return None
 
 
-def _group_from_dict(data: dict[str, Any]) -> LimbGroup:
+def _group_from_dict(data: Any) -> LimbGroup:
+    """The limb group of one parsed entry of ``groups``, any JSON value: one that is not a group's object raises
+    ``KeyError``, ``TypeError`` or ``AttributeError``, which ``Genome.from_dict`` turns into its one line."""
     if len(data["ids"]) > 2 or len(data["joints"]) > 2:  # before either is walked
         raise GenomeError(f"genome limb group with {len(data['ids'])} limb ids and {len(data['joints'])} joints: "
                           "a group holds one or two limbs with one or two joints")
