@@ -66,9 +66,9 @@ def age_text(now: float, then: float | None, lease_seconds: float) -> str:
     """``12 s ago``, ``never``, or, for a time from the future (``file_age``), how far ahead it is dated."""
     if then is None:
         return "never"
-    if file_age(now, then, lease_seconds) == math.inf:
+    if (age := file_age(now, then, lease_seconds)) == math.inf:
         return f"dated {then - now:.0f} s in the future (a clock set wrong, or planted: counts as stale)"
-    return f"{file_age(now, then, lease_seconds):.0f} s ago"
+    return f"{age:.0f} s ago"
 
 
 def is_stale(now: float, heartbeat: float | None, claimed: float | None, lease_seconds: float) -> bool:
