@@ -98,7 +98,7 @@ def test_a_claim_of_an_attempt_out_of_range_is_damaged(tmp_path):
     the slot filled again and again. It reads as damaged: taken over from attempt 0."""
     data = {"slot": 4, "lease": 0, "id": f"000004-{schema.MAX_ATTEMPTS + 1}", "attempt": schema.MAX_ATTEMPTS + 1,
             "node": 0, "worker": 0}
-    assert "more than" in schema.claim_problem(data, 4)
+    assert "more than" in Claim.problem(data, slot=4, lease=0)
 
 
 def test_a_body_the_genome_reader_would_refuse_is_a_config_fault_not_made_again(tmp_path):
