@@ -140,7 +140,7 @@ def test_a_tiny_study_reports_every_figure_records_its_cells_and_a_later_study_r
     assert (tmp_path / "study.png").read_bytes()[:4] == b"\x89PNG"
     lines = cells.read_text().splitlines()
     assert len(lines) == 12 and {json.loads(line)["key"]["sim"] for line in lines} == {"mujoco"}
-    alone = [*command[:7], str(tmp_path / "elsewhere"), "--cells-only", *command[8:]]
+    alone = [*command[:7], str(tmp_path / "elsewhere"), "--cells-only", "--overwrite", *command[8:]]  # study.json again
     again = subprocess.run(alone, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(out.read_text())["reference"] == study["reference"]
