@@ -99,3 +99,10 @@ def test_bench_cluster_reproduces_a_seed_by_its_number_and_refuses_a_bad_one():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert bad.stderr.startswith("error: argument --seed: not a seed or a range of seeds: 'x'")
     assert reproduce_command(7) == "python tools/bench.py cluster --seed 7 --keep /tmp/derl-sim-7"
+
+
+def test_a_search_without_progress_is_a_problem_a_slow_one_is_not(tmp_path):
+    """The deadline counts from the last progress (a publication, a training, a start), not from the start: on a
+    busy machine the fuzzed seeds failed a 300 s deadline on the whole search while still publishing."""
+    problems, _ = simulate(44, tmp_path, deadline=0.01)
+    assert len(problems) == 1 and problems[0].startswith("the search made no progress in 0.01 s"), problems

@@ -10,7 +10,8 @@ A seed (``benchmarks.sim_plan.plan``) draws N nodes x M workers on one OUT_DIR, 
 coordinators, files planted and damaged. A coordinator that ends with another code than 0 is started
 again, as a user would. Once every node has finished, every node is started once more (a later start, no
 faults), and the invariants of ``benchmarks.sim_checks`` are checked. A search that does not finish within
-``--deadline`` seconds, or trains more than ``4 x EVO.SEARCH_SPACE_SIZE + 20`` times, is a problem too.
+``--deadline`` seconds (nothing published, trained or restarted: a machine that is only slow makes progress), or
+trains more than ``4 x EVO.SEARCH_SPACE_SIZE + 20`` times, is a problem too.
 """
 
 from __future__ import annotations
@@ -199,7 +200,8 @@ def simulate(seed: int, where: Path, deadline: float = 300.0, max_processes: int
 def _simulate(cluster: Cluster, deadline: float) -> tuple[list[str], list[str]]:
     plan_, log = cluster.plan, []
     faults, freed_at, done = list(plan_.faults), {}, set[int]()
-    start, budget = time.monotonic(), 4 * plan_.search + 20
+    budget = 4 * plan_.search + 20
+    progress, last_progress = None, time.monotonic()  # a busy machine is slow, a stuck search makes no progress
     for node in range(plan_.nodes):
         cluster.start(node)
     while len(done) < plan_.nodes:
@@ -221,11 +223,13 @@ def _simulate(cluster: Cluster, deadline: float) -> tuple[list[str], list[str]]:
                 return [f"node {node} was started {RESTARTS} times and never finished (exits {code})"], log
             else:
                 cluster.start(node)
-        if cluster.trainings() > budget:
-            return [f"{cluster.trainings()} trainings for {plan_.search} morphologies: the search trains "
-                    "without end"], log
-        if time.monotonic() - start > deadline:
-            return [f"the search did not finish in {deadline:g} s ({published}/{plan_.search} published)"], log
+        if (trainings := cluster.trainings()) > budget:
+            return [f"{trainings} trainings for {plan_.search} morphologies: the search trains without end"], log
+        if (now := (published, trainings, sum(cluster.starts.values()))) != progress:
+            progress, last_progress = now, time.monotonic()
+        elif time.monotonic() - last_progress > deadline:
+            return [f"the search made no progress in {deadline:g} s (nothing published, trained or restarted; "
+                    f"{published}/{plan_.search} published)"], log
         time.sleep(POLL)
     return _check(cluster, deadline, log), log
 
@@ -285,7 +289,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=seed_range, default=seed_range("0-9"), help="seeds to run: N or A-B")
     parser.add_argument("--seed", type=seed_range, dest="seeds", help="one seed to reproduce (same as --seeds N)")
     parser.add_argument("--keep", type=Path, help="keep each seed's folder under this folder (logs/, out/)")
-    parser.add_argument("--deadline", type=_seconds, default=300.0, help="seconds a search may take (default 300)")
+    parser.add_argument("--deadline", type=_seconds, default=300.0,
+                        help="seconds a search may go without progress, and a later start take (default 300)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
