@@ -127,24 +127,6 @@ def _id_problem(data: Any, name: str) -> str | None:
     return None
 
 
-def claim_problem(data: Any, slot: int) -> str | None:
-    """Why ``data`` is not a claim (``slots/`` or ``leases/``) of ``slot``, or None."""
-    if not isinstance(data, dict):
-        return "is not a JSON object"
-    if not is_id(data.get("id")):
-        return f"has no valid morphology id (id={data.get('id')!r:.60})"
-    if parse_id(data["id"])[0] != slot:
-        return f"claims {data['id']}, not in slot {slot}"
-    if parse_id(data["id"])[1] > MAX_ATTEMPTS:
-        return f"claims attempt {parse_id(data['id'])[1]}, more than {MAX_ATTEMPTS}"
-    missing = [key for key in ("node", "worker") if not _is_int(data.get(key))]
-    if missing:
-        return f"lacks integer {', '.join(missing)}"
-    return _id_problem(data, data["id"]) or _typed(data, {
-        "lease": _INDEX, "pid": _INDEX, "host": (lambda v: isinstance(v, str), "a string"),
-        "token": (lambda v: isinstance(v, str), "a string")})
-
-
 # The optional bookkeeping fields of a ``PublishedRecord`` (but ``parent_id``, which depends on the id)
 # and what each must be; the required ones (``record.REQUIRED``) are checked one by one in ``metadata_problem``.
 METADATA_TYPES = {
@@ -212,13 +194,6 @@ def published_problem(data: Any) -> str | None:
     return _required(data, ("node", "worker")) or _typed(data, {"node": _INDEX, "worker": _INDEX})
 
 
-def error_problem(data: Any, name: str) -> str | None:
-    """Why ``data`` is not the failure record (``error_metadata/``) of ``name``, or None."""
-    return _id_problem(data, name) or _required(data, ("reason",)) or _typed(data, {
-        "reason": (lambda v: isinstance(v, str), "a string"), "traceback": (lambda v: isinstance(v, str), "a string"),
-        "node": _INDEX, "worker": _INDEX})
-
-
 def genome_problem(data: Any, name: str) -> str | None:
     """Why ``data`` is not a genome with id ``name`` (the body itself: ``derl.morphology.genome``), or None."""
     if not isinstance(data, dict) or data.get("id") != name:
@@ -226,18 +201,6 @@ def genome_problem(data: Any, name: str) -> str | None:
     return _typed(data, {
         "parent_id": (lambda v: v is None or (is_id(v) and v != name), "another morphology's id or null"),
         "mutation": (lambda v: v is None or isinstance(v, str), "a string or null")})
-
-
-def worker_state_problem(data: Any, node: int, worker: int) -> str | None:
-    """Why ``data`` is not the state (``workers/<node>-<worker>.json``) of that worker, or None."""
-    if not isinstance(data, dict):
-        return "is not a JSON object"
-    if (data.get("node"), data.get("worker")) != (node, worker):
-        return f"is the state of worker {data.get('node')!r:.20}-{data.get('worker')!r:.20}, expected {node}-{worker}"
-    return _typed(data, {
-        "slot": (lambda v: v is None or _is_int(v), "a slot number or null"), "id": _OPTIONAL_ID,
-        "status": (lambda v: isinstance(v, str), "a string"), "pid": _INDEX,
-        "updated": (_is_number, "a finite number"), "peak_rss_bytes": _INDEX, "peak_gpu_bytes": _INDEX})
 
 
 def manifest_problem(data: Any, node: int) -> str | None:
