@@ -3,7 +3,7 @@
 ``docs/reference/config.md`` holds the marker line ``<!-- config-keys -->``; the build replaces it with
 the table of every flattened key of ``derl.checked_config.Config`` from its one declaration in the
 section that holds it (default, type, the range of its numbers, meaning), so the page cannot drift from
-the code. ``tests/test_docs.py`` checks the table.
+the code. ``tests/project/test_docs.py`` checks the table.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def check_env_strictly(env: gym.Env) -> None:
     assert not unexpected, unexpected
 
 
-# The shared tiny real run (tests/test_report.py): its overrides, read by the tests.
+# The shared tiny real run (tests/analysis/test_report.py): its overrides, read by the tests.
 TINY_RUN = {"search": 6, "init": 4, "iterations": 20, "episode_length": 100, "video_length": 24}
 
 

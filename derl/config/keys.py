@@ -26,7 +26,7 @@ class ConfigError(ValueError):
 class Range(NamedTuple):
     """The values a numeric key may take: ``low`` to ``high`` inclusive (``low`` excluded if ``low_open``).
 
-    Every numeric key declares one with both ends finite (``tests/test_config_rules.py`` walks them all): a
+    Every numeric key declares one with both ends finite (``tests/config/test_config_rules.py`` walks them all): a
     list key (``MODEL.PRO_HIDDEN_DIMS``, ``BODY.JOINT_ANGLE_LIST``) holds it in each number, a ``span`` key
     in each value it draws. ``whole``: a list's numbers must be whole numbers (an integer key's value is one
     already).

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-# mujoco_warp.OverflowType (4.0.0), checked against it in tests/test_envs_warp.py.
+# mujoco_warp.OverflowType (4.0.0), checked against it in tests/envs/test_envs_warp.py.
 BITS = {"NEFC": 1 << 0, "NJMAX_NNZ": 1 << 1, "BROADPHASE": 1 << 2, "NARROWPHASE": 1 << 3, "CCD": 1 << 4,
         "HFIELD": 1 << 5, "CONTACT_MATCH": 1 << 6, "NVMAX": 1 << 7, "EPA_HORIZON": 1 << 8,
         "ITERATIONS": 1 << 9, "LS_ITERATIONS": 1 << 10, "TACTILE": 1 << 11}

@@ -22,7 +22,7 @@ with the zero terms left out of the sums (float32 rounding apart); a key narrowe
 
 Only ``derl.ppo.fastpath`` hands this out, after checking it against autograd on
 ``losses.minibatch_loss`` for the model and loss at hand (on a dense and a mostly-zero probe
-batch); the tests check it there too, clip ties included (``tests/test_ppo_gradients.py``).
+batch); the tests check it there too, clip ties included (``tests/ppo/test_ppo_gradients.py``).
 """
 
 from __future__ import annotations

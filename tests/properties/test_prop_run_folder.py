@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 from derl.evolution.folder import schema
 from tests.attacks import DAMAGES, TEN_YEARS, damage
+from tests.evolution.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
 from tests.properties.declarations import config_keys, examples
-from tests.test_evolution_protocol import ENV, ROOT, assert_complete, published, start
 
 pytestmark = pytest.mark.fuzz
 

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from derl.checked_config import load_config
 from derl.morphology import random_genome
 from tests.conftest import DEFAULT_CFG
+from tests.evolution.test_evolution_protocol import ENV, ROOT, published, start
 from tests.properties.declarations import (
     config_keys,
     examples,
@@ -38,7 +39,6 @@ from tests.properties.declarations import (
     tool_parser,
     tool_paths,
 )
-from tests.test_evolution_protocol import ENV, ROOT, published, start
 
 pytestmark = pytest.mark.fuzz
 

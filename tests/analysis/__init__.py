@@ -1,0 +1,1 @@
+"""Tests of derl.analysis: the read side of a run, the report, replays."""

@@ -1,0 +1,1 @@
+"""Tests of tools/benchmarks: the benchmarks, the simulated cluster, the GPU check."""

@@ -1,0 +1,1 @@
+"""Tests of derl.config and derl.checked_config: keys, their bounds, loading."""

@@ -1,0 +1,1 @@
+"""Tests of derl.envs: the robot world, its tasks, terrains and simulators."""

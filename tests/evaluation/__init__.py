@@ -1,0 +1,1 @@
+"""Tests of derl.evaluation: the transfer evaluation of finished runs."""

@@ -1,0 +1,1 @@
+"""Tests of derl.fileio: atomic writes, checked reads, output paths."""

@@ -1,0 +1,1 @@
+"""Tests of derl.morphology: genomes, mutations, MJCF."""

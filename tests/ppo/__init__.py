@@ -1,0 +1,1 @@
+"""Tests of derl.ppo: the learner."""

@@ -1,0 +1,1 @@
+"""Tests of The whole project: its architecture, docs, packaging, tools and the suite's own rules."""
