@@ -52,7 +52,7 @@ STEPS_PER_ITER = {"ft_gpu": 4096 * 24, "ft": 32 * 128, "ft_warp": 32 * 128, "gpu
 ITERS_SCALE = {"ft_gpu": 1, "ft": 4, "ft_warp": 4}
 # On warp's CPU device (the tests) the trainings shrink to seconds: 8 envs x 16 steps.
 CPU_PPO = {"PPO.NUM_ENVS": 8, "PPO.TIMESTEPS": 16, "PPO.BATCH_SIZE": 64}
-# bench fidelity on warp's CPU device: bench fidelity's own tiny study (tests/test_bench_fidelity.py), the
+# bench fidelity on warp's CPU device: bench fidelity's own tiny study (tests/benchmarks/test_bench_fidelity.py), the
 # candidate's overrides and those of every training.
 CPU_FIDELITY = ("PPO.NUM_ENVS=4,PPO.TIMESTEPS=8,PPO.BATCH_SIZE=16",
                 ["PPO.NUM_ENVS", "2", "PPO.TIMESTEPS", "16", "PPO.MAX_STATE_ACTION_PAIRS", "64", "ENV.EPISODE_LENGTH",
