@@ -291,16 +291,20 @@ def test_two_nodes_share_one_search_without_collisions(tmp_path):
     out = tmp_path / "run"
     common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14")
     node1 = start(out, "NODE_ID", "1", *common, iterations=40, log_name="node1.log")
-    time.sleep(0.5)  # node 1 waits for node 0's initial population
+    # Node 0 starts once node 1 says it waits for node 0's initial population: a sleep of 0.5 s was too short
+    # for a busy machine to start node 1, which then found the population made and never waited.
+    node1_log, waited = tmp_path / "run-node1.log", time.monotonic() + 300
+    while "waiting for node 0" not in node1_log.read_text() and node1.poll() is None and time.monotonic() < waited:
+        time.sleep(0.1)
     node0 = start(out, "NODE_ID", "0", *common, iterations=40, log_name="node0.log")
-    assert node0.wait(timeout=120) == 0 and node1.wait(timeout=120) == 0
+    assert node0.wait(timeout=300) == 0 and node1.wait(timeout=300) == 0
     records = assert_complete(out, 14)
     assert all(count == 1 for count in starts(out).values())  # nothing trained twice
     # Both nodes ran and published into the one search; which node trained which slot is the scheduler's race
     # (on busy cores node 1's workers may train every initial slot before node 0's start), not asserted.
     assert {records[m]["node"] for m in records} <= {0, 1}
     assert sorted(p.name for p in (out / "manifest").iterdir()) == ["0.json", "1.json"]
-    assert "waiting for node 0" in (tmp_path / "run-node1.log").read_text()
+    assert "waiting for node 0" in node1_log.read_text()
 
 
 def test_status_of_an_interrupted_run_says_stopped_and_how_to_resume(tmp_path):
