@@ -28,7 +28,7 @@ KERNELS = {
 
 def _recorded_test_files() -> list[str]:
     """The test files that use the ``recorded`` marker (this one excepted)."""
-    return sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_*.py")
+    return sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").rglob("test_*.py")
                   if path.name != "test_portable.py" and "mark.recorded" in path.read_text())
 
 

@@ -20,7 +20,8 @@ FOUR_CORES = {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "OPENBLAS_NUM_THRE
 # Runs a tool's main(argv) without its `run` wrapper (which exits), then prints the thread count of
 # every pool loaded by then and torch's (if the tool loaded torch) as the last line.
 AFTER_MAIN = """
-import json, runpy, sys, threadpoolctl
+import json, os, runpy, sys, threadpoolctl
+sys.path.insert(0, os.path.dirname(sys.argv[1]))  # as python does for the script it runs (bench.py: benchmarks)
 tool = runpy.run_path(sys.argv[1])
 code = tool["main"](sys.argv[2:])
 pools = {info["filepath"]: info["num_threads"] for info in threadpoolctl.threadpool_info()}

@@ -82,7 +82,8 @@ def genome_attacks(draw) -> tuple[dict, list]:
         kind = draw(st.sampled_from(["value", "value", "value", "limbs", "id"]))
         if kind == "limbs":
             count = draw(st.sampled_from([0, CFG.LIMB.MAX_LIMBS, CFG.LIMB.MAX_LIMBS + 1]))
-            groups = data["groups"] or [{}]
+            # an earlier move may have set "groups" itself to a hostile value
+            groups = data["groups"] if isinstance(data.get("groups"), list) and data["groups"] else [{}]
             data["groups"] = [copy.deepcopy(groups[k % len(groups)]) for k in range(count)]
             moves.append(("groups", count))
             continue
