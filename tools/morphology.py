@@ -1,12 +1,13 @@
 """UNIMAL morphologies from the command line.
 
-    tools/morphology.py sample --num N --seed S --out DIR [--mutations K] [--cfg F] [KEY VALUE ...]
+    tools/morphology.py sample --num N --seed S --out DIR [--mutations K] [--overwrite] [--cfg F] [KEY VALUE ...]
     tools/morphology.py xml GENOME.json
-    tools/morphology.py mutate GENOME.json --seed S --out DIR
+    tools/morphology.py mutate GENOME.json --seed S --out DIR [--overwrite]
     tools/morphology.py stats DIR
     tools/morphology.py image GENOME.json --out FILE.png [--size W H] [--overwrite]
 
-``sample`` and ``mutate`` write ``DIR/<id>.json`` (genome) and ``DIR/<id>.xml`` (MJCF); ``image``
+``sample`` and ``mutate`` write ``DIR/<id>.json`` (genome) and ``DIR/<id>.xml`` (MJCF), keeping such files
+that hold the same bytes and refusing ones that hold others unless ``--overwrite`` is given; ``image``
 renders the body at its start pose on a floor, headless (MUJOCO_GL=egl).
 """
 
@@ -41,6 +42,9 @@ def main(argv: list[str]) -> None:
     image.add_argument("genome", type=Path)
     image.add_argument("--out", type=Path, required=True, help="PNG file to write")
     image.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
+    for sub in (sample, mutate):
+        sub.add_argument("--overwrite", action="store_true",
+                         help="replace DIR/<id>.json and .xml files that hold other bodies")
     image.add_argument("--size", type=int, nargs=2, default=[480, 360], metavar=("W", "H"))
     for sub in (sample, xml, mutate, stats, image):
         sub.add_argument("--cfg", help="YAML config file")
@@ -48,7 +52,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_with_overrides(argv)  # KEY VALUE pairs may follow the options too
     try:  # derl.fileio.outputs: never inside a run folder, never over a file unasked
         if args.command in ("sample", "mutate", "image"):
-            check_output(args.out, "--out", args.command == "image" and args.overwrite, folder=args.command != "image")
+            check_output(args.out, "--out", args.overwrite, folder=args.command != "image")
     except OutputRefused as err:
         parser.error(str(err))
     # Imported after the arguments: --help and usage errors answer at once.
@@ -59,12 +63,12 @@ def main(argv: list[str]) -> None:
     cfg = load_config_or_exit(args.cfg, args.overrides)
     try:
         if args.command == "sample":
-            for path in sample(cfg.unimal, args.num, args.seed, args.out, args.mutations):
+            for path in sample(cfg.unimal, args.num, args.seed, args.out, args.mutations, args.overwrite):
                 print(path)
         elif args.command == "xml":
             sys.stdout.write(morphology.genome_xml(cfg.unimal, args.genome))
         elif args.command == "mutate":
-            print(morphology.mutate_file(cfg.unimal, args.genome, args.seed, args.out))
+            print(morphology.mutate_file(cfg.unimal, args.genome, args.seed, args.out, args.overwrite))
         elif args.command == "image":
             print(morphology.image(cfg.world, cfg.unimal, args.genome, args.out, tuple(args.size)))
         else:

@@ -38,13 +38,13 @@ def image(world: WorldCfg, unimal: UnimalCfg, path: Path, out: Path, size: tuple
     return write_png(render_body(to_mjcf(genome, world), world, size), out)
 
 
-def mutate_file(unimal: UnimalCfg, path: Path, seed: int, out: Path) -> Path:
-    """Writes one child of the genome at ``path``, with id ``<parent id>-c<seed>``."""
+def mutate_file(unimal: UnimalCfg, path: Path, seed: int, out: Path, overwrite: bool = False) -> Path:
+    """Writes one child of the genome at ``path``, with id ``<parent id>-c<seed>`` (``write_genome``)."""
     if seed < 0:
         raise InputError(f"--seed must be >= 0, got {seed}")
     parent = load_genome(path, unimal)
     child = mutate(parent, unimal, np.random.default_rng(seed), f"{parent.id}-c{seed}")
-    return write_genome(out, child, unimal)
+    return write_genome(out, child, unimal, overwrite)
 
 
 def stats(unimal: UnimalCfg, folder: Path) -> dict:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from derl.fileio.reads import MAX_JSON_BYTES, JsonFileError, read_json
+from derl.fileio.reads import MAX_JSON_BYTES, JsonFileError, read_bytes, read_json
 from derl.fileio.writes import atomic_write_text
 from derl.morphology.config import UnimalCfg
 from derl.morphology.genome import Genome
@@ -45,21 +46,44 @@ def load_genome(path: Path, unimal: UnimalCfg | None = None) -> Genome:
         raise InputError(f"{path}: {err}") from None
 
 
-def write_genome(out: Path, genome: Genome, unimal: UnimalCfg) -> Path:
-    """Writes ``out/<id>.json`` and ``out/<id>.xml`` atomically; returns the JSON path."""
+def write_genome(out: Path, genome: Genome, unimal: UnimalCfg, overwrite: bool = False) -> Path:
+    """Writes ``out/<id>.xml`` and ``out/<id>.json`` atomically; returns the JSON path.
+
+    A file already there with these bytes is kept; one that holds anything else (another body under
+    this id: another config, a file of the user's) is replaced only with ``overwrite``, as no tool writes
+    over a file unasked (derl.fileio.outputs). Both files are checked before either is written.
+
+    Raises:
+        InputError: ``<id>.xml`` or ``<id>.json`` holds something else and ``overwrite`` is false.
+    """
+    files = {out / f"{genome.id}.xml": to_mjcf(genome, unimal), out / f"{genome.id}.json": genome.to_json()}
+    changed = {path: text for path, text in files.items() if not _holds(path, text)}
+    taken = [path for path in changed if os.path.lexists(path)]
+    if taken and not overwrite:
+        raise InputError(f"{taken[0]}: exists and holds another body than {genome.id}; give --overwrite to "
+                         "replace it, or another --out")
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / f"{genome.id}.xml", to_mjcf(genome, unimal))
-    path = out / f"{genome.id}.json"
-    atomic_write_text(path, genome.to_json())
-    return path
+    for path, text in changed.items():
+        atomic_write_text(path, text)
+    return out / f"{genome.id}.json"
 
 
-def sample(unimal: UnimalCfg, num: int, seed: int, out: Path, mutations: int | Sequence[int] = 0) -> list[Path]:
+def _holds(path: Path, text: str) -> bool:
+    """Whether ``path`` is a regular file that holds exactly ``text`` (False when missing or anything else)."""
+    try:
+        return read_bytes(path, len(text.encode())) == text.encode()
+    except OSError:  # missing; NotRegularFile (a link, a FIFO, a folder, longer); unreadable
+        return False
+
+
+def sample(unimal: UnimalCfg, num: int, seed: int, out: Path, mutations: int | Sequence[int] = 0,
+           overwrite: bool = False) -> list[Path]:
     """``num`` random genomes, each mutated ``mutations`` times (a list: genome k ``mutations[k % len]``
     times, small to large bodies in turn); genome k uses the k-th child of ``SeedSequence(seed)``, so
     a larger ``num`` keeps the first genomes.
 
-    Ids are ``s<seed>-<k>-m<j>`` after j mutations; only the last of each chain is written.
+    Ids are ``s<seed>-<k>-m<j>`` after j mutations; only the last of each chain is written
+    (``write_genome``, ``overwrite`` as there: a refusal leaves the genomes written before it).
     """
     counts = [mutations] if isinstance(mutations, int) else list(mutations)
     if num < 1 or not counts or min(counts) < 0 or seed < 0:
@@ -70,5 +94,5 @@ def sample(unimal: UnimalCfg, num: int, seed: int, out: Path, mutations: int | S
         genome = random_genome(unimal, rng, f"s{seed}-{k:04d}-m0")
         for j in range(1, counts[k % len(counts)] + 1):
             genome = mutate(genome, unimal, rng, f"s{seed}-{k:04d}-m{j}")
-        paths.append(write_genome(out, genome, unimal))
+        paths.append(write_genome(out, genome, unimal, overwrite))
     return paths

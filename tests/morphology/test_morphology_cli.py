@@ -57,6 +57,31 @@ def test_mutate_writes_one_child_and_stats_counts(tmp_path, capsys):
     assert 1 <= stats["unique_structures"] <= stats["unique_genomes"] == 3
 
 
+def test_sample_and_mutate_replace_another_body_only_when_asked(tmp_path, capsys):
+    """A rerun keeps the files (same bytes); another body under the same ids (another design space) is one
+    line and exit 2 with every file as it was, and ``--overwrite`` replaces them."""
+    def files() -> dict[str, bytes]:
+        return {path.name: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+
+    assert run(capsys, "sample", "--num", 2, "--seed", 4, "--out", tmp_path)[0] == 0
+    assert run(capsys, "mutate", tmp_path / "s4-0000-m0.json", "--seed", 1, "--out", tmp_path / "kids")[0] == 0
+    written = files()
+    assert run(capsys, "sample", "--num", 2, "--seed", 4, "--out", tmp_path)[0] == 0 and files() == written
+    wider = ["TORSO.HEAD_RADIUS_RANGE", "[0.12]"]
+    code, _, err = run(capsys, "sample", "--num", 2, "--seed", 4, "--out", tmp_path, *wider)
+    assert code == 2 and err.count("\n") == 1 and "s4-0000-m0.xml: exists and holds another body" in err
+    assert "--overwrite" in err and files() == written
+    (tmp_path / "kids" / "s4-0000-m0-c1.json").write_text("{}")  # the user's file under the child's name
+    code, _, err = run(capsys, "mutate", tmp_path / "s4-0000-m0.json", "--seed", 1, "--out", tmp_path / "kids")
+    assert code == 2 and "s4-0000-m0-c1.json: exists and holds another body" in err
+    assert (tmp_path / "kids" / "s4-0000-m0-c1.json").read_text() == "{}"
+    assert run(capsys, "sample", "--num", 2, "--seed", 4, "--out", tmp_path, "--overwrite", *wider)[0] == 0
+    assert Genome.from_json((tmp_path / "s4-0001-m0.json").read_text()).to_json() != written["s4-0001-m0.json"].decode()
+    assert run(capsys, "mutate", tmp_path / "s4-0000-m0.json", "--seed", 1, "--out", tmp_path / "kids",
+               "--overwrite", *wider)[0] == 0
+    assert Genome.from_json((tmp_path / "kids" / "s4-0000-m0-c1.json").read_text()).parent_id == "s4-0000-m0"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["xml", "missing.json"], "error: genome file not found: missing.json"),
     (["xml", "{bad}"], "{bad}: not valid JSON"),
