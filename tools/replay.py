@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
     from derl.analysis.run import RunError, RunView
     try:
         result = replay(RunView(args.out_dir), args.id, seed=args.seed, steps=args.steps, video=args.video,
-                        episodes=args.episodes)
+                        episodes=args.episodes, overwrite=args.overwrite)
     except (RunError, ValueError, OSError) as err:  # CheckpointError, malformed MJCF, missing files
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -144,13 +144,14 @@ def _private_copies(run: RunDir, morphology_id: str) -> Iterator[tuple[Path, Pat
 
 def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps: int | None = None,
            video: str | Path | None = None, video_steps: int | None = None,
-           size: tuple[int, int] = VIDEO_SIZE, episodes: int = 0) -> ReplayResult:
+           size: tuple[int, int] = VIDEO_SIZE, episodes: int = 0, overwrite: bool = False) -> ReplayResult:
     """Replays a published morphology of ``view`` deterministically.
 
     Args:
         seed: the env seed of the episode (default: the run's ``RNG_SEED``, as ``train_ppo.py --eval``).
         steps: episode length (default: the run's ``ENV.EPISODE_LENGTH``); an episode may end sooner.
-        video: write a video of ``video_steps`` frames (default ``steps`` or the episode length) here.
+        video: write a video of ``video_steps`` frames (default ``steps`` or the episode length) here
+            (a GIF beside it where MP4 is unavailable), replacing a file there only with ``overwrite``.
         episodes: also play this many episodes with mean and with sampled actions (``Spread``), next
             to the published values (``FITNESS_NOTE``); 0: the first deterministic episode only.
     """
@@ -182,7 +183,7 @@ def replay(view: RunView, morphology_id: str, *, seed: int | None = None, steps:
     if video is not None:
         root = run.root_above(video)  # the report's media/: no folder on the way a link
         make_folders(Path(video).parent, root)
-        written = str(write_video(frames, Path(video), fps, root))
+        written = str(write_video(frames, Path(video), fps, root, overwrite))
     terms = {k: float(v) for k, v in episode.items() if k.startswith(REWARD_PREFIX)}
     return ReplayResult(
         id=morphology_id, seed=seed, episode_return=float(episode["return"]), terms=terms,

@@ -10,6 +10,7 @@ folder swapped for a symbolic link at any moment is refused, never written throu
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,11 +37,16 @@ def write_png(frame: np.ndarray, path: str | Path, root: str | Path | None = Non
     return path
 
 
-def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float, root: str | Path | None = None) -> Path:
+def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float, root: str | Path | None = None,
+                overwrite: bool = True) -> Path:
     """Writes ``frames`` as MP4 (or GIF if ``path`` ends in .gif, or if MP4 fails); returns the file written.
 
     Frame sizes should be multiples of 16 (MP4 blocks); others are padded by ffmpeg's scaler.
     ``root``: as ``atomic_write_bytes`` (a folder that is a link is refused, MP4 or GIF alike).
+
+    Raises:
+        FileExistsError: ``overwrite`` is false and the file to write exists: a user's ``--video`` is
+            checked before the run (derl.fileio.outputs), the GIF written in place of a failing MP4 only here.
     """
     if not frames:
         raise ValueError(f"no frames to write to {path}")
@@ -51,10 +57,14 @@ def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float, root
         except (ImportError, RuntimeError, OSError) as err:
             print(f"warning: MP4 unavailable ({type(err).__name__}: {err}); writing GIF", flush=True)
         else:
-            atomic_write_bytes(path, data, root)
-            return path
-    path = path.with_suffix(".gif")
-    atomic_write_bytes(path, _gif(frames, fps), root)
+            return _write_new(path, data, root, overwrite)
+    return _write_new(path.with_suffix(".gif"), _gif(frames, fps), root, overwrite)
+
+
+def _write_new(path: Path, data: bytes, root: str | Path | None, overwrite: bool) -> Path:
+    if not overwrite and os.path.lexists(path):
+        raise FileExistsError(f"{path}: exists; give --overwrite to replace it, or another path")
+    atomic_write_bytes(path, data, root)
     return path
 
 

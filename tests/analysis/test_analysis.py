@@ -281,6 +281,12 @@ def test_videos_are_mp4_with_every_frame_or_gif_when_mp4_fails(tmp_path, monkeyp
     path = media.write_video(_frames(5), tmp_path / "b.mp4", fps=50)
     assert path == tmp_path / "b.gif" and media.read_video(path).shape == (5, 48, 64, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.gif"]  # nothing staged left
+    # A user's --video is checked before the replay; the GIF in its place only here: never over a file unasked.
+    with pytest.raises(FileExistsError, match="b.gif: exists; give --overwrite"):
+        media.write_video(_frames(3), tmp_path / "b.mp4", fps=50, overwrite=False)
+    assert media.read_video(tmp_path / "b.gif").shape[0] == 5
+    assert media.write_video(_frames(3), tmp_path / "b.mp4", fps=50) == tmp_path / "b.gif"
+    assert media.read_video(tmp_path / "b.gif").shape[0] == 3
 
 
 def test_a_report_of_a_run_with_planted_files_never_hangs_or_fails(tmp_path, synthetic_run):
