@@ -6,9 +6,8 @@
     tools/morphology.py stats DIR
     tools/morphology.py image GENOME.json --out FILE.png [--size W H] [--overwrite]
 
-``sample`` and ``mutate`` write ``DIR/<id>.json`` (genome) and ``DIR/<id>.xml`` (MJCF), keeping such files
-that hold the same bytes and refusing ones that hold others unless ``--overwrite`` is given; ``image``
-renders the body at its start pose on a floor, headless (MUJOCO_GL=egl).
+``sample`` and ``mutate`` write ``DIR/<id>.json`` (genome) and ``DIR/<id>.xml`` (MJCF), over other bytes only
+with ``--overwrite``; ``image`` renders the body at its start pose on a floor, headless (MUJOCO_GL=egl).
 """
 
 import json
@@ -41,10 +40,9 @@ def main(argv: list[str]) -> None:
     image = commands.add_parser("image", help="a PNG picture of a saved genome")
     image.add_argument("genome", type=Path)
     image.add_argument("--out", type=Path, required=True, help="PNG file to write")
-    image.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
-    for sub in (sample, mutate):
-        sub.add_argument("--overwrite", action="store_true",
-                         help="replace DIR/<id>.json and .xml files that hold other bodies")
+    for sub, what in ((sample, "DIR/<id> files of other bodies"), (mutate, "DIR/<id> files of another body"),
+                      (image, "the --out file if it exists")):
+        sub.add_argument("--overwrite", action="store_true", help=f"replace {what}")
     image.add_argument("--size", type=int, nargs=2, default=[480, 360], metavar=("W", "H"))
     for sub in (sample, xml, mutate, stats, image):
         sub.add_argument("--cfg", help="YAML config file")
