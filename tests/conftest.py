@@ -38,6 +38,20 @@ def check_env_strictly(env: gym.Env) -> None:
     assert not unexpected, unexpected
 
 
+def sampled_xml(folder: Path, seed: int) -> Path:
+    """The MJCF of ``random_genome`` with generator seed ``seed`` under the default config (written once per folder)."""
+    import numpy as np
+
+    from derl.checked_config import load_config
+    from derl.morphology import random_genome, to_mjcf
+
+    path = folder / f"sampled-{seed}.xml"
+    if not path.exists():
+        cfg = load_config()
+        path.write_text(to_mjcf(random_genome(cfg.unimal, np.random.default_rng(seed), f"test-{seed}"), cfg.unimal))
+    return path
+
+
 # The shared tiny real run (tests/analysis/test_report.py): its overrides, read by the tests.
 TINY_RUN = {"search": 6, "init": 4, "iterations": 20, "episode_length": 100, "video_length": 24}
 

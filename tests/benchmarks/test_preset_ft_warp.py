@@ -11,8 +11,7 @@ import pytest
 from benchmarks.gpu_rows import CPU_PPO
 from benchmarks.gpu_training import tiny_evolution
 from derl.paths import evo_preset
-from tests.conftest import ROOT
-from tests.envs.test_envs_tasks import sampled_xml
+from tests.conftest import ROOT, sampled_xml
 from tests.evolution.test_evolution_reproducible import PORTABLE_KERNELS
 
 # What an iteration record holds besides its learning: clock readings.

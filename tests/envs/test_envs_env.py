@@ -9,9 +9,9 @@ import pytest
 
 from derl.checked_config import load_config, load_preset
 from derl.envs import ENV_ID, UnimalEnv, make_env, make_genome_env
-from derl.morphology import random_genome, to_mjcf
+from derl.morphology import random_genome
 from derl.ppo.episode_stats import EpisodeStats
-from tests.conftest import check_env_strictly
+from tests.conftest import check_env_strictly, sampled_xml
 
 FIXTURE = Path(__file__).parents[1] / "assets" / "envs" / "quadruped.xml"
 ENVS = ("ft", "vt", "mvt")
@@ -19,15 +19,6 @@ ENVS = ("ft", "vt", "mvt")
 
 def env_cfg(name: str, **overrides):
     return load_preset(name, overrides)
-
-
-def sampled_xml(folder: Path, seed: int) -> Path:
-    """The MJCF of ``random_genome`` with generator seed ``seed`` (written once per folder)."""
-    path = folder / f"sampled-{seed}.xml"
-    if not path.exists():
-        cfg = load_config()
-        path.write_text(to_mjcf(random_genome(cfg.unimal, np.random.default_rng(seed), f"test-{seed}"), cfg.unimal))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ from derl.checked_config import load_config
 from derl.config import ConfigError
 from derl.envs import TASKS, UnimalEnv, UnimalVectorEnv
 from derl.envs.tasks.locomotion import Locomotion
-from derl.morphology import random_genome, to_mjcf
-from tests.conftest import check_env_strictly
+from tests.conftest import check_env_strictly, sampled_xml
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parents[1] / "assets" / "envs" / "quadruped.xml"
@@ -26,14 +25,6 @@ CONFIGS = {p.stem: p for d in ("evo", "eval") for p in sorted((ROOT / "configs" 
 
 def task_env(name: str, xml: Path = FIXTURE, **overrides) -> UnimalEnv:
     return UnimalEnv(xml, load_config(CONFIGS[name], overrides))
-
-
-def sampled_xml(folder: Path, seed: int) -> Path:
-    path = folder / f"sampled-{seed}.xml"
-    if not path.exists():
-        cfg = load_config()
-        path.write_text(to_mjcf(random_genome(cfg.unimal, np.random.default_rng(seed), f"test-{seed}"), cfg.unimal))
-    return path
 
 
 @pytest.fixture(scope="module")

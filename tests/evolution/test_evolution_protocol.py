@@ -369,20 +369,31 @@ def test_foreign_and_corrupt_files_are_quarantined_and_the_run_completes(tmp_pat
     assert records[victim]["slot"] == parse_id(victim)[0]  # republished from its finished checkpoint
 
 
+def _two_nodes_training(out: Path, iterations: int) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Nodes 0 and 1 of a 14-morphology search with a 3 s lease, once a worker of node 1 trains."""
+    common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14",
+              "EVO.LEASE_SECONDS", "3")
+    node0 = start(out, "NODE_ID", "0", *common, iterations=iterations, log_name="node0.log")
+    node1 = start(out, "NODE_ID", "1", *common, iterations=iterations, log_name="node1.log")
+    while not any(_training(out, f"1-{w}") for w in (0, 1)):
+        time.sleep(0.05)
+    return node0, node1
+
+
+def _process_tree(process: subprocess.Popen) -> list[int]:
+    """``process`` and every process below it."""
+    return [process.pid, *(p.pid for p in psutil.Process(process.pid).children(recursive=True))]
+
+
 @pytest.mark.slow
 def test_a_dead_node_loses_its_slots_to_the_survivor(tmp_path):
     """Node 1 is SIGKILLed for good (coordinator and workers) mid-run; with a 3 s lease, node 0 takes
     its claimed slots over, resumes them from their checkpoints and finishes the whole search."""
     out = tmp_path / "run"
-    common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14",
-              "EVO.LEASE_SECONDS", "3")
-    node0 = start(out, "NODE_ID", "0", *common, iterations=40, log_name="node0.log")
-    node1 = start(out, "NODE_ID", "1", *common, iterations=40, log_name="node1.log")
-    while not any(_training(out, f"1-{w}") for w in (0, 1)):
-        time.sleep(0.05)
+    node0, node1 = _two_nodes_training(out, iterations=40)
     time.sleep(1.0)  # some iterations into its slots: checkpoints exist
     held = {json.loads((out / "workers" / f"1-{w}.json").read_text())["slot"] for w in (0, 1)} - {None}
-    node1_tree = [node1.pid, *(p.pid for p in psutil.Process(node1.pid).children(recursive=True))]
+    node1_tree = _process_tree(node1)
     for pid in node1_tree:
         os.kill(pid, signal.SIGKILL)
     node1.wait()
@@ -409,14 +420,9 @@ def test_a_paused_node_that_comes_back_yields_the_slots_it_lost(tmp_path):
     node 1 drops them without publishing or writing their files, and the search still ends with
     one result per slot."""
     out = tmp_path / "run"
-    common = ("NUM_NODES", "2", "EVO.INIT_POPULATION_SIZE", "6", "EVO.SEARCH_SPACE_SIZE", "14",
-              "EVO.LEASE_SECONDS", "3")
-    node0 = start(out, "NODE_ID", "0", *common, iterations=60, log_name="node0.log")
-    node1 = start(out, "NODE_ID", "1", *common, iterations=60, log_name="node1.log")
-    while not any(_training(out, f"1-{w}") for w in (0, 1)):
-        time.sleep(0.05)
+    node0, node1 = _two_nodes_training(out, iterations=60)
     time.sleep(0.5)
-    node1_tree = [node1.pid, *(p.pid for p in psutil.Process(node1.pid).children(recursive=True))]
+    node1_tree = _process_tree(node1)
     for pid in node1_tree:
         os.kill(pid, signal.SIGSTOP)
     log0 = tmp_path / "run-node0.log"

@@ -32,7 +32,7 @@ from derl.evolution.lease import is_stale, takeover_reason
 from derl.evolution.process import EXIT_ENVIRONMENT, FatalError
 from derl.evolution.scheduling import Scheduler
 from tests.evo_fake_backend import _genome
-from tests.evolution.test_evolution_protocol import ENV, assert_complete, published, start, start_until_published
+from tests.evolution.test_evolution_protocol import ENV, alive, assert_complete, published, start, start_until_published
 from tests.evolution.test_evolution_untrusted import RULES, published_record, search_run
 
 TEN_YEARS = 10 * 365 * 86_400
@@ -208,13 +208,6 @@ def test_status_counts_a_heartbeat_from_the_future_as_stale(tmp_path):
 
 
 # A worker dies with its coordinator, and its children with it.
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def test_a_coordinator_killed_with_sigkill_takes_its_workers_and_their_children(tmp_path):
     """Before: the parent-death signal was SIGTERM, honoured at the end of a PPO iteration (109 s more
     training). Here an iteration takes an hour: only a kill stops the worker; its child (as an encoder
